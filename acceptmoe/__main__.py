@@ -1,0 +1,3 @@
+from acceptmoe.cli import main
+
+raise SystemExit(main())

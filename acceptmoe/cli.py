@@ -1,0 +1,43 @@
+"""`python -m acceptmoe <subcommand>`: the dispatcher behind ./reproduce.sh.
+
+Subcommands register themselves in COMMANDS with a one-line description; an unknown name prints the
+valid ones.
+"""
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+# name -> (module with a `main(argv) -> int`, one-line description)
+COMMANDS: dict[str, tuple[str, str]] = {
+    "bench-select": ("acceptmoe.bench.select_latency",
+                     "selection + routing latency per layer (torch reference vs batched path)"),
+}
+
+
+def usage() -> str:
+    width = max(len(n) for n in COMMANDS) + 2
+    lines = ["usage: ./reproduce.sh <subcommand> [args]", "", "subcommands:",
+             f"  {'test':<{width}}create .venv if needed, install test extras, run pytest"]
+    lines += [f"  {name:<{width}}{desc}" for name, (_, desc) in COMMANDS.items()]
+    lines += ["", "Run `./reproduce.sh <subcommand> --help` for a subcommand's options."]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or argv[0] in ("-h", "--help", "help"):
+        print(usage())
+        return 0
+    name, rest = argv[0], argv[1:]
+    if name not in COMMANDS:
+        print(f"unknown subcommand {name!r}; valid subcommands: test, {', '.join(COMMANDS)}\n", file=sys.stderr)
+        print(usage(), file=sys.stderr)
+        return 2
+    module = importlib.import_module(COMMANDS[name][0])
+    return int(module.main(rest) or 0)
+
+
+def parser(name: str, description: str) -> argparse.ArgumentParser:
+    return argparse.ArgumentParser(prog=f"./reproduce.sh {name}", description=description)

@@ -1,0 +1,87 @@
+"""SelectorConfig: every knob of the verifier-side selectors, validated on construction.
+
+Fields where the paper is silent are our choices and are documented here:
+- `demand_score`: `gate` uses the model's own post-top-k weight as r[t, e]; `softmax` the full-softmax
+  probability restricted to K_t.
+- `rank_tolerance`: relative guard on the effective-rank ceiling, n_er = ceil(exp(H) * (1 - tol)), so an
+  effective rank that exceeds an integer only by float error (exp(H) = 3.0000001) gives that integer.
+- `prune_rho`, `prune_min_set`: residency-aware pruning's rerouting budget (fraction of the set's utility
+  that may be removed) and minimum set size. Defaults 0.1 and 16; swept in the pruning ablation.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+DEMAND_SCORES = ("gate", "softmax")
+
+
+class ConfigError(ValueError):
+    """A selector configuration that cannot be used; the message names the field and the fix."""
+
+
+@dataclass(frozen=True)
+class SelectorConfig:
+    budget: int | None = None               # B for fixed-size methods (count-b, moe-spec, acceptmoe-b)
+    beta: float = 0.5                       # commitment sharpness: alpha_t = p_hat[d]^beta * N_d^level_exponent
+    level_exponent: float = -0.5            # sublinear discount of wide tree levels
+    p_hat: tuple[float, ...] | None = None  # commitment probability per depth, p_hat[0] = 1 (the root)
+    demand_score: str = "gate"              # "gate" | "softmax" (see module docstring)
+    rank_tolerance: float = 1e-4            # relative guard on ceil(exp(H))
+    prune_rho: float = 0.1                  # residency pruning: utility fraction that may be rerouted
+    prune_min_set: int = 16                 # residency pruning: never shrink S below this size
+
+    def __post_init__(self) -> None:
+        if self.p_hat is not None and not isinstance(self.p_hat, tuple):
+            object.__setattr__(self, "p_hat", tuple(float(p) for p in self.p_hat))
+        if self.budget is not None and (not isinstance(self.budget, int) or self.budget < 1):
+            raise ConfigError(f"budget must be a positive integer or None, got {self.budget!r}")
+        if self.beta < 0:
+            raise ConfigError(f"beta must be >= 0, got {self.beta}")
+        if self.demand_score not in DEMAND_SCORES:
+            raise ConfigError(f"demand_score must be one of {DEMAND_SCORES}, got {self.demand_score!r}")
+        if not 0 <= self.rank_tolerance < 0.5:
+            raise ConfigError(f"rank_tolerance must be in [0, 0.5), got {self.rank_tolerance}")
+        if not 0 <= self.prune_rho <= 1:
+            raise ConfigError(f"prune_rho must be in [0, 1], got {self.prune_rho}")
+        if self.prune_min_set < 0:
+            raise ConfigError(f"prune_min_set must be >= 0, got {self.prune_min_set}")
+        if self.p_hat is not None:
+            _check_p_hat(self.p_hat)
+
+
+def _check_p_hat(p_hat: Sequence[float]) -> None:
+    if len(p_hat) == 0:
+        raise ConfigError("p_hat is empty: give one commitment probability per depth, starting with 1.0 for the root")
+    bad = [(d, p) for d, p in enumerate(p_hat) if not 0.0 <= p <= 1.0]
+    if bad:
+        raise ConfigError(f"p_hat values must lie in [0, 1]; out of range at (depth, value): {bad}")
+    if p_hat[0] != 1.0:
+        raise ConfigError(f"p_hat[0] must be 1.0 (the root is always committed), got {p_hat[0]}")
+
+
+def check_for_method(cfg: SelectorConfig, spec, router, num_experts: int, max_depth: int) -> None:
+    """Errors for a config that does not fit a method, router and block (named problem and fix)."""
+    k = router.top_k
+    if k > num_experts:
+        raise ConfigError(f"router top_k={k} exceeds the number of experts E={num_experts}")
+    if spec.sizing == "fixed":
+        if cfg.budget is None:
+            raise ConfigError(f"method {spec.name!r} needs a budget: set SelectorConfig(budget=B) with "
+                              f"top_k={k} <= B <= E={num_experts}")
+        if cfg.budget < k:
+            raise ConfigError(f"budget B={cfg.budget} is smaller than top_k={k}: every token needs k "
+                              f"eligible experts; use B >= {k}")
+        if cfg.budget > num_experts:
+            raise ConfigError(f"budget B={cfg.budget} exceeds the number of experts E={num_experts}")
+    elif cfg.budget is not None:
+        raise ConfigError(f"method {spec.name!r} takes no budget (got budget={cfg.budget}); "
+                          f"{'it sizes its set itself' if spec.sizing == 'self' else 'it uses all experts'}: "
+                          f"leave budget=None or use a fixed-budget method")
+    if spec.needs_commitment:
+        if cfg.p_hat is None:
+            raise ConfigError(f"method {spec.name!r} needs commitment probabilities: set p_hat (from a "
+                              f"CommitmentTable calibrated on Standard SD traces)")
+        if len(cfg.p_hat) < max_depth + 1:
+            raise ConfigError(f"p_hat has {len(cfg.p_hat)} entries but the block reaches depth {max_depth}: "
+                              f"give one per depth 0..{max_depth} (calibrate with the same tree shape)")

@@ -1,0 +1,30 @@
+"""Residency-aware pruning (AcceptMoE under expert offloading), per block and layer: the reference.
+
+H is the layer's resident set before the pass, A the anchor. C = S \\ H \\ A sorted by ascending utility
+(ties: higher expert index first, the reverse of the ranking order). Remove the longest prefix D of C with
+sum_{e in D} u_e <= rho * sum_{e in S} u_e and |S| - |D| >= s_min. With everything resident, C is empty
+and S is unchanged.
+"""
+from __future__ import annotations
+
+from torch import Tensor
+
+from .config import SelectorConfig
+from .selectors import Selection
+
+
+def prune_nonresident(sel: Selection, resident: Tensor, cfg: SelectorConfig) -> Tensor:
+    """bool [E]: S \\ D. resident: bool [E], the layer's resident experts before the pass."""
+    eligible = sel.eligible.clone()
+    u = sel.utility.tolist()
+    budget = cfg.prune_rho * float(sel.utility[sel.eligible].double().sum())
+    size = int(sel.eligible.sum())
+    candidates = [e for e in range(len(u)) if sel.eligible[e] and not resident[e] and not sel.anchor[e]]
+    removed_mass = 0.0
+    for e in sorted(candidates, key=lambda e: (u[e], -e)):
+        if size - 1 < cfg.prune_min_set or removed_mass + u[e] > budget:
+            break
+        removed_mass += u[e]
+        size -= 1
+        eligible[e] = False
+    return eligible

@@ -1,0 +1,127 @@
+"""Verifier-side selectors, per block and layer: the readable reference.
+
+Each selector maps one layer's router logits for one verification block, logits [T, E], to a `Selection`:
+the eligible set S (bool [E]), the score it ranked by (`utility`, fp32 [E]) and the root anchor (bool [E]).
+Ranking is always by score descending, ties by a secondary score where the method has one, then by the
+lower expert index. `batched.py` computes the same sets for many layers or blocks at once; it must agree
+exactly with these functions.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from .config import SelectorConfig, check_for_method
+from .registry import get_method, register_selector, selector_for
+from .routing import Router
+from .tree import BlockInfo
+
+
+@dataclass(frozen=True, eq=False)
+class Selection:
+    eligible: Tensor  # bool [..., E]
+    utility: Tensor   # fp32 [..., E], the score the method ranked by
+    anchor: Tensor    # bool [..., E], all False for methods without an anchor
+
+    @property
+    def size(self) -> Tensor:
+        return self.eligible.sum(-1)
+
+
+def select(method: str, logits: Tensor, block: BlockInfo, router: Router, cfg: SelectorConfig) -> Selection:
+    """The eligible set of `method` for one block and one layer. logits [T, E]."""
+    spec = get_method(method)
+    if logits.dim() != 2 or logits.shape[0] != block.num_tokens:
+        raise ValueError(f"logits must be [T, E] with T={block.num_tokens} (the block's tokens), "
+                         f"got {tuple(logits.shape)}")
+    check_for_method(cfg, spec, router, logits.shape[1], block.max_depth)
+    return selector_for(method)(logits, block, router, cfg)
+
+
+def commitment_weights(block: BlockInfo, cfg: SelectorConfig) -> Tensor:
+    """alpha_t = p_hat[d_t]^beta * N[d_t]^level_exponent, fp32 [T]; the root (d = 0, N_0 = 1) gets 1."""
+    p = torch.tensor(cfg.p_hat, dtype=torch.float64)[block.depth]      # [T]
+    n = block.level_sizes.to(torch.float64)[block.depth]               # [T]
+    return (p.pow(cfg.beta) * n.pow(cfg.level_exponent)).float()
+
+
+def effective_rank_size(demand: Tensor, tolerance: float) -> int:
+    """n_er = ceil(exp(H(q))) for q = demand / sum(demand) over positive demand; 0 when there is none.
+
+    The ceiling is guarded: ceil(exp(H) * (1 - tolerance)), clamped to [1, number of positive entries]."""
+    d = demand[demand > 0].double()
+    if d.numel() == 0:
+        return 0
+    q = d / d.sum()
+    h = float(-(q * q.log()).sum())
+    n = math.ceil(math.exp(h) * (1.0 - tolerance))
+    return max(1, min(n, d.numel()))
+
+
+def _top(scores: list[tuple], candidates: list[int], n: int, num_experts: int) -> Tensor:
+    """bool [E]: the n best candidates by (score tuple descending, expert index ascending)."""
+    order = sorted(candidates, key=lambda e: tuple(-s for s in scores[e]) + (e,))
+    mask = torch.zeros(num_experts, dtype=torch.bool)
+    mask[order[:n]] = True
+    return mask
+
+
+@register_selector("standard-sd")
+def select_standard_sd(logits: Tensor, block: BlockInfo, router: Router, cfg: SelectorConfig) -> Selection:
+    """S = all experts; utility is the natural gate mass sum_t r[t, e]."""
+    r, _ = router.gates(logits, cfg.demand_score)                     # [T, E]
+    E = logits.shape[1]
+    return Selection(torch.ones(E, dtype=torch.bool), r.sum(0), torch.zeros(E, dtype=torch.bool))
+
+
+@register_selector("count-b")
+def select_count_b(logits: Tensor, block: BlockInfo, router: Router, cfg: SelectorConfig) -> Selection:
+    """Top-B experts by votes v_e = sum_t 1[e in K_t]; ties: larger gate mass, then lower index."""
+    r, member = router.gates(logits, "gate")                          # [T, E]
+    votes, mass = member.float().sum(0), r.sum(0)                     # [E], [E]
+    E = logits.shape[1]
+    scores = list(zip(votes.tolist(), mass.tolist()))
+    eligible = _top(scores, list(range(E)), cfg.budget, E)
+    return Selection(eligible, votes, torch.zeros(E, dtype=torch.bool))
+
+
+@register_selector("moe-spec")
+def select_moe_spec(logits: Tensor, block: BlockInfo, router: Router, cfg: SelectorConfig) -> Selection:
+    """Top-B experts by m_e = sum_t softmax(z_t)[e] over all experts and tokens; ties: lower index."""
+    mass = torch.softmax(logits.float(), dim=-1).sum(0)              # [E]
+    E = logits.shape[1]
+    eligible = _top([(m,) for m in mass.tolist()], list(range(E)), cfg.budget, E)
+    return Selection(eligible, mass, torch.zeros(E, dtype=torch.bool))
+
+
+def commitment_utility(logits: Tensor, block: BlockInfo, router: Router, cfg: SelectorConfig) -> tuple[Tensor, Tensor]:
+    """u_e = sum_t alpha_t r[t, e] (fp32 [E]) and the root anchor A = K_root (bool [E])."""
+    alpha = commitment_weights(block, cfg)                            # [T]
+    r, member = router.gates(logits, cfg.demand_score)                # [T, E]
+    u = (alpha[:, None] * r).sum(0)                                   # [E]
+    return u, member[0].clone()
+
+
+@register_selector("acceptmoe-b")
+def select_acceptmoe_b(logits: Tensor, block: BlockInfo, router: Router, cfg: SelectorConfig) -> Selection:
+    """S = A plus the top (B - |A|) non-anchor experts by u_e (ties: lower index)."""
+    u, anchor = commitment_utility(logits, block, router, cfg)
+    E = logits.shape[1]
+    rest = [e for e in range(E) if not anchor[e]]
+    n = cfg.budget - int(anchor.sum())
+    eligible = anchor | _top([(x,) for x in u.tolist()], rest, n, E)
+    return Selection(eligible, u, anchor)
+
+
+@register_selector("acceptmoe")
+def select_acceptmoe(logits: Tensor, block: BlockInfo, router: Router, cfg: SelectorConfig) -> Selection:
+    """S = A plus the top n_er non-anchor experts by u_e, n_er the effective rank of the residual demand."""
+    u, anchor = commitment_utility(logits, block, router, cfg)
+    E = logits.shape[1]
+    rest = [e for e in range(E) if not anchor[e]]
+    n = effective_rank_size(u[~anchor], cfg.rank_tolerance)
+    eligible = anchor | _top([(x,) for x in u.tolist()], rest, n, E)
+    return Selection(eligible, u, anchor)
