@@ -11,12 +11,12 @@ from .config import ConfigError, SelectorConfig
 from .pruning import prune_nonresident
 from .registry import METHODS, MethodSpec, UnknownMethodError, get_method
 from .routing import ROUTER_KINDS, Router, route
-from .selectors import Selection, commitment_weights, effective_rank_size, select
+from .selectors import Selection, commitment_weights, effective_rank_size, guarded_ceil, select
 from .tree import BlockInfo, TreeError
 
 __all__ = [
     "BlockInfo", "BlockSelector", "CommitmentTable", "ConfigError", "METHODS", "MethodSpec", "ROUTER_KINDS",
     "Router", "SelectorConfig", "Selection", "TreeError", "UnknownMethodError", "commitment_weights",
-    "effective_rank_batched", "effective_rank_size", "get_method", "prune_batched", "prune_nonresident",
+    "effective_rank_batched", "effective_rank_size", "get_method", "guarded_ceil", "prune_batched", "prune_nonresident",
     "rank_desc", "route", "select",
 ]

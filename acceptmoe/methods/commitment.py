@@ -41,11 +41,11 @@ class CommitmentTable:
         if block.max_depth > self.max_depth:
             raise ValueError(f"block reaches depth {block.max_depth} but the table has max_depth "
                              f"{self.max_depth}: build the table for the tree shape that produced the traces")
+        for prev, node in zip(accepted, accepted[1:]):
+            if not 0 < node < block.num_tokens or int(block.parents[node]) != prev:
+                raise ValueError(f"accepted path {list(accepted)} is not a root-to-node path of the tree")
         for d, n in enumerate(block.level_sizes.tolist()):
             self.proposed[d] += n
-        for prev, node in zip(accepted, accepted[1:]):
-            if int(block.parents[node]) != prev:
-                raise ValueError(f"accepted path {list(accepted)} is not a root-to-node path of the tree")
         for node in accepted:
             self.committed[int(block.depth[node])] += 1
 

@@ -57,8 +57,12 @@ def effective_rank_size(demand: Tensor, tolerance: float) -> int:
         return 0
     q = d / d.sum()
     h = float(-(q * q.log()).sum())
-    n = math.ceil(math.exp(h) * (1.0 - tolerance))
-    return max(1, min(n, d.numel()))
+    return max(1, min(guarded_ceil(math.exp(h), tolerance), d.numel()))
+
+
+def guarded_ceil(x: float, tolerance: float) -> int:
+    """ceil(x * (1 - tolerance)): 3.0000001 -> 3 (float error), 3.01 -> 4, for tolerance = 1e-4."""
+    return math.ceil(x * (1.0 - tolerance))
 
 
 def _top(scores: list[tuple], candidates: list[int], n: int, num_experts: int) -> Tensor:

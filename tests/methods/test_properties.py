@@ -1,0 +1,167 @@
+"""Properties of the selectors, routing and pruning over random trees and logits (hypothesis)."""
+import math
+
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from acceptmoe.methods import (BlockInfo, BlockSelector, Router, SelectorConfig, Selection, effective_rank_size,
+                               prune_batched, prune_nonresident, route, select)
+
+FIXED = ("count-b", "moe-spec", "acceptmoe-b")
+ALL = ("standard-sd",) + FIXED + ("acceptmoe",)
+
+
+@st.composite
+def problems(draw, max_t=24, max_e=40):
+    """A random tree, router, logits and config; integer logits sometimes, to force ties."""
+    T = draw(st.integers(1, max_t))
+    parents = [-1] + [draw(st.integers(0, t - 1)) for t in range(1, T)]
+    block = BlockInfo.from_parents(parents)
+    kind = draw(st.sampled_from(["softmax_topk", "topk_softmax"]))
+    renorm = True if kind == "topk_softmax" else draw(st.booleans())
+    k = draw(st.integers(1, 4))
+    E = draw(st.integers(max(k, 2), max_e))
+    seed = draw(st.integers(0, 2**31 - 1))
+    gen = torch.Generator().manual_seed(seed)
+    if draw(st.booleans()):
+        logits = torch.randint(-2, 3, (T, E), generator=gen).float()   # many exact ties
+    else:
+        logits = torch.randn(T, E, generator=gen) * draw(st.sampled_from([0.3, 1.0, 4.0]))
+    p_hat = [1.0] + [draw(st.floats(0.0, 1.0)) for _ in range(block.max_depth)]
+    budget = draw(st.integers(k, E))
+    cfg = SelectorConfig(p_hat=tuple(p_hat), beta=draw(st.sampled_from([0.25, 0.5, 1.0])),
+                         demand_score=draw(st.sampled_from(["gate", "softmax"])))
+    return logits, block, Router(kind, k, renorm), cfg, budget
+
+
+def cfg_for(method, cfg, budget):
+    return SelectorConfig(budget=budget if method in FIXED else None, beta=cfg.beta, p_hat=cfg.p_hat,
+                          demand_score=cfg.demand_score)
+
+
+@settings(max_examples=150, deadline=None)
+@given(problems(), st.sampled_from(ALL))
+def test_batched_agrees_exactly_with_reference(problem, method):
+    logits, block, router, cfg, budget = problem
+    c = cfg_for(method, cfg, budget)
+    ref = select(method, logits, block, router, c)
+    fast = BlockSelector(method, block, router, c, logits.shape[1])(logits)
+    assert torch.equal(ref.eligible, fast.eligible)
+    assert torch.equal(ref.anchor, fast.anchor)
+    assert torch.allclose(ref.utility, fast.utility, atol=1e-6)
+
+
+@settings(max_examples=40, deadline=None)
+@given(problems(max_t=12), st.sampled_from(ALL), st.integers(2, 4))
+def test_batched_over_layers_equals_per_layer(problem, method, layers):
+    logits, block, router, cfg, budget = problem
+    c = cfg_for(method, cfg, budget)
+    stack = torch.stack([logits * (1 + 0.5 * i) for i in range(layers)])    # [L, T, E]
+    fast = BlockSelector(method, block, router, c, logits.shape[1])(stack)
+    for i in range(layers):
+        assert torch.equal(fast.eligible[i], select(method, stack[i], block, router, c).eligible)
+
+
+@settings(max_examples=150, deadline=None)
+@given(problems(), st.sampled_from(ALL))
+def test_set_invariants(problem, method):
+    logits, block, router, cfg, budget = problem
+    c = cfg_for(method, cfg, budget)
+    sel = select(method, logits, block, router, c)
+    E, k = logits.shape[1], router.top_k
+    size = int(sel.eligible.sum())
+    assert not (sel.anchor & ~sel.eligible).any()                            # anchor inside S
+    assert size >= k
+    if method in FIXED:
+        assert size == budget
+    if method.startswith("acceptmoe"):
+        assert int(sel.anchor.sum()) == k                                     # A = K_root
+    if method == "acceptmoe":
+        demand = int(((sel.utility > 0) & ~sel.anchor).sum())
+        n_er = size - k
+        assert (1 <= n_er <= demand) if demand else n_er == 0
+    ids, weights = route(logits, sel.eligible, router)
+    assert sel.eligible[ids].all()                                           # routed ids always eligible
+    assert torch.allclose(weights.sum(-1), torch.ones(len(ids))) or not router.renormalize
+
+
+@settings(max_examples=100, deadline=None)
+@given(problems())
+def test_all_eligible_routing_is_natural_bit_for_bit(problem):
+    logits, _, router, _, _ = problem
+    nat_ids, nat_w = router.natural(logits)
+    ids, w = route(logits, torch.ones(logits.shape[1], dtype=torch.bool), router)
+    assert torch.equal(ids, nat_ids) and torch.equal(w, nat_w)
+
+
+@settings(max_examples=100, deadline=None)
+@given(problems(), st.integers(0, 2**31 - 1))
+def test_mask_before_or_after_softmax_gives_same_weights(problem, seed):
+    """For renormalising routers: softmax over the masked logits, top-k, renormalise equals the unmasked
+    softmax probabilities of the same chosen experts renormalised (and topk_softmax ignores the rest)."""
+    logits, _, router, _, _ = problem
+    if not router.renormalize:
+        return
+    E, k = logits.shape[1], router.top_k
+    gen = torch.Generator().manual_seed(seed)
+    eligible = torch.zeros(E, dtype=torch.bool)
+    eligible[torch.randperm(E, generator=gen)[: int(torch.randint(k, E + 1, (1,), generator=gen))]] = True
+    ids, w = route(logits, eligible, router)
+    if router.kind == "softmax_topk":
+        p = torch.softmax(logits.float(), -1).gather(-1, ids)                # mask after the softmax
+        after = p / p.sum(-1, keepdim=True)
+    else:
+        after = torch.softmax(logits.float().gather(-1, ids), -1)
+    assert torch.allclose(w, after, atol=1e-6)
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.integers(3, 64), st.floats(0.05, 0.9), st.integers(0, 2**31 - 1))
+def test_concentrated_demand_gives_smaller_set_than_diffuse(n, share, seed):
+    """One expert holding over 92% of the demand vs near-uniform demand over the same n >= 3 experts."""
+    gen = torch.Generator().manual_seed(seed)
+    diffuse = torch.rand(n, generator=gen) * 0.1 + 1.0                         # near-uniform
+    concentrated = diffuse.clone()
+    concentrated[0] = diffuse[1:].sum() * (1 + 10 / share)                   # one expert dominates
+    assert effective_rank_size(concentrated, 1e-4) < effective_rank_size(diffuse, 1e-4)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(1, 128))
+def test_uniform_demand_over_n_experts_has_rank_n(n):
+    assert effective_rank_size(torch.full((n,), 0.37), 1e-4) == n
+    assert effective_rank_size(torch.zeros(n), 1e-4) == 0
+
+
+@st.composite
+def prune_cases(draw):
+    E = draw(st.integers(2, 40))
+    gen = torch.Generator().manual_seed(draw(st.integers(0, 2**31 - 1)))
+    eligible = torch.rand(E, generator=gen) < draw(st.floats(0.2, 1.0))
+    anchor = eligible & (torch.rand(E, generator=gen) < 0.2)
+    utility = torch.where(torch.rand(E, generator=gen) < 0.2, 0.0, torch.rand(E, generator=gen))
+    if draw(st.booleans()):
+        utility = torch.round(utility * 4) / 4                                 # ties
+    resident = torch.rand(E, generator=gen) < draw(st.floats(0.0, 1.0))
+    cfg = SelectorConfig(prune_rho=draw(st.floats(0.0, 1.0)), prune_min_set=draw(st.integers(0, 12)))
+    return Selection(eligible, utility.float(), anchor), resident, cfg
+
+
+@settings(max_examples=200, deadline=None)
+@given(prune_cases())
+def test_pruning_rules(case):
+    sel, resident, cfg = case
+    kept = prune_nonresident(sel, resident, cfg)
+    removed = sel.eligible & ~kept
+    assert not (kept & ~sel.eligible).any()                                  # only removes
+    assert not (removed & (sel.anchor | resident)).any()                     # never anchors or residents
+    u = sel.utility.double()
+    assert float(u[removed].sum()) <= cfg.prune_rho * float(u[sel.eligible].sum()) + 1e-9
+    assert int(kept.sum()) >= min(cfg.prune_min_set, int(sel.eligible.sum()))
+    cand = sel.eligible & ~resident & ~sel.anchor
+    if removed.any() and (cand & kept).any():                                # removed = lowest prefix
+        assert float(u[removed].max()) <= float(u[cand & kept].min())
+    assert torch.equal(kept, prune_batched(sel, resident, cfg))             # batched form agrees
+    everything = torch.ones_like(resident)
+    assert torch.equal(prune_nonresident(sel, everything, cfg), sel.eligible)  # full residency: no-op
