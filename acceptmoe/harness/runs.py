@@ -1,0 +1,204 @@
+"""Run folders, strict YAML configs and resumable per-sample logs: what every runner writes through.
+
+- `load_config(cls, path, overrides)`: YAML -> a frozen dataclass; unknown keys are errors that list the
+  valid ones; nested dataclass fields are loaded recursively.
+- `open_run(experiment, preset, config)`: `results/<experiment>/<preset>/<run-id>/` with `config.json`
+  (the frozen config, its hash, git commit and dirty flag, package versions, device, seeds). An unfinished
+  run (no `summary.json`) with the same config hash is resumed instead of starting a new folder.
+- `SampleLog`: `samples.jsonl`, one line per finished (prompt, method) unit, flushed and fsynced as each
+  finishes; on reopen, finished keys are skipped and a torn last line (a crash mid-write) is dropped, so
+  rows are never duplicated.
+"""
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import hashlib
+import json
+import os
+import platform
+import subprocess
+import sys
+import types
+import typing
+from importlib import metadata
+from pathlib import Path
+from typing import Any, Iterator
+
+import yaml
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+class ConfigKeyError(ValueError):
+    """A YAML key the config dataclass does not have."""
+
+
+def load_config(cls: type, path: str | Path | None = None, overrides: dict | None = None):
+    """Build the frozen dataclass `cls` from a YAML file plus overrides (dotted keys allowed)."""
+    data: dict = {}
+    if path is not None:
+        p = Path(path)
+        if not p.is_file():
+            raise FileNotFoundError(f"config file {p} not found")
+        data = yaml.safe_load(p.read_text()) or {}
+        if not isinstance(data, dict):
+            raise ConfigKeyError(f"{p}: the top level must be a mapping of config keys")
+    for key, value in (overrides or {}).items():
+        node = data
+        *parents, last = key.split(".")
+        for part in parents:
+            node = node.setdefault(part, {})
+        node[last] = value
+    return from_dict(cls, data, where=str(path or cls.__name__))
+
+
+def from_dict(cls: type, data: dict, where: str):
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    unknown = sorted(set(data) - set(fields))
+    if unknown:
+        raise ConfigKeyError(f"{where}: unknown config key(s) {unknown} for {cls.__name__}; "
+                             f"valid keys: {sorted(fields)}")
+    hints = typing.get_type_hints(cls)
+    kwargs = {}
+    for name, value in data.items():
+        sub = _dataclass_type(hints[name])
+        if sub is not None and isinstance(value, dict):
+            value = from_dict(sub, value, where=f"{where}.{name}")
+        elif isinstance(value, list):
+            value = tuple(value)
+        kwargs[name] = value
+    return cls(**kwargs)
+
+
+def _dataclass_type(hint) -> type | None:
+    if dataclasses.is_dataclass(hint):
+        return hint
+    if typing.get_origin(hint) in (typing.Union, types.UnionType):
+        for arg in typing.get_args(hint):
+            if dataclasses.is_dataclass(arg):
+                return arg
+    return None
+
+
+def to_jsonable(obj: Any) -> Any:
+    if dataclasses.is_dataclass(obj):
+        return {f.name: to_jsonable(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
+    if isinstance(obj, (list, tuple)):
+        return [to_jsonable(x) for x in obj]
+    if isinstance(obj, dict):
+        return {str(k): to_jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, Path):
+        return str(obj)
+    return obj
+
+
+def config_hash(config: Any) -> str:
+    blob = json.dumps(to_jsonable(config), sort_keys=True).encode()
+    return hashlib.sha256(blob).hexdigest()[:16]
+
+
+def environment() -> dict:
+    """Git commit and dirty flag, Python and package versions, device name."""
+    def git(*args: str) -> str:
+        try:
+            return subprocess.run(["git", *args], cwd=REPO, capture_output=True, text=True, timeout=10).stdout.strip()
+        except (OSError, subprocess.SubprocessError):
+            return ""
+    versions = {}
+    for pkg in ("acceptmoe", "torch", "triton", "transformers", "numpy", "math-verify", "sglang"):
+        try:
+            versions[pkg] = metadata.version(pkg)
+        except metadata.PackageNotFoundError:
+            versions[pkg] = None
+    import torch
+    device = torch.cuda.get_device_name(0) if torch.cuda.is_available() else f"cpu ({platform.processor() or platform.machine()})"
+    return {"git_commit": git("rev-parse", "HEAD"), "git_dirty": bool(git("status", "--porcelain")),
+            "python": sys.version.split()[0], "platform": platform.platform(), "packages": versions,
+            "device": device, "torch_threads": torch.get_num_threads()}
+
+
+@dataclasses.dataclass
+class Run:
+    path: Path
+    resumed: bool
+
+    @property
+    def samples(self) -> "SampleLog":
+        return SampleLog(self.path / "samples.jsonl")
+
+    def finish(self, summary: dict) -> None:
+        write_json(self.path / "summary.json", summary)
+
+
+def open_run(experiment: str, preset: str, config: Any, root: str | Path | None = None,
+             fresh: bool = False) -> Run:
+    """Resume the latest unfinished run with the same config hash, else create a new run folder."""
+    base = Path(root or REPO / "results") / experiment / preset
+    h = config_hash(config)
+    if not fresh and base.is_dir():
+        for old in sorted(base.iterdir(), reverse=True):
+            meta = old / "config.json"
+            if meta.is_file() and not (old / "summary.json").exists():
+                if json.loads(meta.read_text()).get("config_hash") == h:
+                    return Run(old, resumed=True)
+                break
+    stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%d-%H%M%S")
+    path = base / f"{stamp}-{h[:6]}"
+    suffix = 1
+    while path.exists():
+        path, suffix = base / f"{stamp}-{h[:6]}-{suffix}", suffix + 1
+    path.mkdir(parents=True)
+    write_json(path / "config.json", {"experiment": experiment, "preset": preset, "config_hash": h,
+                                      "config": to_jsonable(config), "environment": environment()})
+    return Run(path, resumed=False)
+
+
+def write_json(path: Path, obj: Any) -> None:
+    """Atomic write: a crash never leaves a half-written JSON file."""
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(json.dumps(to_jsonable(obj), indent=2, sort_keys=True) + "\n")
+    os.replace(tmp, path)
+
+
+class SampleLog:
+    """Append-only JSONL of finished units, each with a unique `key`; resumable, never duplicating rows."""
+
+    def __init__(self, path: str | Path):
+        self.path = Path(path)
+        self._rows: dict[str, dict] = {}
+        if self.path.exists():
+            self._load()
+
+    def _load(self) -> None:
+        raw = self.path.read_bytes()
+        lines = raw.split(b"\n")
+        complete, tail = lines[:-1], lines[-1]
+        if tail:  # a torn last line from a crash mid-write: drop it and rewrite the file without it
+            self.path.write_bytes(b"\n".join(complete) + (b"\n" if complete else b""))
+        for i, line in enumerate(complete, start=1):
+            if not line.strip():
+                continue
+            row = json.loads(line)
+            if "key" not in row:
+                raise ValueError(f"{self.path}:{i}: row without a 'key'; this file is not a sample log")
+            self._rows[row["key"]] = row
+
+    def __contains__(self, key: str) -> bool:
+        return key in self._rows
+
+    def __len__(self) -> int:
+        return len(self._rows)
+
+    def __iter__(self) -> Iterator[dict]:
+        return iter(self._rows.values())
+
+    def append(self, key: str, row: dict) -> None:
+        if key in self._rows:
+            raise KeyError(f"sample {key!r} is already in {self.path}")
+        row = {"key": key, **row}
+        with open(self.path, "a") as f:
+            f.write(json.dumps(to_jsonable(row), sort_keys=True) + "\n")
+            f.flush()
+            os.fsync(f.fileno())
+        self._rows[key] = row
