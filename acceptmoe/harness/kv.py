@@ -1,0 +1,44 @@
+"""Static KV cache for every layer of one sequence (batch 1), with the RoPE position of every slot.
+
+Slots [0, start) hold committed tokens; a forward writes its T new tokens' K/V to slots start..start+T-1.
+After verification, `keep(start, idx)` moves the accepted block-relative indices to the front of the block.
+Slot positions are stored because a draft tree's slot is not its position (sliding windows use positions).
+"""
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+
+class KVCache:
+    def __init__(self, num_layers: int, num_kv_heads: int, head_dim: int, max_len: int,
+                 dtype: torch.dtype, device: torch.device | str):
+        shape = (num_layers, num_kv_heads, max_len, head_dim)
+        self.k = torch.zeros(shape, dtype=dtype, device=device)           # [L, Hkv, S, D]
+        self.v = torch.zeros(shape, dtype=dtype, device=device)           # [L, Hkv, S, D]
+        self.pos = torch.zeros(max_len, dtype=torch.long, device=device)  # [S]
+        self.max_len = max_len
+
+    def check(self, start: int, T: int) -> None:
+        if start < 0 or start + T > self.max_len:
+            raise ValueError(f"slots {start}..{start + T - 1} do not fit a cache of max_len={self.max_len}; "
+                             "create the cache with a larger max_len")
+
+    def write(self, layer: int, start: int, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
+        """Store k, v [Hkv, T, D] at slots start..start+T-1; return this layer's keys/values [Hkv, start+T, D]."""
+        end = start + k.shape[1]
+        self.k[layer, :, start:end] = k
+        self.v[layer, :, start:end] = v
+        return self.k[layer, :, :end], self.v[layer, :, :end]
+
+    def keep(self, start: int, idx: list[int] | Tensor) -> None:
+        """Move block-relative slots `idx` (slots start + idx) to slots start..start+len(idx)-1."""
+        src = torch.as_tensor(idx, dtype=torch.long, device=self.k.device) + start   # [n]
+        if src.numel() == 0:
+            return
+        if int(src.max()) >= self.max_len:
+            raise ValueError(f"keep index {int(src.max()) - start} is beyond the cache (max_len={self.max_len})")
+        end = start + src.numel()
+        self.k[:, :, start:end] = self.k[:, :, src]                        # gather copies first
+        self.v[:, :, start:end] = self.v[:, :, src]
+        self.pos[start:end] = self.pos[src]

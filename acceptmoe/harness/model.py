@@ -1,0 +1,166 @@
+"""MoEModel: one MoE transformer for Qwen3-MoE and GPT-OSS (config-driven pieces), batch 1, static KV cache.
+
+    model = MoEModel.from_pretrained(path, device="cpu", dtype=None, store="resident", slots=None)
+    cache = model.new_cache(max_len)
+    logits, aux = model.forward(ids, positions, cache, start, mask=None, policy=None, aux_layers=())
+    cache.keep(start, idx)
+
+A decoder layer is x += attn(norm(x)); x += mlp(norm(x)). At a MoE layer the router gives logits
+[T, E] (fp32); `policy(layer, logits) -> (ids [T, k], weights [T, k])` routes them (None = the model's
+natural routing, `router.natural`), and the ExpertStore computes the routed experts. Layers are indexed
+by their decoder-layer index everywhere (policy, store, aux_layers).
+"""
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from ..methods import Router
+from .attention import Attention, RMSNorm, Rope, block_masks
+from .config import ModelConfig
+from .kv import KVCache
+from .loading import Checkpoint, expert_weights, module_state
+from .store import ExpertMath, ExpertStore, make_store, validate_store_args
+
+Policy = Callable[[int, Tensor], tuple[Tensor, Tensor]]
+_DTYPE_NAMES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+class DenseMLP(nn.Module):
+    """SwiGLU MLP of Qwen3's non-MoE layers (`mlp_only_layers`, `decoder_sparse_step`)."""
+
+    def __init__(self, hidden: int, inter: int):
+        super().__init__()
+        self.gate_proj = nn.Linear(hidden, inter, bias=False)
+        self.up_proj = nn.Linear(hidden, inter, bias=False)
+        self.down_proj = nn.Linear(inter, hidden, bias=False)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+
+
+class RouterLinear(nn.Module):
+    """The router's projection to expert logits (GPT-OSS has a bias); experts live in the ExpertStore."""
+
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.router = nn.Linear(cfg.hidden_size, cfg.num_experts, bias=cfg.router_bias)
+
+
+class DecoderLayer(nn.Module):
+    def __init__(self, cfg: ModelConfig, layer: int):
+        super().__init__()
+        self.input_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+        self.self_attn = Attention(cfg, layer)
+        self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+        moe = cfg.moe_layers[layer]
+        self.mlp = RouterLinear(cfg) if moe else DenseMLP(cfg.hidden_size, cfg.dense_intermediate_size)
+
+
+class MoEModel(nn.Module):
+    def __init__(self, cfg: ModelConfig, store: ExpertStore, state: dict[str, Tensor],
+                 device: torch.device | str, dtype: torch.dtype):
+        super().__init__()
+        self.config, self.store, self.dtype, self.device = cfg, store, dtype, torch.device(device)
+        self.router = Router(kind=cfg.router_kind, top_k=cfg.top_k, renormalize=cfg.norm_topk_prob)
+        _build_skeleton(self, cfg)
+        self.load_state_dict(_cast(state, self.device, dtype), assign=True, strict=True)
+        self.requires_grad_(False)
+        self.rope = Rope(cfg).to(self.device)
+
+    @classmethod
+    def from_pretrained(cls, path: str | Path, device: torch.device | str = "cpu",
+                        dtype: torch.dtype | str | None = None, store: str = "resident",
+                        slots: int | None = None) -> "MoEModel":
+        """Load a Hugging Face checkpoint folder (config.json + safetensors, single or sharded).
+
+        dtype None = the checkpoint's dtype; store "resident" (all experts on `device`) or "offloaded"
+        (`slots` experts per layer on `device`, the rest in host memory)."""
+        cfg = ModelConfig.from_folder(path)
+        dtype = _DTYPE_NAMES.get(dtype, dtype) if isinstance(dtype, str) else (dtype or cfg.dtype)
+        if dtype not in _DTYPE_NAMES.values():
+            raise ValueError(f"dtype {dtype!r} not supported; valid: {', '.join(_DTYPE_NAMES)}")
+        validate_store_args(store, slots, cfg.num_experts)
+        ckpt = Checkpoint(path)
+        math = ExpertMath(cfg.expert_activation, dtype, cfg.swiglu_alpha, cfg.swiglu_limit)
+        experts = {l: expert_weights(ckpt, cfg, l, dtype) for l in cfg.moe_layer_ids}
+        expert_store = make_store(store, math, experts, cfg.num_experts, device, slots)
+        del experts
+        names = list(_skeleton_names(cfg))
+        model = cls(cfg, expert_store, module_state(ckpt, cfg, names), device, dtype)
+        ckpt.close()
+        return model
+
+    def new_cache(self, max_len: int) -> KVCache:
+        cfg = self.config
+        return KVCache(cfg.num_layers, cfg.num_kv_heads, cfg.head_dim, max_len, self.dtype, self.device)
+
+    def embed(self, ids: Tensor) -> Tensor:
+        """ids [T] -> token embeddings [T, H]."""
+        return self.embed_tokens(ids)
+
+    @torch.no_grad()
+    def forward(self, ids: Tensor, positions: Tensor, cache: KVCache, start: int, mask: Tensor | None = None,
+                policy: Policy | None = None, aux_layers: Sequence[int] = ()) -> tuple[Tensor, Tensor | None]:
+        """ids [T], positions [T] -> logits [T, V] fp32, aux [T, len(aux_layers) * H] | None.
+
+        New K/V go to cache slots start..start+T-1; each new token attends to slots [0, start) and to the
+        new tokens `mask` [T, T] allows (None = causal). aux holds the residual stream after each layer of
+        `aux_layers`, concatenated in that order."""
+        T = ids.shape[0]
+        if ids.dim() != 1 or positions.shape != ids.shape:
+            raise ValueError(f"ids and positions must both be 1-D [T]; got {tuple(ids.shape)} and "
+                             f"{tuple(positions.shape)}")
+        cache.check(start, T)
+        cache.pos[start:start + T] = positions
+        masks = block_masks(self.config, cache, start, positions, mask)
+        cos, sin = self.rope(positions, self.dtype)                      # [T, D/2] each
+        wanted = {l: None for l in aux_layers}
+        x = self.embed_tokens(ids)                                       # [T, H]
+        for i, layer in enumerate(self.layers):
+            x = x + layer.self_attn(layer.input_layernorm(x), cos, sin, cache, start, masks)
+            x = x + self._mlp(i, layer.mlp, layer.post_attention_layernorm(x), policy)
+            if i in wanted:
+                wanted[i] = x
+        logits = self.lm_head(self.norm(x)).float()                      # [T, V]
+        if not aux_layers:
+            return logits, None
+        missing = [l for l, h in wanted.items() if h is None]
+        if missing:
+            raise ValueError(f"aux_layers {missing} out of range; the model has {len(self.layers)} layers")
+        return logits, torch.cat([wanted[l] for l in aux_layers], dim=-1)
+
+    def _mlp(self, layer: int, mlp: nn.Module, x: Tensor, policy: Policy | None) -> Tensor:
+        """x [T, H] -> [T, H]: a dense MLP, or router -> policy -> ExpertStore."""
+        if isinstance(mlp, DenseMLP):
+            return mlp(x)
+        logits = mlp.router(x).float()                                   # [T, E]
+        ids, weights = self.router.natural(logits) if policy is None else policy(layer, logits)  # [T, k]
+        return self.store.run(layer, x, ids, weights)
+
+
+def _build_skeleton(module: nn.Module, cfg: ModelConfig) -> nn.Module:
+    """Attach the non-expert modules, on the meta device (weights come from the checkpoint)."""
+    with torch.device("meta"):
+        module.embed_tokens = nn.Embedding(cfg.vocab_size, cfg.hidden_size)
+        module.layers = nn.ModuleList(DecoderLayer(cfg, i) for i in range(cfg.num_layers))
+        module.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+        module.lm_head = nn.Linear(cfg.hidden_size, cfg.vocab_size, bias=False)
+    return module
+
+
+def _skeleton_names(cfg: ModelConfig) -> list[str]:
+    return [name for name, _ in _build_skeleton(nn.Module(), cfg).named_parameters()]
+
+
+def _cast(state: dict[str, Tensor], device: torch.device, dtype: torch.dtype) -> dict[str, Tensor]:
+    """Move to device; norms stay fp32 (GPT-OSS keeps them fp32; Qwen3's bf16 norm weights are exact)."""
+    out = {}
+    for name, t in state.items():
+        keep_fp32 = name.endswith("norm.weight")
+        out[name] = t.to(device=device, dtype=torch.float32 if keep_fp32 else dtype)
+    return out
