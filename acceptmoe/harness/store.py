@@ -4,9 +4,10 @@
     store.resident(layer) -> bool [E]                           # the residency mask (pruning input)
     store.stats(), store.reset_counters()
 
-Two kinds share one expert computation (`ExpertMath`) and one dispatch (group the T*k (token, expert)
-pairs by expert, one small matmul chain per used expert, each pair's output written to its own row, then
-summed over k, so the result does not depend on the order experts are computed in):
+Two kinds share one expert computation (`ExpertMath`) and one dispatch (`Dispatch`: the T*k (token,
+expert) pairs sorted by expert, one small matmul chain per used expert on a contiguous segment, each pair's
+output weighted, put back in pair order and summed over k, so the result does not depend on the order
+experts are computed in):
 
 - `ResidentStore`: every expert of every MoE layer on the device. Every used expert is a hit.
 - `OffloadedStore`: all expert weights in host memory (pinned on CUDA); each MoE layer has an X-slot pool of
@@ -77,22 +78,35 @@ def expert_bytes(layer_weights: dict[str, Tensor]) -> int:
     return sum(t[0].numel() * t.element_size() for t in layer_weights.values())
 
 
-def group_pairs(ids: Tensor, num_experts: int) -> list[tuple[int, Tensor]]:
-    """ids [T, k] -> [(expert, pair indices into the flattened [T * k])] for every expert that got a token,
-    ascending expert id. One host sync (the per-expert counts)."""
-    flat = ids.reshape(-1)                                               # [T*k]
-    order = torch.argsort(flat, stable=True)                             # [T*k]
-    counts = torch.bincount(flat, minlength=num_experts).tolist()
-    groups, offset = [], 0
-    for e, c in enumerate(counts):
-        if c:
-            groups.append((e, order[offset:offset + c]))
-            offset += c
-    return groups
+class Dispatch:
+    """The T*k (token, expert) pairs of one pass, sorted by expert: inputs gathered once, each used expert a
+    contiguous segment, outputs weighted and scattered back once. One host sync (the per-expert counts)."""
+
+    def __init__(self, x: Tensor, ids: Tensor, weights: Tensor, num_experts: int):
+        self.T, self.k = ids.shape
+        flat = ids.reshape(-1)                                           # [T*k]
+        self.order = torch.argsort(flat, stable=True)                    # [T*k] pair index, by expert
+        self.xs = x[self.order // self.k]                                # [T*k, H] inputs, by expert
+        self.ws = weights.reshape(-1)[self.order].to(x.dtype)            # [T*k]
+        self.ys = torch.empty_like(self.xs)                              # [T*k, H] outputs, by expert
+        counts = torch.bincount(flat, minlength=num_experts).tolist()
+        ends = torch.tensor(counts).cumsum(0).tolist()
+        self.segments = [(e, end - c, end) for e, (c, end) in enumerate(zip(counts, ends)) if c]
+
+    def compute(self, math: ExpertMath, segments, tensors_of) -> None:
+        """Run each (expert, lo, hi) segment through its expert's weights, `tensors_of(expert)`."""
+        for e, lo, hi in segments:
+            self.ys[lo:hi] = math(self.xs[lo:hi], tensors_of(e))         # [n, H]
+
+    def combine(self) -> Tensor:
+        """Weighted sum over each token's k experts -> [T, H] (independent of the segments' order)."""
+        out = torch.empty_like(self.ys)
+        out[self.order] = self.ys * self.ws.unsqueeze(-1)                # [T*k, H] back in pair order
+        return out.view(self.T, self.k, -1).sum(1)
 
 
 class ExpertStore:
-    """Common part: counters, the pair buffer, and the per-expert matmul chain."""
+    """Common part: counters and the residency/run interface."""
     kind = "base"
 
     def __init__(self, math: ExpertMath, layers: dict[int, dict[str, Tensor]], num_experts: int,
@@ -123,18 +137,6 @@ class ExpertStore:
         if layer not in self.counters:
             raise KeyError(f"layer {layer} has no experts; MoE layers: {list(self.layer_ids)}")
 
-    def _compute(self, out: Tensor, x: Tensor, w: Tensor, k: int, groups, tensors_of) -> None:
-        """For each (expert, pairs): out[pairs] = expert(x[pairs // k]) * w[pairs]. out [T*k, H]."""
-        for e, pairs in groups:
-            y = self.math(x[pairs // k], tensors_of(e))                  # [n, H]
-            out[pairs] = y * w[pairs].unsqueeze(-1)
-
-
-def _prepare(x: Tensor, ids: Tensor, weights: Tensor) -> tuple[Tensor, Tensor, int]:
-    T, k = ids.shape
-    out = torch.zeros(T * k, x.shape[-1], dtype=x.dtype, device=x.device)   # [T*k, H]
-    return out, weights.reshape(-1).to(x.dtype), k
-
 
 class ResidentStore(ExpertStore):
     kind = "resident"
@@ -149,14 +151,13 @@ class ResidentStore(ExpertStore):
 
     def run(self, layer: int, x: Tensor, ids: Tensor, weights: Tensor) -> Tensor:
         self._check_layer(layer)
-        out, w, k = _prepare(x, ids, weights)
-        groups = group_pairs(ids, self.num_experts)
+        d = Dispatch(x, ids, weights, self.num_experts)
         lw = self.weights[layer]
-        self._compute(out, x, w, k, groups, lambda e: {n: t[e] for n, t in lw.items()})
+        d.compute(self.math, d.segments, lambda e: {n: t[e] for n, t in lw.items()})
         c = self.counters[layer]
-        c["hits"] += len(groups)
+        c["hits"] += len(d.segments)
         c["passes"] += 1
-        return out.view(ids.shape[0], k, -1).sum(1)                     # [T, H]
+        return d.combine()                                               # [T, H]
 
 
 class OffloadedStore(ExpertStore):
@@ -184,20 +185,19 @@ class OffloadedStore(ExpertStore):
 
     def run(self, layer: int, x: Tensor, ids: Tensor, weights: Tensor) -> Tensor:
         self._check_layer(layer)
-        out, w, k = _prepare(x, ids, weights)
-        groups = group_pairs(ids, self.num_experts)
+        d = Dispatch(x, ids, weights, self.num_experts)
         slot_of, c = self.slot_of[layer], self.counters[layer]
-        groups.sort(key=lambda g: slot_of[g[0]] < 0)                    # resident first, then by id
-        hits = sum(slot_of[e] >= 0 for e, _ in groups)
+        segments = sorted(d.segments, key=lambda g: slot_of[g[0]] < 0)  # resident first, then by id
+        hits = sum(slot_of[e] >= 0 for e, _, _ in segments)
         c["hits"] += hits
-        c["misses"] += len(groups) - hits
+        c["misses"] += len(segments) - hits
         c["passes"] += 1
         pool = self.pool[layer]
-        for start in range(0, len(groups), self.slots):
-            wave = groups[start:start + self.slots]
-            self._admit(layer, [e for e, _ in wave])
-            self._compute(out, x, w, k, wave, lambda e: {n: t[slot_of[e]] for n, t in pool.items()})
-        return out.view(ids.shape[0], k, -1).sum(1)                     # [T, H]
+        for start in range(0, len(segments), self.slots):
+            wave = segments[start:start + self.slots]
+            self._admit(layer, [e for e, _, _ in wave])
+            d.compute(self.math, wave, lambda e: {n: t[slot_of[e]] for n, t in pool.items()})
+        return d.combine()                                               # [T, H]
 
     def _admit(self, layer: int, wave: list[int]) -> None:
         """Make every expert of the wave resident (loading misses), and mark them most recently used."""
