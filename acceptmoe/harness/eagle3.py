@@ -1,0 +1,364 @@
+"""The EAGLE-3 draft head in the SpecForge / SGLang checkpoint format (`LlamaForCausalLMEagle3`).
+
+Checkpoint: `config.json` (Llama fields plus `draft_vocab_size`, optional `target_hidden_size` and
+`eagle_config.eagle_aux_hidden_state_layer_ids`) and safetensors weights named `fc.weight` [H, 3*Ht],
+`midlayer.{input_layernorm,hidden_norm,post_attention_layernorm}.weight`,
+`midlayer.self_attn.{q,k,v,o}_proj.weight` (q/k/v read width 2H), `midlayer.mlp.{gate,up,down}_proj.weight`,
+`norm.weight`, `lm_head.weight` [Vd, H], `d2t` [Vd] (target id = draft id + d2t[draft id]), `t2d` [V] and
+optionally `embed_tokens.weight` (otherwise the target's embedding is shared).
+
+One step (SGLang `llama_eagle3.py`, SpecForge `llama3_eagle.py`): the draft's input at position i pairs the
+token x_{i+1} with a hidden state h_i, either the target's fused features fc(concat of three layers'
+outputs at position i) or the draft's own previous output. The midlayer attends over
+concat(input_layernorm(embed(x_{i+1})), hidden_norm(h_i)) [T, 2H] with residual h_i, then a SwiGLU MLP;
+its output (before the final norm) is the next hidden state, and lm_head(norm(.)) gives the draft logits.
+Captured target layers: `eagle_aux_hidden_state_layer_ids` name layer outputs (SGLang captures the input
+of layer id + 1); without them SGLang's default is the inputs of layers 2, L//2, L-3, i.e. the outputs of
+layers 1, L//2 - 1, L - 4.
+"""
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Callable
+
+import torch
+import torch.nn.functional as F
+from safetensors.torch import load_file, save_file
+from torch import Tensor, nn
+
+from .tree import DraftTree, TreeShape, eagle2_expand, select_tree
+
+ARCHITECTURE = "LlamaForCausalLMEagle3"
+ROPE_TYPES = ("default", "linear", "llama3")
+_IGNORED_KEYS = ("rotary_emb.inv_freq",)
+
+
+class DraftMismatchError(ValueError):
+    """A draft checkpoint that does not fit the target model it is paired with."""
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, dim: int, eps: float):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(dim))
+        self.eps = eps
+
+    def forward(self, x: Tensor) -> Tensor:
+        h = x.float()
+        h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + self.eps)
+        return self.weight * h.to(x.dtype)
+
+
+def rope_inv_freq(head_dim: int, theta: float, scaling: dict | None) -> Tensor:
+    """Llama RoPE inverse frequencies [head_dim / 2] (fp32), with optional linear or llama3 scaling."""
+    inv = 1.0 / theta ** (torch.arange(0, head_dim, 2, dtype=torch.float64) / head_dim)
+    kind = (scaling or {}).get("rope_type", (scaling or {}).get("type", "default"))
+    if kind not in ROPE_TYPES:
+        raise ValueError(f"unsupported rope_scaling type {kind!r} in the draft config; supported: {ROPE_TYPES}")
+    if kind == "linear":
+        inv = inv / scaling["factor"]
+    elif kind == "llama3":
+        factor, lo, hi = scaling["factor"], scaling["low_freq_factor"], scaling["high_freq_factor"]
+        old = scaling["original_max_position_embeddings"]
+        wavelen = 2 * math.pi / inv
+        smooth = ((old / wavelen - lo) / (hi - lo)).clamp(0, 1)
+        scaled = (1 - smooth) * inv / factor + smooth * inv
+        inv = torch.where(wavelen > old / lo, inv / factor, torch.where(wavelen < old / hi, inv, scaled))
+    return inv.float()
+
+
+def apply_rope(x: Tensor, positions: Tensor, inv_freq: Tensor) -> Tensor:
+    """x [T, heads, hd]; rotate-half RoPE computed in fp32."""
+    freqs = positions.float()[:, None] * inv_freq.to(x.device)[None]           # [T, hd/2]
+    emb = torch.cat([freqs, freqs], dim=-1)[:, None, :]                         # [T, 1, hd]
+    xf = x.float()
+    half = xf.shape[-1] // 2
+    rotated = torch.cat([-xf[..., half:], xf[..., :half]], dim=-1)
+    return (xf * emb.cos() + rotated * emb.sin()).to(x.dtype)
+
+
+class DraftCache:
+    """Static KV cache of the draft's one attention layer: k, v [max_len, kv_heads, head_dim]."""
+
+    def __init__(self, max_len: int, kv_heads: int, head_dim: int, dtype: torch.dtype, device):
+        self.k = torch.zeros(max_len, kv_heads, head_dim, dtype=dtype, device=device)
+        self.v = torch.zeros_like(self.k)
+
+    @property
+    def max_len(self) -> int:
+        return self.k.shape[0]
+
+
+class Attention(nn.Module):
+    def __init__(self, cfg: dict):
+        super().__init__()
+        H = cfg["hidden_size"]
+        self.heads, self.kv_heads = cfg["num_attention_heads"], cfg.get("num_key_value_heads") or cfg["num_attention_heads"]
+        self.head_dim = cfg.get("head_dim") or H // self.heads
+        self.q_proj = nn.Linear(2 * H, self.heads * self.head_dim, bias=False)
+        self.k_proj = nn.Linear(2 * H, self.kv_heads * self.head_dim, bias=False)
+        self.v_proj = nn.Linear(2 * H, self.kv_heads * self.head_dim, bias=False)
+        self.o_proj = nn.Linear(self.heads * self.head_dim, H, bias=False)
+        # fp32 always, so kept out of the module's buffers (a dtype cast would round it)
+        self.inv_freq = rope_inv_freq(self.head_dim, cfg.get("rope_theta", 10000.0), cfg.get("rope_scaling"))
+
+    def forward(self, x: Tensor, positions: Tensor, cache: DraftCache, start: int, mask: Tensor) -> Tensor:
+        """x [T, 2H]; mask [T, start + T] bool (True: attend). Writes K/V to slots start..start+T-1."""
+        T = x.shape[0]
+        q = apply_rope(self.q_proj(x).view(T, self.heads, self.head_dim), positions, self.inv_freq)
+        k = apply_rope(self.k_proj(x).view(T, self.kv_heads, self.head_dim), positions, self.inv_freq)
+        cache.k[start:start + T] = k
+        cache.v[start:start + T] = self.v_proj(x).view(T, self.kv_heads, self.head_dim)
+        rep = self.heads // self.kv_heads
+        keys = cache.k[: start + T].repeat_interleave(rep, dim=1).transpose(0, 1)    # [heads, S, hd]
+        vals = cache.v[: start + T].repeat_interleave(rep, dim=1).transpose(0, 1)
+        out = F.scaled_dot_product_attention(q.transpose(0, 1), keys, vals, attn_mask=mask[None])
+        return self.o_proj(out.transpose(0, 1).reshape(T, self.heads * self.head_dim))
+
+
+class MLP(nn.Module):
+    def __init__(self, cfg: dict):
+        super().__init__()
+        H, inter = cfg["hidden_size"], cfg["intermediate_size"]
+        self.gate_proj = nn.Linear(H, inter, bias=False)
+        self.up_proj = nn.Linear(H, inter, bias=False)
+        self.down_proj = nn.Linear(inter, H, bias=False)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+
+
+class MidLayer(nn.Module):
+    """The draft's one decoder layer; attention reads concat(norm(embeds), norm(hidden)) of width 2H."""
+
+    def __init__(self, cfg: dict):
+        super().__init__()
+        H, eps = cfg["hidden_size"], cfg.get("rms_norm_eps", 1e-6)
+        self.input_layernorm, self.hidden_norm = RMSNorm(H, eps), RMSNorm(H, eps)
+        self.post_attention_layernorm = RMSNorm(H, eps)
+        self.self_attn, self.mlp = Attention(cfg), MLP(cfg)
+
+    def forward(self, embeds: Tensor, hidden: Tensor, positions: Tensor, cache: DraftCache, start: int,
+                mask: Tensor) -> Tensor:
+        x = torch.cat([self.input_layernorm(embeds), self.hidden_norm(hidden)], dim=-1)   # [T, 2H]
+        h = hidden + self.self_attn(x, positions, cache, start, mask)                      # [T, H]
+        return h + self.mlp(self.post_attention_layernorm(h))
+
+
+class Eagle3Draft(nn.Module):
+    """EAGLE-3 draft head. `bind(target)` checks it against the target and shares its embedding if needed."""
+
+    def __init__(self, config: dict, own_embedding: bool = False):
+        super().__init__()
+        if config.get("hidden_act", "silu") != "silu":
+            raise ValueError(f"draft hidden_act {config['hidden_act']!r} is not supported (only silu)")
+        self.config = dict(config)
+        H, V = config["hidden_size"], config["vocab_size"]
+        Vd = config.get("draft_vocab_size") or V
+        self.hidden_size, self.vocab_size, self.draft_vocab_size = H, V, Vd
+        target_h = config.get("target_hidden_size") or H
+        self.fc = nn.Linear(3 * target_h, H, bias=False)
+        self.midlayer = MidLayer(config)
+        self.norm = RMSNorm(H, config.get("rms_norm_eps", 1e-6))
+        self.lm_head = nn.Linear(H, Vd, bias=False)
+        self.embed_tokens = nn.Embedding(V, H) if own_embedding else None
+        self.register_buffer("d2t", torch.zeros(Vd, dtype=torch.long))
+        self.register_buffer("t2d", torch.zeros(V, dtype=torch.bool))
+        self._target_embed: Callable[[Tensor], Tensor] | None = None
+        self.aux_layer_ids: tuple[int, ...] | None = _aux_ids(config)
+
+    # ----- checkpoint I/O -----
+    @classmethod
+    def from_pretrained(cls, path: str | Path, device="cpu", dtype: torch.dtype | None = None) -> "Eagle3Draft":
+        """Load a SpecForge/SGLang EAGLE-3 checkpoint; dtype None keeps the stored dtype."""
+        path = Path(path)
+        if not (path / "config.json").is_file():
+            raise FileNotFoundError(f"no config.json in {path}: expected an EAGLE-3 draft checkpoint folder")
+        config = json.loads((path / "config.json").read_text())
+        archs = config.get("architectures") or [ARCHITECTURE]
+        if ARCHITECTURE not in archs:
+            raise ValueError(f"{path}: architectures {archs} is not {ARCHITECTURE} (an EAGLE-3 draft head)")
+        state = _load_state(path)
+        draft = cls(config, own_embedding="embed_tokens.weight" in state)
+        _check_and_load(draft, state, path)
+        stored = state["fc.weight"].dtype
+        return draft.to(device=device, dtype=dtype or stored).eval()
+
+    def save_pretrained(self, path: str | Path) -> None:
+        path = Path(path)
+        path.mkdir(parents=True, exist_ok=True)
+        config = dict(self.config, architectures=[ARCHITECTURE], draft_vocab_size=self.draft_vocab_size)
+        if self.aux_layer_ids is not None:
+            config["eagle_config"] = dict(config.get("eagle_config") or {},
+                                          eagle_aux_hidden_state_layer_ids=list(self.aux_layer_ids))
+        (path / "config.json").write_text(json.dumps(config, indent=2) + "\n")
+        state = {k: v.detach().cpu().contiguous() for k, v in self.state_dict().items()}
+        save_file(state, str(path / "model.safetensors"))
+
+    # ----- pairing with a target -----
+    def bind(self, target) -> "Eagle3Draft":
+        """Check the draft against target (a MoEModel) and share its embedding when the draft has none."""
+        tc = target.config
+        Ht, L = tc.hidden_size, tc.num_layers
+        if self.fc.in_features != 3 * Ht:
+            raise DraftMismatchError(
+                f"draft fc reads {self.fc.in_features} fused features but 3 x target hidden_size = {3 * Ht}: "
+                f"this draft was trained for another target (set target_hidden_size or pair the right draft)")
+        if self.aux_layer_ids is None:
+            self.aux_layer_ids = (1, L // 2 - 1, L - 4)     # SGLang's default capture, as layer outputs
+        bad = [i for i in self.aux_layer_ids if not 0 <= i < L]
+        if len(self.aux_layer_ids) != 3 or bad:
+            raise DraftMismatchError(
+                f"eagle_aux_hidden_state_layer_ids {list(self.aux_layer_ids)} must be 3 layer ids in [0, {L}) "
+                f"for a {L}-layer target: fix eagle_config in the draft's config.json")
+        if self.vocab_size != tc.vocab_size:
+            raise DraftMismatchError(f"draft vocab_size {self.vocab_size} != target vocab_size {tc.vocab_size}")
+        if int((torch.arange(self.draft_vocab_size, device=self.d2t.device) + self.d2t).max()) >= tc.vocab_size:
+            raise DraftMismatchError("d2t maps a draft token outside the target vocabulary")
+        if self.embed_tokens is None:
+            if self.hidden_size != Ht:
+                raise DraftMismatchError(
+                    f"the draft has no embed_tokens and its hidden_size {self.hidden_size} differs from the "
+                    f"target's {Ht}, so the target's embedding cannot be shared: add embed_tokens.weight")
+            self._target_embed = target.embed
+        return self
+
+    # ----- compute -----
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.fc.weight.dtype
+
+    def new_cache(self, max_len: int) -> DraftCache:
+        a = self.midlayer.self_attn
+        return DraftCache(max_len, a.kv_heads, a.head_dim, self.dtype, self.fc.weight.device)
+
+    def embed(self, ids: Tensor) -> Tensor:
+        """ids [T] target vocabulary -> [T, H] in the draft dtype."""
+        if self.embed_tokens is not None:
+            return self.embed_tokens(ids)
+        if self._target_embed is None:
+            raise RuntimeError("this draft shares the target's embedding: call draft.bind(target) first")
+        return self._target_embed(ids).to(self.dtype)
+
+    def to_target(self, draft_ids: Tensor) -> Tensor:
+        """Draft vocabulary ids -> target vocabulary ids (d2t holds the offsets)."""
+        return draft_ids + self.d2t[draft_ids]
+
+    @torch.no_grad()
+    def forward(self, ids: Tensor, hidden: Tensor, positions: Tensor, cache: DraftCache, start: int,
+                mask: Tensor | None = None) -> Tensor:
+        """ids [T] target ids; hidden [T, 3*Ht] (target features) or [T, H] (draft outputs).
+
+        mask: None (causal, prefix visible), [T, T] among the new tokens (prefix visible) or
+        [T, start + T]. Returns the next hidden states [T, H] (before the final norm)."""
+        T = ids.shape[0]
+        if start + T > cache.max_len:
+            raise ValueError(f"draft cache overflow: {start + T} > max_len {cache.max_len}")
+        h = hidden.to(self.dtype)
+        if h.shape[-1] == self.fc.in_features:
+            h = self.fc(h)
+        elif h.shape[-1] != self.hidden_size:
+            raise ValueError(f"hidden width {h.shape[-1]} is neither the fused width {self.fc.in_features} "
+                             f"nor the draft hidden_size {self.hidden_size}")
+        full = _full_mask(mask, T, start, ids.device)
+        return self.midlayer(self.embed(ids), h, positions, cache, start, full)
+
+    @torch.no_grad()
+    def logits(self, hidden: Tensor) -> Tensor:
+        """[T, H] -> fp32 logits over the draft vocabulary [T, Vd]."""
+        return self.lm_head(self.norm(hidden)).float()
+
+
+def _full_mask(mask: Tensor | None, T: int, start: int, device) -> Tensor:
+    """bool [T, start + T]: the prefix is visible unless the mask already covers it."""
+    if mask is None:
+        mask = torch.ones(T, T, dtype=torch.bool, device=device).tril()
+    if mask.shape == (T, start + T):
+        return mask
+    if mask.shape != (T, T):
+        raise ValueError(f"mask must be [T, T] or [T, start + T] = [{T}, {start + T}], got {tuple(mask.shape)}")
+    return torch.cat([torch.ones(T, start, dtype=torch.bool, device=device), mask], dim=1)
+
+
+def _aux_ids(config: dict) -> tuple[int, ...] | None:
+    ids = (config.get("eagle_config") or {}).get("eagle_aux_hidden_state_layer_ids")
+    return tuple(int(i) for i in ids) if ids is not None else None
+
+
+def _load_state(path: Path) -> dict[str, Tensor]:
+    files = sorted(path.glob("*.safetensors"))
+    state: dict[str, Tensor] = {}
+    if files:
+        for f in files:
+            state.update(load_file(str(f)))
+    elif (path / "pytorch_model.bin").is_file():
+        state = torch.load(path / "pytorch_model.bin", map_location="cpu", weights_only=True)
+    else:
+        raise FileNotFoundError(f"no *.safetensors or pytorch_model.bin in {path}")
+    return {k.removeprefix("model."): v for k, v in state.items() if not k.endswith(_IGNORED_KEYS)}
+
+
+def _check_and_load(draft: Eagle3Draft, state: dict[str, Tensor], path: Path) -> None:
+    own = draft.state_dict()
+    optional = {"d2t", "t2d"}
+    missing = sorted(set(own) - set(state) - optional)
+    unexpected = sorted(set(state) - set(own))
+    if missing or unexpected:
+        raise ValueError(f"{path}: not an EAGLE-3 ({ARCHITECTURE}) checkpoint for its config.json: "
+                         f"missing {missing}, unexpected {unexpected}")
+    if "d2t" not in state and draft.draft_vocab_size != draft.vocab_size:
+        raise ValueError(f"{path}: draft_vocab_size {draft.draft_vocab_size} != vocab_size "
+                         f"{draft.vocab_size} but the checkpoint has no d2t mapping")
+    for name, value in state.items():
+        if tuple(value.shape) != tuple(own[name].shape):
+            raise ValueError(f"{path}: {name} has shape {tuple(value.shape)}, config.json implies "
+                             f"{tuple(own[name].shape)}")
+    draft.load_state_dict({k: v.to(own[k].dtype) if k in ("d2t", "t2d") else v for k, v in state.items()},
+                          strict=False)
+
+
+class Eagle3Drafter:
+    """Proposes EAGLE-2 draft trees with an EAGLE-3 head, keeping its cache in step with the target's.
+
+    Invariant: after `extend`, the draft cache holds one entry per committed target position 0..L-1 (the
+    pair (h_i, x_{i+1}) at draft position i), and the draft state for the root x_L is the output at L-1.
+    Tree nodes of depth d are fed at draft position L - 1 + d, in cache slots after L, attending to the
+    committed prefix and their own fed ancestors only."""
+
+    def __init__(self, draft: Eagle3Draft, max_len: int, shape: TreeShape):
+        self.draft, self.shape = draft, shape
+        self.cache = draft.new_cache(max_len + (shape.num_steps - 1) * shape.topk)
+        self.length = 0
+        self.root_hidden: Tensor | None = None    # [H]
+        self.root_logp: Tensor | None = None      # [Vd] fp32
+
+    def extend(self, tokens: Tensor, features: Tensor, start: int) -> None:
+        """tokens [T] target ids x_{start+1..start+T}; features [T, 3*Ht] target aux at start..start+T-1."""
+        T = tokens.shape[0]
+        positions = torch.arange(start, start + T, device=tokens.device)
+        out = self.draft(tokens, features, positions, self.cache, start)          # [T, H]
+        self.length = start + T
+        self.root_hidden = out[-1]
+        self.root_logp = torch.log_softmax(self.draft.logits(out[-1:])[0], dim=-1)
+
+    def propose(self, root_token: int) -> DraftTree:
+        """The draft tree rooted at the committed token x_L (target position L)."""
+        if self.root_logp is None:
+            raise RuntimeError("call extend() with the prompt's target features before propose()")
+        L, k, dev = self.length, self.shape.topk, self.root_logp.device
+        state = {"hidden": self.root_hidden[None], "mask": torch.zeros(1, 0, dtype=torch.bool, device=dev)}
+
+        def step(level: int, fed_tok: Tensor, parent_row: Tensor) -> Tensor:
+            rows = parent_row.clamp_min(0)
+            tree_mask = torch.cat([state["mask"][rows], torch.eye(k, dtype=torch.bool, device=dev)], 1)
+            full = torch.cat([torch.ones(k, L, dtype=torch.bool, device=dev), tree_mask], 1)
+            positions = torch.full((k,), L - 1 + level, device=dev)
+            out = self.draft(self.draft.to_target(fed_tok), state["hidden"][rows], positions, self.cache,
+                             L + (level - 1) * k, full)                                  # [k, H]
+            state["hidden"], state["mask"] = out, tree_mask
+            return torch.log_softmax(self.draft.logits(out), dim=-1)                     # [k, Vd]
+
+        cand = eagle2_expand(self.root_logp, step, self.shape)
+        return select_tree(cand, self.shape, root_token, L, self.draft.to_target)
