@@ -24,7 +24,7 @@ from pathlib import Path
 import torch
 
 ARCHS = ("qwen3_moe", "gpt_oss")
-_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
 class CheckpointError(ValueError):
@@ -137,8 +137,8 @@ def _common(raw: dict, extra_eos: tuple[int, ...]) -> dict:
     head_dim = raw.get("head_dim") or raw["hidden_size"] // heads
     eos = tuple(dict.fromkeys(_as_ids(raw.get("eos_token_id")) + extra_eos))
     dtype_name = raw.get("dtype") or raw.get("torch_dtype") or "float32"
-    if dtype_name not in _DTYPES:
-        raise CheckpointError(f"config dtype {dtype_name!r} not supported; valid: {', '.join(_DTYPES)}")
+    if dtype_name not in DTYPES:
+        raise CheckpointError(f"config dtype {dtype_name!r} not supported; valid: {', '.join(DTYPES)}")
     return dict(
         vocab_size=raw["vocab_size"], hidden_size=raw["hidden_size"], num_layers=raw["num_hidden_layers"],
         num_heads=heads, num_kv_heads=raw.get("num_key_value_heads") or heads, head_dim=head_dim,
@@ -146,7 +146,7 @@ def _common(raw: dict, extra_eos: tuple[int, ...]) -> dict:
         top_k=raw.get("num_experts_per_tok") or raw.get("experts_per_token"),
         rope=_rope(raw), rms_norm_eps=raw.get("rms_norm_eps", 1e-6),
         tie_word_embeddings=bool(raw.get("tie_word_embeddings", False)), eos_token_ids=eos,
-        max_position_embeddings=raw.get("max_position_embeddings", 0), dtype=_DTYPES[dtype_name],
+        max_position_embeddings=raw.get("max_position_embeddings", 0), dtype=DTYPES[dtype_name],
     )
 
 
@@ -169,6 +169,8 @@ def _rope(raw: dict) -> RopeConfig:
 
 
 def _qwen3_moe(raw: dict, extra_eos: tuple[int, ...]) -> ModelConfig:
+    if raw.get("hidden_act", "silu") != "silu":
+        raise CheckpointError(f"hidden_act {raw['hidden_act']!r} is not supported; Qwen3-MoE experts use silu")
     common = _common(raw, extra_eos)
     n, step = common["num_layers"], raw.get("decoder_sparse_step", 1)
     dense = set(raw.get("mlp_only_layers") or [])

@@ -21,13 +21,12 @@ from torch import Tensor, nn
 
 from ..methods import Router
 from .attention import Attention, RMSNorm, Rope, block_masks
-from .config import ModelConfig
+from .config import DTYPES, ModelConfig
 from .kv import KVCache
 from .loading import Checkpoint, expert_weights, module_state
 from .store import ExpertMath, ExpertStore, make_store, validate_store_args
 
 Policy = Callable[[int, Tensor], tuple[Tensor, Tensor]]
-_DTYPE_NAMES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
 class DenseMLP(nn.Module):
@@ -81,9 +80,9 @@ class MoEModel(nn.Module):
         dtype None = the checkpoint's dtype; store "resident" (all experts on `device`) or "offloaded"
         (`slots` experts per layer on `device`, the rest in host memory)."""
         cfg = ModelConfig.from_folder(path)
-        dtype = _DTYPE_NAMES.get(dtype, dtype) if isinstance(dtype, str) else (dtype or cfg.dtype)
-        if dtype not in _DTYPE_NAMES.values():
-            raise ValueError(f"dtype {dtype!r} not supported; valid: {', '.join(_DTYPE_NAMES)}")
+        dtype = DTYPES.get(dtype, dtype) if isinstance(dtype, str) else (dtype or cfg.dtype)
+        if dtype not in DTYPES.values():
+            raise ValueError(f"dtype {dtype!r} not supported; valid: {', '.join(DTYPES)}")
         validate_store_args(store, slots, cfg.num_experts)
         ckpt = Checkpoint(path)
         math = ExpertMath(cfg.expert_activation, dtype, cfg.swiglu_alpha, cfg.swiglu_limit)

@@ -26,6 +26,7 @@ Expert weights per layer are a dict of stacked tensors [E, ...]: `w1` [E, 2I, H]
 """
 from __future__ import annotations
 
+import itertools
 import time
 from dataclasses import dataclass
 
@@ -90,7 +91,7 @@ class Dispatch:
         self.ws = weights.reshape(-1)[self.order].to(x.dtype)            # [T*k]
         self.ys = torch.empty_like(self.xs)                              # [T*k, H] outputs, by expert
         counts = torch.bincount(flat, minlength=num_experts).tolist()
-        ends = torch.tensor(counts).cumsum(0).tolist()
+        ends = list(itertools.accumulate(counts))
         self.segments = [(e, end - c, end) for e, (c, end) in enumerate(zip(counts, ends)) if c]
 
     def compute(self, math: ExpertMath, segments, tensors_of) -> None:

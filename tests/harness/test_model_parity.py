@@ -211,6 +211,12 @@ def test_clear_errors(tmp_path):
     (tmp_path / "m" / "config.json").write_text(json.dumps({**cfg, "model_type": "llama"}))
     with pytest.raises(CheckpointError, match="unsupported model_type 'llama'.*qwen3_moe, gpt_oss"):
         MoEModel.from_pretrained(tmp_path / "m")
+    (tmp_path / "m" / "config.json").write_text(json.dumps({**cfg, "hidden_act": "gelu"}))
+    with pytest.raises(CheckpointError, match="hidden_act 'gelu' is not supported"):
+        MoEModel.from_pretrained(tmp_path / "m")
+    (tmp_path / "m" / "config.json").write_text(json.dumps(cfg))
+    with pytest.raises(ValueError, match="dtype 'int8' not supported"):
+        MoEModel.from_pretrained(tmp_path / "m", dtype="int8")
     (tmp_path / "m" / "config.json").write_text(json.dumps({**cfg, "num_hidden_layers": 4}))
     with pytest.raises(CheckpointError, match="no tensor 'model.layers.3"):
         MoEModel.from_pretrained(tmp_path / "m")
