@@ -1,0 +1,151 @@
+"""Bootstrap statistics over prompts: intervals for a mean, for a paired difference, and the B0 rule.
+
+All intervals are percentile bootstrap intervals: resample the prompts with replacement `n_resamples`
+times (a fixed seed, numpy's default generator, resamples drawn in fixed-size chunks so memory stays
+small and results depend only on the seed), take the statistic of each resample, and report the
+(1 - confidence)/2 and (1 + confidence)/2 quantiles (numpy's linear interpolation, as scipy's percentile
+method does).
+
+B0 (METHOD.md): the mean AcceptMoE set size over every block and layer of the first 50 evaluation
+prompts, rounded to nearest with halves up; if the bootstrap interval of that mean crosses a rounding
+boundary (a half-integer), the first 100 prompts are used instead.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+DEFAULT_RESAMPLES = 10_000
+DEFAULT_SEED = 0
+_CHUNK_ELEMENTS = 1 << 21  # resampled indices held at once
+
+
+@dataclass(frozen=True)
+class Interval:
+    """A point estimate with its percentile bootstrap interval."""
+
+    estimate: float
+    low: float
+    high: float
+    n: int
+    confidence: float
+    n_resamples: int
+    seed: int
+
+    def as_dict(self) -> dict:
+        return dict(self.__dict__)
+
+
+def _resampled_index_chunks(n: int, n_resamples: int, seed: int):
+    rng = np.random.default_rng(seed)
+    per_chunk = max(1, _CHUNK_ELEMENTS // n)
+    done = 0
+    while done < n_resamples:
+        size = min(per_chunk, n_resamples - done)
+        yield rng.integers(0, n, size=(size, n))  # [size, n]
+        done += size
+
+
+def _check(n_resamples: int, confidence: float) -> None:
+    if n_resamples < 1:
+        raise ValueError(f"n_resamples must be >= 1, got {n_resamples}")
+    if not 0 < confidence < 1:
+        raise ValueError(f"confidence must lie in (0, 1), got {confidence}")
+
+
+def _as_1d(values, name: str) -> np.ndarray:
+    arr = np.asarray(values, dtype=np.float64)
+    if arr.ndim != 1 or arr.size == 0:
+        raise ValueError(f"{name} must be a non-empty 1-D sequence (one value per prompt), got shape {arr.shape}")
+    if not np.all(np.isfinite(arr)):
+        raise ValueError(f"{name} holds NaN or infinite values")
+    return arr
+
+
+def bootstrap_ratio(numerators, denominators, n_resamples: int = DEFAULT_RESAMPLES, confidence: float = 0.95,
+                    seed: int = DEFAULT_SEED) -> Interval:
+    """Interval for sum(numerators) / sum(denominators), resampling prompts (one entry per prompt).
+
+    With all denominators 1 this is the mean; with per-prompt totals and counts it is a pooled mean
+    (e.g. set size over every block and layer of the selected prompts)."""
+    _check(n_resamples, confidence)
+    num, den = _as_1d(numerators, "numerators"), _as_1d(denominators, "denominators")
+    if num.shape != den.shape:
+        raise ValueError(f"numerators and denominators differ in length: {num.size} vs {den.size}")
+    if den.sum() <= 0 or np.any(den < 0):
+        raise ValueError("denominators must be >= 0 with a positive sum")
+    stats = []
+    for idx in _resampled_index_chunks(num.size, n_resamples, seed):
+        with np.errstate(invalid="ignore", divide="ignore"):
+            stats.append(num[idx].sum(axis=1) / den[idx].sum(axis=1))  # [size]
+    stats = np.concatenate(stats)
+    if not np.all(np.isfinite(stats)):
+        raise ValueError("a resample drew only prompts with zero denominator; the ratio is undefined there")
+    alpha = (1 - confidence) / 2
+    low, high = np.quantile(stats, [alpha, 1 - alpha])
+    return Interval(float(num.sum() / den.sum()), float(low), float(high), int(num.size), confidence,
+                    n_resamples, seed)
+
+
+def bootstrap_mean(values, n_resamples: int = DEFAULT_RESAMPLES, confidence: float = 0.95,
+                   seed: int = DEFAULT_SEED) -> Interval:
+    """Interval for the mean of per-prompt values (e.g. 0/1 correctness)."""
+    vals = _as_1d(values, "values")
+    return bootstrap_ratio(vals, np.ones_like(vals), n_resamples, confidence, seed)
+
+
+def paired_bootstrap_diff(a, b, n_resamples: int = DEFAULT_RESAMPLES, confidence: float = 0.95,
+                          seed: int = DEFAULT_SEED) -> Interval:
+    """Interval for mean(a) - mean(b) where a[i] and b[i] are two methods' values on the same prompt i;
+    each resample draws prompts, keeping the pairs together."""
+    a, b = _as_1d(a, "a"), _as_1d(b, "b")
+    if a.shape != b.shape:
+        raise ValueError(f"paired values need one entry per prompt for both methods: {a.size} vs {b.size}")
+    return bootstrap_mean(a - b, n_resamples, confidence, seed)
+
+
+def round_half_up(x: float) -> int:
+    """Nearest integer, halves up (2.5 -> 3, -2.5 -> -2), exact for floats (no x + 0.5 rounding error)."""
+    floor = math.floor(x)
+    return int(floor + (1 if x - floor >= 0.5 else 0))
+
+
+def crosses_rounding_boundary(low: float, high: float) -> bool:
+    """True if [low, high] straddles a half-integer, i.e. its ends round (halves up) differently."""
+    return round_half_up(low) != round_half_up(high)
+
+
+@dataclass(frozen=True)
+class B0Decision:
+    """The budget B0 and how it was reached."""
+
+    b0: int
+    interval: Interval  # of the mean set size over the prompts used
+    n_prompts: int
+    crosses_boundary: bool  # of the interval that was used
+    first_crossed: bool  # whether the first-`first` interval crossed (so `fallback` prompts were used)
+
+
+def choose_b0(size_totals, block_layer_counts, first: int = 50, fallback: int = 100,
+              n_resamples: int = DEFAULT_RESAMPLES, confidence: float = 0.95, seed: int = DEFAULT_SEED) -> B0Decision:
+    """B0 from per-prompt sums of AcceptMoE set sizes and per-prompt numbers of (block, layer) pairs,
+    in evaluation order: the pooled mean over the first `first` prompts, or over the first `fallback`
+    prompts when the first interval crosses a rounding boundary."""
+    totals, counts = _as_1d(size_totals, "size_totals"), _as_1d(block_layer_counts, "block_layer_counts")
+    if totals.size < first:
+        raise ValueError(f"B0 needs set sizes of the first {first} prompts, got {totals.size}")
+
+    def decide(n: int) -> tuple[Interval, bool]:
+        iv = bootstrap_ratio(totals[:n], counts[:n], n_resamples, confidence, seed)
+        return iv, crosses_rounding_boundary(iv.low, iv.high)
+
+    interval, crossed = decide(first)
+    if not crossed:
+        return B0Decision(round_half_up(interval.estimate), interval, first, False, False)
+    if totals.size < fallback:
+        raise ValueError(f"the B0 interval over {first} prompts [{interval.low:.3f}, {interval.high:.3f}] "
+                         f"crosses a rounding boundary, so B0 needs the first {fallback} prompts; got {totals.size}")
+    interval2, crossed2 = decide(fallback)
+    return B0Decision(round_half_up(interval2.estimate), interval2, fallback, crossed2, True)
