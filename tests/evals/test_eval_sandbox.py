@@ -1,0 +1,247 @@
+"""The code sandbox against hostile programs: every one must end as a non-pass, quickly, without harm."""
+import os
+import socket
+import textwrap
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+import acceptmoe
+from acceptmoe.evals.sandbox import Isolation, Limits, isolation, run_many, run_program
+
+LIMITS = Limits(timeout_s=3.0, memory_mb=512)
+REPO = Path(acceptmoe.__file__).resolve().parents[1]
+DROPS_UID = isolation().run_as_uid is not None
+needs_uid_drop = pytest.mark.skipif(not DROPS_UID, reason="the caller is not root, so programs run under the "
+                                    "caller's uid and can touch the caller's own files and processes")
+
+
+def run(source: str, limits: Limits = LIMITS, iso: Isolation | None = None):
+    return run_program(textwrap.dedent(source), limits, iso)
+
+
+def test_a_correct_program_passes_and_keeps_its_output():
+    res = run("""
+        def add(a, b):
+            return a + b
+        assert add(2, 3) == 5
+        print("checked")
+    """)
+    assert res.status == "passed" and res.passed and res.returncode == 0
+    assert res.stdout == "checked\n"
+
+
+def test_common_stdlib_modules_import_after_the_privilege_drop():
+    res = run("""
+        import math, re, collections, heapq, itertools, functools, fractions, decimal, statistics, json
+        import datetime, string, typing, hashlib, random, bisect, copy, operator, unicodedata, cmath
+        assert datetime.datetime.strptime("2020", "%Y").year == 2020
+        assert "x".encode("idna") == b"x" and "\\u00e9".encode("cp1252") == b"\\xe9"
+        assert statistics.median([3, 1, 2]) == 2 and fractions.Fraction(1, 2) + 0.5 == 1
+    """)
+    assert res.passed, res.stderr
+
+
+def test_failed_assertion_is_failed():
+    res = run("assert 1 + 1 == 3")
+    assert res.status == "failed" and "AssertionError" in res.stderr
+
+
+def test_other_exceptions_are_errors():
+    assert run("def f(:\n    pass").status == "error"
+    assert run("undefined_name").status == "error"
+
+
+@pytest.mark.parametrize("exit_call", ["import os; os._exit(0)", "import sys; sys.exit(0)", "raise SystemExit",
+                                       "import os; os.execv('/bin/true', ['true'])"])
+def test_exiting_before_the_tests_ran_is_a_failure(exit_call):
+    res = run(f"{exit_call}\nassert False, 'the tests would fail'")
+    assert res.status == "failed", res
+
+
+def test_printing_a_fake_pass_marker_then_exiting_is_a_failure():
+    res = run("""
+        import os
+        print("passed\\n__PASSED__\\nOK")
+        os.write(1, b"\\n" + b"0" * 32 + b"\\n")
+        os._exit(0)
+    """)
+    assert res.status == "failed"
+
+
+def test_closing_stdout_is_a_failure():
+    assert run("import os\nos.close(1)").status == "failed"
+
+
+@pytest.mark.parametrize("loop", ["while True:\n    pass", "import time\ntime.sleep(60)",
+                                  "import signal\nsignal.signal(signal.SIGXCPU, signal.SIG_IGN)\nwhile True:\n    pass"])
+def test_endless_programs_time_out_promptly(loop):
+    start = time.monotonic()
+    res = run(loop, Limits(timeout_s=1.5, cpu_s=2))
+    assert res.status == "timeout"
+    assert time.monotonic() - start < 6
+
+
+def test_the_cpu_limit_stops_a_program_that_ignores_sigxcpu():
+    res = run("import signal\nsignal.signal(signal.SIGXCPU, signal.SIG_IGN)\nwhile True:\n    pass",
+              Limits(timeout_s=30, cpu_s=1))
+    assert res.status == "timeout" and res.duration_s < 20
+
+
+@pytest.mark.parametrize("bomb", ["x = bytearray(8 << 30)", "x = [0] * (1 << 31)",
+                                  "chunks = []\nwhile True:\n    chunks.append(bytearray(64 << 20))"])
+def test_memory_bombs_hit_the_address_space_limit(bomb):
+    res = run(bomb)
+    assert res.status == "error" and "MemoryError" in res.stderr
+
+
+@pytest.mark.parametrize("spawn", ["import os\nwhile True:\n    os.fork()",
+                                   "import subprocess\nsubprocess.run(['true'])",
+                                   "import threading\nthreading.Thread(target=print).start()",
+                                   "import multiprocessing\nmultiprocessing.Process(target=print).start()"])
+def test_no_new_processes_or_threads(spawn):
+    res = run(spawn)
+    assert res.status == "error", res
+    assert any(s in res.stderr for s in ("BlockingIOError", "Resource temporarily unavailable",
+                                         "can't start new thread")), res.stderr
+
+
+def test_writing_a_large_file_hits_the_file_size_limit():
+    res = run("open('big.bin', 'wb').write(b'x' * (32 << 20))", Limits(timeout_s=3, file_mb=4))
+    assert res.status == "error" and "File too large" in res.stderr
+
+
+def test_output_is_truncated():
+    res = run("print('y' * 100_000)", Limits(timeout_s=3, output_chars=1000))
+    assert res.passed and len(res.stdout) < 1100 and "characters cut" in res.stdout
+
+
+def test_runs_in_a_fresh_directory_that_is_removed_afterwards():
+    res = run("""
+        import os
+        open("leftover.txt", "w").write("x")
+        print(os.getcwd())
+    """)
+    assert res.passed, res.stderr
+    workdir = Path(res.stdout.strip())
+    assert not workdir.exists()
+    assert REPO not in workdir.parents
+
+
+def test_the_repository_is_not_importable():
+    res = run("""
+        import sys
+        assert not any("acceptmoe" in p or "site-packages" in p for p in sys.path), sys.path
+        import acceptmoe
+    """)
+    assert res.status == "error" and "No module named 'acceptmoe'" in res.stderr
+
+
+def test_the_callers_environment_is_not_visible(monkeypatch):
+    secret = uuid.uuid4().hex
+    monkeypatch.setenv("ACCEPTMOE_SANDBOX_SECRET", secret)
+    res = run(f"""
+        import os
+        assert "{secret}" in os.environ.values(), sorted(os.environ)
+    """)
+    assert res.status == "failed"
+    assert "ACCEPTMOE_SANDBOX_SECRET" not in res.stderr
+
+
+@needs_uid_drop
+def test_the_callers_environment_is_not_readable_through_proc(monkeypatch):
+    secret = uuid.uuid4().hex
+    monkeypatch.setenv("ACCEPTMOE_SANDBOX_SECRET", secret)
+    res = run(f"""
+        import os
+        data = open("/proc/%d/environ" % os.getppid(), "rb").read()
+        assert b"{secret}" in data
+    """)
+    assert res.status == "error" and "PermissionError" in res.stderr
+
+
+@needs_uid_drop
+def test_writing_into_the_repository_fails():
+    probe = REPO / f"sandbox-probe-{uuid.uuid4().hex}.txt"
+    try:
+        res = run(f"""
+            open({str(probe)!r}, "w").write("escaped")
+            open({str(REPO / 'README.md')!r}, "a").write("escaped")
+        """)
+        assert res.status == "error" and "PermissionError" in res.stderr
+        assert not probe.exists()
+    finally:
+        probe.unlink(missing_ok=True)
+
+
+@needs_uid_drop
+def test_deleting_files_outside_its_directory_fails(tmp_path):
+    victim = tmp_path / "victim.txt"
+    victim.write_text("keep me")
+    res = run(f"""
+        import os, shutil
+        os.remove({str(victim)!r})
+    """)
+    assert res.status == "error" and "PermissionError" in res.stderr
+    assert victim.read_text() == "keep me"
+
+
+@needs_uid_drop
+def test_signalling_the_parent_fails():
+    res = run("import os, signal\nos.kill(os.getppid(), signal.SIGTERM)")
+    assert res.status == "error" and "PermissionError" in res.stderr
+
+
+def _listener():
+    server = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    server.bind(("127.0.0.1", 0))
+    server.listen(1)
+    server.settimeout(0.2)
+    return server
+
+
+def _assert_no_connection(server):
+    with pytest.raises(socket.timeout):
+        server.accept()
+
+
+@pytest.mark.parametrize("mode", ["detected", "socket-patch"])
+def test_no_network_even_to_localhost(mode):
+    iso = isolation() if mode == "detected" else Isolation("socket-patch", isolation().run_as_uid, ())
+    if mode == "detected" and iso.network != "netns":
+        pytest.skip("no network namespace on this machine; the socket-patch case covers the fallback")
+    server = _listener()
+    try:
+        port = server.getsockname()[1]
+        res = run(f"""
+            import socket
+            conn = socket.create_connection(("127.0.0.1", {port}), timeout=1)
+            conn.sendall(b"hello")
+        """, iso=iso)
+        assert res.status == "error", res
+        _assert_no_connection(server)
+    finally:
+        server.close()
+
+
+def test_the_run_survives_a_hostile_batch_and_keeps_order():
+    programs = ["assert True", "while True:\n    pass", "import os\nos._exit(0)", "x = bytearray(8 << 30)",
+                "print('last')"]
+    results = run_many(programs, Limits(timeout_s=1.5, cpu_s=2), workers=2)
+    assert [r.status for r in results] == ["passed", "timeout", "failed", "error", "passed"]
+    assert results[-1].stdout == "last\n"
+
+
+def test_isolation_is_reported():
+    iso = isolation()
+    assert iso.network in ("netns", "socket-patch")
+    assert iso.network in iso.describe()
+    if os.geteuid() == 0:
+        assert iso.run_as_uid == 65534
+
+
+def test_workers_must_be_positive():
+    with pytest.raises(ValueError, match="workers must be >= 1"):
+        run_many(["pass"], workers=0)
