@@ -139,12 +139,19 @@ class ExpertStore:
             raise KeyError(f"layer {layer} has no experts; MoE layers: {list(self.layer_ids)}")
 
 
+def _drain(layers: dict[int, dict[str, Tensor]]):
+    """Yield (layer, weights) while removing them from `layers`, so each layer's source tensors can be freed
+    as soon as the store holds its own copy (host memory peaks at one copy plus one layer)."""
+    for l in sorted(layers):
+        yield l, layers.pop(l)
+
+
 class ResidentStore(ExpertStore):
     kind = "resident"
 
     def __init__(self, math, layers, num_experts, device):
         super().__init__(math, layers, num_experts, device)
-        self.weights = {l: {n: t.to(device) for n, t in w.items()} for l, w in layers.items()}
+        self.weights = {l: {n: t.to(device) for n, t in w.items()} for l, w in _drain(layers)}
 
     def resident(self, layer: int) -> Tensor:
         self._check_layer(layer)
@@ -168,10 +175,10 @@ class OffloadedStore(ExpertStore):
         super().__init__(math, layers, num_experts, device)
         self.slots = slots
         pin = self.device.type == "cuda"
-        self.host = {l: {n: (t.pin_memory() if pin else t.contiguous()) for n, t in w.items()}
-                     for l, w in layers.items()}
         self.pool = {l: {n: torch.empty((slots, *t.shape[1:]), dtype=t.dtype, device=self.device)
                          for n, t in w.items()} for l, w in layers.items()}
+        self.host = {l: {n: (t.pin_memory() if pin else t.contiguous()) for n, t in w.items()}
+                     for l, w in _drain(layers)}
         self.slot_of = {l: [-1] * num_experts for l in self.layer_ids}     # expert -> slot or -1
         self.expert_in = {l: [-1] * slots for l in self.layer_ids}        # slot -> expert or -1
         self.last_use = {l: [-1] * slots for l in self.layer_ids}         # slot -> LRU clock
@@ -248,7 +255,9 @@ def validate_store_args(kind: str, slots: int | None, num_experts: int) -> None:
 
 def make_store(kind: str, math: ExpertMath, layers: dict[int, dict[str, Tensor]], num_experts: int,
                device: torch.device | str, slots: int | None = None) -> ExpertStore:
-    """Build a store of `kind` ("resident" | "offloaded") from host-side stacked layer weights."""
+    """Build a store of `kind` ("resident" | "offloaded") from host-side stacked layer weights.
+
+    The store takes ownership: `layers` is emptied as the store copies (or moves) each layer."""
     validate_store_args(kind, slots, num_experts)
     if kind == "resident":
         return ResidentStore(math, layers, num_experts, torch.device(device))

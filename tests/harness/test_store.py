@@ -51,8 +51,8 @@ def _dense_reference(math, layer_w, x, ids, weights):
 @pytest.mark.parametrize("slots", [1, 3, E])
 def test_offloaded_equals_resident_and_counters_add_up(kind, slots):
     layers, math = _layers(kind), _math(kind)
-    resident = make_store("resident", math, layers, E, "cpu")
-    offloaded = make_store("offloaded", math, layers, E, "cpu", slots=slots)
+    resident = make_store("resident", math, _layers(kind), E, "cpu")
+    offloaded = make_store("offloaded", math, _layers(kind), E, "cpu", slots=slots)
     unions = {l: 0 for l in LAYERS}
     waves_seen = False
     for p in range(8):
@@ -105,7 +105,7 @@ def test_waves_when_union_exceeds_pool():
     layers, math = _layers("clamped_swiglu"), _math("clamped_swiglu")
     x, ids, weights = _routing(3, n_tokens=16)
     assert ids.unique().numel() > 3
-    small = make_store("offloaded", math, layers, E, "cpu", slots=3)
+    small = make_store("offloaded", math, _layers("clamped_swiglu"), E, "cpu", slots=3)
     torch.testing.assert_close(small.run(0, x, ids, weights), _dense_reference(math, layers[0], x, ids, weights))
     assert small.stats()["layers"][0]["loads"] == ids.unique().numel()  # each expert loaded once per pass
 
@@ -120,6 +120,7 @@ def test_store_argument_errors():
         make_store("disk", math, layers, E, "cpu")
     with pytest.raises(KeyError, match="layer 1 has no experts"):
         make_store("resident", math, layers, E, "cpu").resident(1)
+    assert layers == {}                                                  # the store took ownership
 
 
 @pytest.mark.parametrize("make", [tiny_qwen3_moe, tiny_gpt_oss])
