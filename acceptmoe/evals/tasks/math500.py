@@ -1,0 +1,39 @@
+"""MATH500 (500 problems, the PRM800K test split of MATH): answers graded with math_verify.
+
+Prompt (our choice, the form Qwen and DeepSeek instruct models are evaluated with): the problem followed
+by "Please reason step by step, and put your final answer within \\boxed{}." The response is parsed with
+math_verify's default extraction and compared with `verify(parse(\\boxed{gold}), parse(response))`.
+"""
+from __future__ import annotations
+
+from acceptmoe.evals.data import read_records, take
+from acceptmoe.evals.mathcheck import math_equal, parse_answer
+from acceptmoe.evals.tasks import Score, check_split, user_message
+
+NAME = "math500"
+VERSION = "1"
+SPLITS = ("test",)
+INSTRUCTION = "Please reason step by step, and put your final answer within \\boxed{}."
+
+
+def load(split: str = "test", limit: int | None = None) -> list[dict]:
+    check_split(NAME, split, SPLITS)
+    return take([{"id": r["unique_id"], **r} for r in read_records("math500")], limit)
+
+
+def messages(example: dict) -> list[dict]:
+    return user_message(f"{example['problem']}\n\n{INSTRUCTION}")
+
+
+def extract(example: dict, response: str) -> str:
+    parsed = parse_answer(response)
+    return str(parsed[-1]) if parsed else ""
+
+
+def score_against(gold_answer: str, response: str) -> Score:
+    correct, extracted = math_equal(gold_answer, response)
+    return Score(correct=correct, extracted=extracted, details={"target": gold_answer})
+
+
+def score(example: dict, response: str) -> Score:
+    return score_against(example["answer"], response)
