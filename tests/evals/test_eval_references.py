@@ -1,0 +1,45 @@
+"""Reference solutions pass and wrong ones fail: HumanEval and MBPP programs in the sandbox, MATH500
+solutions under math_verify. The full code checks are marked slow (about a minute on 2 loaded cores)."""
+import pytest
+
+from acceptmoe.evals.tasks import get_task
+
+SAMPLE = slice(0, None, 25)
+
+
+def _reference_responses(task_name, examples):
+    if task_name == "humaneval":
+        return [ex["canonical_solution"] for ex in examples]
+    return [f"```python\n{ex['code']}\n```" for ex in examples]
+
+
+def _failures(task_name, examples, responses):
+    scores = get_task(task_name).score_many(examples, responses, workers=2)
+    return [(ex["id"], s.details["status"], s.details["stderr"][-300:])
+            for ex, s in zip(examples, scores) if not s.correct]
+
+
+@pytest.mark.parametrize("task_name", ["humaneval", "mbpp"])
+def test_reference_solutions_pass_on_a_sample(task_name):
+    examples = get_task(task_name).load()[SAMPLE]
+    assert _failures(task_name, examples, _reference_responses(task_name, examples)) == []
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("task_name", ["humaneval", "mbpp"])
+def test_all_reference_solutions_pass(task_name):
+    examples = get_task(task_name).load()
+    assert _failures(task_name, examples, _reference_responses(task_name, examples)) == []
+
+
+@pytest.mark.parametrize("task_name", ["humaneval", "mbpp"])
+def test_another_problems_solution_fails(task_name):
+    examples = get_task(task_name).load()[SAMPLE]
+    shifted = _reference_responses(task_name, examples[1:] + examples[:1])
+    assert len(_failures(task_name, examples, shifted)) == len(examples)
+
+
+def test_math500_reference_solutions_verify():
+    task = get_task("math500")
+    wrong = [ex["id"] for ex in task.load() if not task.score(ex, ex["solution"]).correct]
+    assert wrong == []
