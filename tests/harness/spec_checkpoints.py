@@ -95,3 +95,12 @@ def cached_target(seed: int = 0) -> Path:
         atexit.register(shutil.rmtree, root, ignore_errors=True)
         _BUILT[("target", seed)] = make_target(root / "target", seed=seed)
     return _BUILT[("target", seed)]
+
+
+def one_thread():
+    """Generator for a module fixture: tiny tensors run several times faster on one intra-op thread when
+    the machine's cores are shared (thread hand-offs dominate), so these modules use one and restore it."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)

@@ -11,7 +11,12 @@ from safetensors.torch import load_file
 
 from acceptmoe.harness import DraftMismatchError, Eagle3Draft, Eagle3Drafter, TreeShape
 from acceptmoe.harness.model import MoEModel
-from spec_checkpoints import HIDDEN, VOCAB, cached_target, draft_config, draft_state, make_draft
+from spec_checkpoints import HIDDEN, VOCAB, cached_target, draft_config, draft_state, make_draft, one_thread
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _one_thread():
+    yield from one_thread()
 
 
 @pytest.fixture(scope="module")

@@ -8,8 +8,14 @@ import torch
 
 from acceptmoe.harness.tree import DraftTree, TreeShape, ancestor_mask, eagle2_expand, select_tree
 from acceptmoe.methods import TreeError
+from spec_checkpoints import one_thread
 
 VD = 40
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _one_thread():
+    yield from one_thread()
 
 
 def path_logp(path: tuple[int, ...]) -> torch.Tensor:

@@ -1,0 +1,291 @@
+"""The speculative decoding engine: prefill, draft tree, one verification pass, greedy acceptance.
+
+    engine = load_engine("models/tiny")                 # holds target/ and draft/
+    gen = engine.generate(prompt_ids, method="acceptmoe", max_new_tokens=256, commitment=table)
+    gen.tokens, gen.accept_lengths, gen.step_times, gen.trace
+
+Every method shares one loop. `vanilla-ar` decodes one token per target step with natural routing. The
+speculative methods draft an EAGLE-2 tree with the EAGLE-3 head, then run one target pass over root +
+draft nodes with the tree mask. In that pass every MoE layer's routing goes through a verifier: the
+method's eligible set S for the block (`BlockSelector`), residency-aware pruning of S against the expert
+pool (`prune_batched`; AcceptMoE under the offloaded store by default), then constrained top-k (`route`).
+`standard-sd` verifies with natural routing. Acceptance is greedy: the longest root path whose tokens are
+the target's argmax, plus the bonus token; the KV cache keeps the accepted path and the drafter is fed the
+accepted tokens with the target's features.
+
+Verifier backends: `torch` (the reference above, any device) and any backend registered with
+`register_verifier_backend` (the Triton kernel in `acceptmoe.kernels` registers `triton` for CUDA);
+`backend="auto"` takes `triton` on CUDA when registered, else `torch`.
+"""
+from __future__ import annotations
+
+import dataclasses
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, NamedTuple, Sequence
+
+import torch
+from torch import Tensor
+
+from acceptmoe.methods import (BlockInfo, BlockSelector, CommitmentTable, MethodSpec, Router, SelectorConfig,
+                               get_method, prune_batched, route)
+from acceptmoe.methods.config import check_for_method
+
+from .eagle3 import Eagle3Draft, Eagle3Drafter
+from .trace import Trace
+from .tree import DraftTree, TreeShape
+
+
+class VerifyOut(NamedTuple):
+    ids: Tensor        # [T, k] long
+    weights: Tensor    # [T, k] fp32
+    eligible: Tensor   # [E] bool, the final set S
+    utility: Tensor    # [E] fp32, the method's score
+    anchor: Tensor     # [E] bool
+
+
+class TorchVerifier:
+    """Reference verifier for one block: BlockSelector, optional prune_batched, then route (Eq. 2)."""
+
+    def __init__(self, method: str, block: BlockInfo, router: Router, cfg: SelectorConfig, num_experts: int,
+                 device: torch.device, prune: bool):
+        self.selector = BlockSelector(method, block, router, cfg, num_experts, device)
+        self.router, self.cfg, self.prune = router, cfg, prune
+
+    def __call__(self, logits: Tensor, resident: Tensor | None) -> VerifyOut:
+        """logits [T, E]; resident [E] bool (the pool before the pass) when pruning, else None."""
+        sel = self.selector(logits)
+        eligible = prune_batched(sel, resident, self.cfg) if self.prune else sel.eligible
+        ids, weights = route(logits, eligible, self.router)
+        return VerifyOut(ids, weights, eligible, sel.utility, sel.anchor)
+
+
+VerifierFactory = Callable[[str, BlockInfo, Router, SelectorConfig, int, torch.device, bool],
+                           Callable[[Tensor, "Tensor | None"], VerifyOut]]
+VERIFIER_BACKENDS: dict[str, VerifierFactory] = {"torch": TorchVerifier}
+
+
+def register_verifier_backend(name: str, factory: VerifierFactory) -> None:
+    """Make a verifier backend available to `Engine(backend=name)` (and to "auto" if named "triton")."""
+    VERIFIER_BACKENDS[name] = factory
+
+
+def _resolve_backend(backend: str, device: torch.device) -> VerifierFactory:
+    if backend == "auto":
+        if device.type == "cuda":
+            import acceptmoe.kernels  # noqa: F401  (registers the Triton verifier when it provides one)
+        backend = "triton" if device.type == "cuda" and "triton" in VERIFIER_BACKENDS else "torch"
+    if backend not in VERIFIER_BACKENDS:
+        raise ValueError(f"unknown verifier backend {backend!r}; registered: {', '.join(VERIFIER_BACKENDS)}")
+    return VERIFIER_BACKENDS[backend]
+
+
+@dataclass
+class Generation:
+    tokens: list[int]                 # generated tokens (the prompt excluded), EOS included when it stopped there
+    accept_lengths: list[int]         # per target step after prefill: tokens it committed before truncation
+    step_times: list[float]           # per target step after prefill: wall seconds (drafting included)
+    trace: Trace
+    prefill_time: float = 0.0         # seconds of the prefill pass (it yields tokens[0])
+    stop_reason: str = "length"       # "eos" | "length"
+
+    @property
+    def mean_accept_length(self) -> float:
+        return sum(self.accept_lengths) / len(self.accept_lengths) if self.accept_lengths else 0.0
+
+
+@dataclass
+class _State:
+    """One generation in progress."""
+    spec: MethodSpec
+    cfg: SelectorConfig
+    shape: TreeShape
+    cache: object
+    trace: Trace
+    prune: bool
+    trace_layers: bool
+    max_new: int
+    ignore_eos: bool
+    tokens: list[int] = field(default_factory=list)
+    length: int = 0                   # committed target positions in the cache (the root is not among them)
+    done: bool = False
+    stop_reason: str = "length"
+
+
+class Engine:
+    def __init__(self, model, draft: Eagle3Draft | None = None, backend: str = "auto"):
+        self.model, self.draft = model, draft
+        self.router: Router = model.router
+        self.num_experts: int = model.config.num_experts
+        self.device = torch.device(model.device)
+        self.eos_token_ids: set[int] = set(model.config.eos_token_ids)
+        self.verifier_factory = _resolve_backend(backend, self.device)
+        if draft is not None:
+            draft.bind(model)
+
+    # ----- public -----
+    def generate(self, prompt_ids: Sequence[int] | Tensor, method: str = "acceptmoe", max_new_tokens: int = 256,
+                 ignore_eos: bool = False, budget: int | None = None,
+                 commitment: CommitmentTable | Sequence[float] | None = None,
+                 tree: TreeShape = TreeShape(), selector: SelectorConfig | dict | None = None,
+                 prune: bool | None = None, trace_layers: bool = True) -> Generation:
+        """Greedy generation. prune None = residency pruning for acceptmoe under the offloaded store;
+        trace_layers False skips the per-layer trace fields (blocks are always traced)."""
+        spec = get_method(method)
+        cfg = self._selector_config(spec, budget, commitment, selector, tree)
+        prompt = torch.as_tensor(list(prompt_ids) if not isinstance(prompt_ids, Tensor) else prompt_ids,
+                                 dtype=torch.long).to(self.device).flatten()
+        if prompt.numel() == 0:
+            raise ValueError("prompt_ids is empty: give at least one token")
+        if max_new_tokens < 1:
+            raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
+        if spec.speculates and self.draft is None:
+            raise ValueError(f"method {method!r} speculates and needs an EAGLE-3 draft: load the engine with one")
+        if prune is None:
+            prune = method == "acceptmoe" and getattr(self.model.store, "kind", "resident") == "offloaded"
+        if prune and not spec.restricts:
+            raise ValueError(f"residency pruning applies to restricting methods, not {method!r}")
+        meta = {"method": method, "tree": dataclasses.asdict(tree) if spec.speculates else None,
+                "selector": _jsonable(dataclasses.asdict(cfg)), "prune": prune, "prompt_len": int(prompt.numel()),
+                "store": getattr(self.model.store, "kind", None), "max_new_tokens": max_new_tokens,
+                "ignore_eos": ignore_eos}
+        st = _State(spec, cfg, tree, self.model.new_cache(prompt.numel() + max_new_tokens + tree.num_draft_tokens),
+                    Trace(meta=meta), prune, trace_layers, max_new_tokens, ignore_eos)
+        gen = Generation([], [], [], st.trace)
+        drafter = Eagle3Drafter(self.draft, st.cache.max_len, tree) if spec.speculates else None
+        t0 = self._clock()
+        root = self._prefill(prompt, st, drafter)
+        gen.prefill_time = self._clock() - t0
+        self._commit(st, [root])
+        step = 0
+        while not st.done:
+            t0 = self._clock()
+            n = self._ar_step(st) if drafter is None else self._sd_step(st, drafter, step)
+            gen.step_times.append(self._clock() - t0)
+            gen.accept_lengths.append(n)
+            step += 1
+        gen.tokens, gen.stop_reason = st.tokens, st.stop_reason
+        return gen
+
+    # ----- configuration -----
+    def _selector_config(self, spec: MethodSpec, budget, commitment, selector, shape: TreeShape) -> SelectorConfig:
+        if isinstance(selector, dict):
+            selector = SelectorConfig(**selector)
+        cfg = selector or SelectorConfig()
+        if budget is not None:
+            cfg = dataclasses.replace(cfg, budget=budget)
+        if commitment is not None:
+            p_hat = commitment.p_hat if isinstance(commitment, CommitmentTable) else tuple(commitment)
+            cfg = dataclasses.replace(cfg, p_hat=p_hat)
+        if spec.speculates:
+            check_for_method(cfg, spec, self.router, self.num_experts, shape.num_steps)
+        elif cfg.budget is not None:
+            raise ValueError(f"method {spec.name!r} does not speculate and takes no budget (got {cfg.budget})")
+        return cfg
+
+    # ----- the loop -----
+    def _prefill(self, prompt: Tensor, st: _State, drafter: Eagle3Drafter | None) -> int:
+        n = prompt.numel()
+        aux_layers = self.draft.aux_layer_ids if drafter is not None else ()
+        logits, aux = self.model.forward(prompt, torch.arange(n, device=self.device), st.cache, 0,
+                                         aux_layers=aux_layers)
+        root = int(logits[-1].argmax())
+        st.length = n
+        if drafter is not None:
+            nxt = torch.cat([prompt[1:], torch.tensor([root], device=self.device)])
+            drafter.extend(nxt, aux, 0)
+        return root
+
+    def _ar_step(self, st: _State) -> int:
+        root = torch.tensor([st.tokens[-1]], device=self.device)
+        logits, _ = self.model.forward(root, torch.tensor([st.length], device=self.device), st.cache, st.length)
+        st.length += 1
+        self._commit(st, [int(logits[0].argmax())])
+        return 1
+
+    def _sd_step(self, st: _State, drafter: Eagle3Drafter, step: int) -> int:
+        tree = drafter.propose(st.tokens[-1])
+        rows: list[Tensor] | None = [] if st.trace_layers else None
+        policy = self._policy(tree, st, rows)
+        logits, aux = self.model.forward(tree.tokens, tree.positions, st.cache, st.length, mask=tree.mask,
+                                         policy=policy, aux_layers=self.draft.aux_layer_ids)
+        path, bonus = tree.accept(logits.argmax(-1))
+        new = tree.tokens[path[1:]].tolist() + [bonus]
+        layer_rows = torch.stack(rows).tolist() if rows else ([] if rows is not None else None)
+        st.trace.add_block(step, tree.parents.tolist(), path, layer_rows)
+        self._commit(st, new)
+        if not st.done:
+            idx = torch.tensor(path, device=self.device)
+            st.cache.keep(st.length, idx)
+            drafter.extend(torch.tensor(new, device=self.device), aux[idx], st.length)
+            st.length += len(path)
+        return len(path)
+
+    def _policy(self, tree: DraftTree, st: _State, rows: list[Tensor] | None):
+        """The verification pass's routing policy, or None for natural routing without a trace."""
+        if not st.spec.restricts and rows is None:
+            return None
+        verifier = self.verifier_factory(st.spec.name, tree.block, self.router, st.cfg, self.num_experts,
+                                         self.device, st.prune)
+        store = self.model.store
+
+        def policy(layer: int, logits: Tensor) -> tuple[Tensor, Tensor]:
+            resident = store.resident(layer).to(logits.device) if st.prune else None
+            out = verifier(logits, resident)
+            if rows is not None:
+                rows.append(_layer_stats(layer, logits, out, self.router))
+            return out.ids, out.weights
+        return policy
+
+    def _commit(self, st: _State, new: list[int]) -> None:
+        """Append tokens, stopping at EOS (kept) unless ignored, and at max_new_tokens."""
+        for t in new:
+            st.tokens.append(int(t))
+            if not st.ignore_eos and int(t) in self.eos_token_ids:
+                st.done, st.stop_reason = True, "eos"
+                return
+            if len(st.tokens) >= st.max_new:
+                st.done, st.stop_reason = True, "length"
+                return
+
+    def _clock(self) -> float:
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+        return time.perf_counter()
+
+
+def _layer_stats(layer: int, logits: Tensor, out: VerifyOut, router: Router) -> Tensor:
+    """fp64 [6] in trace.LAYER_FIELDS order, computed on the device (no host sync)."""
+    E = logits.shape[-1]
+    nat_ids, _ = router.natural(logits)                                            # [T, k]
+    union = lambda ids: torch.zeros(E, dtype=torch.bool, device=logits.device).scatter(0, ids.flatten(), True).sum()
+    u = out.utility.double()
+    total = u.sum()
+    kept = torch.where(total > 0, (u * out.eligible).sum() / total.clamp_min(1e-300), 1.0)
+    return torch.stack([torch.tensor(float(layer), dtype=torch.float64, device=logits.device),
+                        out.eligible.sum().double(), out.anchor.sum().double(), union(nat_ids).double(),
+                        union(out.ids).double(), kept])
+
+
+def _jsonable(d: dict) -> dict:
+    return {k: list(v) if isinstance(v, tuple) else v for k, v in d.items()}
+
+
+def load_engine(path: str | Path | None = None, device: str | torch.device = "cpu", dtype=None,
+                store: str = "resident", slots: int | None = None, target: str | Path | None = None,
+                draft: str | Path | None = None, backend: str = "auto") -> Engine:
+    """An engine from `path` (holding target/ and, optionally, draft/) or explicit target= and draft= folders.
+
+    dtype None = the target checkpoint's dtype; the draft runs in the target's dtype."""
+    from .model import MoEModel
+    if path is not None:
+        if target is not None or draft is not None:
+            raise ValueError("give either path (with target/ and draft/) or target= and draft=, not both")
+        target, draft = Path(path) / "target", Path(path) / "draft"
+        draft = draft if draft.is_dir() else None
+    if target is None:
+        raise ValueError("load_engine needs path (holding target/ and draft/) or target=")
+    model = MoEModel.from_pretrained(target, device=device, dtype=dtype, store=store, slots=slots)
+    head = Eagle3Draft.from_pretrained(draft, device=device, dtype=model.dtype) if draft is not None else None
+    return Engine(model, head, backend=backend)
