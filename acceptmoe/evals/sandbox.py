@@ -13,7 +13,13 @@ whole process group.
 
 A program passes only if it runs to its end: after the program returns, the bootstrap writes a random
 per-run token to stdout and exits 0. A program that calls `os._exit(0)` or `sys.exit(0)` before its
-tests ran never prints the token and counts as failed.
+tests ran never prints the token and counts as failed. Before running the program the bootstrap reports
+"ready" on a private pipe (closed before the program starts); without it the run raises SandboxError,
+so a broken sandbox is never recorded as a failing program.
+
+Statuses: passed; failed (an assertion failed, or the program exited before its end); error (any other
+exception, e.g. SyntaxError, NameError, MemoryError, a refused fork, or death by a signal such as
+SIGXFSZ); timeout (wall clock or CPU limit).
 
 What it cannot do: stop a program from reading world-readable files (the repository included), from
 writing where `nobody` may write (e.g. /tmp, below RLIMIT_FSIZE per file), or, when the caller is not
@@ -41,8 +47,9 @@ NOBODY_UID = 65534
 
 STATUSES = ("passed", "failed", "error", "timeout")
 
-# Exit codes of the bootstrap (the child).
-_EXIT_ASSERTION, _EXIT_EXCEPTION, _EXIT_SYSTEM_EXIT, _EXIT_SENTINEL_WRITE = 1, 2, 3, 4
+# The bootstrap exits 1 on AssertionError, 2 on any other exception, 3 on SystemExit, 4 if the pass token
+# could not be written, 0 after writing it.
+_EXIT_EXCEPTION = 2
 
 _BOOTSTRAP = r'''
 import os, sys, resource
@@ -83,22 +90,32 @@ def _keep_stdlib_reachable():
                         search[j] = new + entry[len(old):]
     sys.path_importer_cache.clear()
     return ctypes.CDLL(None).prctl
-def _main():
-    mem, cpu, fsize, uid, patch = (int(a) for a in sys.argv[1:6])
-    nonce, _, source = sys.stdin.buffer.read().partition(b"\n")
-    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-    resource.setrlimit(resource.RLIMIT_AS, (mem, mem))
-    resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 1))
-    resource.setrlimit(resource.RLIMIT_FSIZE, (fsize, fsize))
+def _limit(kind, soft, hard):
+    # Never above the inherited hard limit (an unprivileged process cannot raise it).
+    current = resource.getrlimit(kind)[1]
+    if current != resource.RLIM_INFINITY:
+        soft, hard = min(soft, current), min(hard, current)
+    resource.setrlimit(kind, (soft, hard))
+def _setup(mem, cpu, fsize, uid, patch):
+    _limit(resource.RLIMIT_CORE, 0, 0)
+    _limit(resource.RLIMIT_AS, mem, mem)
+    _limit(resource.RLIMIT_CPU, cpu, cpu + 1)
+    _limit(resource.RLIMIT_FSIZE, fsize, fsize)
     if uid >= 0:
         prctl = _keep_stdlib_reachable()
         os.setgroups([])
         os.setgid(uid)
         os.setuid(uid)
         prctl(4, 1, 0, 0, 0)
-    resource.setrlimit(resource.RLIMIT_NPROC, (0, 0))
+    _limit(resource.RLIMIT_NPROC, 0, 0)
     if patch:
         _block_sockets()
+def _main():
+    mem, cpu, fsize, uid, patch, control = (int(a) for a in sys.argv[1:7])
+    nonce, _, source = sys.stdin.buffer.read().partition(b"\n")
+    _setup(mem, cpu, fsize, uid, patch)
+    _write(control, b"ready")  # the parent's proof that the limits are in force; closed before the program
+    os.close(control)
     namespace = {"__name__": "__main__", "__builtins__": __builtins__}
     try:
         exec(compile(source, "<program>", "exec"), namespace)
@@ -238,35 +255,44 @@ def _remove_workdir(workdir: str) -> None:
         warnings.warn(f"sandbox folder {workdir} could not be removed fully: {exc}", RuntimeWarning)
 
 
-def _command(limits: Limits, iso: Isolation) -> list[str]:
+class SandboxError(RuntimeError):
+    """The sandbox could not set up a program's process (a problem of the machine, not of the program)."""
+
+
+def _command(limits: Limits, iso: Isolation, control_fd: int) -> list[str]:
     args = [limits.memory_mb << 20, limits.cpu_seconds(), limits.file_mb << 20,
-            -1 if iso.run_as_uid is None else iso.run_as_uid, int(iso.network == "socket-patch")]
+            -1 if iso.run_as_uid is None else iso.run_as_uid, int(iso.network == "socket-patch"), control_fd]
     return [*iso.launcher, sys.executable, "-I", "-S", "-B", "-c", _BOOTSTRAP, *map(str, args)]
 
 
 def run_program(source: str, limits: Limits = Limits(), iso: Isolation | None = None) -> ExecResult:
-    """Run one program in the sandbox and classify the outcome (see module docstring)."""
+    """Run one program in the sandbox and classify the outcome (see module docstring). Raises
+    SandboxError if the process could not be set up (never a verdict on the program)."""
     iso = iso or isolation()
     nonce = secrets.token_hex(16).encode()
     workdir = _make_workdir(iso)
+    control_r, control_w = os.pipe()
     try:
         with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
             start = time.monotonic()
-            proc = subprocess.Popen(_command(limits, iso), cwd=workdir, env=clean_env(workdir),
-                                    stdin=subprocess.PIPE, stdout=out, stderr=err, start_new_session=True)
-            timed_out = False
             try:
-                proc.communicate(nonce + b"\n" + source.encode("utf-8"), timeout=limits.timeout_s)
-            except subprocess.TimeoutExpired:
-                timed_out = True
-                _kill_group(proc.pid)
-                proc.wait()
+                proc = subprocess.Popen(_command(limits, iso, control_w), cwd=workdir, env=clean_env(workdir),
+                                        stdin=subprocess.PIPE, stdout=out, stderr=err, start_new_session=True,
+                                        pass_fds=(control_w,))
+            finally:
+                os.close(control_w)
+            timed_out = _wait(proc, nonce + b"\n" + source.encode("utf-8"), limits.timeout_s)
             duration = time.monotonic() - start
+            ready = os.read(control_r, 16) == b"ready"
             out.seek(0)
             err.seek(0)
             stdout, stderr = out.read(), err.read()
     finally:
+        os.close(control_r)
         _remove_workdir(workdir)
+    if not ready and not timed_out:
+        raise SandboxError(f"the sandbox could not start a program (exit status {proc.returncode}, isolation "
+                           f"{iso.describe()}): {stderr.decode('utf-8', 'replace')[-2000:]}")
     token = b"\n" + nonce + b"\n"
     passed_token = stdout.endswith(token)
     if passed_token:
@@ -275,6 +301,17 @@ def run_program(source: str, limits: Limits = Limits(), iso: Isolation | None = 
                       returncode=proc.returncode,
                       stdout=_truncate(stdout.decode("utf-8", "replace"), limits.output_chars),
                       stderr=_truncate(stderr.decode("utf-8", "replace"), limits.output_chars))
+
+
+def _wait(proc: subprocess.Popen, payload: bytes, timeout_s: float) -> bool:
+    """Feed the payload and wait; on timeout kill the process group. Returns whether it timed out."""
+    try:
+        proc.communicate(payload, timeout=timeout_s)
+        return False
+    except subprocess.TimeoutExpired:
+        _kill_group(proc.pid)
+        proc.wait()
+        return True
 
 
 def _kill_group(pgid: int) -> None:

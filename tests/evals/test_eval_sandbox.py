@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 import acceptmoe
-from acceptmoe.evals.sandbox import Isolation, Limits, isolation, run_many, run_program
+from acceptmoe.evals.sandbox import Isolation, Limits, SandboxError, isolation, run_many, run_program
 
 LIMITS = Limits(timeout_s=3.0, memory_mb=512)
 REPO = Path(acceptmoe.__file__).resolve().parents[1]
@@ -245,3 +245,14 @@ def test_isolation_is_reported():
 def test_workers_must_be_positive():
     with pytest.raises(ValueError, match="workers must be >= 1"):
         run_many(["pass"], workers=0)
+
+
+def test_a_process_that_cannot_be_set_up_is_an_error_of_the_sandbox_not_a_verdict():
+    broken = Isolation("netns", isolation().run_as_uid, ("false",))
+    with pytest.raises(SandboxError, match="could not start a program"):
+        run_program("assert True", LIMITS, broken)
+
+
+def test_exit_codes_of_the_program_are_not_mistaken_for_setup_failures():
+    for code in range(1, 7):
+        assert run(f"import os\nos._exit({code})").status in ("failed", "error")
