@@ -1,0 +1,124 @@
+"""Settings of the tiny world (tasks, tokenizer, target model, training), loaded from configs/tiny/world.yaml.
+
+`load(path)` builds a frozen `TinyWorldConfig`; unknown or missing keys are errors naming the section and
+the valid keys, and values are coerced to the declared types (YAML reads `3e-3` as a string).
+"""
+from __future__ import annotations
+
+import dataclasses
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+
+DEFAULT_PATH = Path(__file__).resolve().parents[2] / "configs" / "tiny" / "world.yaml"
+
+
+class TinyConfigError(ValueError):
+    """A tiny-world config that cannot be used; the message names the key and the fix."""
+
+
+@dataclass(frozen=True)
+class DataConfig:
+    test_examples: int = 300
+    tokenizer_examples: int = 3000
+
+
+@dataclass(frozen=True)
+class TokenizerConfig:
+    vocab_size: int = 1024
+
+
+@dataclass(frozen=True)
+class TargetConfig:
+    hidden_size: int = 128
+    num_layers: int = 4
+    num_heads: int = 4
+    num_kv_heads: int = 2
+    head_dim: int = 32
+    num_experts: int = 128
+    top_k: int = 8
+    moe_intermediate_size: int = 32
+    router_aux_loss_coef: float = 0.01
+    tie_word_embeddings: bool = False
+    max_position_embeddings: int = 512
+    rope_theta: float = 10000.0
+    max_params: int = 8_000_000
+
+    def __post_init__(self) -> None:
+        if self.top_k * 8 > self.num_experts:
+            raise TinyConfigError(f"target.top_k={self.top_k} exceeds num_experts/8={self.num_experts // 8}: "
+                                  f"the tiny target mirrors Qwen3-MoE's sparse routing; lower top_k")
+        if self.num_layers < 4:
+            raise TinyConfigError(f"target.num_layers={self.num_layers}: the tiny target needs at least 4 layers")
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    batch_size: int = 32
+    lr: float = 3e-3
+    min_lr_ratio: float = 0.05
+    warmup_frac: float = 0.02
+    weight_decay: float = 0.1
+    grad_clip: float = 1.0
+    max_tokens: int = 12_000_000
+    max_minutes: float = 40.0
+    threads: int = 2
+    log_every: int = 25
+
+    def __post_init__(self) -> None:
+        if self.max_tokens <= 0 or self.max_minutes <= 0:
+            raise TinyConfigError("train.max_tokens and train.max_minutes must be positive")
+        if not 0 <= self.warmup_frac < 1:
+            raise TinyConfigError(f"train.warmup_frac={self.warmup_frac} must lie in [0, 1)")
+
+
+@dataclass(frozen=True)
+class TinyWorldConfig:
+    seed: int = 0
+    data: DataConfig = field(default_factory=DataConfig)
+    tokenizer: TokenizerConfig = field(default_factory=TokenizerConfig)
+    target: TargetConfig = field(default_factory=TargetConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+
+
+def _coerce(value, kind, where: str):
+    if dataclasses.is_dataclass(kind):
+        return build(kind, value, where)
+    try:
+        if kind is bool:
+            if not isinstance(value, bool):
+                raise TypeError
+            return value
+        if kind is int:
+            if isinstance(value, bool) or float(value) != int(float(value)):
+                raise TypeError
+            return int(float(value))
+        return kind(value)
+    except (TypeError, ValueError):
+        raise TinyConfigError(f"{where}: expected {kind.__name__}, got {value!r}") from None
+
+
+def build(cls, mapping, where: str = "config"):
+    """An instance of dataclass `cls` from a mapping; unknown keys are errors (nested sections too)."""
+    if not isinstance(mapping, dict):
+        raise TinyConfigError(f"{where}: expected a mapping of keys, got {type(mapping).__name__}")
+    hints = typing.get_type_hints(cls)
+    names = [f.name for f in dataclasses.fields(cls)]
+    unknown = sorted(set(mapping) - set(names))
+    if unknown:
+        raise TinyConfigError(f"{where}: unknown key(s) {unknown}; valid keys: {names}")
+    return cls(**{k: _coerce(v, hints[k], f"{where}.{k}") for k, v in mapping.items()})
+
+
+def load(path: str | Path = DEFAULT_PATH) -> TinyWorldConfig:
+    """The frozen config from a YAML file (missing keys keep their defaults)."""
+    path = Path(path)
+    if not path.is_file():
+        raise TinyConfigError(f"tiny-world config {path} does not exist; the default is {DEFAULT_PATH}")
+    return build(TinyWorldConfig, yaml.safe_load(path.read_text()) or {}, where=path.name)
+
+
+def as_dict(cfg: TinyWorldConfig) -> dict:
+    return dataclasses.asdict(cfg)
