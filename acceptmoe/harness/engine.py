@@ -13,13 +13,14 @@ pool (`prune_batched`; AcceptMoE under the offloaded store by default), then con
 the target's argmax, plus the bonus token; the KV cache keeps the accepted path and the drafter is fed the
 accepted tokens with the target's features.
 
-Verifier backends: `torch` (the reference above, any device) and any backend registered with
-`register_verifier_backend` (the Triton kernel in `acceptmoe.kernels` registers `triton` for CUDA);
-`backend="auto"` takes `triton` on CUDA when registered, else `torch`.
+Verifier backends (the hook point for the fused kernel): `torch`, the reference above on any device;
+`triton`, the fused kernel of `acceptmoe.kernels` (one launch per layer, no host sync); and any backend
+registered with `register_verifier_backend`. `backend="auto"` takes `triton` on CUDA, else `torch`.
 """
 from __future__ import annotations
 
 import dataclasses
+import functools
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -61,21 +62,42 @@ class TorchVerifier:
         return VerifyOut(ids, weights, eligible, sel.utility, sel.anchor)
 
 
+class TritonVerifier:
+    """The fused Triton kernel (`acceptmoe.kernels.FusedVerifier`) behind the same per-block interface.
+
+    On CPU it runs only under TRITON_INTERPRET=1 (tests); on CUDA it is the default (`backend="auto"`)."""
+
+    def __init__(self, method: str, block: BlockInfo, router: Router, cfg: SelectorConfig, num_experts: int,
+                 device: torch.device, prune: bool):
+        self.kernel = _fused_verifier(method, router, cfg, num_experts, device)
+        self.alpha, self.num_tokens = self.kernel.block_inputs([block])          # [1, T], [1]
+        self.prune = prune
+
+    def __call__(self, logits: Tensor, resident: Tensor | None) -> VerifyOut:
+        out = self.kernel(logits[None], self.alpha, self.num_tokens, resident if self.prune else None)
+        return VerifyOut(out.ids[0], out.weights[0], out.eligible[0], out.utility[0], out.anchor[0])
+
+
+@functools.lru_cache(maxsize=32)
+def _fused_verifier(method: str, router: Router, cfg: SelectorConfig, num_experts: int, device: torch.device):
+    """One kernel object per method and config (its construction copies parameters to the device)."""
+    from acceptmoe.kernels import FusedVerifier
+    return FusedVerifier(method, router, cfg, num_experts, device)
+
+
 VerifierFactory = Callable[[str, BlockInfo, Router, SelectorConfig, int, torch.device, bool],
                            Callable[[Tensor, "Tensor | None"], VerifyOut]]
-VERIFIER_BACKENDS: dict[str, VerifierFactory] = {"torch": TorchVerifier}
+VERIFIER_BACKENDS: dict[str, VerifierFactory] = {"torch": TorchVerifier, "triton": TritonVerifier}
 
 
 def register_verifier_backend(name: str, factory: VerifierFactory) -> None:
-    """Make a verifier backend available to `Engine(backend=name)` (and to "auto" if named "triton")."""
+    """Make a verifier backend available to `Engine(backend=name)`."""
     VERIFIER_BACKENDS[name] = factory
 
 
 def _resolve_backend(backend: str, device: torch.device) -> VerifierFactory:
     if backend == "auto":
-        if device.type == "cuda":
-            import acceptmoe.kernels  # noqa: F401  (registers the Triton verifier when it provides one)
-        backend = "triton" if device.type == "cuda" and "triton" in VERIFIER_BACKENDS else "torch"
+        backend = "triton" if device.type == "cuda" else "torch"
     if backend not in VERIFIER_BACKENDS:
         raise ValueError(f"unknown verifier backend {backend!r}; registered: {', '.join(VERIFIER_BACKENDS)}")
     return VERIFIER_BACKENDS[backend]

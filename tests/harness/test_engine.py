@@ -244,3 +244,14 @@ def test_load_engine_from_one_folder(draft_dir, tmp_path, reference):
     assert eng.draft is not None and eng.draft.dtype == eng.model.dtype
     assert eng.generate(PROMPTS[0], "standard-sd", max_new_tokens=4, ignore_eos=True, tree=SMALL).tokens == reference[0][:4]
     assert isinstance(CommitmentTable(max_depth=1).proposed, list)
+
+
+@pytest.mark.parametrize("method, kw", [("acceptmoe", {}), ("count-b", {"budget": 8})])
+def test_triton_backend_gives_torch_tokens(engine, method, kw):
+    """The fused kernel (Triton interpreter on CPU) behind the engine's verifier hook."""
+    pytest.importorskip("triton")
+    fused = Engine(engine.model, engine.draft, backend="triton")
+    args = dict(max_new_tokens=3, ignore_eos=True, tree=TreeShape(2, 3, 6), commitment=P_HAT, **kw)
+    a, b = fused.generate(PROMPTS[1], method, **args), engine.generate(PROMPTS[1], method, **args)
+    assert a.tokens == b.tokens
+    assert [blk.layers for blk in a.trace.blocks] == [blk.layers for blk in b.trace.blocks]
