@@ -193,6 +193,10 @@ class Engine:
     # ----- configuration -----
     def _selector_config(self, spec: MethodSpec, budget, commitment, selector, shape: TreeShape) -> SelectorConfig:
         if isinstance(selector, dict):
+            unknown = sorted(set(selector) - {f.name for f in dataclasses.fields(SelectorConfig)})
+            if unknown:
+                raise ValueError(f"unknown selector fields {unknown}; valid: "
+                                 f"{', '.join(f.name for f in dataclasses.fields(SelectorConfig))}")
             selector = SelectorConfig(**selector)
         cfg = selector or SelectorConfig()
         if budget is not None:

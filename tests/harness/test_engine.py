@@ -218,6 +218,7 @@ def test_vanilla_ar_steps_one_token(engine, reference):
     ("standard-sd", {"budget": 8}, ConfigError, "takes no budget"),
     ("vanilla-ar", {"budget": 8}, ValueError, "does not speculate"),
     ("standard-sd", {"prune": True}, ValueError, "residency pruning applies to restricting methods"),
+    ("acceptmoe", {"selector": {"rho": 0.1}}, ValueError, r"unknown selector fields \['rho'\]"),
 ])
 def test_clear_errors(engine, method, kw, err, match):
     with pytest.raises(err, match=match):
