@@ -235,11 +235,17 @@ def _status(returncode: int, passed_token: bool, timed_out: bool) -> str:
     return "failed"  # AssertionError, exit() before the end, os._exit(n), lost stdout
 
 
-def _make_workdir(iso: Isolation) -> str:
-    workdir = tempfile.mkdtemp(prefix="acceptmoe-sandbox-")
-    if iso.run_as_uid is not None:
-        os.chown(workdir, iso.run_as_uid, iso.run_as_uid)
-    return workdir
+def _make_workdir(iso: Isolation) -> tuple[str, str]:
+    """(folder to delete, working directory). When programs run as nobody, their working directory sits
+    inside a root-owned folder that can be traversed but not listed, so concurrent programs (same uid)
+    cannot find each other's directories."""
+    outer = tempfile.mkdtemp(prefix="acceptmoe-sandbox-")
+    if iso.run_as_uid is None:
+        return outer, outer
+    os.chmod(outer, 0o711)
+    workdir = tempfile.mkdtemp(prefix="run-", dir=outer)
+    os.chown(workdir, iso.run_as_uid, iso.run_as_uid)
+    return outer, workdir
 
 
 def _remove_workdir(workdir: str) -> None:
@@ -270,7 +276,7 @@ def run_program(source: str, limits: Limits = Limits(), iso: Isolation | None = 
     SandboxError if the process could not be set up (never a verdict on the program)."""
     iso = iso or isolation()
     nonce = secrets.token_hex(16).encode()
-    workdir = _make_workdir(iso)
+    outer, workdir = _make_workdir(iso)
     control_r, control_w = os.pipe()
     try:
         with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
@@ -289,7 +295,7 @@ def run_program(source: str, limits: Limits = Limits(), iso: Isolation | None = 
             stdout, stderr = out.read(), err.read()
     finally:
         os.close(control_r)
-        _remove_workdir(workdir)
+        _remove_workdir(outer)
     if not ready and not timed_out:
         raise SandboxError(f"the sandbox could not start a program (exit status {proc.returncode}, isolation "
                            f"{iso.describe()}): {stderr.decode('utf-8', 'replace')[-2000:]}")

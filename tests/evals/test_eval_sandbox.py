@@ -1,6 +1,8 @@
 """The code sandbox against hostile programs: every one must end as a non-pass, quickly, without harm."""
 import os
+import shutil
 import socket
+import tempfile
 import textwrap
 import time
 import uuid
@@ -168,7 +170,6 @@ def test_writing_into_the_repository_fails():
     try:
         res = run(f"""
             open({str(probe)!r}, "w").write("escaped")
-            open({str(REPO / 'README.md')!r}, "a").write("escaped")
         """)
         assert res.status == "error" and "PermissionError" in res.stderr
         assert not probe.exists()
@@ -176,16 +177,40 @@ def test_writing_into_the_repository_fails():
         probe.unlink(missing_ok=True)
 
 
-@needs_uid_drop
-def test_deleting_files_outside_its_directory_fails(tmp_path):
-    victim = tmp_path / "victim.txt"
+@pytest.fixture
+def readable_victim():
+    """A world-readable file in a world-traversable folder owned by the caller."""
+    folder = Path(tempfile.mkdtemp(prefix="acceptmoe-victim-"))
+    folder.chmod(0o755)
+    victim = folder / "victim.txt"
     victim.write_text("keep me")
-    res = run(f"""
-        import os, shutil
-        os.remove({str(victim)!r})
-    """)
+    victim.chmod(0o644)
+    yield victim
+    shutil.rmtree(folder)
+
+
+@needs_uid_drop
+@pytest.mark.parametrize("attack", ["os.remove(path)", "open(path, 'a').write('changed')",
+                                    "os.rename(path, path + '.moved')", "os.chmod(path, 0o777)"])
+def test_changing_files_outside_its_directory_fails(readable_victim, attack):
+    res = run(f"import os\npath = {str(readable_victim)!r}\n{attack}")
     assert res.status == "error" and "PermissionError" in res.stderr
-    assert victim.read_text() == "keep me"
+    assert readable_victim.read_text() == "keep me"
+    assert readable_victim.stat().st_mode & 0o777 == 0o644
+
+
+@needs_uid_drop
+def test_concurrent_programs_cannot_find_each_others_directories():
+    res = run("""
+        import os
+        here = os.getcwd()
+        parent = os.path.dirname(here)
+        try:
+            os.listdir(parent)
+        except PermissionError:
+            print("hidden")
+    """)
+    assert res.passed and res.stdout == "hidden\n", res
 
 
 @needs_uid_drop
