@@ -13,6 +13,12 @@ import sys
 COMMANDS: dict[str, tuple[str, str]] = {
     "bench-select": ("acceptmoe.bench.select_latency",
                      "selection + routing latency per layer (torch reference vs batched path)"),
+    "table1": ("acceptmoe.harness.runners.table1",
+               "Table 1: calibration, B0, every method on every (model, task) pair, then the table"),
+    "tables": ("acceptmoe.harness.runners.tables", "rebuild every table from saved results only"),
+    "calibrate": ("acceptmoe.harness.runners.calibrate",
+                  "Standard SD on the training split: commitment tables (p_hat) per model and task"),
+    "b0": ("acceptmoe.harness.runners.b0", "recompute and check B0 of a Table 1 run from its acceptmoe traces"),
 }
 
 

@@ -57,7 +57,7 @@ class TorchVerifier:
     def __call__(self, logits: Tensor, resident: Tensor | None) -> VerifyOut:
         """logits [T, E]; resident [E] bool (the pool before the pass) when pruning, else None."""
         sel = self.selector(logits)
-        eligible = prune_batched(sel, resident, self.cfg) if self.prune else sel.eligible
+        eligible = prune_batched(sel, resident, self.cfg, self.router.top_k) if self.prune else sel.eligible
         ids, weights = route(logits, eligible, self.router)
         return VerifyOut(ids, weights, eligible, sel.utility, sel.anchor)
 

@@ -93,7 +93,7 @@ class BlockSelector:
         return Selection(anchor | (rank < n[..., None]), u, anchor)
 
 
-def prune_batched(sel: Selection, resident: Tensor, cfg: SelectorConfig) -> Tensor:
+def prune_batched(sel: Selection, resident: Tensor, cfg: SelectorConfig, min_size: int = 0) -> Tensor:
     """Residency-aware pruning for eligible [..., E]; the same rule as `pruning.prune_nonresident`."""
     u = sel.utility.double()                                                           # [..., E]
     cand = sel.eligible & ~resident & ~sel.anchor                                      # [..., E]
@@ -106,5 +106,5 @@ def prune_batched(sel: Selection, resident: Tensor, cfg: SelectorConfig) -> Tens
     prefix_count = before.sum(-1)                                                      # [..., E]
     budget = cfg.prune_rho * torch.where(sel.eligible, u, 0.0).sum(-1, keepdim=True)
     size = sel.eligible.sum(-1, keepdim=True)
-    drop = cand & (prefix_mass <= budget) & (size - prefix_count >= cfg.prune_min_set)
+    drop = cand & (prefix_mass <= budget) & (size - prefix_count >= max(cfg.prune_min_set, min_size))
     return sel.eligible & ~drop

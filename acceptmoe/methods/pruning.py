@@ -13,8 +13,11 @@ from .config import SelectorConfig
 from .selectors import Selection
 
 
-def prune_nonresident(sel: Selection, resident: Tensor, cfg: SelectorConfig) -> Tensor:
-    """bool [E]: S \\ D. resident: bool [E], the layer's resident experts before the pass."""
+def prune_nonresident(sel: Selection, resident: Tensor, cfg: SelectorConfig, min_size: int = 0) -> Tensor:
+    """bool [E]: S \\ D. resident: bool [E], the layer's resident experts before the pass.
+
+    The set never shrinks below max(cfg.prune_min_set, min_size); callers pass the router's top_k as
+    min_size so that methods without an anchor keep at least k experts."""
     eligible = sel.eligible.clone()
     u = sel.utility.tolist()
     budget = cfg.prune_rho * float(sel.utility[sel.eligible].double().sum())
@@ -22,7 +25,7 @@ def prune_nonresident(sel: Selection, resident: Tensor, cfg: SelectorConfig) -> 
     candidates = [e for e in range(len(u)) if sel.eligible[e] and not resident[e] and not sel.anchor[e]]
     removed_mass = 0.0
     for e in sorted(candidates, key=lambda e: (u[e], -e)):
-        if size - 1 < cfg.prune_min_set or removed_mass + u[e] > budget:
+        if size - 1 < max(cfg.prune_min_set, min_size) or removed_mass + u[e] > budget:
             break
         removed_mass += u[e]
         size -= 1

@@ -163,5 +163,8 @@ def test_pruning_rules(case):
     if removed.any() and (cand & kept).any():                                # removed = lowest prefix
         assert float(u[removed].max()) <= float(u[cand & kept].min())
     assert torch.equal(kept, prune_batched(sel, resident, cfg))             # batched form agrees
+    floor = prune_nonresident(sel, resident, cfg, min_size=8)
+    assert int(floor.sum()) >= min(8, int(sel.eligible.sum()))              # caller's floor (top_k)
+    assert torch.equal(floor, prune_batched(sel, resident, cfg, min_size=8))
     everything = torch.ones_like(resident)
     assert torch.equal(prune_nonresident(sel, everything, cfg), sel.eligible)  # full residency: no-op
