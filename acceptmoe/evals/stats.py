@@ -128,6 +128,15 @@ class B0Decision:
     first_crossed: bool  # whether the first-`first` interval crossed (so `fallback` prompts were used)
 
 
+def totals_and_counts(sizes_per_prompt) -> tuple[np.ndarray, np.ndarray]:
+    """Per-prompt sum and number of set sizes, from one sequence of sizes (every block and layer) per prompt."""
+    sizes = [np.asarray(s, dtype=np.float64).ravel() for s in sizes_per_prompt]
+    empty = [i for i, s in enumerate(sizes) if s.size == 0]
+    if empty:
+        raise ValueError(f"prompts {empty[:5]} have no recorded set sizes")
+    return np.array([s.sum() for s in sizes]), np.array([float(s.size) for s in sizes])
+
+
 def choose_b0(size_totals, block_layer_counts, first: int = 50, fallback: int = 100,
               n_resamples: int = DEFAULT_RESAMPLES, confidence: float = 0.95, seed: int = DEFAULT_SEED) -> B0Decision:
     """B0 from per-prompt sums of AcceptMoE set sizes and per-prompt numbers of (block, layer) pairs,

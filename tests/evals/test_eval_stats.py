@@ -4,7 +4,7 @@ import pytest
 from scipy import stats as sps
 
 from acceptmoe.evals.stats import (bootstrap_mean, bootstrap_ratio, choose_b0, crosses_rounding_boundary,
-                                   paired_bootstrap_diff, round_half_up)
+                                   paired_bootstrap_diff, round_half_up, totals_and_counts)
 
 
 def _scipy_percentile(data, statistic, paired=False):
@@ -126,3 +126,10 @@ def test_b0_needs_enough_prompts():
         choose_b0(totals, counts)
     with pytest.raises(ValueError, match="first 50 prompts, got 10"):
         choose_b0(totals[:10], counts[:10])
+
+
+def test_totals_and_counts_pool_every_block_and_layer():
+    totals, counts = totals_and_counts([[[24, 26], [25, 25]], [30]])
+    assert totals.tolist() == [100.0, 30.0] and counts.tolist() == [4.0, 1.0]
+    with pytest.raises(ValueError, match=r"prompts \[1\] have no recorded set sizes"):
+        totals_and_counts([[1], []])
