@@ -12,8 +12,12 @@ union statistics from the trace (sums and means over every block and layer), and
 """
 from __future__ import annotations
 
+import gc
+import json
 from dataclasses import dataclass
 from typing import Callable
+
+import torch
 
 from tqdm import tqdm
 
@@ -25,7 +29,7 @@ from acceptmoe.methods import METHODS, CommitmentTable
 from . import calibrate
 from .b0 import b0_for_pair
 from .common import Loaded, RunPaths, load_model, set_threads, unit_key
-from .config import Table1Config
+from .config import ModelSpec, Table1Config
 from .prompts import decode, prompt_ids
 from .tracelog import TraceLog
 
@@ -123,32 +127,51 @@ def eval_examples(cfg: Table1Config) -> dict[str, list[dict]]:
     return {t: get_task(t).load(cfg.eval_split, cfg.limit) for t in cfg.tasks}
 
 
-def pending_units(cfg: Table1Config, examples: dict[str, list[dict]], samples: SampleLog) -> int:
-    return sum(unit_key(m.name, t, ex["id"], meth) not in samples
-               for m in cfg.models for t in cfg.tasks for ex in examples[t] for meth in cfg.methods)
+def pending_units(cfg: Table1Config, model: str, examples: dict[str, list[dict]], samples: SampleLog) -> int:
+    return sum(unit_key(model, t, ex["id"], meth) not in samples
+               for t in cfg.tasks for ex in examples[t] for meth in cfg.methods)
 
 
-def run_experiment(cfg: Table1Config, run: Run, show_progress: bool = True) -> dict:
-    """Calibration, B0 and every method on every pair into `run`; returns {"model|task": B0 decision}."""
+def run_model(spec: ModelSpec, cfg: Table1Config, paths: RunPaths, samples: SampleLog,
+              examples: dict[str, list[dict]], progress: Progress) -> None:
+    """Calibration and every pair of one model (the engine is freed when this returns)."""
+    loaded = load_model(spec, cfg)
+    tables = {s: calibrate.calibrate_source(loaded, cfg, s, paths, progress) for s in calibrate.sources(cfg)}
+    for task in cfg.tasks:
+        ctx = PairContext(loaded, get_task(task), examples[task], tables[cfg.calibration.source(task)],
+                          cfg, paths, samples)
+        run_pair(ctx, progress)
+
+
+def saved_b0(cfg: Table1Config, paths: RunPaths) -> dict[str, dict]:
+    """{"model|task": B0 decision} for every pair that has one."""
+    files = {f"{m.name}|{t}": paths.b0(m.name, t) for m in cfg.models for t in cfg.tasks}
+    return {k: json.loads(f.read_text()) for k, f in files.items() if f.is_file()}
+
+
+def run_experiment(cfg: Table1Config, run: Run, show_progress: bool = True) -> dict[str, dict]:
+    """Calibration, B0 and every method on every pair into `run`; returns {"model|task": B0 decision}.
+    Models with nothing left to run are not loaded."""
     set_threads(cfg)
     paths, samples = RunPaths(run.path), SampleLog(run.path / "samples.jsonl")
     examples = eval_examples(cfg)
-    todo = pending_units(cfg, examples, samples) + sum(calibrate.pending(cfg, paths, m.name) for m in cfg.models)
-    decisions: dict[str, dict] = {}
-    with tqdm(total=todo, disable=not show_progress, unit="gen", dynamic_ncols=True) as bar:
+    todo = {m.name: pending_units(cfg, m.name, examples, samples) + calibrate.pending(cfg, paths, m.name)
+            for m in cfg.models}
+    with tqdm(total=sum(todo.values()), disable=not show_progress, unit="gen", dynamic_ncols=True) as bar:
         def progress(desc: str) -> None:
             bar.set_description(desc, refresh=False)
             bar.update(1)
         for spec in cfg.models:
-            loaded = load_model(spec, cfg)
-            tables = {s: calibrate.calibrate_source(loaded, cfg, s, paths, progress) for s in calibrate.sources(cfg)}
-            for task in cfg.tasks:
-                ctx = PairContext(loaded, get_task(task), examples[task], tables[cfg.calibration.source(task)],
-                                  cfg, paths, samples)
-                decision = run_pair(ctx, progress)
-                if decision is not None:
-                    decisions[f"{spec.name}|{task}"] = decision
-    return decisions
+            if todo[spec.name]:
+                run_model(spec, cfg, paths, samples, examples, progress)
+                free_device_memory()
+    return saved_b0(cfg, paths)
+
+
+def free_device_memory() -> None:
+    gc.collect()
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Sequence
 
 from acceptmoe.evals.stats import choose_b0
-from acceptmoe.harness.runs import write_json
+from acceptmoe.harness.runs import SampleLog, write_json
 from acceptmoe.harness.trace import Trace
 
 from .common import RunPaths
@@ -82,14 +82,16 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     cfg = config_from_saved(json.loads((args.run / "config.json").read_text())["config"])
     paths, mismatches = RunPaths(args.run), 0
+    finished = SampleLog(paths.samples)
     for spec in cfg.models:
         for task in cfg.tasks:
             trace_file = paths.traces(spec.name, task, "acceptmoe")
             if not trace_file.is_file():
                 print(f"{spec.name} {task}: no acceptmoe traces yet")
                 continue
-            d = decide_b0(list(TraceLog(trace_file)), cfg.b0)
-            saved = json.loads(paths.b0(spec.name, task).read_text())["b0"] if paths.b0(spec.name, task).is_file() else None
+            d = decide_b0(list(TraceLog(trace_file, keep=finished)), cfg.b0)
+            saved_file = paths.b0(spec.name, task)
+            saved = json.loads(saved_file.read_text())["b0"] if saved_file.is_file() else None
             mismatches += saved is not None and saved != d["b0"]
             print(f"{spec.name} {task}: B0 = {d['b0']} (mean {d['mean_set_size']:.3f}, "
                   f"{cfg.b0.confidence:.0%} CI [{d['low']:.3f}, {d['high']:.3f}], first {d['n_prompts']} prompts"
