@@ -13,7 +13,7 @@ import json
 from pathlib import Path
 from typing import Sequence
 
-from acceptmoe.evals.stats import choose_b0
+from acceptmoe.evals.stats import choose_b0, totals_and_counts
 from acceptmoe.harness.runs import SampleLog, write_json
 from acceptmoe.harness.trace import Trace
 
@@ -22,17 +22,12 @@ from .config import B0Config, config_from_saved
 from .tracelog import TraceLog
 
 
-def set_size_totals(traces: Sequence[Trace]) -> tuple[list[float], list[int]]:
-    """Per trace: the sum of set sizes over every block and layer, and the number of (block, layer) pairs."""
-    totals, counts = [], []
-    for t in traces:
-        layered = [b.layers for b in t.blocks if b.layers is not None]
-        if len(layered) != len(t.blocks):
-            raise ValueError(f"trace {t.meta.get('key')} has blocks without per-layer fields: B0 needs "
-                             f"acceptmoe traces recorded with trace_layers=True")
-        totals.append(float(sum(sum(layers["set_size"]) for layers in layered)))
-        counts.append(sum(len(layers["set_size"]) for layers in layered))
-    return totals, counts
+def set_sizes(trace: Trace) -> list[int]:
+    """Every set size of one generation: one per (block, layer)."""
+    if any(b.layers is None for b in trace.blocks):
+        raise ValueError(f"trace {trace.meta.get('key')} has blocks without per-layer fields: B0 needs "
+                         f"acceptmoe traces recorded with trace_layers=True")
+    return [s for b in trace.blocks for s in b.layers["set_size"]]
 
 
 def in_eval_order(traces: Sequence[Trace]) -> list[Trace]:
@@ -50,11 +45,8 @@ def decide_b0(traces: Sequence[Trace], cfg: B0Config) -> dict:
     n = len(ordered)
     if n == 0:
         raise ValueError("no acceptmoe traces: run acceptmoe on the evaluation prompts before deciding B0")
-    totals, counts = set_size_totals(ordered)
-    if 0 in counts[: min(cfg.prompts, n)]:
-        raise ValueError("a prompt among the first has no verification block (it ended at prefill): "
-                         "its set size is undefined; raise max_new_tokens")
     first, fallback = min(cfg.prompts, n), min(cfg.fallback_prompts, n)
+    totals, counts = totals_and_counts([set_sizes(t) for t in ordered[:fallback]])
     d = choose_b0(totals, counts, first=first, fallback=fallback, n_resamples=cfg.resamples,
                   confidence=cfg.confidence, seed=cfg.seed)
     iv = d.interval
