@@ -43,3 +43,11 @@ def test_math500_reference_solutions_verify():
     task = get_task("math500")
     wrong = [ex["id"] for ex in task.load() if not task.score(ex, ex["solution"]).correct]
     assert wrong == []
+
+
+@pytest.mark.slow
+def test_all_humaneval_solutions_pass_as_fenced_full_functions():
+    """The instruct-model shape: prose, then the whole function (prompt + body) in a fenced block."""
+    examples = get_task("humaneval").load()
+    responses = [f"Sure!\n```python\n{ex['prompt']}{ex['canonical_solution']}```\nDone." for ex in examples]
+    assert _failures("humaneval", examples, responses) == []
