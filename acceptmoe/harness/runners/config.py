@@ -14,7 +14,6 @@ Unknown keys anywhere are errors that list the valid keys.
 """
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -107,12 +106,6 @@ class Table1Config:
         object.__setattr__(self, "methods", tuple(self.methods))
         _validate(self)
 
-    def model(self, name: str) -> ModelSpec:
-        for m in self.models:
-            if m.name == name:
-                return m
-        raise KeyError(f"no model {name!r} in this config; models: {[m.name for m in self.models]}")
-
 
 def _validate(cfg: Table1Config) -> None:
     names = [m.name for m in cfg.models]
@@ -198,11 +191,3 @@ def config_from_saved(saved: dict) -> Table1Config:
     """The config of an existing run folder (its config.json's "config")."""
     return from_dict(Table1Config, saved, where="config.json")
 
-
-def as_overrides(**values) -> dict:
-    """Command-line values that were given (None means 'not given')."""
-    return {k: v for k, v in values.items() if v is not None}
-
-
-def replace(cfg: Table1Config, **changes) -> Table1Config:
-    return dataclasses.replace(cfg, **changes)
