@@ -1,4 +1,5 @@
-"""Settings of the tiny world (tasks, tokenizer, target model, training), loaded from configs/tiny/world.yaml.
+"""Settings of the tiny world (tasks, tokenizer, target model and its training, EAGLE-3 draft), loaded from
+configs/tiny/world.yaml.
 
 `load(path)` builds a frozen `TinyWorldConfig`; unknown or missing keys are errors naming the section and
 the valid keys, and values are coerced to the declared types (YAML reads `3e-3` as a string).
@@ -75,12 +76,51 @@ class TrainConfig:
 
 
 @dataclass(frozen=True)
+class DraftConfig:
+    """The EAGLE-3 draft head (one Llama decoder layer over fused target features) and its TTT training."""
+    prompts_per_family: int = 600       # train prompts per family answered by the target (greedy)
+    max_new_tokens: int = 128           # cap on each greedy completion
+    gen_batch_size: int = 64
+    intermediate_size: int = 512
+    num_heads: int = 4
+    num_kv_heads: int = 2
+    head_dim: int = 32
+    ttt_steps: int = 4                  # training-time test unrolling depth (step 0 reads target features)
+    step_decay: float = 0.8             # loss weight of unrolled step s is step_decay ** s
+    batch_size: int = 32
+    epochs: int = 6
+    lr: float = 3e-3
+    min_lr_ratio: float = 0.05
+    warmup_steps: int = 50
+    weight_decay: float = 0.0
+    grad_clip: float = 0.5
+    max_minutes: float = 9.0            # guard on the training loop (data preparation excluded)
+    threads: int = 2
+    log_every: int = 25
+    eval_prompts: int = 20              # test prompts per family for the accepted-length measurement
+    lossless_prompts: int = 2           # of those, per family, also decoded with vanilla-ar and compared
+
+    def __post_init__(self) -> None:
+        if self.ttt_steps < 2:
+            raise TinyConfigError(f"draft.ttt_steps={self.ttt_steps}: EAGLE-3 training needs at least 2 "
+                                  f"unrolled steps")
+        if self.num_heads % self.num_kv_heads:
+            raise TinyConfigError(f"draft.num_heads={self.num_heads} is not a multiple of "
+                                  f"draft.num_kv_heads={self.num_kv_heads}")
+        if not 0 < self.step_decay <= 1:
+            raise TinyConfigError(f"draft.step_decay={self.step_decay} must lie in (0, 1]")
+        if self.lossless_prompts > self.eval_prompts:
+            raise TinyConfigError("draft.lossless_prompts cannot exceed draft.eval_prompts")
+
+
+@dataclass(frozen=True)
 class TinyWorldConfig:
     seed: int = 0
     data: DataConfig = field(default_factory=DataConfig)
     tokenizer: TokenizerConfig = field(default_factory=TokenizerConfig)
     target: TargetConfig = field(default_factory=TargetConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
+    draft: DraftConfig = field(default_factory=DraftConfig)
 
 
 def _coerce(value, kind, where: str):
