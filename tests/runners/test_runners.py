@@ -126,7 +126,7 @@ def setup(tmp_path_factory):
 @pytest.fixture(scope="module")
 def full_run(setup):
     root, preset = setup
-    assert table1.main(["--preset", str(preset), "--results", str(root / "full")]) == 0
+    assert table1.main(["--preset", str(preset), "--limit", "2", "--results", str(root / "full")]) == 0
     (run,) = (root / "full" / "table1" / "test").iterdir()
     return run
 
@@ -169,7 +169,7 @@ def test_interrupted_run_resumes_to_the_same_table(setup, full_run, monkeypatch)
             raise KeyboardInterrupt
         real_append(self, key, row)
     monkeypatch.setattr(SampleLog, "append", append_then_crash)
-    assert table1.main(["--preset", str(preset), "--results", str(root / "cut")]) == 130
+    assert table1.main(["--preset", str(preset), "--limit", "2", "--results", str(root / "cut")]) == 130
     monkeypatch.setattr(SampleLog, "append", real_append)
     (run,) = (root / "cut" / "table1" / "test").iterdir()
     assert len(SampleLog(run / "samples.jsonl")) == 8 and not (run / "summary.json").exists()
