@@ -148,6 +148,8 @@ def test_table1_end_to_end_files_and_structure(full_run, capsys):
     sd = [r for r in rows if r["method"] == "standard-sd"]
     assert all(r["tau"] >= 1 and r["mean_set_size"] == 8 and 1 <= r["tokens"] <= 8 for r in sd)
     assert all(r["mean_set_size"] is None and r["tau"] == 1 for r in rows if r["method"] == "vanilla-ar")
+    ar = {r["key"].replace("|vanilla-ar", ""): r["output_ids"] for r in rows if r["method"] == "vanilla-ar"}
+    assert {r["key"].replace("|standard-sd", ""): r["output_ids"] for r in sd} == ar     # greedy SD is lossless
     md = (run / "table1.md").read_text()
     assert "Mean (unweighted)" in md and "Rel. change vs Vanilla AR" in md and "AcceptMoE-B" in md
     csv_lines = (run / "table1.csv").read_text().splitlines()

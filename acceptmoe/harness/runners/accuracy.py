@@ -7,7 +7,7 @@ so an interrupted run resumes at the first unfinished unit and never duplicates 
 an exception is never recorded as an answer.
 
 Row fields: the prompt (model, task, example id and index, method, budget), the graded response and score,
-tokens and stop reason, accept lengths (tau = mean accepted length per target step), per-layer set-size and
+the generated token ids and stop reason, accept lengths (tau = mean accepted length per target step), per-layer set-size and
 union statistics from the trace (sums and means over every block and layer), and timing.
 """
 from __future__ import annotations
@@ -59,7 +59,8 @@ def trace_stats(trace: Trace) -> dict:
 def generation_row(gen, response: str, score, prompt_len: int) -> dict:
     """The measured part of a sample row (pure: from the Generation and its score)."""
     return {"correct": bool(score.correct), "extracted": score.extracted, "score_details": score.details,
-            "response": response, "tokens": len(gen.tokens), "stop_reason": gen.stop_reason,
+            "response": response, "output_ids": list(gen.tokens), "tokens": len(gen.tokens),
+            "stop_reason": gen.stop_reason,
             "prompt_tokens": prompt_len, "steps": len(gen.accept_lengths), "accepted": sum(gen.accept_lengths),
             "tau": gen.mean_accept_length, **trace_stats(gen.trace), "prefill_s": gen.prefill_time,
             "decode_s": sum(gen.step_times)}
