@@ -183,3 +183,45 @@ def test_interrupted_run_resumes_to_the_same_table(setup, full_run, monkeypatch)
             assert len(TraceLog(run / "traces" / "rand" / task / f"{method}.jsonl")) == 2
     assert (run / "table1.md").read_text() == (full_run / "table1.md").read_text()
     assert (run / "table1.csv").read_text() == (full_run / "table1.csv").read_text()
+
+
+# ----- the table's arithmetic on synthetic saved results -----
+def _saved_run(tmp_path: Path, correct: dict[str, list[int]], drop: tuple[str, int] | None = None) -> Path:
+    from acceptmoe.harness.runs import open_run
+    cfg = load_table1_config("tiny", {"tasks": ["tiny-gsm", "tiny-mbpp"], "methods": list(correct),
+                                      "limit": 4, "bootstrap.resamples": 200})
+    run = open_run("table1", "tiny", cfg, root=tmp_path)
+    log = SampleLog(run.path / "samples.jsonl")
+    for task in cfg.tasks:
+        for method, values in correct.items():
+            for i, c in enumerate(values):
+                if (method, i) == drop and task == "tiny-mbpp":
+                    continue
+                key = f"tiny|{task}|{task}/{i}|{method}"
+                log.append(key, {"model": "tiny", "task": task, "method": method, "example_id": f"{task}/{i}",
+                                 "index": i, "correct": bool(c), "accepted": 6, "steps": 2, "set_size_sum": 30.0,
+                                 "block_layers": 2, "routed_union_sum": 20.0, "budget": None})
+    return run.path
+
+
+def test_table_means_relative_change_and_paired_differences(tmp_path):
+    run = _saved_run(tmp_path, {"vanilla-ar": [1, 1, 0, 0], "standard-sd": [1, 1, 1, 0], "acceptmoe": [1, 0, 1, 0]})
+    t = table1.build_table1(run)
+    rec = {(r["task"], r["method"]): r for r in t.records}
+    assert rec[("tiny-gsm", "standard-sd")]["accuracy"] == 75 and rec[("tiny-gsm", "acceptmoe")]["diff_vs_standard_sd"] == -25
+    assert rec[("tiny-gsm", "acceptmoe")]["tau"] == 3 and rec[("tiny-gsm", "acceptmoe")]["mean_set_size"] == 15
+    assert rec[("tiny-gsm", "vanilla-ar")]["tau"] is None and not t.incomplete
+    assert t.means["standard-sd"]["accuracy"] == 75 and t.means["standard-sd"]["rel_change_vs_vanilla_ar"] == 50
+    assert t.means["acceptmoe"]["diff_vs_standard_sd"] == -25
+    assert t.means["acceptmoe"]["diff_low"] <= -25 <= t.means["acceptmoe"]["diff_high"]
+    md = table1.write_table1(run)
+    assert "-25.0 [" in md and "| Mean (unweighted)" in md
+
+
+def test_table_of_a_partial_run_uses_prompts_every_method_finished(tmp_path):
+    run = _saved_run(tmp_path, {"standard-sd": [1, 1, 1, 0], "acceptmoe": [1, 0, 1, 0]}, drop=("acceptmoe", 3))
+    t = table1.build_table1(run)
+    assert {r["n"] for r in t.records if r["task"] == "tiny-mbpp"} == {3}
+    assert t.incomplete == ["tiny|tiny-mbpp: 3 prompts finished by every method"]
+    assert t.means["acceptmoe"]["rel_change_vs_vanilla_ar"] is None         # no Vanilla AR in this run
+    assert "Incomplete pairs" in table1.write_table1(run)
