@@ -96,4 +96,6 @@ def open_experiment(args: argparse.Namespace) -> tuple[Table1Config, Run]:
         return config_from_saved(json.loads(meta.read_text())["config"]), Run(args.resume, resumed=True)
     overrides = {k: v for k, v in (("limit", args.limit), ("methods", args.methods)) if v is not None}
     cfg = load_table1_config(args.preset, overrides)
+    for spec in cfg.models:                        # fail before creating a run folder
+        resolve_checkpoint(spec.target), resolve_checkpoint(spec.draft)
     return cfg, open_run(EXPERIMENT, cfg.preset, cfg, root=args.results)
