@@ -225,3 +225,15 @@ def test_table_of_a_partial_run_uses_prompts_every_method_finished(tmp_path):
     assert t.incomplete == ["tiny|tiny-mbpp: 3 prompts finished by every method"]
     assert t.means["acceptmoe"]["rel_change_vs_vanilla_ar"] is None         # no Vanilla AR in this run
     assert "Incomplete pairs" in table1.write_table1(run)
+
+
+def test_prompts_use_the_chat_template_and_decoding_keeps_harmony_markers(setup):
+    from acceptmoe.harness.runners.prompts import decode, load_tokenizer, prompt_ids, resolve_checkpoint
+    root, _ = setup
+    tok = load_tokenizer(root / "target")
+    ids = prompt_ids(tok, [{"role": "user", "content": "2 + 3 = ?"}])
+    assert tok.decode(ids) == "<|im_start|>user\n2 + 3 = ?<|im_end|>\n<|im_start|>assistant\n"
+    reply = tok("#### 5", add_special_tokens=False)["input_ids"] + [tok.eos_token_id]
+    assert decode(tok, reply, "plain") == "#### 5" and decode(tok, reply, "harmony") == "#### 5<|im_end|>"
+    with pytest.raises(FileNotFoundError, match="train-tiny"):
+        resolve_checkpoint("models/absent/target")
