@@ -14,7 +14,8 @@ from typing import Sequence
 
 from acceptmoe.harness.runs import REPO
 
-HUB_PATTERNS = ("*.json", "*.safetensors", "*.model", "*.txt", "*.jinja", "tokenizer*")
+HUB_PATTERNS = ("*.json", "*.safetensors", "pytorch_model*.bin", "*.model", "*.txt", "*.jinja", "tokenizer*")
+HUB_IGNORED = ("original/*", "metal/*")         # gpt-oss-120b's duplicate checkpoints in other layouts
 
 
 def resolve_checkpoint(ref: str) -> Path:
@@ -28,7 +29,8 @@ def resolve_checkpoint(ref: str) -> Path:
                                 f"./reproduce.sh train-tiny, or point the preset's model at a checkpoint)")
     from huggingface_hub import snapshot_download
     try:
-        return Path(snapshot_download(repo_id=ref, allow_patterns=list(HUB_PATTERNS)))
+        return Path(snapshot_download(repo_id=ref, allow_patterns=list(HUB_PATTERNS),
+                                      ignore_patterns=list(HUB_IGNORED)))
     except Exception as exc:  # noqa: BLE001  (re-raised with the reference and the fix)
         raise FileNotFoundError(f"{ref!r} is neither a folder under {REPO} nor a downloadable hub model "
                                 f"({type(exc).__name__}: {exc}); download it first or give a local folder") from exc
