@@ -198,6 +198,17 @@ def speed_rows(t: Table1) -> tuple[list[str], list[list[str]]]:
     return header, rows
 
 
+def b0_rows(t: Table1) -> tuple[list[str], list[list[str]]]:
+    header = ["Model", "Task", "B0", "mean set size", "interval", "prompts", "rule"]
+    rows = []
+    for key, d in t.b0.items():
+        rule = ("fallback (first interval crossed x.5)" if d["first_crossed"] else "first prompts")
+        rule += f"; only {d['available_prompts']} evaluation prompts" if d["limited"] else ""
+        rows.append([*key.split("|"), str(d["b0"]), fmt(d["mean_set_size"], 2),
+                     f"[{d['low']:.2f}, {d['high']:.2f}]", str(d["n_prompts"]), rule])
+    return header, rows
+
+
 def _pairs(t: Table1) -> list[tuple[str, str]]:
     return list(dict.fromkeys((r["model"], r["task"]) for r in t.records))
 
@@ -213,6 +224,10 @@ def render_markdown(t: Table1) -> str:
                                      f"intervals over prompts (mean: stratified by pair)"),
              render.markdown(h3, r3, "Mean accepted length tau (tokens per target step) / mean set size "
                                      "(experts per layer, over every block and layer)")]
+    if t.b0:
+        h4, r4 = b0_rows(t)
+        parts.append(render.markdown(h4, r4, f"B0: mean AcceptMoE set size with its {conf} bootstrap interval "
+                                             f"over prompts, rounded half up (from traces only)"))
     if t.incomplete:
         parts.append("Incomplete pairs (table uses prompts finished by every method): " + "; ".join(t.incomplete) + "\n")
     return "\n".join(parts)
