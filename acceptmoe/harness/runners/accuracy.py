@@ -120,7 +120,7 @@ def run_pair(ctx: PairContext, progress: Progress) -> dict | None:
             budget = decision["b0"]
         log = run_method(ctx, method, budget, progress)
         if method == "acceptmoe":
-            decision = b0_for_pair(list(log), ctx.cfg.b0, ctx.paths.b0(ctx.loaded.spec.name, ctx.task.name))
+            decision = b0_for_pair(log, ctx.cfg.b0, ctx.paths.b0(ctx.loaded.spec.name, ctx.task.name))
     return decision
 
 

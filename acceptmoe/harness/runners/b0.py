@@ -52,16 +52,21 @@ def decide_b0(traces: Sequence[Trace], cfg: B0Config) -> dict:
     iv = d.interval
     return {"b0": d.b0, "mean_set_size": iv.estimate, "low": iv.low, "high": iv.high, "n_prompts": d.n_prompts,
             "first_crossed": d.first_crossed, "crosses_boundary": d.crosses_boundary,
-            "limited": n < cfg.prompts, "available_prompts": n, "rule": {
+            "limited": n < cfg.prompts, "available_prompts": n, "rule": {   # n: traces up to fallback_prompts
                 "prompts": cfg.prompts, "fallback_prompts": cfg.fallback_prompts, "confidence": cfg.confidence,
                 "resamples": cfg.resamples, "seed": cfg.seed}}
 
 
-def b0_for_pair(traces: Sequence[Trace], cfg: B0Config, out: Path) -> dict:
+def first_traces(log: TraceLog, cfg: B0Config) -> list[Trace]:
+    """The acceptmoe traces the rule can use: evaluation indices below `fallback_prompts`."""
+    return log.read(where=lambda meta: meta["index"] < max(cfg.prompts, cfg.fallback_prompts))
+
+
+def b0_for_pair(log: TraceLog, cfg: B0Config, out: Path) -> dict:
     """The saved decision if there is one (it fixed the budgets already run), else decide and save it."""
     if out.is_file():
         return json.loads(out.read_text())
-    decision = decide_b0(traces, cfg)
+    decision = decide_b0(first_traces(log, cfg), cfg)
     out.parent.mkdir(parents=True, exist_ok=True)
     write_json(out, decision)
     return decision
@@ -81,7 +86,7 @@ def main(argv: list[str] | None = None) -> int:
             if not trace_file.is_file():
                 print(f"{spec.name} {task}: no acceptmoe traces yet")
                 continue
-            d = decide_b0(list(TraceLog(trace_file, keep=finished)), cfg.b0)
+            d = decide_b0(first_traces(TraceLog(trace_file, keep=finished), cfg.b0), cfg.b0)
             saved_file = paths.b0(spec.name, task)
             saved = json.loads(saved_file.read_text())["b0"] if saved_file.is_file() else None
             mismatches += saved is not None and saved != d["b0"]

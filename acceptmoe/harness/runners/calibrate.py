@@ -55,7 +55,8 @@ def calibrate_source(loaded: Loaded, cfg: Table1Config, source: str, paths: RunP
                                      selector=cfg.selector, trace_layers=False)
         log.append(ex["id"], gen.trace)
         progress(f"{name} calibrate {source}")
-    traces = [log.get(ex["id"]) for ex in examples]
+    by_key = {t.meta["key"]: t for t in log.read()}
+    traces = [by_key[ex["id"]] for ex in examples]
     provenance = {"target": loaded.spec.target, "draft": loaded.spec.draft, "task": source, "split": split,
                   "task_version": task.version, "prompts": len(examples), "max_new_tokens": max_new,
                   "calibrates": [t for t in cfg.tasks if cfg.calibration.source(t) == source],
