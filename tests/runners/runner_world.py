@@ -36,7 +36,7 @@ def write_preset(root: Path, models: Path, **table1) -> Path:
     preset = {
         "preset": "test",
         "models": [{"name": "rand", "target": str(models / "target"), "draft": str(models / "draft")}],
-        "tasks": list(TASKS), "device": "cpu", "dtype": "float32", "threads": 2,
+        "tasks": list(TASKS), "device": "cpu", "dtype": "float32", "threads": 1,
         "tree": {"num_steps": 3, "topk": 4, "num_draft_tokens": 12},
         "b0": {"resamples": 300}, "bootstrap": {"resamples": 300},
         "table1": {"limit": 3, "max_new_tokens": 8, "calibration": {"prompts": 2}, **table1},
