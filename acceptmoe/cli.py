@@ -19,6 +19,9 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "calibrate": ("acceptmoe.harness.runners.calibrate",
                   "Standard SD on the training split: commitment tables (p_hat) per model and task"),
     "b0": ("acceptmoe.harness.runners.b0", "recompute and check B0 of a Table 1 run from its acceptmoe traces"),
+    "train-tiny": ("acceptmoe.tiny.train_tiny",
+                   "regenerate models/tiny from seeds: data, tokenizer, target, EAGLE-3 draft"),
+    "tiny-eval": ("acceptmoe.tiny.quick_eval", "greedy accuracy of a tiny target per tiny task (transformers)"),
 }
 
 
