@@ -275,6 +275,10 @@ class Engine:
                 st.done, st.stop_reason = True, "length"
                 return
 
+    def clock(self) -> float:
+        """Wall seconds, after the device's queued work has finished (what runners time generations with)."""
+        return self._clock()
+
     def _clock(self) -> float:
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)

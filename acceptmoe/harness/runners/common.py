@@ -62,10 +62,11 @@ class Loaded:
     draft: Path
 
 
-def load_model(spec: ModelSpec, cfg: Table1Config) -> Loaded:
+def load_model(spec: ModelSpec, cfg: Table1Config, store: str = "resident", slots: int | None = None) -> Loaded:
+    """A fresh engine for `spec`; store/slots select the expert store (offloaded: an X-slot pool per layer)."""
     from acceptmoe.harness import load_engine
     target, draft = resolve_checkpoint(spec.target), resolve_checkpoint(spec.draft)
-    engine = load_engine(target=target, draft=draft, device=cfg.device, dtype=cfg.dtype)
+    engine = load_engine(target=target, draft=draft, device=cfg.device, dtype=cfg.dtype, store=store, slots=slots)
     return Loaded(spec, engine, load_tokenizer(target), target, draft)
 
 

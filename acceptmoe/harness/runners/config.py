@@ -26,7 +26,7 @@ from acceptmoe.methods import METHODS, SelectorConfig, get_method
 
 PRESETS_DIR = REPO / "configs" / "presets"
 EXPERIMENT_YAML = REPO / "configs" / "experiments" / "table1.yaml"
-EXPERIMENT_SECTIONS = ("table1", "fig3", "fig4", "table2", "fig5", "sweep", "calibration-study")
+EXPERIMENT_SECTIONS = ("table1", "throughput", "calibration-study", "fig3", "fig4", "table2", "fig5", "sweep")
 RESPONSE_FORMATS = ("plain", "harmony")
 FORBIDDEN_IN_NAMES = ("|", "/", "\\", " ")
 

@@ -1,4 +1,4 @@
-"""`./reproduce.sh tables`: rebuild every table from saved results only (no model runs).
+"""`./reproduce.sh tables`: rebuild every table and figure from saved results only (no model runs).
 
 Walks `results/<experiment>/<preset>/<run-id>/` for experiments with a table builder (BUILDERS) and writes
 each run's table files next to its results; `--run RUN_DIR` rebuilds one run. A run without finished pairs
@@ -11,9 +11,17 @@ from typing import Callable
 
 from acceptmoe.harness.runs import REPO
 
+from .calibration_study import write_study
+from .perf_report import write_outputs
 from .table1 import NothingToTabulate, write_table1
 
-BUILDERS: dict[str, Callable[[Path], str]] = {"table1": write_table1}
+
+def _perf(run: Path) -> str:
+    return write_outputs(run)[0]
+
+
+BUILDERS: dict[str, Callable[[Path], str]] = {"table1": write_table1, "fig3": _perf, "fig4": _perf, "table2": _perf,
+                                              "sweep": _perf, "fig5": _perf, "calibration-study": write_study}
 
 
 def run_folders(results: Path) -> list[tuple[str, Path]]:

@@ -1,0 +1,183 @@
+"""Numbers of the throughput experiments from saved sample rows only (pure functions, no models).
+
+- `throughput_records(rows, phase, variants, prompts, center)`: per (pair, variant) throughput = total tokens /
+  total timed seconds, per repetition; across repetitions the pooled value (resident: all repetitions'
+  tokens / all their seconds) or the median (offloaded); the ratio to Standard SD per repetition (two numbers
+  measured side by side on the same engine) and across repetitions its mean (resident) or median
+  (offloaded), min, max and standard deviation; tau pooled.
+  Only repetitions in which every variant finished every prompt of the pair count.
+- `counter_metrics(rows)`: host-to-device bytes and loads per output token, hit rate = hits / (hits + misses),
+  stall share = seconds waiting for loads / timed seconds, all pooled over the rows.
+- `counter_records(rows, variants, bootstrap)`: Table 2: those per (pair, variant), accuracy with a bootstrap
+  interval over prompts, and the change vs Standard SD (traffic %, hit rate pp, stall share pp).
+- `sweep_records(rows, variants, bootstrap)`: accuracy, mean set size and tau per (pair, variant) of the sweep.
+- `means(records, fields)`: unweighted means over pairs per variant.
+"""
+from __future__ import annotations
+
+import statistics
+from collections import defaultdict
+
+import numpy as np
+
+from acceptmoe.evals.stats import bootstrap_mean, paired_bootstrap_diff
+
+BASELINE = "standard-sd"
+
+
+def by_pair(rows, phase: str) -> dict[tuple[str, str], list[dict]]:
+    out: dict = defaultdict(list)
+    for r in rows:
+        if r.get("phase") == phase:
+            out[(r["model"], r["task"])].append(r)
+    return dict(out)
+
+
+def complete_reps(rows: list[dict], variants: tuple[str, ...], prompts: int) -> dict[int, dict[str, list[dict]]]:
+    """rep -> variant -> rows (in prompt order), for repetitions where every variant has `prompts` rows."""
+    grid: dict = defaultdict(lambda: defaultdict(list))
+    for r in rows:
+        grid[r["rep"]][r["variant"]].append(r)
+    return {rep: {v: sorted(per[v], key=lambda r: r["index"]) for v in variants}
+            for rep, per in sorted(grid.items()) if all(len(per.get(v, ())) == prompts for v in variants)}
+
+
+def rate(rows: list[dict], num: str, den: str) -> float | None:
+    d = sum(r[den] for r in rows)
+    return sum(r[num] for r in rows) / d if d else None
+
+
+def throughput_records(rows, phase: str, variants: tuple[str, ...], prompts: int, center: str) -> list[dict]:
+    """center: "pooled" (resident protocol) or "median" (offloaded protocol)."""
+    out = []
+    for (model, task), pair_rows in by_pair(rows, phase).items():
+        reps = complete_reps(pair_rows, variants, prompts)
+        if not reps:
+            continue
+        tput = {v: [rate(reps[r][v], "tokens", "wall_s") for r in reps] for v in variants}
+        for v in variants:
+            all_rows = [x for r in reps for x in reps[r][v]]
+            rec = {"model": model, "task": task, "variant": v, "reps": len(reps), "prompts": prompts,
+                   "tokens": sum(x["tokens"] for x in all_rows),
+                   "tokens_per_s": rate(all_rows, "tokens", "wall_s") if center == "pooled" else statistics.median(tput[v]),
+                   "tokens_per_s_min": min(tput[v]), "tokens_per_s_max": max(tput[v]),
+                   "tau": rate(all_rows, "accepted", "steps") if v != "vanilla-ar" else None}
+            if BASELINE in variants:
+                ratios = [a / b for a, b in zip(tput[v], tput[BASELINE])]
+                mid = statistics.fmean(ratios) if center == "pooled" else statistics.median(ratios)
+                rec.update(ratio_vs_standard_sd=mid,
+                           ratio_min=min(ratios), ratio_max=max(ratios),
+                           ratio_std=statistics.stdev(ratios) if len(ratios) > 1 else 0.0,
+                           ratios_per_rep=[round(x, 4) for x in ratios])
+            out.append(rec)
+    return out
+
+
+def counter_metrics(rows: list[dict]) -> dict:
+    tokens = sum(r["tokens"] for r in rows)
+    events = sum(r["hits"] + r["misses"] for r in rows)
+    wall = sum(r["wall_s"] for r in rows)
+    return {"tokens": tokens, "bytes_per_token": sum(r["bytes"] for r in rows) / tokens if tokens else None,
+            "loads_per_token": sum(r["loads"] for r in rows) / tokens if tokens else None,
+            "hit_rate": sum(r["hits"] for r in rows) / events if events else None,
+            "stall_share": sum(r["wait_s"] for r in rows) / wall if wall else None,
+            "tokens_per_s": tokens / wall if wall else None}
+
+
+def accuracy_fields(rows: list[dict], base: list[dict] | None, resamples: int) -> dict:
+    correct = np.array([r["correct"] for r in rows], float)
+    acc = bootstrap_mean(correct, n_resamples=resamples)
+    out = {"accuracy": 100 * acc.estimate, "accuracy_low": 100 * acc.low, "accuracy_high": 100 * acc.high}
+    if base is not None:
+        d = paired_bootstrap_diff(correct, np.array([r["correct"] for r in base], float), n_resamples=resamples)
+        out.update(accuracy_diff=100 * d.estimate, accuracy_diff_low=100 * d.low, accuracy_diff_high=100 * d.high)
+    return out
+
+
+def _aligned(pair_rows: list[dict], variants: tuple[str, ...]) -> dict[str, list[dict]] | None:
+    """variant -> rows on the prompts every variant finished (prompt order), or None if none."""
+    per: dict = defaultdict(dict)
+    for r in pair_rows:
+        per[r["variant"]][r["example_id"]] = r
+    ids = set.intersection(*(set(per.get(v, {})) for v in variants))
+    if not ids:
+        return None
+    order = sorted(ids, key=lambda i: per[variants[0]][i]["index"])
+    return {v: [per[v][i] for i in order] for v in variants}
+
+
+def counter_records(rows, variants: tuple[str, ...], resamples: int) -> list[dict]:
+    """Table 2 per (pair, variant) from the instrumented run, with changes vs Standard SD."""
+    out = []
+    for (model, task), pair_rows in by_pair(rows, "offload-counters").items():
+        aligned = _aligned(pair_rows, variants)
+        if aligned is None:
+            continue
+        base = counter_metrics(aligned[BASELINE]) if BASELINE in aligned else None
+        for v in variants:
+            m = counter_metrics(aligned[v])
+            rec = {"model": model, "task": task, "variant": v, "prompts": len(aligned[v]), **m,
+                   "mean_set_size": rate(aligned[v], "set_size_sum", "block_layers") if v != "vanilla-ar" else None,
+                   **accuracy_fields(aligned[v], aligned.get(BASELINE), resamples)}
+            if base:
+                rec.update(traffic_change_pct=100 * (m["bytes_per_token"] / base["bytes_per_token"] - 1)
+                           if base["bytes_per_token"] else None,
+                           hit_rate_change_pp=100 * (m["hit_rate"] - base["hit_rate"]),
+                           stall_share_change_pp=100 * (m["stall_share"] - base["stall_share"]))
+            out.append(rec)
+    return out
+
+
+def sweep_records(rows, variants: tuple[str, ...], resamples: int) -> list[dict]:
+    out = []
+    for (model, task), pair_rows in by_pair(rows, "sweep").items():
+        aligned = _aligned(pair_rows, variants)
+        if aligned is None:
+            continue
+        for v in variants:
+            rs = aligned[v]
+            out.append({"model": model, "task": task, "variant": v, "budget": rs[0].get("budget"),
+                        "prompts": len(rs), **accuracy_fields(rs, aligned.get(BASELINE), resamples),
+                        "mean_set_size": rate(rs, "set_size_sum", "block_layers"),
+                        "tau": rate(rs, "accepted", "steps")})
+    return out
+
+
+def self_sized_vs_best(records: list[dict]) -> list[dict]:
+    """Per pair: AcceptMoE's accuracy minus the best fixed budget's (pp), and which budget was best."""
+    out = []
+    for pair in dict.fromkeys((r["model"], r["task"]) for r in records):
+        recs = [r for r in records if (r["model"], r["task"]) == pair]
+        fixed = [r for r in recs if r["variant"].startswith("acceptmoe-b@")]
+        self_sized = [r for r in recs if r["variant"] == "acceptmoe"]
+        if fixed and self_sized:
+            best = max(fixed, key=lambda r: (r["accuracy"], -r["budget"]))
+            out.append({"model": pair[0], "task": pair[1], "best_budget": best["budget"],
+                        "best_accuracy": best["accuracy"], "acceptmoe_accuracy": self_sized[0]["accuracy"],
+                        "acceptmoe_set_size": self_sized[0]["mean_set_size"],
+                        "diff_pp": self_sized[0]["accuracy"] - best["accuracy"]})
+    return out
+
+
+def means(records: list[dict], fields: tuple[str, ...]) -> dict[str, dict]:
+    """variant -> unweighted mean over pairs of each field (None where any pair lacks it)."""
+    out: dict = {}
+    for v in dict.fromkeys(r["variant"] for r in records):
+        recs = [r for r in records if r["variant"] == v]
+        out[v] = {"pairs": len(recs)}
+        for f in fields:
+            vals = [r.get(f) for r in recs]
+            out[v][f] = float(np.mean(vals)) if vals and all(x is not None for x in vals) else None
+    return out
+
+
+def mean_ratio_spread(records: list[dict]) -> dict[str, dict]:
+    """variant -> the mean over pairs of the per-repetition ratios, per repetition (min, max across them)."""
+    out = {}
+    for v in dict.fromkeys(r["variant"] for r in records):
+        per_rep = [r["ratios_per_rep"] for r in records if r["variant"] == v and "ratios_per_rep" in r]
+        n = min((len(x) for x in per_rep), default=0)
+        if n:
+            reps = [float(np.mean([x[i] for x in per_rep])) for i in range(n)]
+            out[v] = {"per_rep": reps, "min": min(reps), "max": max(reps)}
+    return out
