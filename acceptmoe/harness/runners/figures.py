@@ -103,8 +103,10 @@ def figure5(sweep: list[dict], counters: list[dict], timed: list[dict], stem: Pa
     prune = ("acceptmoe", "acceptmoe-noprune")
     pc = [r for r in counters if r["variant"] in prune]
     pt = [r for r in timed if r["variant"] in prune]
-    panels = [(b, pc, "bytes_per_token", None, None, "H2D bytes per output token"),
-              (c, pc, "hit_rate", None, None, "cache hit rate"),
+    pc = [{**r, "kb_per_token": r["bytes_per_token"] / 1024, "hit_rate_pct": 100 * r["hit_rate"],
+           "stall_pct": 100 * r["stall_share"]} for r in pc]
+    panels = [(b, pc, "kb_per_token", None, None, "host-to-device KB per output token"),
+              (c, pc, "hit_rate_pct", None, None, "cache hit rate (%)"),
               (d, pt, "tokens_per_s", "tokens_per_s_min", "tokens_per_s_max", "offloaded tokens / s"),
               (e, pc, "accuracy", "accuracy_low", "accuracy_high", "accuracy (%), reply up to first EOS")]
     for ax, recs, value, low, high, title in panels:
@@ -112,8 +114,9 @@ def figure5(sweep: list[dict], counters: list[dict], timed: list[dict], stem: Pa
             _grouped_bars(ax, recs, value, low, high, prune)
         ax.set_title(f"pruning on vs off: {title}", fontsize=9)
     if counters:
-        _grouped_bars(f, counters, "stall_share", None, None, list(dict.fromkeys(r["variant"] for r in counters)))
-        f.set_title("share of wall time waiting for expert loads", fontsize=9)
+        stall = [{**r, "stall_pct": 100 * r["stall_share"]} for r in counters]
+        _grouped_bars(f, stall, "stall_pct", None, None, list(dict.fromkeys(r["variant"] for r in counters)))
+        f.set_title("share of wall time waiting for expert loads (%)", fontsize=9)
         f.legend(fontsize=6)
     b.legend(fontsize=7)
     return _save(fig, stem)

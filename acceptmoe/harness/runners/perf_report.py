@@ -44,14 +44,15 @@ def throughput_md(records: list[dict], title: str, center: str) -> str:
 
 def table2_rows(records: list[dict]) -> tuple[list[str], list[list[str]], int]:
     header = ["Model", "Task", "Variant", "KB/token", "vs SD (%)", "hit rate (%)", "vs SD (pp)", "stall (%)",
-              "set size", "accuracy (%)"]
+              "us/load", "tok/s", "set size", "accuracy (%)"]
     row = lambda r, a, b: [a, b, figures.label(r["variant"]), fmt(_kb(r["bytes_per_token"]), 1),
                            fmt(r.get("traffic_change_pct"), 1), fmt(_pct(r["hit_rate"]), 1),
                            fmt(r.get("hit_rate_change_pp"), 1), fmt(_pct(r["stall_share"]), 1),
+                           fmt(r.get("us_per_load"), 1), fmt(r.get("tokens_per_s"), 1),
                            fmt(r.get("mean_set_size"), 1), fmt(r.get("accuracy"), 1)]
     rows = [row(r, r["model"], r["task"]) for r in records]
     fields = ("bytes_per_token", "traffic_change_pct", "hit_rate", "hit_rate_change_pp", "stall_share",
-              "mean_set_size", "accuracy")
+              "us_per_load", "tokens_per_s", "mean_set_size", "accuracy")
     summary = len(rows)
     rows += [row({"variant": v, **m}, "Mean over pairs", "") for v, m in means(records, fields).items()]
     return header, rows, summary
@@ -76,6 +77,64 @@ def sweep_md(records: list[dict]) -> str:
            fmt(b["acceptmoe_set_size"], 1), fmt(b["diff_pp"], 1)] for b in best]
     return (render.markdown(header, rows, "Fixed-budget sweep: accuracy with bootstrap intervals over prompts")
             + "\n" + render.markdown(h2, r2, "Self-sized AcceptMoE vs the best fixed budget"))
+
+
+# The paper's headline numbers (METHOD.md), printed beside what this run measured; reference values only.
+PAPER = {"resident": "1.290x mean (1.217-1.339 per pair)", "offload": "2.06x mean",
+         "traffic": "-73.6 to -77.1 %", "hit_rate": "+10.8 to +14.2 pp", "stall_sd": "65-78 %",
+         "stall_acceptmoe": "27-35 %", "prune_traffic": "-38.6 to -48.6 %", "prune_hit_rate": "+6.9 to +8.2 pp",
+         "prune_throughput": "+4.6 to +15.1 %"}
+
+
+def _mean_of(records: list[dict], variant: str, field: str):
+    vals = [r.get(field) for r in records if r["variant"] == variant]
+    return sum(vals) / len(vals) if vals and None not in vals else None
+
+
+def _per_pair_change(a: list[dict], b: list[dict], field: str, pct: bool) -> list[float]:
+    """Per pair: AcceptMoE (pruning) vs AcceptMoE without pruning, as % change or pp difference."""
+    base = {(r["model"], r["task"]): r[field] for r in b}
+    return [100 * (r[field] / base[(r["model"], r["task"])] - 1) if pct else 100 * (r[field] - base[(r["model"], r["task"])])
+            for r in a if (r["model"], r["task"]) in base and r[field] is not None and base[(r["model"], r["task"])]]
+
+
+def _range(vals: list[float], unit: str) -> str:
+    return "-" if not vals else f"{sum(vals) / len(vals):+.1f} {unit} mean ({min(vals):+.1f} to {max(vals):+.1f})"
+
+
+def paper_comparison(timed: dict[str, list[dict]], counters: list[dict]) -> str:
+    """AcceptMoE vs Standard SD (and pruning on vs off) as measured in this run, beside the paper's claims."""
+    rows = []
+    for phase, key in (("resident", "resident"), ("offload-timed", "offload")):
+        recs = timed.get(phase, [])
+        r = [x["ratio_vs_standard_sd"] for x in recs if x["variant"] == "acceptmoe" and "ratio_vs_standard_sd" in x]
+        if r:
+            rows.append([f"{phase} throughput, AcceptMoE / Standard SD",
+                         f"{sum(r) / len(r):.3f}x mean ({min(r):.3f}-{max(r):.3f} per pair)", PAPER[key]])
+    acc = [r for r in counters if r["variant"] == "acceptmoe"]
+    if acc and "traffic_change_pct" in acc[0]:
+        rows.append(["H2D traffic per output token vs Standard SD",
+                     _range([r["traffic_change_pct"] for r in acc], "%"), PAPER["traffic"]])
+        rows.append(["cache hit rate vs Standard SD", _range([r["hit_rate_change_pp"] for r in acc], "pp"),
+                     PAPER["hit_rate"]])
+        for v, key in (("standard-sd", "stall_sd"), ("acceptmoe", "stall_acceptmoe")):
+            share = _mean_of(counters, v, "stall_share")
+            rows.append([f"fetch-stall share, {figures.label(v)}", fmt(None if share is None else 100 * share, 1) + " %",
+                         PAPER[key]])
+    off = [r for r in counters if r["variant"] == "acceptmoe-noprune"]
+    if acc and off:
+        rows.append(["pruning on vs off: traffic", _range(_per_pair_change(acc, off, "bytes_per_token", True), "%"),
+                     PAPER["prune_traffic"]])
+        rows.append(["pruning on vs off: hit rate", _range(_per_pair_change(acc, off, "hit_rate", False), "pp"),
+                     PAPER["prune_hit_rate"]])
+    on_t = [r for r in timed.get("offload-timed", []) if r["variant"] == "acceptmoe"]
+    off_t = [r for r in timed.get("offload-timed", []) if r["variant"] == "acceptmoe-noprune"]
+    if on_t and off_t:
+        rows.append(["pruning on vs off: offloaded throughput",
+                     _range(_per_pair_change(on_t, off_t, "tokens_per_s", True), "%"), PAPER["prune_throughput"]])
+    if not rows:
+        return ""
+    return render.markdown(["quantity", "this run", "paper"], rows, "This run beside the paper's headline numbers")
 
 
 def write(run_dir: Path, name: str, text: str, written: list[Path]) -> None:
@@ -125,6 +184,10 @@ def write_outputs(run_dir: str | Path) -> tuple[str, list[Path]]:
     if {"sweep", "offload-timed", "offload-counters"} <= set(cfg.phases) and (sweep or counters):
         written += figures.figure5(sweep, counters, timed.get("offload-timed", []), run_dir / "fig5")
         write(run_dir, "fig5.csv", render.csv_text(_flat(sweep + counters + timed.get("offload-timed", []))), written)
+    comparison = paper_comparison(timed, counters)
+    if comparison:
+        write(run_dir, "paper-comparison.md", comparison, written)
+        parts.append(comparison)
     if not written:
         raise NothingToTabulate(f"{run_dir}: no phase has a finished pair yet")
     return "\n".join(parts), written

@@ -7,7 +7,7 @@
   (offloaded), min, max and standard deviation; tau pooled.
   Only repetitions in which every variant finished every prompt of the pair count.
 - `counter_metrics(rows)`: host-to-device bytes and loads per output token, hit rate = hits / (hits + misses),
-  stall share = seconds waiting for loads / timed seconds, all pooled over the rows.
+  stall share = seconds waiting for loads / timed seconds, microseconds per load, all pooled over the rows.
 - `counter_records(rows, variants, bootstrap)`: Table 2: those per (pair, variant), accuracy with a bootstrap
   interval over prompts, and the change vs Standard SD (traffic %, hit rate pp, stall share pp).
 - `sweep_records(rows, variants, bootstrap)`: accuracy, mean set size and tau per (pair, variant) of the sweep.
@@ -81,6 +81,7 @@ def counter_metrics(rows: list[dict]) -> dict:
             "loads_per_token": sum(r["loads"] for r in rows) / tokens if tokens else None,
             "hit_rate": sum(r["hits"] for r in rows) / events if events else None,
             "stall_share": sum(r["wait_s"] for r in rows) / wall if wall else None,
+            "us_per_load": 1e6 * sum(r["wait_s"] for r in rows) / loads if (loads := sum(r["loads"] for r in rows)) else None,
             "tokens_per_s": tokens / wall if wall else None}
 
 
