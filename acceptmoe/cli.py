@@ -13,6 +13,7 @@ import sys
 COMMANDS: dict[str, tuple[str, str]] = {
     "bench-select": ("acceptmoe.bench.select_latency",
                      "selection + routing latency per layer (torch reference vs batched path)"),
+    "bench-copy": ("acceptmoe.bench.expert_copy", "one expert load (host copy / H2D) vs one expert's compute, per shape"),
     "table1": ("acceptmoe.harness.runners.table1",
                "Table 1: calibration, B0, every method on every (model, task) pair, then the table"),
     "tables": ("acceptmoe.harness.runners.tables", "rebuild every table from saved results only"),
