@@ -44,6 +44,7 @@ class CalibrationStudyConfig:
     preset: str
     table1: Table1Config
     betas: tuple[float, ...] = (0.25, 0.5, 1.0)
+    prompts: int | None = None              # evaluation prompts per pair (None: the Table 1 limit)
     limit: int | None = None                # caps evaluation and training prompts (quick runs)
     budgets_from: str | None = None         # a Table 1 run folder: reuse its p_hat and B0
     bootstrap_resamples: int = 2000
@@ -54,7 +55,7 @@ class CalibrationStudyConfig:
             raise ValueError(f"betas must be a non-empty list of non-negative exponents, got {list(self.betas)}")
 
     def eval_prompts(self) -> int:
-        n = self.table1.limit or self.table1.b0.prompts
+        n = self.prompts or self.table1.limit or self.table1.b0.prompts
         return min(n, self.limit) if self.limit else n
 
     def train_prompts(self) -> int:
