@@ -140,11 +140,22 @@ def test_each_command_writes_its_outputs(setup, fig3_run, command, outputs):
     assert all(_nonempty(run / o) for o in outputs)
 
 
-def test_calibration_study_end_to_end(setup, fig3_run):
+def test_calibration_study_end_to_end_after_an_interruption(setup, fig3_run, monkeypatch):
     root, preset = setup
+    real_append, calls = SampleLog.append, {"n": 0}
+
+    def append_then_crash(self, key, row):
+        calls["n"] += 1
+        if calls["n"] == 5:
+            raise KeyboardInterrupt
+        real_append(self, key, row)
+    monkeypatch.setattr(SampleLog, "append", append_then_crash)
     assert calibration_study.main(["--preset", str(preset), "--limit", "2", "--results", str(root / "r"),
-                                   "--budgets-from", str(fig3_run / "budgets")]) == 0
+                                   "--budgets-from", str(fig3_run / "budgets")]) == 130
+    monkeypatch.setattr(SampleLog, "append", real_append)
     run = _run(root / "r", "calibration-study")
+    assert len(SampleLog(run / "samples.jsonl")) == 4
+    assert calibration_study.main(["--resume", str(run)]) == 0
     md = (run / "calibration-study.md").read_text()
     assert "Beta sensitivity" in md and "on-policy" in md and "B0 train" in md
     rows = list(SampleLog(run / "samples.jsonl"))
