@@ -85,7 +85,7 @@ class DraftConfig:
     num_heads: int = 4
     num_kv_heads: int = 2
     head_dim: int = 32
-    ttt_steps: int = 4                  # training-time test unrolling depth (step 0 reads target features)
+    ttt_steps: int = 5                  # training-time test unrolling depth (step 0 reads target features)
     step_decay: float = 0.8             # loss weight of unrolled step s is step_decay ** s
     batch_size: int = 32
     epochs: int = 6
@@ -98,7 +98,7 @@ class DraftConfig:
     threads: int = 2
     log_every: int = 25
     eval_prompts: int = 20              # test prompts per family for the accepted-length measurement
-    lossless_prompts: int = 2           # of those, per family, also decoded with vanilla-ar and compared
+    lossless_prompts: int = 5           # of those, per family, also decoded with vanilla-ar and compared
 
     def __post_init__(self) -> None:
         if self.ttt_steps < 2:

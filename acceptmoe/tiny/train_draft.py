@@ -190,10 +190,11 @@ def run(cfg: tiny_config.TinyWorldConfig, target_dir: str | Path, out_dir: str |
     draft.save_pretrained(out_dir)
     t1 = time.perf_counter()
     result = measure(target_dir, out_dir, tok, dc, cfg.seed)
-    summary = {"config": dataclasses.asdict(dc), "aux_layer_ids": list(aux),
+    summary = {"config": dataclasses.asdict(dc), "aux_layer_ids": list(aux), "target": str(target_dir),
                "data": {"sequences": len(seqs), "labelled_tokens": n_labels, "ended_in_eos": n_eos,
                         "seconds": round(data_s, 1)},
-               "train": summary, "eval": result, "eval_seconds": round(time.perf_counter() - t1, 1)}
+               "train": summary, "eval": result, "eval_seconds": round(time.perf_counter() - t1, 1),
+               "total_seconds": round(time.perf_counter() - t0, 1)}
     (out_dir / "train_summary.json").write_text(json.dumps(summary, indent=1) + "\n")
     log.info("draft saved to %s: tau %.3f (%s), lossless %d/%d", out_dir, result["tau"],
              {f: r["tau"] for f, r in result["families"].items()}, result["lossless"]["equal"],

@@ -62,6 +62,8 @@ def test_features_match_the_engine_capture(target_dir, hf_target):
         torch.testing.assert_close(s.feats, feats, atol=1e-4, rtol=1e-4)
         reply = s.labels != draft_data.IGNORE
         assert torch.equal(s.labels[reply], logits.argmax(-1)[reply])
+        P = s.prompt_len                        # the left-padded batched generation is the greedy chain
+        assert torch.equal(s.ids[P:], logits.argmax(-1)[P - 1:n - 1])
         assert not reply[:s.prompt_len].any() and reply[s.prompt_len:].all()   # no EOS: cut at the cap
 
 
