@@ -1,6 +1,6 @@
 """p_hat and B0 for the throughput and study runners: reused from a Table 1 run, or computed by Table 1's code.
 
-    budgets = pair_budgets(table1_cfg, run_dir / "budgets", source=None, limit=8)
+    budgets = pair_budgets(table1_cfg, run_dir, source=None, limit=8)    # also writes budgets-used.json
     budgets[("tiny", "tiny-gsm")].b0, budgets[("tiny", "tiny-gsm")].table
 
 With `source` (a Table 1 run folder) its `calibration/<model>/<source>-<split>.json` and `b0/<model>/<task>.json`
@@ -21,12 +21,15 @@ from acceptmoe.methods import CommitmentTable
 from .common import RunPaths
 from .config import Table1Config
 
+USED = "budgets-used.json"
+
 
 @dataclass(frozen=True)
 class PairBudget:
     b0: int
     table: CommitmentTable
     source: str                 # the folder the files came from
+    decision: dict              # the saved B0 decision (mean set size, interval, prompts used, rule)
 
 
 def read_budgets(cfg: Table1Config, folder: Path) -> dict[tuple[str, str], PairBudget]:
@@ -40,8 +43,8 @@ def read_budgets(cfg: Table1Config, folder: Path) -> dict[tuple[str, str], PairB
             if missing:
                 raise FileNotFoundError(f"{folder} lacks {missing}: finish that Table 1 run (./reproduce.sh table1 "
                                         f"--resume {folder}), or drop --budgets-from to compute p_hat and B0 here")
-            out[(spec.name, task)] = PairBudget(json.loads(b0.read_text())["b0"], CommitmentTable.load(cal),
-                                                str(folder))
+            decision = json.loads(b0.read_text())
+            out[(spec.name, task)] = PairBudget(decision["b0"], CommitmentTable.load(cal), str(folder), decision)
     return out
 
 
@@ -58,6 +61,19 @@ def compute_budgets(cfg: Table1Config, dest: Path, limit: int | None) -> dict[tu
     return read_budgets(sub, dest)
 
 
-def pair_budgets(cfg: Table1Config, dest: Path, source: str | Path | None,
+def pair_budgets(cfg: Table1Config, run_dir: Path, source: str | Path | None,
                  limit: int | None) -> dict[tuple[str, str], PairBudget]:
-    return read_budgets(cfg, Path(source)) if source else compute_budgets(cfg, dest, limit)
+    """The pairs' budgets (from `source`, else computed into `run_dir/budgets`), recorded in
+    `run_dir/budgets-used.json` so the run's tables never need the source folder again."""
+    budgets = read_budgets(cfg, Path(source)) if source else compute_budgets(cfg, run_dir / "budgets", limit)
+    write_json(run_dir / USED, {f"{m}|{t}": {"b0": b.b0, "decision": b.decision, "source": b.source,
+                                             "p_hat": list(b.table.p_hat), "proposed": b.table.proposed,
+                                             "committed": b.table.committed}
+                                for (m, t), b in budgets.items()})
+    return budgets
+
+
+def used_budgets(run_dir: Path) -> dict[str, dict]:
+    """{"model|task": {b0, decision, source, p_hat, ...}} as recorded by `pair_budgets` ({} if none)."""
+    path = run_dir / USED
+    return json.loads(path.read_text()) if path.is_file() else {}

@@ -28,7 +28,7 @@ from acceptmoe.methods import CommitmentTable
 from . import calibrate, render
 from .accuracy import PairContext, free_device_memory, run_unit
 from .b0 import decide_b0
-from .budgets import pair_budgets
+from .budgets import pair_budgets, used_budgets
 from .common import RunPaths, load_model, set_threads
 from .config import Table1Config, deep_merge, dotted, load_table1_config, preset_path, read_yaml
 from .perf_tables import sweep_records
@@ -128,7 +128,7 @@ def run_pair(loaded, cfg: CalibrationStudyConfig, task: str, natural, onpolicy, 
 def run_experiment(cfg: CalibrationStudyConfig, run: Run) -> None:
     set_threads(cfg.table1)
     t1, samples = cfg.table1, SampleLog(run.path / "samples.jsonl")
-    budgets = pair_budgets(t1, run.path / "budgets", cfg.budgets_from, cfg.limit)
+    budgets = pair_budgets(t1, run.path, cfg.budgets_from, cfg.limit)
     for spec in t1.models:
         loaded = load_model(spec, t1)
         for source in calibrate.sources(t1):
@@ -187,14 +187,14 @@ def phat_md(run_dir: Path, cfg: CalibrationStudyConfig) -> tuple[str, list[dict]
 
 
 def b0_md(run_dir: Path, cfg: CalibrationStudyConfig, records: list[dict]) -> tuple[str, list[dict]]:
-    source = Path(cfg.budgets_from) if cfg.budgets_from else run_dir / "budgets"
+    used = used_budgets(run_dir)
     acc = {(r["model"], r["task"], r["budget"]): r["accuracy"] for r in records if r["variant"].startswith("acceptmoe-b@")}
     recs = []
     for spec in cfg.table1.models:
         for task in cfg.table1.tasks:
-            fe, ft = RunPaths(source).b0(spec.name, task), run_dir / "b0-train" / spec.name / f"{task}.json"
-            if fe.is_file() and ft.is_file():
-                e, t = json.loads(fe.read_text()), json.loads(ft.read_text())
+            ft = run_dir / "b0-train" / spec.name / f"{task}.json"
+            if f"{spec.name}|{task}" in used and ft.is_file():
+                e, t = used[f"{spec.name}|{task}"]["decision"], json.loads(ft.read_text())
                 recs.append({"model": spec.name, "task": task, "b0_eval": e["b0"], "eval_mean": e["mean_set_size"],
                              "eval_prompts": e["n_prompts"], "b0_train": t["b0"], "train_mean": t["mean_set_size"],
                              "train_prompts": t["n_prompts"], "accuracy_at_eval_b0": acc.get((spec.name, task, e["b0"])),

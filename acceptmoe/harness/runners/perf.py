@@ -212,7 +212,7 @@ def run_experiment(cfg: ThroughputConfig, run: Run, show_progress: bool = True) 
     """Every phase of `cfg` into `run` (budgets first when a variant needs them)."""
     set_threads(cfg.table1)
     samples = SampleLog(run.path / "samples.jsonl")
-    budgets = pair_budgets(cfg.table1, run.path / "budgets", cfg.budgets_from, cfg.limit) if needs_budgets(cfg) else {}
+    budgets = pair_budgets(cfg.table1, run.path, cfg.budgets_from, cfg.limit) if needs_budgets(cfg) else {}
     with tqdm(total=total_units(cfg, samples), disable=not show_progress, unit="gen", dynamic_ncols=True) as bar:
         def progress(desc: str) -> None:
             bar.set_description(desc, refresh=False)

@@ -14,6 +14,7 @@ from pathlib import Path
 from acceptmoe.harness.runs import SampleLog
 
 from . import figures, render
+from .budgets import used_budgets
 from .perf_config import ThroughputConfig, throughput_config_from_saved
 from .perf_tables import (counter_records, mean_ratio_spread, means, self_sized_vs_best, sweep_records,
                           throughput_records)
@@ -184,6 +185,13 @@ def write_outputs(run_dir: str | Path) -> tuple[str, list[Path]]:
     if {"sweep", "offload-timed", "offload-counters"} <= set(cfg.phases) and (sweep or counters):
         written += figures.figure5(sweep, counters, timed.get("offload-timed", []), run_dir / "fig5")
         write(run_dir, "fig5.csv", render.csv_text(_flat(sweep + counters + timed.get("offload-timed", []))), written)
+    used = used_budgets(run_dir)
+    if used:
+        rows_b = [[*k.split("|"), str(u["b0"]), f"{u['decision']['mean_set_size']:.2f}", str(u["decision"]["n_prompts"]),
+                   " ".join(f"{p:.3f}" for p in u["p_hat"]), u["source"]] for k, u in used.items()]
+        parts.append(render.markdown(["Model", "Task", "B0", "mean set size", "prompts", "p_hat by depth", "from"],
+                                     rows_b, "Budgets used: B0 (AcceptMoE's mean set size, METHOD.md's rule) and "
+                                             "p_hat (Standard SD on the training split)"))
     comparison = paper_comparison(timed, counters)
     if comparison:
         write(run_dir, "paper-comparison.md", comparison, written)
