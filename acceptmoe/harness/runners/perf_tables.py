@@ -61,7 +61,8 @@ def throughput_records(rows, phase: str, variants: tuple[str, ...], prompts: int
                    "tokens": sum(x["tokens"] for x in all_rows),
                    "tokens_per_s": rate(all_rows, "tokens", "wall_s") if center == "pooled" else statistics.median(tput[v]),
                    "tokens_per_s_min": min(tput[v]), "tokens_per_s_max": max(tput[v]),
-                   "tau": rate(all_rows, "accepted", "steps") if v != "vanilla-ar" else None}
+                   "tau": rate(all_rows, "accepted", "steps") if v != "vanilla-ar" else None,
+                   "ms_per_step": 1e3 * rate(all_rows, "decode_s", "steps")}
             if BASELINE in variants:
                 ratios = [a / b for a, b in zip(tput[v], tput[BASELINE])]
                 mid = statistics.fmean(ratios) if center == "pooled" else statistics.median(ratios)
