@@ -94,8 +94,8 @@ class DraftConfig:
     warmup_steps: int = 50
     weight_decay: float = 0.0
     grad_clip: float = 0.5
-    max_minutes: float = 9.0            # guard on the training loop (data preparation excluded)
-    threads: int = 2
+    max_minutes: float = 12.0           # guard on the training loop (data preparation excluded)
+    threads: int = 1
     log_every: int = 25
     eval_prompts: int = 20              # test prompts per family for the accepted-length measurement
     lossless_prompts: int = 5           # of those, per family, also decoded with vanilla-ar and compared
