@@ -27,6 +27,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "fig5": ("acceptmoe.harness.runners.fig5", "Figure 5: sweep, pruning on vs off, fetch-stall share"),
     "calibration-study": ("acceptmoe.harness.runners.calibration_study",
                           "beta sensitivity, on-policy p_hat, B0 from training-split traces"),
+    "bench-engine": ("acceptmoe.bench.engine_speed",
+                     "our engine vs transformers on the tiny model (tokens/s, tau) and where the time goes"),
     "train-tiny": ("acceptmoe.tiny.train_tiny",
                    "regenerate models/tiny from seeds: data, tokenizer, target, EAGLE-3 draft"),
     "tiny-eval": ("acceptmoe.tiny.quick_eval", "greedy accuracy of a tiny target per tiny task (transformers)"),
