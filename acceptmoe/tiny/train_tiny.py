@@ -4,7 +4,8 @@ Writes into one output folder (default models/tiny/):
   data/<family>-test.jsonl   the test splits (and data/manifest.json with their sha256)
   tokenizer/                 the byte-level BPE (Hugging Face format)
   target/                    the Qwen3-MoE target (safetensors, config, tokenizer, train_summary.json)
-  draft/                     the EAGLE-3 draft, when acceptmoe.tiny.train_draft exists
+  draft/                     the EAGLE-3 draft
+  README.md, card.json       the model card: measured accuracy, router health, routed unions, tau
   train_tiny.log             the log of every stage
 """
 from __future__ import annotations
@@ -17,11 +18,12 @@ import logging
 import time
 from pathlib import Path
 
+from . import card
 from . import config as tiny_config
 from . import tasks, tokenizer, train_target
 
 log = logging.getLogger("acceptmoe.tiny")
-STAGES = ("data", "tokenizer", "target", "draft")
+STAGES = ("data", "tokenizer", "target", "draft", "card")
 
 
 def stage_data(cfg: tiny_config.TinyWorldConfig, out: Path) -> None:
@@ -83,7 +85,8 @@ def main(argv: list[str] | None = None) -> int:
     logging.getLogger().addHandler(handler)
     log.info("train-tiny: stages %s, config %s, out %s", stages, args.config, out)
     runners = {"data": lambda: stage_data(cfg, out), "tokenizer": lambda: stage_tokenizer(cfg, out),
-               "target": lambda: stage_target(cfg, out), "draft": lambda: stage_draft(cfg, out, args.config)}
+               "target": lambda: stage_target(cfg, out), "draft": lambda: stage_draft(cfg, out, args.config),
+               "card": lambda: card.main(["--model", str(out)])}
     for stage in stages:
         start = time.perf_counter()
         runners[stage]()
