@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import hashlib
-import importlib.util
 import json
 import logging
 import time
@@ -20,7 +19,7 @@ from pathlib import Path
 
 from . import card
 from . import config as tiny_config
-from . import tasks, tokenizer, train_target
+from . import tasks, tokenizer, train_draft, train_target
 
 log = logging.getLogger("acceptmoe.tiny")
 STAGES = ("data", "tokenizer", "target", "draft", "card")
@@ -53,14 +52,6 @@ def stage_target(cfg: tiny_config.TinyWorldConfig, out: Path) -> None:
 
 
 def stage_draft(cfg: tiny_config.TinyWorldConfig, out: Path, config_path: str) -> None:
-    # ---- DRAFT STAGE: the EAGLE-3 draft head is trained by acceptmoe.tiny.train_draft (a separate module,
-    # built on acceptmoe/harness/eagle3.py). Until that module exists the driver stops after the target.
-    if importlib.util.find_spec("acceptmoe.tiny.train_draft") is None:
-        log.warning("draft: acceptmoe.tiny.train_draft does not exist yet; stopping after the target "
-                    "(models/tiny/draft is not regenerated)")
-        return
-    from . import train_draft
-
     rc = train_draft.main(["--config", config_path, "--target", str(out / "target"), "--out", str(out / "draft")])
     if rc:
         raise RuntimeError(f"draft training failed with exit code {rc}; see {out / 'train_tiny.log'}")
