@@ -6,6 +6,7 @@ is reported and skipped.
 """
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Callable
 
@@ -35,11 +36,13 @@ def run_folders(results: Path) -> list[tuple[str, Path]]:
 
 
 def experiment_of(run: Path) -> str:
-    """results/<experiment>/<preset>/<run-id> -> <experiment>."""
-    name = run.resolve().parent.parent.name
+    """The experiment recorded in the run's config.json (so copied runs, e.g. results/reference/, rebuild too)."""
+    meta = run / "config.json"
+    if not meta.is_file():
+        raise FileNotFoundError(f"{meta} not found: --run takes a run folder written by an experiment command")
+    name = json.loads(meta.read_text()).get("experiment")
     if name not in BUILDERS:
-        raise ValueError(f"{run} is not under results/<experiment>/<preset>/ for an experiment with a table "
-                         f"builder ({', '.join(BUILDERS)})")
+        raise ValueError(f"{run}: experiment {name!r} has no table builder (builders: {', '.join(BUILDERS)})")
     return name
 
 
