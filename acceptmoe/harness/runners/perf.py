@@ -13,7 +13,8 @@ Timed phases (paper protocol): batch 1; per repetition a fresh engine (resident,
 per MoE layer); per (task, variant) one untimed warm-up generation on the warm-up example, then the
 evaluation examples 0..n-1 in order, exactly `max_new_tokens` tokens with EOS ignored; the variant order
 rotates by one per repetition. Each generation is timed with the engine's clock (device synchronised) around
-`generate`; throughput = total tokens / total timed seconds. The store's counters are reset before every
+`generate`; throughput = total tokens / total timed seconds; each row also keeps the machine's 1-minute load
+average (other processes on the host distort timings; the report shows it). The store's counters are reset before every
 generation and saved with its row (prefill included). `offload-counters` is one more such run with per-layer
 traces on (set sizes) and each reply graded up to its first EOS (greedy decoding makes that prefix the reply
 a stop-at-EOS run gives). `sweep` grades AcceptMoE-B at each budget plus the references with Table 1's
@@ -26,6 +27,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -103,7 +105,7 @@ def generate_timed(u: Unit, ex: dict, variant: str) -> tuple[dict, object]:
     totals = store.stats()["total"]
     row = {"tokens": len(gen.tokens), "wall_s": wall, "prefill_s": gen.prefill_time, "decode_s": sum(gen.step_times),
            "steps": len(gen.accept_lengths), "accepted": sum(gen.accept_lengths), "prompt_tokens": len(ids),
-           "store": store.kind, **{c: totals[c] for c in COUNTER_FIELDS}}
+           "store": store.kind, "load_avg_1m": os.getloadavg()[0], **{c: totals[c] for c in COUNTER_FIELDS}}
     return row, gen
 
 

@@ -27,21 +27,23 @@ def fmt(x, digits: int = 2) -> str:
 
 def throughput_md(records: list[dict], title: str, center: str) -> str:
     header = ["Model", "Task", "Variant", "reps", "tok/s", "min-max", "ratio vs SD", "ratio min-max", "ratio sd", "tau",
-              "ms/step"]
+              "ms/step", "host load"]
     rows = [[r["model"], r["task"], figures.label(r["variant"]), str(r["reps"]), fmt(r["tokens_per_s"], 1),
              f"{fmt(r['tokens_per_s_min'], 1)}-{fmt(r['tokens_per_s_max'], 1)}", fmt(r.get("ratio_vs_standard_sd"), 3),
              f"{fmt(r.get('ratio_min'), 3)}-{fmt(r.get('ratio_max'), 3)}", fmt(r.get("ratio_std"), 3), fmt(r["tau"]),
-             fmt(r["ms_per_step"], 1)] for r in records]
-    m, spread = means(records, ("tokens_per_s", "ratio_vs_standard_sd", "tau", "ms_per_step")), mean_ratio_spread(records)
+             fmt(r["ms_per_step"], 1), fmt(r.get("load_avg_1m"), 2)] for r in records]
+    m = means(records, ("tokens_per_s", "ratio_vs_standard_sd", "tau", "ms_per_step", "load_avg_1m"))
+    spread = mean_ratio_spread(records)
     for v, row in m.items():
         s = spread.get(v, {})
         rows.append(["Mean over pairs", "", figures.label(v), "", fmt(row["tokens_per_s"], 1), "",
                      fmt(row["ratio_vs_standard_sd"], 3), f"{fmt(s.get('min'), 3)}-{fmt(s.get('max'), 3)}", "",
-                     fmt(row["tau"]), fmt(row["ms_per_step"], 1)])
+                     fmt(row["tau"]), fmt(row["ms_per_step"], 1), fmt(row["load_avg_1m"], 2)])
     note = ("pooled over repetitions (total tokens / total timed seconds); ratio: mean" if center == "pooled"
             else "median over repetitions; ratio: median")
     return render.markdown(header, rows, f"{title}: throughput {note} over repetitions of the ratio to Standard SD "
-                                         f"measured in the same repetition, with its min-max and standard deviation")
+                                         f"measured in the same repetition, with its min-max and standard deviation; "
+                                         f"host load = mean 1-minute load average while the variant ran")
 
 
 def table2_rows(records: list[dict]) -> tuple[list[str], list[list[str]], int]:

@@ -62,7 +62,9 @@ def throughput_records(rows, phase: str, variants: tuple[str, ...], prompts: int
                    "tokens_per_s": rate(all_rows, "tokens", "wall_s") if center == "pooled" else statistics.median(tput[v]),
                    "tokens_per_s_min": min(tput[v]), "tokens_per_s_max": max(tput[v]),
                    "tau": rate(all_rows, "accepted", "steps") if v != "vanilla-ar" else None,
-                   "ms_per_step": 1e3 * rate(all_rows, "decode_s", "steps")}
+                   "ms_per_step": 1e3 * rate(all_rows, "decode_s", "steps"),
+                   "load_avg_1m": statistics.fmean(x["load_avg_1m"] for x in all_rows)
+                   if all("load_avg_1m" in x for x in all_rows) else None}
             if BASELINE in variants:
                 ratios = [a / b for a, b in zip(tput[v], tput[BASELINE])]
                 mid = statistics.fmean(ratios) if center == "pooled" else statistics.median(ratios)
