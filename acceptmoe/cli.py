@@ -55,7 +55,22 @@ def main(argv: list[str] | None = None) -> int:
         print(usage(), file=sys.stderr)
         return 2
     module = importlib.import_module(COMMANDS[name][0])
-    return int(module.main(rest) or 0)
+    try:
+        return int(module.main(rest) or 0)
+    except _user_errors() as exc:  # bad input: the message names the problem and the fix; no traceback
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+
+
+def _user_errors() -> tuple[type[BaseException], ...]:
+    """Exceptions that report bad input (unknown method, bad config key, missing checkpoint or file, ...)."""
+    from acceptmoe.evals.data import DataError
+    from acceptmoe.harness.config import CheckpointError
+    from acceptmoe.harness.eagle3 import DraftMismatchError
+    from acceptmoe.harness.runs import ConfigKeyError
+    from acceptmoe.methods import ConfigError, TreeError, UnknownMethodError
+    return (ConfigError, ConfigKeyError, UnknownMethodError, TreeError, CheckpointError, DraftMismatchError,
+            DataError, FileNotFoundError)
 
 
 def parser(name: str, description: str) -> argparse.ArgumentParser:

@@ -95,10 +95,10 @@ def main(argv: list[str] | None = None) -> int:
 
     from acceptmoe.harness import TreeShape, load_engine
     from acceptmoe.methods import CommitmentTable
+    engine = load_engine(a.model)                     # checks the folders first (clear error if missing)
     target = Path(a.model) / "target"
     tok = AutoTokenizer.from_pretrained(target)
     prompts = tiny_prompts(tok, a.prompts)
-    engine = load_engine(a.model)
     hf = AutoModelForCausalLM.from_pretrained(target, dtype=torch.float32).eval()
     steps = TreeShape().num_steps
     commitment = (CommitmentTable.load(a.commitment) if a.commitment
