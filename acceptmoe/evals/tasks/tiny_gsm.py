@@ -2,22 +2,18 @@
 (flexible-extract exact match against the integer answer; strict-match recorded)."""
 from __future__ import annotations
 
-from acceptmoe.evals.tasks import Score, check_split, gsm8k, user_message
-from acceptmoe.tiny import tasks as tiny
+from acceptmoe.evals.tasks import Score, gsm8k, tiny_common
 
 NAME = "tiny-gsm"
-VERSION = f"1+tiny{tiny.TASKS_VERSION}"
-SPLITS = ("test", "train")
-SEED = 0
+VERSION = tiny_common.VERSION
+SPLITS = tiny_common.SPLITS
 
 
 def load(split: str = "test", limit: int | None = None) -> list[dict]:
-    check_split(NAME, split, SPLITS)
-    return tiny.generate(NAME, split, n=limit, seed=SEED)
+    return tiny_common.load_examples(NAME, split, limit)
 
 
-def messages(example: dict) -> list[dict]:
-    return user_message(example["question"])
+messages = tiny_common.messages
 
 
 def extract(example: dict, response: str) -> str:

@@ -5,23 +5,19 @@ from __future__ import annotations
 
 from acceptmoe.evals.extract import extract_code
 from acceptmoe.evals.sandbox import run_program
-from acceptmoe.evals.tasks import Score, check_split, code_score, user_message
+from acceptmoe.evals.tasks import Score, code_score, tiny_common
 from acceptmoe.evals.tasks.humaneval import humaneval_program
-from acceptmoe.tiny import tasks as tiny
 
 NAME = "tiny-humaneval"
-VERSION = f"1+tiny{tiny.TASKS_VERSION}"
-SPLITS = ("test", "train")
-SEED = 0
+VERSION = tiny_common.VERSION
+SPLITS = tiny_common.SPLITS
 
 
 def load(split: str = "test", limit: int | None = None) -> list[dict]:
-    check_split(NAME, split, SPLITS)
-    return tiny.generate(NAME, split, n=limit, seed=SEED)
+    return tiny_common.load_examples(NAME, split, limit)
 
 
-def messages(example: dict) -> list[dict]:
-    return user_message(example["question"])
+messages = tiny_common.messages
 
 
 def extract(example: dict, response: str) -> str:

@@ -2,22 +2,18 @@
 (math_verify against the LaTeX answer)."""
 from __future__ import annotations
 
-from acceptmoe.evals.tasks import Score, check_split, math500, user_message
-from acceptmoe.tiny import tasks as tiny
+from acceptmoe.evals.tasks import Score, math500, tiny_common
 
 NAME = "tiny-math"
-VERSION = f"1+tiny{tiny.TASKS_VERSION}"
-SPLITS = ("test", "train")
-SEED = 0
+VERSION = tiny_common.VERSION
+SPLITS = tiny_common.SPLITS
 
 
 def load(split: str = "test", limit: int | None = None) -> list[dict]:
-    check_split(NAME, split, SPLITS)
-    return tiny.generate(NAME, split, n=limit, seed=SEED)
+    return tiny_common.load_examples(NAME, split, limit)
 
 
-def messages(example: dict) -> list[dict]:
-    return user_message(example["question"])
+messages = tiny_common.messages
 
 
 def extract(example: dict, response: str) -> str:

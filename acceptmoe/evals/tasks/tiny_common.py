@@ -1,0 +1,19 @@
+"""What the four tiny task modules share: splits, seed, version, loading from acceptmoe.tiny.tasks and the
+one-turn chat prompt (the question exactly as the tiny target was trained on it)."""
+from __future__ import annotations
+
+from acceptmoe.evals.tasks import check_split, user_message
+from acceptmoe.tiny import tasks as tiny
+
+VERSION = f"1+tiny{tiny.TASKS_VERSION}"
+SPLITS = ("test", "train")
+SEED = 0
+
+
+def load_examples(name: str, split: str, limit: int | None) -> list[dict]:
+    check_split(name, split, SPLITS)
+    return tiny.generate(name, split, n=limit, seed=SEED)
+
+
+def messages(example: dict) -> list[dict]:
+    return user_message(example["question"])
