@@ -63,9 +63,9 @@ class TrainConfig:
     warmup_frac: float = 0.02
     weight_decay: float = 0.1
     grad_clip: float = 1.0
-    max_tokens: int = 10_000_000
-    max_minutes: float = 40.0
-    threads: int = 2
+    max_tokens: int = 5_000_000
+    max_minutes: float = 60.0
+    threads: int = 1
     log_every: int = 25
 
     def __post_init__(self) -> None:

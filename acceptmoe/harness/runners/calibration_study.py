@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -29,7 +28,7 @@ from . import calibrate, render
 from .accuracy import PairContext, free_device_memory, run_unit
 from .b0 import decide_b0
 from .budgets import pair_budgets, used_budgets
-from .common import RunPaths, load_model, set_threads
+from .common import RunPaths, load_model, run_to_completion, set_threads
 from .config import Table1Config, deep_merge, dotted, load_table1_config, preset_path, read_yaml
 from .perf_tables import sweep_records
 from .prompts import prompt_ids, resolve_checkpoint
@@ -248,14 +247,7 @@ def main(argv: list[str] | None = None) -> int:
         for spec in cfg.table1.models:
             resolve_checkpoint(spec.target), resolve_checkpoint(spec.draft)
         run = open_run(EXPERIMENT, cfg.preset, cfg, root=args.results)
-    print(f"run folder: {run.path}{' (resumed)' if run.resumed else ''}", flush=True)
-    start = time.perf_counter()
-    try:
-        run_experiment(cfg, run)
-    except KeyboardInterrupt:
-        print(f"\ninterrupted; finished rows are saved. Resume with: ./reproduce.sh {EXPERIMENT} --resume {run.path}")
+    if not run_to_completion(EXPERIMENT, run, lambda: run_experiment(cfg, run)):
         return 130
-    run.finish({"rows": len(SampleLog(run.path / "samples.jsonl")),
-                "seconds_this_session": round(time.perf_counter() - start, 1)})
     print(write_study(run.path))
     return 0

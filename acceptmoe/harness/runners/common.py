@@ -14,12 +14,14 @@ from __future__ import annotations
 
 import argparse
 import json
+import time
 from dataclasses import dataclass
+from typing import Callable
 from pathlib import Path
 
 import torch
 
-from acceptmoe.harness.runs import Run, open_run
+from acceptmoe.harness.runs import Run, SampleLog, open_run
 
 from .config import ModelSpec, Table1Config, config_from_saved, load_table1_config
 from .prompts import load_tokenizer, resolve_checkpoint
@@ -100,3 +102,18 @@ def open_experiment(args: argparse.Namespace) -> tuple[Table1Config, Run]:
     for spec in cfg.models:                        # fail before creating a run folder
         resolve_checkpoint(spec.target), resolve_checkpoint(spec.draft)
     return cfg, open_run(EXPERIMENT, cfg.preset, cfg, root=args.results)
+
+
+def run_to_completion(command: str, run: Run, work: Callable[[], dict | None]) -> bool:
+    """Run `work` into `run` and write its summary (`work`'s fields, rows, this session's seconds).
+    Ctrl-C keeps every finished row, prints the resume command and returns False."""
+    print(f"run folder: {run.path}{' (resumed)' if run.resumed else ''}", flush=True)
+    start = time.perf_counter()
+    try:
+        extra = work() or {}
+    except KeyboardInterrupt:
+        print(f"\ninterrupted; finished rows are saved. Resume with: ./reproduce.sh {command} --resume {run.path}")
+        return False
+    run.finish({**extra, "rows": len(SampleLog(run.path / "samples.jsonl")),
+                "seconds_this_session": round(time.perf_counter() - start, 1)})
+    return True

@@ -28,7 +28,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
@@ -41,7 +40,7 @@ from acceptmoe.methods import METHODS
 
 from .accuracy import PairContext, free_device_memory, run_unit, trace_stats
 from .budgets import PairBudget, pair_budgets
-from .common import Loaded, RunPaths, load_model, set_threads
+from .common import Loaded, RunPaths, load_model, run_to_completion, set_threads
 from .perf_config import (ThroughputConfig, load_throughput_config, needs_budgets, parse_variant,
                           throughput_config_from_saved)
 from .prompts import decode, prompt_ids, resolve_checkpoint
@@ -254,15 +253,8 @@ def command_main(command: str, description: str, argv: list[str] | None) -> int:
     p.add_argument("--resume", type=Path, default=None, metavar="RUN_DIR", help="continue this run folder")
     p.add_argument("--results", type=Path, default=None, help="results root (default: results/)")
     cfg, run = open_experiment(command, p.parse_args(argv))
-    print(f"run folder: {run.path}{' (resumed)' if run.resumed else ''}", flush=True)
-    start = time.perf_counter()
-    try:
-        run_experiment(cfg, run)
-    except KeyboardInterrupt:
-        print(f"\ninterrupted; finished rows are saved. Resume with: ./reproduce.sh {command} --resume {run.path}")
+    if not run_to_completion(command, run, lambda: run_experiment(cfg, run)):
         return 130
-    run.finish({"rows": len(SampleLog(run.path / "samples.jsonl")),
-                "seconds_this_session": round(time.perf_counter() - start, 1)})
     text, written = write_outputs(run.path)
     print(text)
     print("written: " + ", ".join(str(p) for p in written))

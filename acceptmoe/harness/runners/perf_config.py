@@ -17,7 +17,7 @@ keys anywhere are errors that list the valid keys.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from acceptmoe.harness.runs import REPO, from_dict, to_jsonable

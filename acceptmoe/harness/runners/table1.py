@@ -13,7 +13,6 @@ Written as `table1.md`, `table1.csv` (one record per pair and method) and `table
 from __future__ import annotations
 
 import json
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -266,19 +265,12 @@ def write_table1(run_dir: str | Path) -> str:
 def main(argv: list[str] | None = None) -> int:
     from acceptmoe.cli import parser
     from .accuracy import run_experiment
-    from .common import add_run_options, open_experiment
+    from .common import add_run_options, open_experiment, run_to_completion
     p = parser("table1", "Table 1: calibration, B0 and every method on every (model, task) pair, then the table")
     add_run_options(p)
     cfg, run = open_experiment(p.parse_args(argv))
-    print(f"run folder: {run.path}{' (resumed)' if run.resumed else ''}", flush=True)
-    start = time.perf_counter()
-    try:
-        decisions = run_experiment(cfg, run)
-    except KeyboardInterrupt:
-        print(f"\ninterrupted; finished rows are saved. Resume with: ./reproduce.sh table1 --resume {run.path}")
+    if not run_to_completion("table1", run, lambda: {"b0": run_experiment(cfg, run)}):
         return 130
-    run.finish({"b0": decisions, "rows": len(SampleLog(run.path / "samples.jsonl")),
-                "seconds_this_session": round(time.perf_counter() - start, 1)})
     print(write_table1(run.path))
     print(f"written: {', '.join(str(run.path / f) for f in OUTPUTS)}")
     return 0
