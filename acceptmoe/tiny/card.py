@@ -80,6 +80,7 @@ def render(card: dict) -> str:
              f"- Target: {card['train']['target_tokens']:,} non-pad tokens of chat-formatted training examples of "
              f"the four tiny tasks (loss on assistant tokens, router load-balancing loss), "
              f"{card['train']['target_seconds']:.0f} s on one CPU thread, final loss {card['train']['target_loss']}.",
+             f"- Target settings: {_settings(card['train'].get('settings'))}.",
              f"- Draft: trained on the target's own greedy replies and hidden states with training-time test "
              f"unrolling of {card['draft']['ttt_steps']} steps, {card['draft']['seconds']:.0f} s.", "",
              "## Quality", "",
@@ -98,6 +99,18 @@ def render(card: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _settings(train: dict | None) -> str:
+    """One line of the target's training settings (the `train` section of the config it was trained with)."""
+    if not train:
+        return "not recorded"
+    mix = train.get("mixture") or {}
+    mixture = ":".join(str(mix.get(k, 1)) for k in ("gsm", "math", "humaneval", "mbpp"))
+    return (f"batch {train['batch_size']} examples, AdamW lr {train['lr']:g} (betas 0.9/0.95, weight decay "
+            f"{train['weight_decay']:g}), linear warmup over {100 * train['warmup_frac']:g} % of the tokens then cosine "
+            f"decay to {train['min_lr_ratio']:g} x lr, gradient clip {train['grad_clip']:g}, seed-ordered mixture "
+            f"gsm:math:humaneval:mbpp = {mixture} examples per round")
+
+
 def build(model_root: Path, accuracy_n: int, routing_n: int, blocks_n: int) -> dict:
     from transformers import AutoTokenizer
 
@@ -113,7 +126,8 @@ def build(model_root: Path, accuracy_n: int, routing_n: int, blocks_n: int) -> d
                    "num_experts": cfg.num_experts, "top_k": cfg.top_k, "vocab_size": cfg.vocab_size,
                    "moe_intermediate_size": tsum["config"]["target"]["moe_intermediate_size"]},
         "train": {"target_tokens": tsum.get("tokens"), "target_seconds": tsum.get("seconds"),
-                  "target_loss": tsum.get("final_loss")},
+                  "target_loss": tsum.get("final_loss"), "target_steps": tsum.get("steps"),
+                  "settings": tsum["config"]["train"]},
         "draft": {"aux_layer_ids": dsum["aux_layer_ids"], "ttt_steps": dsum["config"]["ttt_steps"],
                   "seconds": dsum.get("total_seconds", 0.0)},
         "accuracy_n": accuracy_n, "accuracy": {f: r["accuracy"] for f, r in acc.items()},

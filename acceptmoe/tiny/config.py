@@ -56,6 +56,23 @@ class TargetConfig:
 
 
 @dataclass(frozen=True)
+class MixtureConfig:
+    """Examples of each family per round of the training stream (acceptmoe.tiny.tasks.mixed_stream)."""
+    gsm: int = 1
+    math: int = 1
+    humaneval: int = 1
+    mbpp: int = 1
+
+    def __post_init__(self) -> None:
+        if min(self.weights().values()) < 0 or not any(self.weights().values()):
+            raise TinyConfigError(f"train.mixture {self.weights()}: weights must be >= 0, at least one positive")
+
+    def weights(self) -> dict[str, int]:
+        return {"tiny-gsm": self.gsm, "tiny-math": self.math, "tiny-humaneval": self.humaneval,
+                "tiny-mbpp": self.mbpp}
+
+
+@dataclass(frozen=True)
 class TrainConfig:
     batch_size: int = 32
     lr: float = 3e-3
@@ -67,6 +84,7 @@ class TrainConfig:
     max_minutes: float = 60.0
     threads: int = 1
     log_every: int = 25
+    mixture: MixtureConfig = field(default_factory=MixtureConfig)
 
     def __post_init__(self) -> None:
         if self.max_tokens <= 0 or self.max_minutes <= 0:

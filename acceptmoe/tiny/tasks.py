@@ -29,7 +29,7 @@ FAMILIES = ("tiny-gsm", "tiny-math", "tiny-humaneval", "tiny-mbpp")
 SPLITS = ("train", "test")
 DEFAULT_N = {"train": 10_000, "test": 300}
 TEST_BUCKETS = 10          # of 100 hash buckets belong to test: about 10% of the question space
-TASKS_VERSION = 1          # bump when any generator's output changes
+TASKS_VERSION = 2          # bump when any generator's output changes
 
 MAKERS: dict[str, Callable[[random.Random], dict]] = {
     "tiny-gsm": gsm.make,
@@ -81,9 +81,16 @@ def generate(family: str, split: str, n: int | None = None, seed: int = 0) -> li
     return list(itertools.islice(stream(family, split, seed), n))
 
 
-def mixed_stream(split: str, seed: int = 0, families: tuple[str, ...] = FAMILIES) -> Iterator[dict]:
-    """Round-robin over families (one example of each in turn): the training mixture."""
-    streams = [stream(f, split, seed) for f in families]
+def mixed_stream(split: str, seed: int = 0, weights: dict[str, int] | None = None) -> Iterator[dict]:
+    """The training mixture: each round takes `weights[family]` examples of each family in turn (default
+    one of each); families with weight 0 are left out."""
+    weights = {f: 1 for f in FAMILIES} if weights is None else weights
+    unknown = sorted(set(weights) - set(FAMILIES))
+    if unknown or any(not isinstance(w, int) or w < 0 for w in weights.values()) or not any(weights.values()):
+        raise TaskError(f"bad mixture weights {weights!r}: non-negative integers keyed by "
+                        f"{', '.join(FAMILIES)}, at least one positive")
+    streams = [(stream(f, split, seed), w) for f, w in weights.items() if w]
     while True:
-        for s in streams:
-            yield next(s)
+        for s, w in streams:
+            for _ in range(w):
+                yield next(s)

@@ -62,9 +62,10 @@ def encode(tok, ex: dict) -> tuple[list[int], list[int]]:
     return prompt + reply, [-100] * len(prompt) + reply
 
 
-def batches(tok, seed: int, batch_size: int, pool_batches: int = 32) -> Iterator[dict]:
+def batches(tok, seed: int, batch_size: int, weights: dict[str, int] | None = None,
+            pool_batches: int = 32) -> Iterator[dict]:
     """Endless length-bucketed, right-padded batches from the seeded training mixture."""
-    rng, examples = random.Random(seed), mixed_stream("train", seed)
+    rng, examples = random.Random(seed), mixed_stream("train", seed, weights)
     while True:
         pool = [encode(tok, ex) for ex in itertools.islice(examples, batch_size * pool_batches)]
         rng.shuffle(pool)
@@ -107,7 +108,7 @@ def train(model, tok, cfg: tiny_config.TrainConfig, seed: int) -> dict:
 
     torch.manual_seed(seed)
     model.train()
-    opt, data = optimizer(model, cfg), batches(tok, seed, cfg.batch_size)
+    opt, data = optimizer(model, cfg), batches(tok, seed, cfg.batch_size, cfg.mixture.weights())
     tokens, step, start, cpu0, history = 0, 0, time.perf_counter(), time.process_time(), []
     ema = None
     bar = tqdm(total=cfg.max_tokens, unit="tok", unit_scale=True, desc="target", dynamic_ncols=True)

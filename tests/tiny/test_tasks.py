@@ -85,3 +85,22 @@ def test_errors_name_valid_values():
 def test_code_check_timeout():
     assert checks.run_program("while True: pass", timeout_s=0.5) is False
     assert checks.run_program("assert 1 == 1") is True
+
+
+def test_mixed_stream_follows_the_weights():
+    import itertools
+
+    weights = {"tiny-gsm": 3, "tiny-math": 2, "tiny-humaneval": 0, "tiny-mbpp": 1}
+    rows = list(itertools.islice(tasks.mixed_stream("train", 0, weights), 12))
+    families = [r["id"].split("/")[0] for r in rows]
+    assert families == (["tiny-gsm"] * 3 + ["tiny-math"] * 2 + ["tiny-mbpp"]) * 2
+    # each family's examples are its own stream, in order
+    assert [r for r in rows if r["id"].startswith("tiny-gsm")] == generate("tiny-gsm", "train", 6)
+    default = [r["id"].split("/")[0] for r in itertools.islice(tasks.mixed_stream("train", 0), 8)]
+    assert default == list(FAMILIES) * 2
+
+
+@pytest.mark.parametrize("weights", [{"gsm": 1}, {"tiny-gsm": -1, "tiny-math": 1}, {"tiny-gsm": 0}])
+def test_mixed_stream_rejects_bad_weights(weights):
+    with pytest.raises(tasks.TaskError, match="mixture weights"):
+        next(tasks.mixed_stream("train", 0, weights))

@@ -58,3 +58,16 @@ def test_encode_masks_the_prompt(tmp_path):
     model = train_target.build_model(tiny_config.load().target, tok, seed=0)
     assert train_target.count_params(model) <= 8_000_000
     assert model.config.norm_topk_prob and model.config.output_router_logits
+
+
+def test_mixture_section(tmp_path):
+    path = tmp_path / "world.yaml"
+    path.write_text("train:\n  mixture:\n    gsm: 3\n    math: 2\n")
+    weights = tiny_config.load(path).train.mixture.weights()
+    assert weights == {"tiny-gsm": 3, "tiny-math": 2, "tiny-humaneval": 1, "tiny-mbpp": 1}
+    path.write_text("train:\n  mixture:\n    code: 1\n")
+    with pytest.raises(tiny_config.TinyConfigError, match="unknown key.*code.*valid keys"):
+        tiny_config.load(path)
+    path.write_text("train:\n  mixture:\n    gsm: 0\n    math: 0\n    humaneval: 0\n    mbpp: 0\n")
+    with pytest.raises(tiny_config.TinyConfigError, match="at least one positive"):
+        tiny_config.load(path)

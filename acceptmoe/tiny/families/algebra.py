@@ -24,10 +24,11 @@ def _frac(p: int, q: int) -> str:
 
 
 def _power(rng: random.Random) -> tuple[str, list[str], Fraction]:
-    base, exp = rng.randint(2, 9), rng.randint(2, 4 if rng.random() < 0.5 else 3)
+    exp = rng.choice((2, 2, 3))
+    base = rng.randint(2, 9 if exp == 2 else 5)
     val = base ** exp
     chain = [f"{base ** i} \\cdot {base} = {base ** (i + 1)}" for i in range(1, exp)]
-    c = rng.choice((0, 0, rng.randint(1, 30)))
+    c = rng.choice((0, 0, rng.randint(1, 20)))
     if c == 0:
         return f"{rng.choice(ASK)} ${base}^{{{exp}}}$.", [f"${s}$" for s in chain], Fraction(val)
     op = rng.choice(("+", "-"))
@@ -37,10 +38,10 @@ def _power(rng: random.Random) -> tuple[str, list[str], Fraction]:
 
 
 def _frac_add(rng: random.Random) -> tuple[str, list[str], Fraction]:
-    b, d = rng.randint(2, 9), rng.randint(2, 9)
-    if rng.random() < 0.4:
+    b, d = rng.randint(2, 9), rng.randint(2, 6)
+    if rng.random() < 0.5:
         d = b
-    a, c = rng.randint(1, b - 1 if b > 2 else 1), rng.randint(1, 9)
+    a, c = rng.randint(1, b - 1 if b > 2 else 1), rng.randint(1, 6)
     op = rng.choice(("+", "-"))
     x, y = Fraction(a, b), Fraction(c, d)
     res = x + y if op == "+" else x - y
@@ -58,7 +59,7 @@ def _frac_add(rng: random.Random) -> tuple[str, list[str], Fraction]:
 
 
 def _frac_mul(rng: random.Random) -> tuple[str, list[str], Fraction]:
-    a, b, c, d = rng.randint(1, 9), rng.randint(2, 9), rng.randint(1, 9), rng.randint(2, 9)
+    a, b, c, d = rng.randint(1, 6), rng.randint(2, 6), rng.randint(1, 6), rng.randint(2, 6)
     res = Fraction(a, b) * Fraction(c, d)
     q = f"{rng.choice(ASK)} ${_frac(a, b)} \\cdot {_frac(c, d)}$."
     steps = [f"${_frac(a, b)} \\cdot {_frac(c, d)} = {_frac(a * c, b * d)}$"]
@@ -68,7 +69,7 @@ def _frac_mul(rng: random.Random) -> tuple[str, list[str], Fraction]:
 
 
 def _order(rng: random.Random) -> tuple[str, list[str], Fraction]:
-    a, b, c = rng.randint(2, 20), rng.randint(2, 20), rng.randint(2, 9)
+    a, b, c = rng.randint(2, 12), rng.randint(2, 9), rng.randint(2, 9)
     kind = rng.randrange(3)
     if kind == 0:
         s = a + b
@@ -84,9 +85,9 @@ def _order(rng: random.Random) -> tuple[str, list[str], Fraction]:
 
 
 def _linear(rng: random.Random) -> tuple[str, list[str], Fraction]:
-    a, b = rng.randint(2, 9), rng.randint(1, 30)
+    a, b = rng.randint(2, 9), rng.randint(1, 20)
     var = rng.choice("xyntk")
-    x = Fraction(rng.randint(1, 12)) if rng.random() < 0.75 else Fraction(rng.randint(1, 30), a)
+    x = Fraction(rng.randint(1, 9)) if rng.random() < 0.75 else Fraction(rng.randint(1, 20), a)
     op = rng.choice(("+", "-"))
     c = a * x + b if op == "+" else a * x - b
     c = int(c)

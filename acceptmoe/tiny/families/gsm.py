@@ -1,8 +1,8 @@
 """tiny-gsm: short arithmetic word problems whose reference reply is terse step-by-step reasoning ending in
 `#### N`, the GSM8K answer format.
 
-Each story kind draws names, objects, numbers and one of several phrasings; numbers stay small (sums under
-200, one factor of every product at most 9) so a few-million-parameter model can learn the arithmetic.
+Each story kind draws names, objects, numbers and one of several phrasings; numbers stay small (operands
+under 50, sums under 100, products from the single-digit tables) so a few-million-parameter model can learn the arithmetic.
 """
 from __future__ import annotations
 
@@ -29,7 +29,7 @@ def _cap(s: str) -> str:
 def _gain_loss(rng: random.Random) -> tuple[str, list[str], int]:
     name, friend = rng.sample(NAMES, 2)
     item, he = rng.choice(ITEMS), _pronoun(name)
-    a, b = rng.randint(5, 80), rng.randint(2, 60)
+    a, b = rng.randint(5, 49), rng.randint(2, 40)
     c = rng.randint(1, a + b - 1)
     gain = rng.choice(("buys", "finds", "gets", "is given"))
     loss = rng.choice((f"gives {c} to {friend}", f"loses {c}", f"uses {c}", f"sells {c}"))
@@ -42,7 +42,7 @@ def _gain_loss(rng: random.Random) -> tuple[str, list[str], int]:
 
 def _groups(rng: random.Random) -> tuple[str, list[str], int]:
     name, item = rng.choice(NAMES), rng.choice(ITEMS)
-    (one, many), g, p, a = rng.choice(CONTAINERS), rng.randint(2, 9), rng.randint(2, 15), rng.randint(0, 40)
+    (one, many), g, p, a = rng.choice(CONTAINERS), rng.randint(2, 9), rng.randint(2, 9), rng.randint(0, 30)
     had = "" if a == 0 else f" {_cap(_pronoun(name))} already had {a} {item}."
     ask = rng.choice((f"How many {item} does {name} have in total?", f"How many {item} does {name} have altogether?"))
     q = f"{name} buys {g} {many} of {item}. Each {one} holds {p} {item}.{had} {ask}"
@@ -52,7 +52,7 @@ def _groups(rng: random.Random) -> tuple[str, list[str], int]:
 
 def _share(rng: random.Random) -> tuple[str, list[str], int]:
     name, item = rng.choice(NAMES), rng.choice(ITEMS)
-    k, each, keep = rng.randint(2, 9), rng.randint(2, 12), rng.choice((0, 0, rng.randint(1, 20)))
+    k, each, keep = rng.randint(2, 9), rng.randint(2, 9), rng.choice((0, 0, rng.randint(1, 20)))
     total = k * each + keep
     who = rng.choice(("friends", "classmates", "cousins", "neighbors"))
     if keep:
@@ -65,7 +65,7 @@ def _share(rng: random.Random) -> tuple[str, list[str], int]:
 
 def _change(rng: random.Random) -> tuple[str, list[str], int]:
     name, thing = rng.choice(NAMES), rng.choice(THINGS)
-    p, n = rng.randint(2, 12), rng.randint(2, 8)
+    p, n = rng.randint(2, 9), rng.randint(2, 9)
     bill = rng.choice([b for b in (20, 50, 100) if b >= p * n] or [100])
     he = _pronoun(name)
     q = (f"A {thing} costs ${p}. {name} buys {n} of them and pays with a ${bill} bill. "
@@ -75,7 +75,7 @@ def _change(rng: random.Random) -> tuple[str, list[str], int]:
 
 def _compare(rng: random.Random) -> tuple[str, list[str], int]:
     n1, n2 = rng.sample(NAMES, 2)
-    item, a, d = rng.choice(ITEMS), rng.randint(3, 60), rng.randint(1, 30)
+    item, a, d = rng.choice(ITEMS), rng.randint(3, 40), rng.randint(1, 20)
     more = rng.random() < 0.6 or d >= a
     b = a + d if more else a - d
     rel = f"{d} more {item} than" if more else f"{d} fewer {item} than"
@@ -87,8 +87,8 @@ def _compare(rng: random.Random) -> tuple[str, list[str], int]:
 
 def _rate(rng: random.Random) -> tuple[str, list[str], int]:
     name, (unit, verb) = rng.choice(NAMES), rng.choice(UNITS)
-    per, days = rng.randint(2, 20), rng.randint(2, 9)
-    extra = rng.choice((0, rng.randint(1, 25)))
+    per, days = rng.randint(2, 9), rng.randint(2, 9)
+    extra = rng.choice((0, rng.randint(1, 20)))
     period = rng.choice(("day", "week"))
     q = f"{name} {verb} {per} {unit} every {period}. How many {unit} does {_pronoun(name)} {verb[:-1]} in {days} {period}s?"
     steps = [f"{per} * {days} = {per * days}"]
@@ -100,7 +100,7 @@ def _rate(rng: random.Random) -> tuple[str, list[str], int]:
 
 def _wage(rng: random.Random) -> tuple[str, list[str], int]:
     name = rng.choice(NAMES)
-    rate, hours = rng.randint(3, 15), rng.randint(2, 8)
+    rate, hours = rng.randint(3, 9), rng.randint(2, 9)
     spend = rng.randint(1, rate * hours - 1)
     what = rng.choice(("lunch", "a book", "a gift", "snacks", "a bus ticket"))
     q = (f"{name} earns ${rate} per hour and works {hours} hours. Then {_pronoun(name)} spends ${spend} on "
