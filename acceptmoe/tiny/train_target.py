@@ -183,7 +183,9 @@ def main(argv: list[str] | None = None) -> int:
     cfg = dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, **overrides))
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
     Path(args.out).mkdir(parents=True, exist_ok=True)
-    logging.getLogger().addHandler(logging.FileHandler(Path(args.out) / "train_target.log"))
+    handler = logging.FileHandler(Path(args.out) / "train_target.log")
+    handler.setFormatter(logging.Formatter("%(asctime)s %(message)s"))
+    logging.getLogger().addHandler(handler)
     run(cfg, args.tokenizer, args.out)
     return 0
 
