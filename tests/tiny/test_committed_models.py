@@ -67,3 +67,18 @@ def test_engine_logits_match_transformers(engine, hf_model):
     ours, _ = engine.model.forward(ids, torch.arange(len(ids)), engine.model.new_cache(len(ids)), 0)
     theirs = hf_model(ids[None]).logits[0].float()
     assert torch.allclose(ours, theirs, atol=1e-4, rtol=1e-4)
+
+
+def test_committed_test_splits_match_the_generators():
+    """The committed world was built from the current task generators: same version, same test files."""
+    import hashlib
+
+    from acceptmoe.tiny import tasks
+    manifest = json.loads((MODELS / "data" / "manifest.json").read_text())
+    assert manifest["tasks_version"] == tasks.TASKS_VERSION, "retrain the tiny world after changing the tasks"
+    for name, entry in manifest["files"].items():
+        family = name.removesuffix("-test.jsonl")
+        rows = tasks.generate(family, "test", entry["rows"])
+        text = "".join(json.dumps(r, sort_keys=True) + "\n" for r in rows)
+        assert hashlib.sha256(text.encode()).hexdigest() == entry["sha256"], name
+        assert (MODELS / "data" / name).read_text() == text
