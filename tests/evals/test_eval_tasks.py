@@ -12,16 +12,6 @@ REAL = ("gsm8k", "math500", "humaneval", "mbpp")
 TINY = ("tiny-gsm", "tiny-math", "tiny-humaneval", "tiny-mbpp")
 
 
-def _tiny_available():
-    try:
-        import acceptmoe.tiny.tasks  # noqa: F401
-    except ModuleNotFoundError:
-        return False
-    return True
-
-
-needs_tiny = pytest.mark.skipif(not _tiny_available(), reason="acceptmoe.tiny.tasks is not in this checkout")
-
 
 def test_unknown_task_lists_valid_names():
     with pytest.raises(KeyError, match="valid tasks: gsm8k, math500, humaneval, mbpp, tiny-gsm"):
@@ -43,8 +33,6 @@ def test_mbpp_test_split_is_ids_11_to_510():
 
 @pytest.mark.parametrize("name", list(TASK_MODULES))
 def test_task_contract(name):
-    if name in TINY and not _tiny_available():
-        pytest.skip("acceptmoe.tiny.tasks is not in this checkout")
     task = get_task(name)
     assert task.name == name and task.version and "test" in task.splits
     examples = task.load("test", limit=3)
@@ -111,7 +99,6 @@ def test_score_many_reads_the_harmony_final_channel():
     assert all(isinstance(s, Score) for s in scores)
 
 
-@needs_tiny
 @pytest.mark.parametrize("name", TINY)
 def test_tiny_references_pass_and_wrong_replies_fail(name):
     task = get_task(name)
@@ -122,7 +109,6 @@ def test_tiny_references_pass_and_wrong_replies_fail(name):
     assert not any(s.correct for s in task.score_many(examples, [wrong] * len(examples)))
 
 
-@needs_tiny
 def test_tiny_prompt_is_the_question_exactly():
     task = get_task("tiny-gsm")
     ex = task.load(limit=1)[0]

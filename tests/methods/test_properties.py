@@ -1,6 +1,4 @@
 """Properties of the selectors, routing and pruning over random trees and logits (hypothesis)."""
-import math
-
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -69,7 +67,7 @@ def test_set_invariants(problem, method):
     logits, block, router, cfg, budget = problem
     c = cfg_for(method, cfg, budget)
     sel = select(method, logits, block, router, c)
-    E, k = logits.shape[1], router.top_k
+    k = router.top_k
     size = int(sel.eligible.sum())
     assert not (sel.anchor & ~sel.eligible).any()                            # anchor inside S
     assert size >= k
