@@ -21,6 +21,7 @@ import torch
 from .quick_eval import evaluate
 from .tasks import FAMILIES, generate
 from .tokenizer import chat_text
+from .train_target import BETAS
 
 
 @torch.inference_mode()
@@ -105,7 +106,7 @@ def _settings(train: dict | None) -> str:
         return "not recorded"
     mix = train.get("mixture") or {}
     mixture = ":".join(str(mix.get(k, 1)) for k in ("gsm", "math", "humaneval", "mbpp"))
-    return (f"batch {train['batch_size']} examples, AdamW lr {train['lr']:g} (betas 0.9/0.95, weight decay "
+    return (f"batch {train['batch_size']} examples, AdamW lr {train['lr']:g} (betas {BETAS[0]:g}/{BETAS[1]:g}, weight decay "
             f"{train['weight_decay']:g}), linear warmup over {100 * train['warmup_frac']:g} % of the tokens then cosine "
             f"decay to {train['min_lr_ratio']:g} x lr, gradient clip {train['grad_clip']:g}, seed-ordered mixture "
             f"gsm:math:humaneval:mbpp = {mixture} examples per round")

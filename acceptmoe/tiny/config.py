@@ -13,6 +13,8 @@ from pathlib import Path
 
 import yaml
 
+from . import tasks
+
 DEFAULT_PATH = Path(__file__).resolve().parents[2] / "configs" / "tiny" / "world.yaml"
 
 
@@ -58,14 +60,16 @@ class TargetConfig:
 @dataclass(frozen=True)
 class MixtureConfig:
     """Examples of each family per round of the training stream (acceptmoe.tiny.tasks.mixed_stream)."""
-    gsm: int = 1
-    math: int = 1
+    gsm: int = 3
+    math: int = 3
     humaneval: int = 1
     mbpp: int = 1
 
     def __post_init__(self) -> None:
-        if min(self.weights().values()) < 0 or not any(self.weights().values()):
-            raise TinyConfigError(f"train.mixture {self.weights()}: weights must be >= 0, at least one positive")
+        try:
+            tasks.check_weights(self.weights())
+        except tasks.TaskError as err:
+            raise TinyConfigError(f"train.mixture: {err}") from None
 
     def weights(self) -> dict[str, int]:
         return {"tiny-gsm": self.gsm, "tiny-math": self.math, "tiny-humaneval": self.humaneval,
@@ -74,14 +78,14 @@ class MixtureConfig:
 
 @dataclass(frozen=True)
 class TrainConfig:
-    batch_size: int = 32
+    batch_size: int = 16
     lr: float = 3e-3
     min_lr_ratio: float = 0.05
     warmup_frac: float = 0.02
     weight_decay: float = 0.1
     grad_clip: float = 1.0
-    max_tokens: int = 5_000_000
-    max_minutes: float = 60.0
+    max_tokens: int = 8_000_000
+    max_minutes: float = 50.0
     threads: int = 1
     log_every: int = 25
     mixture: MixtureConfig = field(default_factory=MixtureConfig)

@@ -81,14 +81,19 @@ def generate(family: str, split: str, n: int | None = None, seed: int = 0) -> li
     return list(itertools.islice(stream(family, split, seed), n))
 
 
-def mixed_stream(split: str, seed: int = 0, weights: dict[str, int] | None = None) -> Iterator[dict]:
-    """The training mixture: each round takes `weights[family]` examples of each family in turn (default
-    one of each); families with weight 0 are left out."""
-    weights = {f: 1 for f in FAMILIES} if weights is None else weights
+def check_weights(weights: dict[str, int]) -> None:
+    """Mixture weights are non-negative integers keyed by family names, at least one positive."""
     unknown = sorted(set(weights) - set(FAMILIES))
     if unknown or any(not isinstance(w, int) or w < 0 for w in weights.values()) or not any(weights.values()):
         raise TaskError(f"bad mixture weights {weights!r}: non-negative integers keyed by "
                         f"{', '.join(FAMILIES)}, at least one positive")
+
+
+def mixed_stream(split: str, seed: int = 0, weights: dict[str, int] | None = None) -> Iterator[dict]:
+    """The training mixture: each round takes `weights[family]` examples of each family in turn (default
+    one of each); families with weight 0 are left out."""
+    weights = {f: 1 for f in FAMILIES} if weights is None else weights
+    check_weights(weights)
     streams = [(stream(f, split, seed), w) for f, w in weights.items() if w]
     while True:
         for s, w in streams:

@@ -31,7 +31,7 @@ from acceptmoe.harness.eagle3 import ARCHITECTURE, Eagle3Draft
 from acceptmoe.harness.tree import TreeShape
 
 from . import config as tiny_config
-from . import draft_data
+from . import draft_data, train_target
 from .draft_ttt import ttt_loss
 from .tasks import FAMILIES, generate
 from .tokenizer import chat_text
@@ -95,7 +95,7 @@ def train(draft: Eagle3Draft, seqs: list[draft_data.DraftSequence], cfg: tiny_co
 
     rng = random.Random(seed)
     params = [p for p in draft.parameters() if p.requires_grad]
-    opt = torch.optim.AdamW(params, lr=cfg.lr, betas=(0.9, 0.95), weight_decay=cfg.weight_decay)
+    opt = torch.optim.AdamW(params, lr=cfg.lr, betas=train_target.BETAS, weight_decay=cfg.weight_decay)
     per_epoch = math.ceil(len(seqs) / cfg.batch_size)
     total = cfg.epochs * per_epoch
     draft.train()

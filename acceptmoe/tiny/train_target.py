@@ -27,6 +27,7 @@ from .tasks import mixed_stream
 from .tokenizer import IM_END, chat_text
 
 log = logging.getLogger("acceptmoe.tiny")
+BETAS = (0.9, 0.95)              # AdamW betas of the target (and the draft)
 
 
 def build_model(cfg: tiny_config.TargetConfig, tok, seed: int):
@@ -99,7 +100,7 @@ def optimizer(model, cfg: tiny_config.TrainConfig) -> torch.optim.Optimizer:
     decay = [p for p in model.parameters() if p.dim() >= 2]
     rest = [p for p in model.parameters() if p.dim() < 2]
     return torch.optim.AdamW([{"params": decay, "weight_decay": cfg.weight_decay},
-                              {"params": rest, "weight_decay": 0.0}], lr=cfg.lr, betas=(0.9, 0.95))
+                              {"params": rest, "weight_decay": 0.0}], lr=cfg.lr, betas=BETAS)
 
 
 def train(model, tok, cfg: tiny_config.TrainConfig, seed: int) -> dict:

@@ -25,6 +25,11 @@ log = logging.getLogger("acceptmoe.tiny")
 STAGES = ("data", "tokenizer", "target", "draft", "card")
 
 
+def split_text(rows: list[dict]) -> str:
+    """The JSONL text of a test split as written to data/<family>-test.jsonl (one sorted-key object a line)."""
+    return "".join(json.dumps(r, sort_keys=True) + "\n" for r in rows)
+
+
 def stage_data(cfg: tiny_config.TinyWorldConfig, out: Path) -> None:
     """Write each family's test split as JSONL plus a manifest of sha256 sums."""
     folder = out / "data"
@@ -32,7 +37,7 @@ def stage_data(cfg: tiny_config.TinyWorldConfig, out: Path) -> None:
     manifest = {"tasks_version": tasks.TASKS_VERSION, "files": {}}
     for family in tasks.FAMILIES:
         rows = tasks.generate(family, "test", cfg.data.test_examples, seed=cfg.seed)
-        text = "".join(json.dumps(r, sort_keys=True) + "\n" for r in rows)
+        text = split_text(rows)
         path = folder / f"{family}-test.jsonl"
         path.write_text(text)
         manifest["files"][path.name] = {"rows": len(rows), "sha256": hashlib.sha256(text.encode()).hexdigest()}
