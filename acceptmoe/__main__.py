@@ -1,3 +1,3 @@
-from acceptmoe.cli import main
+from acceptmoe.experiments.cli import main
 
 raise SystemExit(main())

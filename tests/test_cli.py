@@ -2,7 +2,7 @@
 import subprocess
 import sys
 
-from acceptmoe.cli import COMMANDS
+from acceptmoe.experiments.cli import COMMANDS
 
 
 def run(*args):

@@ -19,7 +19,7 @@ from pathlib import Path
 import torch
 
 from .quick_eval import evaluate
-from .tasks import FAMILIES, generate
+from acceptmoe.evals.generators import FAMILIES, generate
 from .tokenizer import chat_text
 from .train_target import BETAS
 
@@ -115,7 +115,7 @@ def _settings(train: dict | None) -> str:
 def build(model_root: Path, accuracy_n: int, routing_n: int, blocks_n: int) -> dict:
     from transformers import AutoTokenizer
 
-    from acceptmoe.harness import load_engine
+    from acceptmoe.engine import load_engine
     tok = AutoTokenizer.from_pretrained(model_root / "target")
     engine = load_engine(model_root)
     cfg = engine.model.config

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import yaml
 
-from . import tasks
+from acceptmoe.evals import generators as tasks
 
 DEFAULT_PATH = Path(__file__).resolve().parents[2] / "configs" / "tiny" / "world.yaml"
 
@@ -59,7 +59,7 @@ class TargetConfig:
 
 @dataclass(frozen=True)
 class MixtureConfig:
-    """Examples of each family per round of the training stream (acceptmoe.tiny.tasks.mixed_stream)."""
+    """Examples of each family per round of the training stream (acceptmoe.evals.generators.mixed_stream)."""
     gsm: int = 3
     math: int = 3
     humaneval: int = 1

@@ -21,7 +21,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from acceptmoe.harness.eagle3 import Eagle3Draft, apply_rope
+from acceptmoe.engine.eagle3 import Eagle3Draft, apply_rope
 
 from .draft_data import IGNORE, DraftBatch
 

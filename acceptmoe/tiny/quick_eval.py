@@ -15,7 +15,7 @@ from pathlib import Path
 import torch
 
 from . import checks
-from .tasks import FAMILIES, generate
+from acceptmoe.evals.generators import FAMILIES, generate
 from .tokenizer import chat_text
 
 

@@ -27,13 +27,13 @@ from pathlib import Path
 
 import torch
 
-from acceptmoe.harness.eagle3 import ARCHITECTURE, Eagle3Draft
-from acceptmoe.harness.tree import TreeShape
+from acceptmoe.engine.eagle3 import ARCHITECTURE, Eagle3Draft
+from acceptmoe.engine.tree import TreeShape
 
 from . import config as tiny_config
 from . import draft_data, train_target
 from .draft_ttt import ttt_loss
-from .tasks import FAMILIES, generate
+from acceptmoe.evals.generators import FAMILIES, generate
 from .tokenizer import chat_text
 
 log = logging.getLogger("acceptmoe.tiny")
@@ -141,7 +141,7 @@ def train(draft: Eagle3Draft, seqs: list[draft_data.DraftSequence], cfg: tiny_co
 def measure(target_dir: Path, draft_dir: Path, tok, cfg: tiny_config.DraftConfig, seed: int,
             shape: TreeShape = PAPER_TREE) -> dict:
     """tau (mean accepted length per verification step) with standard-sd per family, and losslessness."""
-    from acceptmoe.harness.engine import load_engine
+    from acceptmoe.engine.engine import load_engine
 
     engine = load_engine(target=target_dir, draft=draft_dir)
     result: dict = {"tree": dataclasses.asdict(shape), "families": {}, "lossless": {"checked": 0, "equal": 0}}

@@ -23,7 +23,7 @@ from typing import Iterator
 import torch
 
 from . import config as tiny_config
-from .tasks import mixed_stream
+from acceptmoe.evals.generators import mixed_stream
 from .tokenizer import IM_END, chat_text
 
 log = logging.getLogger("acceptmoe.tiny")

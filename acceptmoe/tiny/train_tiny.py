@@ -19,7 +19,8 @@ from pathlib import Path
 
 from . import card
 from . import config as tiny_config
-from . import tasks, tokenizer, train_draft, train_target
+from acceptmoe.evals import generators as tasks
+from . import tokenizer, train_draft, train_target
 
 log = logging.getLogger("acceptmoe.tiny")
 STAGES = ("data", "tokenizer", "target", "draft", "card")

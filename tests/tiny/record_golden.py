@@ -20,7 +20,7 @@ EXAMPLE = 2                  # the third test example of each family
 def main() -> None:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from acceptmoe.tiny.tasks import FAMILIES, generate
+    from acceptmoe.evals.generators import FAMILIES, generate
 
     torch.set_num_threads(1)
     tok = AutoTokenizer.from_pretrained(MODELS / "target")

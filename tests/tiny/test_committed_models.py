@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from acceptmoe.harness import load_engine
+from acceptmoe.engine import load_engine
 
 ROOT = Path(__file__).resolve().parents[2]
 MODELS = ROOT / "models" / "tiny"
@@ -73,7 +73,7 @@ def test_committed_test_splits_match_the_generators():
     """The committed world was built from the current task generators: same version, same test files."""
     import hashlib
 
-    from acceptmoe.tiny import tasks
+    from acceptmoe.evals import generators as tasks
     from acceptmoe.tiny.train_tiny import split_text
     manifest = json.loads((MODELS / "data" / "manifest.json").read_text())
     assert manifest["tasks_version"] == tasks.TASKS_VERSION, "retrain the tiny world after changing the tasks"

@@ -1,8 +1,9 @@
 """The tiny task generators: deterministic, disjoint splits, well-formed fields, references that pass."""
 import pytest
 
-from acceptmoe.tiny import checks, tasks
-from acceptmoe.tiny.tasks import FAMILIES, generate
+from acceptmoe.evals import generators as tasks
+from acceptmoe.tiny import checks
+from acceptmoe.evals.generators import FAMILIES, generate
 
 N_TEST = 120
 

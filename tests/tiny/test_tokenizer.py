@@ -1,7 +1,8 @@
 """The tiny tokenizer: trains, saves in Hugging Face format, round-trips text, renders the chat template."""
 import pytest
 
-from acceptmoe.tiny import tasks, tokenizer
+from acceptmoe.evals import generators as tasks
+from acceptmoe.tiny import tokenizer
 
 pytest.importorskip("transformers")
 

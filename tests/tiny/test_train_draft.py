@@ -7,11 +7,12 @@ import dataclasses
 import pytest
 import torch
 
-from acceptmoe.harness import Eagle3Draft, Eagle3Drafter, TreeShape
-from acceptmoe.harness.fixtures import tiny_qwen3_moe
-from acceptmoe.harness.model import MoEModel
+from acceptmoe.engine import Eagle3Draft, Eagle3Drafter, TreeShape
+from fixtures import tiny_qwen3_moe
+from acceptmoe.engine.model import MoEModel
 from acceptmoe.tiny import config as tiny_config
-from acceptmoe.tiny import draft_data, tasks, tokenizer, train_draft
+from acceptmoe.evals import generators as tasks
+from acceptmoe.tiny import draft_data, tokenizer, train_draft
 from acceptmoe.tiny.draft_ttt import step_logits, ttt_loss, unroll
 
 SMALL = tiny_config.DraftConfig(prompts_per_family=6, max_new_tokens=10, gen_batch_size=12, intermediate_size=96,

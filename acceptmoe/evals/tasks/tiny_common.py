@@ -1,9 +1,9 @@
-"""What the four tiny task modules share: splits, seed, version, loading from acceptmoe.tiny.tasks and the
+"""What the four tiny task modules share: splits, seed, version, loading from acceptmoe.evals.generators and the
 one-turn chat prompt (the question exactly as the tiny target was trained on it)."""
 from __future__ import annotations
 
 from acceptmoe.evals.tasks import check_split, user_message
-from acceptmoe.tiny import tasks as tiny
+from acceptmoe.evals import generators as tiny
 
 VERSION = f"1+tiny{tiny.TASKS_VERSION}"
 SPLITS = ("test", "train")

@@ -1,4 +1,4 @@
-"""tiny-gsm: the tiny world's word problems (acceptmoe.tiny.tasks), graded exactly like GSM8K
+"""tiny-gsm: the tiny world's word problems (acceptmoe.evals.generators), graded exactly like GSM8K
 (flexible-extract exact match against the integer answer; strict-match recorded)."""
 from __future__ import annotations
 

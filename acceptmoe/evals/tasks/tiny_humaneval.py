@@ -1,4 +1,4 @@
-"""tiny-humaneval: the tiny world's function completions (acceptmoe.tiny.tasks), graded exactly like
+"""tiny-humaneval: the tiny world's function completions (acceptmoe.evals.generators), graded exactly like
 HumanEval: the question is the signature and docstring, the reply the indented body; the program is
 prompt + body + test + check(entry_point), run in the sandbox."""
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""tiny-math: the tiny world's expressions (acceptmoe.tiny.tasks), graded exactly like MATH500
+"""tiny-math: the tiny world's expressions (acceptmoe.evals.generators), graded exactly like MATH500
 (math_verify against the LaTeX answer)."""
 from __future__ import annotations
 

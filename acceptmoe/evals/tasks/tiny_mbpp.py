@@ -1,4 +1,4 @@
-"""tiny-mbpp: the tiny world's task-text-plus-asserts problems (acceptmoe.tiny.tasks), graded exactly
+"""tiny-mbpp: the tiny world's task-text-plus-asserts problems (acceptmoe.evals.generators), graded exactly
 like MBPP: the reply is a whole function (plain code); the program is the code, test_setup_code and the
 asserts, run in the sandbox."""
 from __future__ import annotations

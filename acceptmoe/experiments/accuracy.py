@@ -1,0 +1,190 @@
+"""Accuracy runs: every method on every (model, task) pair, greedy, one sample row per (prompt, method).
+
+Order per model: calibrate every source task, then per task: acceptmoe on every evaluation prompt (its
+traces give B0), B0, the fixed-budget methods at B0, then the rest (Vanilla AR, Standard SD). Each unit's
+trace is appended to `traces/<model>/<task>/<method>.jsonl`, then its row to `samples.jsonl` (both fsynced),
+so an interrupted run resumes at the first unfinished unit and never duplicates a row. Errors propagate:
+an exception is never recorded as an answer.
+
+Row fields: the prompt (model, task, example id and index, method, budget), the graded response and score,
+the generated token ids and stop reason, accept lengths (tau = mean accepted length per target step), per-layer set-size and
+union statistics from the trace (sums and means over every block and layer), and timing.
+"""
+from __future__ import annotations
+
+import gc
+import json
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+
+from tqdm import tqdm
+
+from acceptmoe.evals.tasks import Task, get_task
+from acceptmoe.experiments.runs import Run, SampleLog
+from acceptmoe.engine.trace import LAYER_FIELDS, Trace
+from acceptmoe.methods import METHODS, CommitmentTable
+
+from . import calibrate
+from .b0 import b0_for_pair
+from .common import Loaded, RunPaths, load_model, set_threads, unit_key
+from .config import ModelSpec, Table1Config
+from .prompts import decode, prompt_ids
+from .tracelog import TraceLog
+
+Progress = Callable[[str], None]
+
+
+def method_order(methods: tuple[str, ...]) -> list[str]:
+    """acceptmoe first (B0 comes from its traces), then the fixed-budget methods, then the rest."""
+    ordered = [m for m in METHODS if m in methods]
+    first = [m for m in ordered if m == "acceptmoe"]
+    fixed = [m for m in ordered if METHODS[m].needs_budget]
+    return first + fixed + [m for m in ordered if m not in first + fixed]
+
+
+def trace_stats(trace: Trace) -> dict:
+    """Sums and means over every verification block and MoE layer of one generation's trace."""
+    layered = [b.layers for b in trace.blocks if b.layers is not None]
+    count = sum(len(layers["set_size"]) for layers in layered)
+    out: dict = {"blocks": len(trace.blocks), "block_layers": count}
+    for name in LAYER_FIELDS[1:]:
+        total = float(sum(sum(layers[name]) for layers in layered))
+        out[f"{name}_sum"] = total
+        out[f"mean_{name}"] = total / count if count else None
+    return out
+
+
+def generation_row(gen, response: str, score, prompt_len: int) -> dict:
+    """The measured part of a sample row (pure: from the Generation and its score)."""
+    return {"correct": bool(score.correct), "extracted": score.extracted, "score_details": score.details,
+            "response": response, "output_ids": list(gen.tokens), "tokens": len(gen.tokens),
+            "stop_reason": gen.stop_reason,
+            "prompt_tokens": prompt_len, "steps": len(gen.accept_lengths), "accepted": sum(gen.accept_lengths),
+            "tau": gen.mean_accept_length, **trace_stats(gen.trace), "prefill_s": gen.prefill_time,
+            "decode_s": sum(gen.step_times)}
+
+
+@dataclass
+class PairContext:
+    """One (model, task) pair in progress."""
+    loaded: Loaded
+    task: Task
+    examples: list[dict]
+    table: CommitmentTable
+    cfg: Table1Config
+    paths: RunPaths
+    samples: SampleLog
+
+
+def run_unit(ctx: PairContext, index: int, method: str, budget: int | None) -> tuple[dict, Trace]:
+    """Generate and grade one prompt with one method: the sample row and the trace."""
+    spec, ex, cfg = ctx.loaded.spec, ctx.examples[index], ctx.cfg
+    ids = prompt_ids(ctx.loaded.tokenizer, ctx.task.messages(ex), spec.chat_template_kwargs)
+    m = METHODS[method]
+    gen = ctx.loaded.engine.generate(
+        ids, method, max_new_tokens=cfg.max_new_tokens, tree=cfg.tree, selector=cfg.selector,
+        budget=budget if m.needs_budget else None, commitment=ctx.table if m.needs_commitment else None,
+        trace_layers=cfg.trace_layers or method == "acceptmoe")
+    response = decode(ctx.loaded.tokenizer, gen.tokens, spec.response_format)
+    score = ctx.task.score_many([ex], [response], response_format=spec.response_format)[0]
+    row = {"model": spec.name, "task": ctx.task.name, "task_version": ctx.task.version, "example_id": ex["id"],
+           "index": index, "method": method, "budget": budget if m.needs_budget else None,
+           **generation_row(gen, response, score, len(ids))}
+    gen.trace.meta.update(model=spec.name, task=ctx.task.name, example_id=ex["id"], index=index)
+    return row, gen.trace
+
+
+def run_method(ctx: PairContext, method: str, budget: int | None, progress: Progress) -> TraceLog:
+    """Every evaluation prompt of the pair with one method (finished units are skipped)."""
+    spec, task = ctx.loaded.spec.name, ctx.task.name
+    keys = [unit_key(spec, task, ex["id"], method) for ex in ctx.examples]
+    log = TraceLog(ctx.paths.traces(spec, task, method), keep=ctx.samples)
+    for index, key in enumerate(keys):
+        if key in ctx.samples:
+            continue
+        row, trace = run_unit(ctx, index, method, budget)
+        log.append(key, trace)
+        ctx.samples.append(key, row)
+        progress(f"{spec} {task} {method}")
+    return log
+
+
+def run_pair(ctx: PairContext, progress: Progress) -> dict | None:
+    """All methods on one pair in the required order; returns the B0 decision (None without acceptmoe)."""
+    decision = None
+    for method in method_order(ctx.cfg.methods):
+        budget = None
+        if METHODS[method].needs_budget:
+            budget = decision["b0"]
+        log = run_method(ctx, method, budget, progress)
+        if method == "acceptmoe":
+            decision = b0_for_pair(log, ctx.cfg.b0, ctx.paths.b0(ctx.loaded.spec.name, ctx.task.name))
+    return decision
+
+
+def eval_examples(cfg: Table1Config) -> dict[str, list[dict]]:
+    return {t: get_task(t).load(cfg.eval_split, cfg.limit) for t in cfg.tasks}
+
+
+def pending_units(cfg: Table1Config, model: str, examples: dict[str, list[dict]], samples: SampleLog) -> int:
+    return sum(unit_key(model, t, ex["id"], meth) not in samples
+               for t in cfg.tasks for ex in examples[t] for meth in cfg.methods)
+
+
+def run_model(spec: ModelSpec, cfg: Table1Config, paths: RunPaths, samples: SampleLog,
+              examples: dict[str, list[dict]], progress: Progress) -> None:
+    """Calibration and every pair of one model (the engine is freed when this returns)."""
+    loaded = load_model(spec, cfg)
+    tables = {s: calibrate.calibrate_source(loaded, cfg, s, paths, progress) for s in calibrate.sources(cfg)}
+    for task in cfg.tasks:
+        ctx = PairContext(loaded, get_task(task), examples[task], tables[cfg.calibration.source(task)],
+                          cfg, paths, samples)
+        run_pair(ctx, progress)
+
+
+def saved_b0(cfg: Table1Config, paths: RunPaths) -> dict[str, dict]:
+    """{"model|task": B0 decision} for every pair that has one."""
+    files = {f"{m.name}|{t}": paths.b0(m.name, t) for m in cfg.models for t in cfg.tasks}
+    return {k: json.loads(f.read_text()) for k, f in files.items() if f.is_file()}
+
+
+def run_experiment(cfg: Table1Config, run: Run, show_progress: bool = True) -> dict[str, dict]:
+    """Calibration, B0 and every method on every pair into `run`; returns {"model|task": B0 decision}.
+    Models with nothing left to run are not loaded."""
+    set_threads(cfg)
+    paths, samples = RunPaths(run.path), SampleLog(run.path / "samples.jsonl")
+    examples = eval_examples(cfg)
+    todo = {m.name: pending_units(cfg, m.name, examples, samples) + calibrate.pending(cfg, paths, m.name)
+            for m in cfg.models}
+    with tqdm(total=sum(todo.values()), disable=not show_progress, unit="gen", dynamic_ncols=True) as bar:
+        def progress(desc: str) -> None:
+            bar.set_description(desc, refresh=False)
+            bar.update(1)
+        for spec in cfg.models:
+            if todo[spec.name]:
+                run_model(spec, cfg, paths, samples, examples, progress)
+                free_device_memory()
+    return saved_b0(cfg, paths)
+
+
+def free_device_memory() -> None:
+    gc.collect()
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+
+
+def main(argv: list[str] | None = None) -> int:
+    from acceptmoe.experiments.cli import parser
+    from .common import add_run_options, open_experiment
+    p = parser("accuracy", "calibration, B0 and every method on every (model, task) pair (no table)")
+    add_run_options(p)
+    cfg, run = open_experiment(p.parse_args(argv))
+    run_experiment(cfg, run)
+    print(f"run folder: {run.path}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,130 @@
+"""Benchmark: our engine against transformers on the same target, side by side in one run, plus a profile.
+
+- Vanilla AR (ours) vs transformers' greedy `generate` with a static-free default cache: output tokens/s.
+- Standard SD and AcceptMoE (ours, EAGLE-3 tree): output tokens/s and tau. transformers' assisted
+  generation needs a causal-LM assistant; an EAGLE-3 head is not one, so no transformers SD row exists.
+- Where the time goes in one Standard SD and one AcceptMoE generation (cProfile, cumulative per component).
+
+Every generation produces exactly `--tokens` tokens (EOS ignored) and the same prompts are used for every
+row; medians over `--repeats` runs.
+
+    ./reproduce.sh bench-engine [--model models/tiny --tokens 64 --prompts 4 --repeats 3 --threads 1]
+"""
+from __future__ import annotations
+
+import cProfile
+import pstats
+import statistics
+import time
+from pathlib import Path
+
+import torch
+
+from acceptmoe.experiments.cli import parser
+
+# profile components: (label, file suffix, function names); cumulative time of the outermost calls
+COMPONENTS = (
+    ("expert MLPs (ExpertStore.run)", "engine/store.py", ("run",)),
+    ("selection + routing (verifier)", "engine/engine.py", ("__call__",)),
+    ("attention core + masks", "engine/attention.py", ("attend", "block_masks")),
+    ("drafting (EAGLE-3 propose/extend)", "engine/eagle3.py", ("propose", "extend")),
+    ("target forward (all of it)", "engine/model.py", ("forward",)),
+)
+
+
+def tiny_prompts(tokenizer, n: int) -> list[list[int]]:
+    """Chat-formatted prompts from the tiny test splits (one family after another)."""
+    from acceptmoe.evals.generators import FAMILIES, generate
+    rows = [generate(f, "test", n)[i] for i in range(n) for f in FAMILIES][:n]
+    return [tokenizer.apply_chat_template([{"role": "user", "content": r["question"]}], add_generation_prompt=True,
+                                          tokenize=True, return_dict=False) for r in rows]
+
+
+def time_ours(engine, prompts, method: str, tokens: int, commitment) -> tuple[float, float]:
+    """(output tokens/s, tau) over all prompts; each generation exactly `tokens` tokens."""
+    total_t, total_n, taus = 0.0, 0, []
+    for ids in prompts:
+        t0 = time.perf_counter()
+        gen = engine.generate(ids, method, max_new_tokens=tokens, ignore_eos=True, commitment=commitment,
+                              trace_layers=False)
+        total_t += time.perf_counter() - t0
+        total_n += len(gen.tokens)
+        taus.append(gen.mean_accept_length)
+    return total_n / total_t, statistics.mean(taus)
+
+
+def time_transformers(model, prompts, tokens: int) -> float:
+    total_t, total_n = 0.0, 0
+    for ids in prompts:
+        x = torch.tensor([ids])
+        t0 = time.perf_counter()
+        out = model.generate(x, max_new_tokens=tokens, min_new_tokens=tokens, do_sample=False,
+                             eos_token_id=None, pad_token_id=0)
+        total_t += time.perf_counter() - t0
+        total_n += out.shape[1] - x.shape[1]
+    return total_n / total_t
+
+
+def profile_components(fn) -> tuple[float, dict[str, float]]:
+    """(total seconds, cumulative seconds per component) of one call of fn under cProfile."""
+    prof = cProfile.Profile()
+    t0 = time.perf_counter()
+    prof.enable()
+    fn()
+    prof.disable()
+    total = time.perf_counter() - t0
+    stats = pstats.Stats(prof).stats
+    out = {}
+    for label, suffix, names in COMPONENTS:
+        out[label] = sum(v[3] for (file, _, func), v in stats.items()
+                         if file.endswith(suffix) and func in names)
+    return total, out
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = parser("bench-engine", __doc__.splitlines()[0])
+    p.add_argument("--model", default="models/tiny", help="folder with target/ and draft/")
+    p.add_argument("--commitment", default=None, help="commitment table JSON (default: p_hat = 0.8^d)")
+    p.add_argument("--tokens", type=int, default=64)
+    p.add_argument("--prompts", type=int, default=4)
+    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--threads", type=int, default=1)
+    a = p.parse_args(argv)
+    torch.set_num_threads(a.threads)
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from acceptmoe.engine import TreeShape, load_engine
+    from acceptmoe.methods import CommitmentTable
+    engine = load_engine(a.model)                     # checks the folders first (clear error if missing)
+    target = Path(a.model) / "target"
+    tok = AutoTokenizer.from_pretrained(target)
+    prompts = tiny_prompts(tok, a.prompts)
+    hf = AutoModelForCausalLM.from_pretrained(target, dtype=torch.float32).eval()
+    steps = TreeShape().num_steps
+    commitment = (CommitmentTable.load(a.commitment) if a.commitment
+                  else tuple([1.0] + [0.8 ** d for d in range(1, steps + 1)]))
+    rows = {"transformers generate (greedy)": [], "ours vanilla-ar": [], "ours standard-sd": [], "ours acceptmoe": []}
+    taus: dict[str, float] = {}
+    for _ in range(a.repeats):
+        rows["transformers generate (greedy)"].append(time_transformers(hf, prompts, a.tokens))
+        for method in ("vanilla-ar", "standard-sd", "acceptmoe"):
+            tps, tau = time_ours(engine, prompts, method, a.tokens, commitment)
+            rows[f"ours {method}"].append(tps)
+            taus[f"ours {method}"] = tau
+    base = statistics.median(rows["transformers generate (greedy)"])
+    print(f"{a.prompts} prompts x {a.tokens} tokens, CPU {a.threads} thread(s), median of {a.repeats} runs\n")
+    print("| engine | tokens/s | vs transformers | tau |\n|---|---:|---:|---:|")
+    for name, vals in rows.items():
+        med = statistics.median(vals)
+        print(f"| {name} | {med:.1f} | {med / base:.2f}x | {taus.get(name, 1.0):.2f} |")
+    for method in ("standard-sd", "acceptmoe"):
+        total, parts = profile_components(lambda: time_ours(engine, prompts[:1], method, a.tokens, commitment))
+        print(f"\nwhere the time goes, one {method} generation ({total:.2f} s under cProfile, cumulative; "
+              f"components nest inside the target forward):")
+        for label, t in parts.items():
+            print(f"  {label:<36} {t:6.3f} s  {100 * t / total:5.1f} %")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

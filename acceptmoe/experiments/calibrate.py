@@ -1,0 +1,100 @@
+"""Calibration: Standard SD on a training split, counted into a CommitmentTable (p_hat) per (model, source).
+
+Each evaluation task is calibrated on `calibration.sources[task]` (default: the task itself), split
+`calibration.split` (train), first `calibration.prompts` examples; greedy, natural routing, stopping at
+EOS or the calibration max_new_tokens. Tasks with the same source share one table. The Standard SD traces
+are kept next to the table, one per prompt, so an interrupted calibration resumes where it stopped.
+
+    ./reproduce.sh calibrate --preset tiny
+"""
+from __future__ import annotations
+
+from typing import Callable
+
+from acceptmoe.evals.tasks import get_task
+from acceptmoe.engine.trace import commitment_table
+from acceptmoe.methods import CommitmentTable
+
+from .common import Loaded, RunPaths, add_run_options, load_model, open_experiment, set_threads
+from .config import Table1Config
+from .prompts import prompt_ids
+from .tracelog import TraceLog
+
+Progress = Callable[[str], None]
+
+
+def sources(cfg: Table1Config) -> list[str]:
+    """The calibration source tasks this config needs, in task order, without repeats."""
+    return list(dict.fromkeys(cfg.calibration.source(t) for t in cfg.tasks))
+
+
+def calibration_examples(cfg: Table1Config, source: str) -> list[dict]:
+    task = get_task(source)
+    if cfg.calibration.split not in task.splits:
+        raise ValueError(f"calibration source {source!r} has no {cfg.calibration.split!r} split (splits: "
+                         f"{task.splits}); map it to a task that has one under calibration.sources")
+    return task.load(cfg.calibration.split, cfg.calibration.prompts)
+
+
+def calibrate_source(loaded: Loaded, cfg: Table1Config, source: str, paths: RunPaths,
+                     progress: Progress = lambda _: None) -> CommitmentTable:
+    """The source's CommitmentTable for this model: loaded if saved, else computed (resuming traces)."""
+    name, split = loaded.spec.name, cfg.calibration.split
+    out = paths.calibration(name, source, split)
+    if out.is_file():
+        return CommitmentTable.load(out)
+    task = get_task(source)
+    examples = calibration_examples(cfg, source)
+    log = TraceLog(paths.calibration_traces(name, source, split))
+    max_new = cfg.calibration.max_new_tokens or cfg.max_new_tokens
+    for ex in examples:
+        if ex["id"] in log:
+            continue
+        ids = prompt_ids(loaded.tokenizer, task.messages(ex), loaded.spec.chat_template_kwargs)
+        gen = loaded.engine.generate(ids, "standard-sd", max_new_tokens=max_new, tree=cfg.tree,
+                                     selector=cfg.selector, trace_layers=False)
+        log.append(ex["id"], gen.trace)
+        progress(f"{name} calibrate {source}")
+    by_key = {t.meta["key"]: t for t in log.read()}
+    traces = [by_key[ex["id"]] for ex in examples]
+    provenance = {"target": loaded.spec.target, "draft": loaded.spec.draft, "task": source, "split": split,
+                  "task_version": task.version, "prompts": len(examples), "max_new_tokens": max_new,
+                  "calibrates": [t for t in cfg.tasks if cfg.calibration.source(t) == source],
+                  "dtype": cfg.dtype, "device": cfg.device}
+    table = commitment_table(traces, max_depth=cfg.tree.num_steps, provenance=provenance)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    table.save(out)
+    return table
+
+
+def pending(cfg: Table1Config, paths: RunPaths, model: str) -> int:
+    """Calibration prompts still to run for `model` (for the progress bar)."""
+    total = 0
+    for source in sources(cfg):
+        if paths.calibration(model, source, cfg.calibration.split).is_file():
+            continue
+        done = TraceLog(paths.calibration_traces(model, source, cfg.calibration.split))
+        total += sum(ex["id"] not in done for ex in calibration_examples(cfg, source))
+    return total
+
+
+def main(argv: list[str] | None = None) -> int:
+    from acceptmoe.experiments.cli import parser
+    p = parser("calibrate", "Standard SD on the training split: commitment tables (p_hat) per model and task")
+    add_run_options(p)
+    args = p.parse_args(argv)
+    cfg, run = open_experiment(args)
+    set_threads(cfg)
+    paths = RunPaths(run.path)
+    for spec in cfg.models:
+        loaded = load_model(spec, cfg)
+        for source in sources(cfg):
+            table = calibrate_source(loaded, cfg, source, paths)
+            p_hat = ", ".join(f"{p:.3f}" for p in table.p_hat)
+            print(f"{spec.name} {source}-{cfg.calibration.split}: p_hat = [{p_hat}]  (m_d = {table.proposed})")
+    print(f"run folder: {run.path}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,253 @@
+"""The referee's calibration requests as one command: beta sensitivity, on-policy p_hat, B0 from training traces.
+
+    ./reproduce.sh calibration-study [--preset tiny|paper] [--limit N] [--budgets-from TABLE1_RUN] [--resume RUN_DIR]
+
+Per model, with Table 1's p_hat (Standard SD traces, natural routing) and B0 (first evaluation prompts) from
+`budgets.pair_budgets`:
+1. on-policy traces: AcceptMoE itself (natural p_hat) on each calibration source's training prompts ->
+   `onpolicy/<model>/<source>-<split>.{traces.jsonl,json}`: p_hat recounted under AcceptMoE's own masked
+   routing, and B0 from these training-split traces by METHOD.md's rule (`b0-train/<model>/<task>.json`);
+2. graded evaluation runs (Table 1's generation settings, stop at EOS) per pair: Standard SD; AcceptMoE at
+   each beta with the natural p_hat; AcceptMoE with the on-policy p_hat; AcceptMoE-B at B0 (evaluation
+   prompts) and at B0 (training split) when they differ.
+Writes `calibration-study.{md,csv}` (beta table, p_hat table, B0 table). Rows resume like every runner.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from acceptmoe.evals.tasks import get_task
+from acceptmoe.experiments.runs import REPO, Run, SampleLog, from_dict, open_run, to_jsonable, write_json
+from acceptmoe.engine.trace import commitment_table
+from acceptmoe.methods import CommitmentTable
+
+from . import calibrate, render
+from .accuracy import PairContext, free_device_memory, run_unit
+from .b0 import decide_b0
+from .budgets import pair_budgets, used_budgets
+from .common import RunPaths, load_model, run_to_completion, set_threads
+from .config import Table1Config, deep_merge, dotted, load_table1_config, preset_path, read_yaml
+from .perf_tables import sweep_records
+from .prompts import prompt_ids, resolve_checkpoint
+from .tracelog import TraceLog
+
+EXPERIMENT = "calibration-study"
+EXPERIMENT_YAML = REPO / "configs" / "experiments" / "calibration-study.yaml"
+
+
+@dataclass(frozen=True)
+class CalibrationStudyConfig:
+    preset: str
+    table1: Table1Config
+    betas: tuple[float, ...] = (0.25, 0.5, 1.0)
+    prompts: int | None = None              # evaluation prompts per pair (None: the Table 1 limit)
+    limit: int | None = None                # caps evaluation and training prompts (quick runs)
+    budgets_from: str | None = None         # a Table 1 run folder: reuse its p_hat and B0
+    bootstrap_resamples: int = 2000
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "betas", tuple(float(b) for b in self.betas))
+        if not self.betas or any(b < 0 for b in self.betas):
+            raise ValueError(f"betas must be a non-empty list of non-negative exponents, got {list(self.betas)}")
+
+    def eval_prompts(self) -> int:
+        n = self.prompts or self.table1.limit or self.table1.b0.prompts
+        return min(n, self.limit) if self.limit else n
+
+    def train_prompts(self) -> int:
+        n = self.table1.calibration.prompts
+        return min(n, self.limit) if self.limit else n
+
+
+def load_study_config(preset: str | Path, overrides: dict | None = None) -> CalibrationStudyConfig:
+    path = preset_path(preset)
+    table1 = load_table1_config(path)
+    section = read_yaml(path).get(EXPERIMENT) or {}
+    merged = deep_merge(deep_merge(read_yaml(EXPERIMENT_YAML), section), dotted(overrides or {}))
+    merged.update(preset=table1.preset, table1=to_jsonable(table1))
+    return from_dict(CalibrationStudyConfig, merged, where=f"{EXPERIMENT_YAML.name} + {path.name}:{EXPERIMENT}")
+
+
+def beta_label(beta: float) -> str:
+    return f"acceptmoe@beta={beta:g}"
+
+
+def onpolicy_table(loaded, cfg: CalibrationStudyConfig, source: str, natural: CommitmentTable, root: Path):
+    """AcceptMoE's own traces on the source's training prompts -> (on-policy CommitmentTable, traces)."""
+    t1, name = cfg.table1, loaded.spec.name
+    split = t1.calibration.split
+    log = TraceLog(root / "onpolicy" / name / f"{source}-{split}.traces.jsonl")
+    task = get_task(source)
+    examples = calibrate.calibration_examples(dataclasses.replace(
+        t1, calibration=dataclasses.replace(t1.calibration, prompts=cfg.train_prompts())), source)
+    for index, ex in enumerate(examples):
+        if ex["id"] in log:
+            continue
+        ids = prompt_ids(loaded.tokenizer, task.messages(ex), loaded.spec.chat_template_kwargs)
+        gen = loaded.engine.generate(ids, "acceptmoe", max_new_tokens=t1.calibration.max_new_tokens or t1.max_new_tokens,
+                                     tree=t1.tree, selector=t1.selector, commitment=natural, trace_layers=True)
+        gen.trace.meta.update(index=index, example_id=ex["id"])
+        log.append(ex["id"], gen.trace)
+    traces = log.read()
+    table = commitment_table(traces, max_depth=t1.tree.num_steps,
+                             provenance={"task": source, "split": split, "prompts": len(traces),
+                                         "p_hat_used": list(natural.p_hat)})
+    table.save(root / "onpolicy" / name / f"{source}-{split}.json")
+    return table, traces
+
+
+def eval_variants(cfg: CalibrationStudyConfig, b0_eval: int, b0_train: int) -> list[tuple[str, str, dict]]:
+    """(label, method, how) for one pair: how = {"beta"|"table"|"budget": ...}."""
+    out = [("standard-sd", "standard-sd", {})]
+    out += [(beta_label(b), "acceptmoe", {"beta": b}) for b in cfg.betas]
+    out.append(("acceptmoe@onpolicy", "acceptmoe", {"table": "onpolicy"}))
+    for b in dict.fromkeys((b0_eval, b0_train)):
+        out.append((f"acceptmoe-b@{b}", "acceptmoe-b", {"budget": b}))
+    return out
+
+
+def run_pair(loaded, cfg: CalibrationStudyConfig, task: str, natural, onpolicy, b0s: tuple[int, int],
+             samples: SampleLog) -> None:
+    t1 = cfg.table1
+    examples = get_task(task).load(t1.eval_split, cfg.eval_prompts())
+    for label, method, how in eval_variants(cfg, *b0s):
+        sel = dataclasses.replace(t1.selector, beta=how.get("beta", t1.selector.beta))
+        ctx = PairContext(loaded, get_task(task), examples, onpolicy if how.get("table") else natural,
+                          dataclasses.replace(t1, selector=sel, trace_layers=True), RunPaths(Path()), samples)
+        for index, ex in enumerate(examples):
+            key = f"study|{loaded.spec.name}|{task}|{label}|{ex['id']}"
+            if key not in samples:
+                row, _ = run_unit(ctx, index, method, how.get("budget"))
+                samples.append(key, {**row, "phase": "sweep", "variant": label})
+
+
+def run_experiment(cfg: CalibrationStudyConfig, run: Run) -> None:
+    set_threads(cfg.table1)
+    t1, samples = cfg.table1, SampleLog(run.path / "samples.jsonl")
+    budgets = pair_budgets(t1, run.path, cfg.budgets_from, cfg.limit)
+    for spec in t1.models:
+        loaded = load_model(spec, t1)
+        for source in calibrate.sources(t1):
+            task0 = next(t for t in t1.tasks if t1.calibration.source(t) == source)
+            natural = budgets[(spec.name, task0)].table
+            onpolicy, traces = onpolicy_table(loaded, cfg, source, natural, run.path)
+            b0_train = decide_b0(traces, t1.b0)
+            for task in [t for t in t1.tasks if t1.calibration.source(t) == source]:
+                out = run.path / "b0-train" / spec.name / f"{task}.json"
+                out.parent.mkdir(parents=True, exist_ok=True)
+                write_json(out, {**b0_train, "source": source})
+                b0s = (budgets[(spec.name, task)].b0, b0_train["b0"])
+                print(f"{spec.name} {task}: B0 eval {b0s[0]}, B0 train {b0s[1]}", flush=True)
+                run_pair(loaded, cfg, task, natural, onpolicy, b0s, samples)
+        del loaded
+        free_device_memory()
+
+
+# ----- tables, from saved files only -----
+def study_records(rows: list[dict], resamples: int) -> list[dict]:
+    """Accuracy (with the paired difference vs Standard SD), tau and set size per (pair, variant)."""
+    out = []
+    for pair in dict.fromkeys((r["model"], r["task"]) for r in rows):
+        pair_rows = [r for r in rows if (r["model"], r["task"]) == pair]
+        out += sweep_records(pair_rows, tuple(dict.fromkeys(r["variant"] for r in pair_rows)), resamples)
+    return out
+
+
+def _f(x, d: int = 2) -> str:
+    return "-" if x is None else f"{x:.{d}f}"
+
+
+def variant_md(records: list[dict], title: str, keep) -> str:
+    header = ["Model", "Task", "Variant", "accuracy (%)", "vs SD (pp) [interval]", "tau", "set size"]
+    rows = [[r["model"], r["task"], r["variant"], _f(r["accuracy"], 1),
+             "-" if r.get("accuracy_diff") is None else
+             f"{r['accuracy_diff']:+.1f} [{r['accuracy_diff_low']:+.1f}, {r['accuracy_diff_high']:+.1f}]",
+             _f(r["tau"]), _f(r["mean_set_size"], 1)] for r in records if keep(r["variant"])]
+    return render.markdown(header, rows, title)
+
+
+def phat_md(run_dir: Path, cfg: CalibrationStudyConfig) -> tuple[str, list[dict]]:
+    recs = []
+    for spec in cfg.table1.models:
+        for source in calibrate.sources(cfg.table1):
+            f = run_dir / "onpolicy" / spec.name / f"{source}-{cfg.table1.calibration.split}.json"
+            if f.is_file():
+                on = CommitmentTable.load(f)
+                recs.append({"model": spec.name, "source": source, "natural": on.provenance["p_hat_used"],
+                             "onpolicy": list(on.p_hat), "onpolicy_prompts": on.provenance["prompts"]})
+    header = ["Model", "Source", "depth", "p_hat natural (Standard SD)", "p_hat on-policy (AcceptMoE)"]
+    rows = [[r["model"], r["source"], str(d), _f(a, 3), _f(b, 3)]
+            for r in recs for d, (a, b) in enumerate(zip(r["natural"], r["onpolicy"]))]
+    return render.markdown(header, rows, "Commitment probabilities: natural-routing calibration vs AcceptMoE's "
+                                         "own (masked) routing on the same training prompts"), recs
+
+
+def b0_md(run_dir: Path, cfg: CalibrationStudyConfig, records: list[dict]) -> tuple[str, list[dict]]:
+    used = used_budgets(run_dir)
+    acc = {(r["model"], r["task"], r["budget"]): r["accuracy"] for r in records if r["variant"].startswith("acceptmoe-b@")}
+    recs = []
+    for spec in cfg.table1.models:
+        for task in cfg.table1.tasks:
+            ft = run_dir / "b0-train" / spec.name / f"{task}.json"
+            if f"{spec.name}|{task}" in used and ft.is_file():
+                e, t = used[f"{spec.name}|{task}"]["decision"], json.loads(ft.read_text())
+                recs.append({"model": spec.name, "task": task, "b0_eval": e["b0"], "eval_mean": e["mean_set_size"],
+                             "eval_prompts": e["n_prompts"], "b0_train": t["b0"], "train_mean": t["mean_set_size"],
+                             "train_prompts": t["n_prompts"], "accuracy_at_eval_b0": acc.get((spec.name, task, e["b0"])),
+                             "accuracy_at_train_b0": acc.get((spec.name, task, t["b0"]))})
+    header = ["Model", "Task", "B0 eval (mean, prompts)", "B0 train (mean, prompts)", "acc. @ eval B0", "acc. @ train B0"]
+    rows = [[r["model"], r["task"], f"{r['b0_eval']} ({r['eval_mean']:.2f}, {r['eval_prompts']})",
+             f"{r['b0_train']} ({r['train_mean']:.2f}, {r['train_prompts']})", _f(r["accuracy_at_eval_b0"], 1),
+             _f(r["accuracy_at_train_b0"], 1)] for r in recs]
+    return render.markdown(header, rows, "B0 from the first evaluation prompts vs from training-split AcceptMoE "
+                                         "traces (same rule), and AcceptMoE-B's accuracy at each"), recs
+
+
+def write_study(run_dir: str | Path) -> str:
+    run_dir = Path(run_dir)
+    cfg = from_dict(CalibrationStudyConfig, json.loads((run_dir / "config.json").read_text())["config"], "config.json")
+    records = study_records(list(SampleLog(run_dir / "samples.jsonl")), cfg.bootstrap_resamples)
+    betas = {beta_label(b) for b in cfg.betas} | {"standard-sd"}
+    p_md, p_recs = phat_md(run_dir, cfg)
+    b_md, b_recs = b0_md(run_dir, cfg, records)
+    md = "\n".join([f"# Calibration study ({cfg.preset} preset)\n",
+                    variant_md(records, "Beta sensitivity (natural p_hat)", lambda v: v in betas),
+                    variant_md(records, "On-policy p_hat vs natural (beta as configured in Table 1)",
+                               lambda v: v in ("standard-sd", "acceptmoe@onpolicy", beta_label(cfg.table1.selector.beta))),
+                    p_md, b_md])
+    (run_dir / "calibration-study.md").write_text(md)
+    (run_dir / "calibration-study.csv").write_text(render.csv_text(records))
+    (run_dir / "calibration-study-b0.csv").write_text(render.csv_text(b_recs))
+    (run_dir / "calibration-study-phat.csv").write_text(render.csv_text(
+        [{"model": r["model"], "source": r["source"], "depth": d, "natural": a, "onpolicy": b}
+         for r in p_recs for d, (a, b) in enumerate(zip(r["natural"], r["onpolicy"]))]))
+    return md
+
+
+def main(argv: list[str] | None = None) -> int:
+    from acceptmoe.experiments.cli import parser
+    p = parser(EXPERIMENT, "beta sensitivity, on-policy p_hat and B0 from training-split traces")
+    p.add_argument("--preset", default="tiny", help="configs/presets/<name>.yaml or a YAML path (default: tiny)")
+    p.add_argument("--limit", type=int, default=None, help="cap on evaluation and training prompts (quick runs)")
+    p.add_argument("--budgets-from", type=Path, default=None, metavar="TABLE1_RUN",
+                   help="reuse p_hat and B0 from this Table 1 run folder (default: compute them in this run)")
+    p.add_argument("--resume", type=Path, default=None, metavar="RUN_DIR", help="continue this run folder")
+    p.add_argument("--results", type=Path, default=None, help="results root (default: results/)")
+    args = p.parse_args(argv)
+    if args.resume is not None:
+        saved = json.loads((args.resume / "config.json").read_text())["config"]
+        cfg, run = from_dict(CalibrationStudyConfig, saved, "config.json"), Run(args.resume, resumed=True)
+    else:
+        overrides = {k: v for k, v in (("limit", args.limit), ("budgets_from", args.budgets_from and str(args.budgets_from)))
+                     if v is not None}
+        cfg = load_study_config(args.preset, overrides)
+        for spec in cfg.table1.models:
+            resolve_checkpoint(spec.target), resolve_checkpoint(spec.draft)
+        run = open_run(EXPERIMENT, cfg.preset, cfg, root=args.results)
+    if not run_to_completion(EXPERIMENT, run, lambda: run_experiment(cfg, run)):
+        return 130
+    print(write_study(run.path))
+    return 0

@@ -1,0 +1,261 @@
+"""Throughput runners: resident (Figure 3), offloaded (Figure 4) with its counters run (Table 2), and the
+fixed-budget sweep (Figure 5), one run folder per command.
+
+| command  | phases                                       | writes                                        |
+|----------|----------------------------------------------|-----------------------------------------------|
+| `fig3`   | resident                                     | throughput-resident.{md,csv}, fig3.{png,pdf}  |
+| `fig4`   | offload-timed, offload-counters              | throughput-offload.*, fig4.*, table2.*        |
+| `table2` | offload-counters                             | table2.{md,csv,tex}                           |
+| `sweep`  | sweep                                        | sweep.{md,csv,png,pdf}                        |
+| `fig5`   | sweep, offload-timed, offload-counters       | all of the above for these phases, fig5.*     |
+
+Timed phases (paper protocol): batch 1; per repetition a fresh engine (resident, or offloaded with X slots
+per MoE layer); per (task, variant) one untimed warm-up generation on the warm-up example, then the
+evaluation examples 0..n-1 in order, exactly `max_new_tokens` tokens with EOS ignored; the variant order
+rotates by one per repetition. Each generation is timed with the engine's clock (device synchronised) around
+`generate`; throughput = total tokens / total timed seconds; each row also keeps the machine's 1-minute load
+average (other processes on the host distort timings; the report shows it). The store's counters are reset before every
+generation and saved with its row (prefill included). `offload-counters` is one more such run with per-layer
+traces on (set sizes) and each reply graded up to its first EOS (greedy decoding makes that prefix the reply
+a stop-at-EOS run gives). `sweep` grades AcceptMoE-B at each budget plus the references with Table 1's
+generation settings. p_hat and B0 come from `budgets.pair_budgets` (a Table 1 run, or computed here).
+
+One `samples.jsonl` row per (phase, repetition, model, task, variant, prompt), written as it finishes: an
+interrupted run resumes (`--resume RUN_DIR`) and never duplicates a row. Errors propagate.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+from tqdm import tqdm
+
+from acceptmoe.evals.tasks import get_task
+from acceptmoe.experiments.runs import Run, SampleLog, open_run
+from acceptmoe.methods import METHODS
+
+from .accuracy import PairContext, free_device_memory, run_unit, trace_stats
+from .budgets import PairBudget, pair_budgets
+from .common import Loaded, RunPaths, load_model, run_to_completion, set_threads
+from .perf_config import (ThroughputConfig, load_throughput_config, needs_budgets, parse_variant,
+                          throughput_config_from_saved)
+from .prompts import decode, prompt_ids, resolve_checkpoint
+
+Progress = Callable[[str], None]
+COMMAND_PHASES = {"fig3": ("resident",), "fig4": ("offload-timed", "offload-counters"),
+                  "table2": ("offload-counters",), "sweep": ("sweep",),
+                  "fig5": ("sweep", "offload-timed", "offload-counters")}
+COUNTER_FIELDS = ("loads", "bytes", "hits", "misses", "wait_s", "passes")
+
+
+def unit_key(phase: str, rep: int, model: str, task: str, variant: str, example_id: str) -> str:
+    return f"{phase}|{rep}|{model}|{task}|{variant}|{example_id}"
+
+
+def repetitions(cfg: ThroughputConfig, phase: str) -> int:
+    return {"resident": cfg.resident.repetitions, "offload-timed": cfg.offload.repetitions}.get(phase, 1)
+
+
+def rotated(variants: tuple[str, ...], rep: int) -> list[str]:
+    r = rep % len(variants)
+    return list(variants[r:] + variants[:r])
+
+
+def up_to_eos(tokens: list[int], eos: set[int]) -> list[int]:
+    """The reply a stop-at-EOS run would give: tokens up to and including the first EOS."""
+    for i, t in enumerate(tokens):
+        if t in eos:
+            return tokens[:i + 1]
+    return tokens
+
+
+@dataclass
+class Unit:
+    """One phase's pair in progress: its engine, examples, budgets and the log it writes to."""
+    cfg: ThroughputConfig
+    phase: str
+    rep: int
+    loaded: Loaded
+    task: object
+    examples: list[dict]
+    budget: PairBudget | None
+    samples: SampleLog
+
+
+def generate_timed(u: Unit, ex: dict, variant: str) -> tuple[dict, object]:
+    """One timed generation of exactly max_new_tokens (EOS ignored): the measured row part and the Generation."""
+    method, prune, fixed = parse_variant(variant)
+    t1, engine = u.cfg.table1, u.loaded.engine
+    spec = METHODS[method]
+    ids = prompt_ids(u.loaded.tokenizer, u.task.messages(ex), u.loaded.spec.chat_template_kwargs)
+    store = engine.model.store
+    store.reset_counters()
+    max_new = u.cfg.resident.max_new_tokens if u.phase == "resident" else u.cfg.offload.max_new_tokens
+    start = engine.clock()
+    gen = engine.generate(ids, method, max_new_tokens=max_new, ignore_eos=True, tree=t1.tree, selector=t1.selector,
+                          budget=(fixed or u.budget.b0) if spec.needs_budget else None,
+                          commitment=u.budget.table if spec.needs_commitment else None, prune=prune,
+                          trace_layers=u.phase == "offload-counters")
+    wall = engine.clock() - start
+    totals = store.stats()["total"]
+    row = {"tokens": len(gen.tokens), "wall_s": wall, "prefill_s": gen.prefill_time, "decode_s": sum(gen.step_times),
+           "steps": len(gen.accept_lengths), "accepted": sum(gen.accept_lengths), "prompt_tokens": len(ids),
+           "store": store.kind, "load_avg_1m": os.getloadavg()[0], **{c: totals[c] for c in COUNTER_FIELDS}}
+    return row, gen
+
+
+def graded(u: Unit, ex: dict, gen) -> dict:
+    """Accuracy of the reply up to its first EOS, and the trace's set-size statistics."""
+    reply = up_to_eos(list(gen.tokens), u.loaded.engine.eos_token_ids)
+    fmt = u.loaded.spec.response_format
+    response = decode(u.loaded.tokenizer, reply, fmt)
+    score = u.task.score_many([ex], [response], response_format=fmt)[0]
+    return {"correct": bool(score.correct), "extracted": score.extracted, "reply_tokens": len(reply),
+            **trace_stats(gen.trace)}
+
+
+def run_timed_variant(u: Unit, variant: str, progress: Progress) -> None:
+    """Warm-up, then every evaluation prompt of the pair with one variant (finished prompts skipped)."""
+    model, task = u.loaded.spec.name, u.task.name
+    todo = [(i, ex) for i, ex in enumerate(u.examples[:u.cfg.prompts(u.phase)])
+            if unit_key(u.phase, u.rep, model, task, variant, ex["id"]) not in u.samples]
+    if not todo:
+        return
+    generate_timed(u, u.examples[u.cfg.warmup_index(u.phase)], variant)         # untimed warm-up
+    for index, ex in todo:
+        row, gen = generate_timed(u, ex, variant)
+        if u.phase == "offload-counters":
+            row.update(graded(u, ex, gen))
+        row.update(phase=u.phase, rep=u.rep, model=model, task=task, variant=variant, example_id=ex["id"],
+                   index=index, budget=_budget_of(variant, u.budget), tau=gen.mean_accept_length)
+        u.samples.append(unit_key(u.phase, u.rep, model, task, variant, ex["id"]), row)
+        progress(f"{u.phase} r{u.rep} {task} {variant}")
+
+
+def _budget_of(variant: str, budget: PairBudget | None) -> int | None:
+    method, _, fixed = parse_variant(variant)
+    return (fixed or budget.b0) if METHODS[method].needs_budget else None
+
+
+def examples_for(cfg: ThroughputConfig, phase: str, task: str) -> list[dict]:
+    """The phase's evaluation examples, up to and including its warm-up example."""
+    need = max(cfg.prompts(phase), cfg.warmup_index(phase) + 1 if phase != "sweep" else 0)
+    examples = get_task(task).load(cfg.table1.eval_split, need)
+    if len(examples) < need:
+        raise ValueError(f"{task} {cfg.table1.eval_split} has {len(examples)} examples; phase {phase} needs {need} "
+                         f"(prompts and the warm-up example): lower prompts or warmup_index")
+    return examples
+
+
+def pending(cfg: ThroughputConfig, phase: str, rep: int, model: str, samples: SampleLog,
+            examples: dict[str, list[dict]]) -> int:
+    return sum(unit_key(phase, rep, model, t, v, ex["id"]) not in samples for t in cfg.table1.tasks
+               for v in cfg.variants(phase) for ex in examples[t][:cfg.prompts(phase)])
+
+
+def run_timed_phase(cfg: ThroughputConfig, phase: str, samples: SampleLog, budgets: dict, progress: Progress) -> None:
+    store, slots = ("offloaded", cfg.offload.slots) if phase.startswith("offload") else ("resident", None)
+    examples = {t: examples_for(cfg, phase, t) for t in cfg.table1.tasks}
+    for rep in range(repetitions(cfg, phase)):
+        for spec in cfg.table1.models:
+            if not pending(cfg, phase, rep, spec.name, samples, examples):
+                continue
+            loaded = load_model(spec, cfg.table1, store, slots)             # a fresh engine per repetition
+            for task in cfg.table1.tasks:
+                u = Unit(cfg, phase, rep, loaded, get_task(task), examples[task], budgets.get((spec.name, task)),
+                         samples)
+                for variant in rotated(cfg.variants(phase), rep):
+                    run_timed_variant(u, variant, progress)
+            del loaded, u
+            free_device_memory()
+
+
+def run_sweep_phase(cfg: ThroughputConfig, samples: SampleLog, budgets: dict, progress: Progress) -> None:
+    """AcceptMoE-B at each budget and the references on every pair, graded like Table 1 (Table 1's runner)."""
+    examples = {t: examples_for(cfg, "sweep", t) for t in cfg.table1.tasks}
+    t1 = dataclasses.replace(cfg.table1, max_new_tokens=cfg.sweep_max_new_tokens(), trace_layers=True)
+    for spec in cfg.table1.models:
+        if not pending(cfg, "sweep", 0, spec.name, samples, examples):
+            continue
+        loaded = load_model(spec, t1)
+        for task in cfg.table1.tasks:
+            b = budgets.get((spec.name, task))
+            ctx = PairContext(loaded, get_task(task), examples[task], b.table if b else None, t1,
+                              RunPaths(Path()), samples)
+            for variant in cfg.variants("sweep"):
+                method, _, fixed = parse_variant(variant)
+                for index, ex in enumerate(examples[task][:cfg.prompts("sweep")]):
+                    key = unit_key("sweep", 0, spec.name, task, variant, ex["id"])
+                    if key in samples:
+                        continue
+                    row, _ = run_unit(ctx, index, method, fixed)
+                    row.update(phase="sweep", rep=0, variant=variant, wall_s=row["prefill_s"] + row["decode_s"])
+                    samples.append(key, row)
+                    progress(f"sweep {task} {variant}")
+        del loaded, ctx
+        free_device_memory()
+
+
+def total_units(cfg: ThroughputConfig, samples: SampleLog) -> int:
+    n = 0
+    for phase in cfg.phases:
+        examples = {t: get_task(t).load(cfg.table1.eval_split, cfg.prompts(phase)) for t in cfg.table1.tasks}
+        n += sum(pending(cfg, phase, r, m.name, samples, examples)
+                 for r in range(repetitions(cfg, phase)) for m in cfg.table1.models)
+    return n
+
+
+def run_experiment(cfg: ThroughputConfig, run: Run, show_progress: bool = True) -> None:
+    """Every phase of `cfg` into `run` (budgets first when a variant needs them)."""
+    set_threads(cfg.table1)
+    samples = SampleLog(run.path / "samples.jsonl")
+    budgets = pair_budgets(cfg.table1, run.path, cfg.budgets_from, cfg.limit) if needs_budgets(cfg) else {}
+    with tqdm(total=total_units(cfg, samples), disable=not show_progress, unit="gen", dynamic_ncols=True) as bar:
+        def progress(desc: str) -> None:
+            bar.set_description(desc, refresh=False)
+            bar.update(1)
+        for phase in cfg.phases:
+            if phase == "sweep":
+                run_sweep_phase(cfg, samples, budgets, progress)
+            else:
+                run_timed_phase(cfg, phase, samples, budgets, progress)
+
+
+# ----- command line -----
+def open_experiment(command: str, args) -> tuple[ThroughputConfig, Run]:
+    if args.resume is not None:
+        if args.limit is not None or args.budgets_from is not None:
+            raise SystemExit("--resume continues a run with its frozen config: drop --limit/--budgets-from")
+        meta = args.resume / "config.json"
+        if not meta.is_file():
+            raise SystemExit(f"{args.resume} is not a run folder (no config.json)")
+        return throughput_config_from_saved(json.loads(meta.read_text())["config"]), Run(args.resume, resumed=True)
+    overrides = {k: v for k, v in (("limit", args.limit), ("budgets_from", args.budgets_from and str(args.budgets_from)))
+                 if v is not None}
+    cfg = load_throughput_config(args.preset, COMMAND_PHASES[command], overrides)
+    for spec in cfg.table1.models:                                   # fail before creating a run folder
+        resolve_checkpoint(spec.target), resolve_checkpoint(spec.draft)
+    return cfg, open_run(command, cfg.preset, cfg, root=args.results)
+
+
+def command_main(command: str, description: str, argv: list[str] | None) -> int:
+    from acceptmoe.experiments.cli import parser
+    from .perf_report import write_outputs
+    p = parser(command, description)
+    p.add_argument("--preset", default="tiny", help="configs/presets/<name>.yaml or a YAML path (default: tiny)")
+    p.add_argument("--limit", type=int, default=None, help="cap on prompts per pair in every phase (quick runs)")
+    p.add_argument("--budgets-from", type=Path, default=None, metavar="TABLE1_RUN",
+                   help="reuse p_hat and B0 from this Table 1 run folder (default: compute them in this run)")
+    p.add_argument("--resume", type=Path, default=None, metavar="RUN_DIR", help="continue this run folder")
+    p.add_argument("--results", type=Path, default=None, help="results root (default: results/)")
+    cfg, run = open_experiment(command, p.parse_args(argv))
+    if not run_to_completion(command, run, lambda: run_experiment(cfg, run)):
+        return 130
+    text, written = write_outputs(run.path)
+    print(text)
+    print("written: " + ", ".join(str(p) for p in written))
+    return 0

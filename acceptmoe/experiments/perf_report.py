@@ -1,0 +1,211 @@
+"""Tables and figures of a throughput run folder, rebuilt from its `config.json` and `samples.jsonl` only.
+
+    text, written = write_outputs(run_dir)        # also behind ./reproduce.sh tables / figures
+
+Per phase present in the run: `resident` -> throughput-resident.{md,csv}, fig3.{png,pdf}; `offload-timed` ->
+throughput-offload.{md,csv}, fig4.{png,pdf}; `offload-counters` -> table2.{md,csv,tex}; `sweep` ->
+sweep.{md,csv,png,pdf}; a run with the sweep and both offload phases (./reproduce.sh fig5) -> fig5.{png,pdf,csv}.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from acceptmoe.experiments.runs import SampleLog
+
+from . import figures, render
+from .budgets import used_budgets
+from .perf_config import ThroughputConfig, throughput_config_from_saved
+from .perf_tables import (counter_records, mean_ratio_spread, means, self_sized_vs_best, sweep_records,
+                          throughput_records)
+from .table1 import NothingToTabulate
+
+
+def fmt(x, digits: int = 2) -> str:
+    return "-" if x is None else f"{x:.{digits}f}"
+
+
+def throughput_md(records: list[dict], title: str, center: str) -> str:
+    header = ["Model", "Task", "Variant", "reps", "tok/s", "min-max", "ratio vs SD", "ratio min-max", "ratio sd", "tau",
+              "ms/step", "host load"]
+    rows = [[r["model"], r["task"], figures.label(r["variant"]), str(r["reps"]), fmt(r["tokens_per_s"], 1),
+             f"{fmt(r['tokens_per_s_min'], 1)}-{fmt(r['tokens_per_s_max'], 1)}", fmt(r.get("ratio_vs_standard_sd"), 3),
+             f"{fmt(r.get('ratio_min'), 3)}-{fmt(r.get('ratio_max'), 3)}", fmt(r.get("ratio_std"), 3), fmt(r["tau"]),
+             fmt(r["ms_per_step"], 1), fmt(r.get("load_avg_1m"), 2)] for r in records]
+    m = means(records, ("tokens_per_s", "ratio_vs_standard_sd", "tau", "ms_per_step", "load_avg_1m"))
+    spread = mean_ratio_spread(records)
+    for v, row in m.items():
+        s = spread.get(v, {})
+        rows.append(["Mean over pairs", "", figures.label(v), "", fmt(row["tokens_per_s"], 1), "",
+                     fmt(row["ratio_vs_standard_sd"], 3), f"{fmt(s.get('min'), 3)}-{fmt(s.get('max'), 3)}", "",
+                     fmt(row["tau"]), fmt(row["ms_per_step"], 1), fmt(row["load_avg_1m"], 2)])
+    note = ("pooled over repetitions (total tokens / total timed seconds); ratio: mean" if center == "pooled"
+            else "median over repetitions; ratio: median")
+    return render.markdown(header, rows, f"{title}: throughput {note} over repetitions of the ratio to Standard SD "
+                                         f"measured in the same repetition, with its min-max and standard deviation; "
+                                         f"host load = mean 1-minute load average while the variant ran")
+
+
+def table2_rows(records: list[dict]) -> tuple[list[str], list[list[str]], int]:
+    header = ["Model", "Task", "Variant", "KB/token", "vs SD (%)", "hit rate (%)", "vs SD (pp)", "stall (%)",
+              "us/load", "tok/s", "set size", "accuracy (%)"]
+    row = lambda r, a, b: [a, b, figures.label(r["variant"]), fmt(_kb(r["bytes_per_token"]), 1),
+                           fmt(r.get("traffic_change_pct"), 1), fmt(_pct(r["hit_rate"]), 1),
+                           fmt(r.get("hit_rate_change_pp"), 1), fmt(_pct(r["stall_share"]), 1),
+                           fmt(r.get("us_per_load"), 1), fmt(r.get("tokens_per_s"), 1),
+                           fmt(r.get("mean_set_size"), 1), fmt(r.get("accuracy"), 1)]
+    rows = [row(r, r["model"], r["task"]) for r in records]
+    fields = ("bytes_per_token", "traffic_change_pct", "hit_rate", "hit_rate_change_pp", "stall_share",
+              "us_per_load", "tokens_per_s", "mean_set_size", "accuracy")
+    summary = len(rows)
+    rows += [row({"variant": v, **m}, "Mean over pairs", "") for v, m in means(records, fields).items()]
+    return header, rows, summary
+
+
+def _kb(x):
+    return None if x is None else x / 1024
+
+
+def _pct(x):
+    return None if x is None else 100 * x
+
+
+def sweep_md(records: list[dict]) -> str:
+    header = ["Model", "Task", "Variant", "budget", "accuracy (%)", "interval", "vs SD (pp)", "set size", "tau"]
+    rows = [[r["model"], r["task"], figures.label(r["variant"]), fmt(r["budget"], 0), fmt(r["accuracy"], 1),
+             f"[{fmt(r['accuracy_low'], 1)}, {fmt(r['accuracy_high'], 1)}]", fmt(r.get("accuracy_diff"), 1),
+             fmt(r["mean_set_size"], 1), fmt(r["tau"])] for r in records]
+    best = self_sized_vs_best(records)
+    h2 = ["Model", "Task", "best B", "best acc.", "AcceptMoE acc.", "AcceptMoE set size", "diff (pp)"]
+    r2 = [[b["model"], b["task"], str(b["best_budget"]), fmt(b["best_accuracy"], 1), fmt(b["acceptmoe_accuracy"], 1),
+           fmt(b["acceptmoe_set_size"], 1), fmt(b["diff_pp"], 1)] for b in best]
+    return (render.markdown(header, rows, "Fixed-budget sweep: accuracy with bootstrap intervals over prompts")
+            + "\n" + render.markdown(h2, r2, "Self-sized AcceptMoE vs the best fixed budget"))
+
+
+# The paper's headline numbers (METHOD.md), printed beside what this run measured; reference values only.
+PAPER = {"resident": "1.290x mean (1.217-1.339 per pair)", "offload": "2.06x mean",
+         "traffic": "-73.6 to -77.1 %", "hit_rate": "+10.8 to +14.2 pp", "stall_sd": "65-78 %",
+         "stall_acceptmoe": "27-35 %", "prune_traffic": "-38.6 to -48.6 %", "prune_hit_rate": "+6.9 to +8.2 pp",
+         "prune_throughput": "+4.6 to +15.1 %"}
+
+
+def _mean_of(records: list[dict], variant: str, field: str):
+    vals = [r.get(field) for r in records if r["variant"] == variant]
+    return sum(vals) / len(vals) if vals and None not in vals else None
+
+
+def _per_pair_change(a: list[dict], b: list[dict], field: str, pct: bool) -> list[float]:
+    """Per pair: AcceptMoE (pruning) vs AcceptMoE without pruning, as % change or pp difference."""
+    base = {(r["model"], r["task"]): r[field] for r in b}
+    return [100 * (r[field] / base[(r["model"], r["task"])] - 1) if pct else 100 * (r[field] - base[(r["model"], r["task"])])
+            for r in a if (r["model"], r["task"]) in base and r[field] is not None and base[(r["model"], r["task"])]]
+
+
+def _range(vals: list[float], unit: str) -> str:
+    return "-" if not vals else f"{sum(vals) / len(vals):+.1f} {unit} mean ({min(vals):+.1f} to {max(vals):+.1f})"
+
+
+def paper_comparison(timed: dict[str, list[dict]], counters: list[dict]) -> str:
+    """AcceptMoE vs Standard SD (and pruning on vs off) as measured in this run, beside the paper's claims."""
+    rows = []
+    for phase, key in (("resident", "resident"), ("offload-timed", "offload")):
+        recs = timed.get(phase, [])
+        r = [x["ratio_vs_standard_sd"] for x in recs if x["variant"] == "acceptmoe" and "ratio_vs_standard_sd" in x]
+        if r:
+            rows.append([f"{phase} throughput, AcceptMoE / Standard SD",
+                         f"{sum(r) / len(r):.3f}x mean ({min(r):.3f}-{max(r):.3f} per pair)", PAPER[key]])
+    acc = [r for r in counters if r["variant"] == "acceptmoe"]
+    if acc and "traffic_change_pct" in acc[0]:
+        rows.append(["H2D traffic per output token vs Standard SD",
+                     _range([r["traffic_change_pct"] for r in acc], "%"), PAPER["traffic"]])
+        rows.append(["cache hit rate vs Standard SD", _range([r["hit_rate_change_pp"] for r in acc], "pp"),
+                     PAPER["hit_rate"]])
+        for v, key in (("standard-sd", "stall_sd"), ("acceptmoe", "stall_acceptmoe")):
+            share = _mean_of(counters, v, "stall_share")
+            rows.append([f"fetch-stall share, {figures.label(v)}", fmt(None if share is None else 100 * share, 1) + " %",
+                         PAPER[key]])
+    off = [r for r in counters if r["variant"] == "acceptmoe-noprune"]
+    if acc and off:
+        rows.append(["pruning on vs off: traffic", _range(_per_pair_change(acc, off, "bytes_per_token", True), "%"),
+                     PAPER["prune_traffic"]])
+        rows.append(["pruning on vs off: hit rate", _range(_per_pair_change(acc, off, "hit_rate", False), "pp"),
+                     PAPER["prune_hit_rate"]])
+    on_t = [r for r in timed.get("offload-timed", []) if r["variant"] == "acceptmoe"]
+    off_t = [r for r in timed.get("offload-timed", []) if r["variant"] == "acceptmoe-noprune"]
+    if on_t and off_t:
+        rows.append(["pruning on vs off: offloaded throughput",
+                     _range(_per_pair_change(on_t, off_t, "tokens_per_s", True), "%"), PAPER["prune_throughput"]])
+    if not rows:
+        return ""
+    return render.markdown(["quantity", "this run", "paper"], rows, "This run beside the paper's headline numbers")
+
+
+def write(run_dir: Path, name: str, text: str, written: list[Path]) -> None:
+    (run_dir / name).write_text(text)
+    written.append(run_dir / name)
+
+
+def load_run(run_dir: Path) -> tuple[ThroughputConfig, list[dict]]:
+    cfg = throughput_config_from_saved(json.loads((run_dir / "config.json").read_text())["config"])
+    return cfg, list(SampleLog(run_dir / "samples.jsonl"))
+
+
+def write_outputs(run_dir: str | Path) -> tuple[str, list[Path]]:
+    """Every table and figure the run's saved rows allow; returns (Markdown, files written)."""
+    run_dir = Path(run_dir)
+    cfg, rows = load_run(run_dir)
+    parts, written = [f"# {run_dir.parent.parent.name} ({cfg.preset} preset)\n"], []
+    timed: dict[str, list[dict]] = {}
+    for phase, stem, center, title in (("resident", "fig3", "pooled", "Resident"),
+                                       ("offload-timed", "fig4", "median", f"Offloaded (X = {cfg.offload.slots})")):
+        if phase in cfg.phases:
+            recs = throughput_records(rows, phase, cfg.variants(phase), cfg.prompts(phase), center)
+            timed[phase] = recs
+            if recs:
+                name = "throughput-" + phase.split("-")[0]
+                write(run_dir, f"{name}.md", throughput_md(recs, title, center), written)
+                write(run_dir, f"{name}.csv", render.csv_text(_flat(recs)), written)
+                written += figures.figure_throughput(recs, cfg.variants(phase), title, run_dir / stem)
+                parts.append((run_dir / f"{name}.md").read_text())
+    counters = counter_records(rows, cfg.variants("offload-counters"), cfg.bootstrap_resamples) \
+        if "offload-counters" in cfg.phases else []
+    if counters:
+        h, r, s = table2_rows(counters)
+        md = render.markdown(h, r, f"Table 2: offloading counters (X = {cfg.offload.slots} slots per layer), one "
+                                   f"instrumented run, prefill included; changes vs Standard SD")
+        write(run_dir, "table2.md", md, written)
+        write(run_dir, "table2.csv", render.csv_text(counters), written)
+        write(run_dir, "table2.tex", render.latex(h, r, "Offloading traffic, hit rate and stall share.",
+                                                  "tab:table2", s), written)
+        parts.append(md)
+    sweep = sweep_records(rows, cfg.variants("sweep"), cfg.bootstrap_resamples) if "sweep" in cfg.phases else []
+    if sweep:
+        write(run_dir, "sweep.md", sweep_md(sweep), written)
+        write(run_dir, "sweep.csv", render.csv_text(sweep), written)
+        written += figures.figure_sweep(sweep, run_dir / "sweep")
+        parts.append(sweep_md(sweep))
+    if {"sweep", "offload-timed", "offload-counters"} <= set(cfg.phases) and (sweep or counters):
+        written += figures.figure5(sweep, counters, timed.get("offload-timed", []), run_dir / "fig5")
+        write(run_dir, "fig5.csv", render.csv_text(_flat(sweep + counters + timed.get("offload-timed", []))), written)
+    used = used_budgets(run_dir)
+    if used:
+        rows_b = [[*k.split("|"), str(u["b0"]), f"{u['decision']['mean_set_size']:.2f}", str(u["decision"]["n_prompts"]),
+                   " ".join(f"{p:.3f}" for p in u["p_hat"]), u["source"]] for k, u in used.items()]
+        parts.append(render.markdown(["Model", "Task", "B0", "mean set size", "prompts", "p_hat by depth", "from"],
+                                     rows_b, "Budgets used: B0 (AcceptMoE's mean set size, METHOD.md's rule) and "
+                                             "p_hat (Standard SD on the training split)"))
+    comparison = paper_comparison(timed, counters)
+    if comparison:
+        write(run_dir, "paper-comparison.md", comparison, written)
+        parts.append(comparison)
+    if not written:
+        raise NothingToTabulate(f"{run_dir}: no phase has a finished pair yet")
+    return "\n".join(parts), written
+
+
+def _flat(records: list[dict]) -> list[dict]:
+    """Records with one column set (the union of keys, in first-seen order) and lists as strings."""
+    keys = list(dict.fromkeys(k for r in records for k in r))
+    return [{k: (" ".join(map(str, r[k])) if isinstance(r.get(k), list) else r.get(k)) for k in keys} for r in records]
+

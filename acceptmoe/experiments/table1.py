@@ -1,0 +1,280 @@
+"""Table 1 from saved results only: accuracy per (model, task) and method, B0, tau, paired intervals.
+
+`build_table1(run_dir)` reads `config.json`, `samples.jsonl` and `b0/`; nothing is recomputed from models.
+Per pair, only prompts finished by every configured method are used (a partial run says so). Reported:
+- accuracy (%) per pair and method, the unweighted mean over pairs, and its relative change vs Vanilla AR;
+- accuracy difference from Standard SD (pp) with a paired bootstrap interval over prompts per pair, and for
+  the mean over pairs a stratified bootstrap (prompts resampled within each pair);
+- tau (accepted tokens per target step, pooled over prompts) and the mean set size over blocks and layers.
+Written as `table1.md`, `table1.csv` (one record per pair and method) and `table1.tex` into the run folder.
+
+    ./reproduce.sh table1 [--preset tiny|paper] [--limit N] [--methods ...] [--resume RUN_DIR]
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from acceptmoe.evals.stats import bootstrap_mean, paired_bootstrap_diff
+from acceptmoe.experiments.runs import SampleLog
+from acceptmoe.methods import METHODS
+
+from . import render
+from .common import RunPaths
+from .config import BootstrapConfig, Table1Config, config_from_saved
+
+LABELS = {"vanilla-ar": "Vanilla AR", "standard-sd": "Standard SD", "count-b": "Count-B", "moe-spec": "MoE-Spec",
+          "acceptmoe-b": "AcceptMoE-B", "acceptmoe": "AcceptMoE"}
+BASELINE, REFERENCE = "standard-sd", "vanilla-ar"
+OUTPUTS = ("table1.md", "table1.csv", "table1.tex")
+
+
+class NothingToTabulate(ValueError):
+    """A run folder with no (model, task) pair finished by every method yet."""
+
+
+@dataclass
+class Table1:
+    cfg: Table1Config
+    records: list[dict]           # one per (model, task, method), in table order
+    means: dict[str, dict]        # method -> mean accuracy, rel. change vs AR, mean diff vs SD and interval
+    b0: dict[str, dict]           # "model|task" -> saved B0 decision
+    incomplete: list[str]         # pairs with fewer finished prompts than evaluation prompts
+
+
+def methods_of(cfg: Table1Config) -> list[str]:
+    return [m for m in METHODS if m in cfg.methods]
+
+
+def group_rows(rows) -> dict[tuple[str, str], dict[str, dict[str, dict]]]:
+    """(model, task) -> method -> example_id -> row."""
+    out: dict = {}
+    for r in rows:
+        out.setdefault((r["model"], r["task"]), {}).setdefault(r["method"], {})[r["example_id"]] = r
+    return out
+
+
+def common_ids(by_method: dict[str, dict[str, dict]], methods: list[str]) -> list[str]:
+    """Example ids finished by every method, in evaluation order."""
+    sets = [set(by_method.get(m, {})) for m in methods]
+    ids = set.intersection(*sets) if sets else set()
+    first = by_method[methods[0]] if ids else {}
+    return sorted(ids, key=lambda i: first[i]["index"])
+
+
+def pooled(rows: list[dict], num: str, den: str) -> float | None:
+    d = sum(r[den] for r in rows)
+    return sum(r[num] for r in rows) / d if d else None
+
+
+def pair_records(model: str, task: str, rows: dict[str, list[dict]], bs: BootstrapConfig, b0: dict | None) -> list[dict]:
+    """One record per method for one pair; rows[method] are aligned on the same prompts."""
+    kw = dict(n_resamples=bs.resamples, confidence=bs.confidence, seed=bs.seed)
+    base = np.array([r["correct"] for r in rows[BASELINE]], float) if BASELINE in rows else None
+    out = []
+    for method, rs in rows.items():
+        correct = np.array([r["correct"] for r in rs], float)
+        acc = bootstrap_mean(correct, **kw)
+        diff = paired_bootstrap_diff(correct, base, **kw) if base is not None else None
+        spec = METHODS[method]
+        out.append({
+            "model": model, "task": task, "method": method, "n": len(rs),
+            "accuracy": 100 * acc.estimate, "accuracy_low": 100 * acc.low, "accuracy_high": 100 * acc.high,
+            "diff_vs_standard_sd": 100 * diff.estimate if diff else None,
+            "diff_low": 100 * diff.low if diff else None, "diff_high": 100 * diff.high if diff else None,
+            "tau": pooled(rs, "accepted", "steps") if spec.speculates else None,
+            "mean_set_size": pooled(rs, "set_size_sum", "block_layers") if spec.speculates else None,
+            "mean_routed_union": pooled(rs, "routed_union_sum", "block_layers") if spec.speculates else None,
+            "budget": rs[0]["budget"] if spec.needs_budget else None,
+            "b0": b0["b0"] if b0 else None})
+    return out
+
+
+def stratified_mean_diff(diffs: list[np.ndarray], bs: BootstrapConfig, chunk: int = 500) -> tuple[float, float, float]:
+    """Mean over pairs of per-pair mean differences, with a percentile interval from resampling prompts
+    within each pair (a fixed seed)."""
+    rng = np.random.default_rng(bs.seed)
+    stats = []
+    for start in range(0, bs.resamples, chunk):
+        size = min(chunk, bs.resamples - start)
+        stats.append(sum(d[rng.integers(0, d.size, size=(size, d.size))].mean(1) for d in diffs) / len(diffs))
+    stats = np.concatenate(stats)
+    alpha = (1 - bs.confidence) / 2
+    low, high = np.quantile(stats, [alpha, 1 - alpha])
+    return float(np.mean([d.mean() for d in diffs])), float(low), float(high)
+
+
+def mean_records(records: list[dict], aligned: dict, methods: list[str], bs: BootstrapConfig) -> dict[str, dict]:
+    means: dict[str, dict] = {}
+    for m in methods:
+        accs = [r["accuracy"] for r in records if r["method"] == m]
+        means[m] = {"accuracy": float(np.mean(accs)) if accs else None, "pairs": len(accs)}
+    ref = means.get(REFERENCE, {}).get("accuracy")
+    for m in methods:
+        acc = means[m]["accuracy"]
+        means[m]["rel_change_vs_vanilla_ar"] = 100 * (acc - ref) / ref if ref and acc is not None else None
+        if BASELINE in methods and aligned:
+            diffs = [100 * (np.array([r["correct"] for r in rows[m]], float)
+                            - np.array([r["correct"] for r in rows[BASELINE]], float)) for rows in aligned.values()]
+            est, lo, hi = stratified_mean_diff(diffs, bs)
+            means[m].update(diff_vs_standard_sd=est, diff_low=lo, diff_high=hi)
+    return means
+
+
+def build_table1(run_dir: str | Path) -> Table1:
+    run_dir = Path(run_dir)
+    cfg = config_from_saved(json.loads((run_dir / "config.json").read_text())["config"])
+    methods, paths = methods_of(cfg), RunPaths(run_dir)
+    grouped = group_rows(SampleLog(paths.samples))
+    records, aligned, b0s, incomplete = [], {}, {}, []
+    for spec in cfg.models:
+        for task in cfg.tasks:
+            by_method = grouped.get((spec.name, task), {})
+            ids = common_ids(by_method, methods)
+            b0_file = paths.b0(spec.name, task)
+            b0 = json.loads(b0_file.read_text()) if b0_file.is_file() else None
+            if b0:
+                b0s[f"{spec.name}|{task}"] = b0
+            expected = max([len(v) for v in by_method.values()] + [cfg.limit or 0])
+            if len(ids) < expected or not ids:
+                incomplete.append(f"{spec.name}|{task}: {len(ids)} prompts finished by every method")
+            if not ids:
+                continue
+            rows = {m: [by_method[m][i] for i in ids] for m in methods}
+            aligned[(spec.name, task)] = rows
+            records += pair_records(spec.name, task, rows, cfg.bootstrap, b0)
+    return Table1(cfg, records, mean_records(records, aligned, methods, cfg.bootstrap), b0s, incomplete)
+
+
+# ----- rendering -----
+def fmt(x: float | None, digits: int = 1) -> str:
+    return "-" if x is None else f"{x:.{digits}f}"
+
+
+def interval(est: float | None, low: float | None, high: float | None) -> str:
+    return "-" if est is None else f"{est:+.1f} [{low:+.1f}, {high:+.1f}]"
+
+
+def accuracy_rows(t: Table1) -> tuple[list[str], list[list[str]], int]:
+    methods = methods_of(t.cfg)
+    header = ["Model", "Task", "B0", "n"] + [LABELS[m] for m in methods]
+    rows = []
+    for pair in _pairs(t):
+        recs = {r["method"]: r for r in t.records if (r["model"], r["task"]) == pair}
+        first = next(iter(recs.values()))
+        rows.append([*pair, fmt(first["b0"], 0), str(first["n"])] + [fmt(recs[m]["accuracy"]) for m in methods])
+    summary = len(rows)
+    rows.append(["Mean (unweighted)", "", "", ""] + [fmt(t.means[m]["accuracy"]) for m in methods])
+    rows.append(["Rel. change vs Vanilla AR (%)", "", "", ""]
+                + [fmt(t.means[m]["rel_change_vs_vanilla_ar"]) for m in methods])
+    return header, rows, summary
+
+
+def difference_rows(t: Table1) -> tuple[list[str], list[list[str]], int]:
+    methods = [m for m in methods_of(t.cfg) if m != BASELINE]
+    header = ["Model", "Task"] + [LABELS[m] for m in methods]
+    rows = []
+    for pair in _pairs(t):
+        recs = {r["method"]: r for r in t.records if (r["model"], r["task"]) == pair}
+        rows.append([*pair] + [interval(recs[m]["diff_vs_standard_sd"], recs[m]["diff_low"], recs[m]["diff_high"])
+                               for m in methods])
+    summary = len(rows)
+    rows.append(["Mean (unweighted)", ""] + [interval(t.means[m].get("diff_vs_standard_sd"), t.means[m].get("diff_low"),
+                                                      t.means[m].get("diff_high")) for m in methods])
+    return header, rows, summary
+
+
+def speed_rows(t: Table1) -> tuple[list[str], list[list[str]]]:
+    methods = [m for m in methods_of(t.cfg) if METHODS[m].speculates]
+    header = ["Model", "Task"] + [f"{LABELS[m]} tau / set" for m in methods]
+    rows = []
+    for pair in _pairs(t):
+        recs = {r["method"]: r for r in t.records if (r["model"], r["task"]) == pair}
+        rows.append([*pair] + [f"{fmt(recs[m]['tau'], 2)} / {fmt(recs[m]['mean_set_size'])}" for m in methods])
+    return header, rows
+
+
+def b0_rows(t: Table1) -> tuple[list[str], list[list[str]]]:
+    header = ["Model", "Task", "B0", "mean set size", "interval", "prompts", "rule"]
+    rows = []
+    for key, d in t.b0.items():
+        rule = ("fallback (first interval crossed x.5)" if d["first_crossed"] else "first prompts")
+        rule += f"; only {d['available_prompts']} evaluation prompts" if d["limited"] else ""
+        rows.append([*key.split("|"), str(d["b0"]), fmt(d["mean_set_size"], 2),
+                     f"[{d['low']:.2f}, {d['high']:.2f}]", str(d["n_prompts"]), rule])
+    return header, rows
+
+
+def _pairs(t: Table1) -> list[tuple[str, str]]:
+    return list(dict.fromkeys((r["model"], r["task"]) for r in t.records))
+
+
+def render_markdown(t: Table1) -> str:
+    conf = f"{t.cfg.bootstrap.confidence:.0%}"
+    h1, r1, _ = accuracy_rows(t)
+    h2, r2, _ = difference_rows(t)
+    h3, r3 = speed_rows(t)
+    parts = [f"# Table 1 ({t.cfg.preset} preset)\n",
+             render.markdown(h1, r1, "Accuracy (%), greedy; B0 = matched budget of the fixed-budget methods"),
+             render.markdown(h2, r2, f"Accuracy difference from Standard SD (pp) with paired bootstrap {conf} "
+                                     f"intervals over prompts (mean: stratified by pair)"),
+             render.markdown(h3, r3, "Mean accepted length tau (tokens per target step) / mean set size "
+                                     "(experts per layer, over every block and layer)")]
+    if t.b0:
+        h4, r4 = b0_rows(t)
+        parts.append(render.markdown(h4, r4, f"B0: mean AcceptMoE set size with its {conf} bootstrap interval "
+                                             f"over prompts, rounded half up (from traces only)"))
+    if t.incomplete:
+        parts.append("Incomplete pairs (table uses prompts finished by every method): " + "; ".join(t.incomplete) + "\n")
+    return "\n".join(parts)
+
+
+def render_latex(t: Table1) -> str:
+    h1, r1, s1 = accuracy_rows(t)
+    h2, r2, s2 = difference_rows(t)
+    return (render.latex(h1, r1, f"Accuracy (%) per model and task ({t.cfg.preset} preset).", "tab:table1-accuracy", s1)
+            + "\n" + render.latex(h2, r2, f"Accuracy difference from Standard SD (pp), paired bootstrap "
+                                          f"{t.cfg.bootstrap.confidence:.0%} intervals.", "tab:table1-diff", s2))
+
+
+def csv_records(t: Table1) -> list[dict]:
+    keys = list(t.records[0]) + ["rel_change_vs_vanilla_ar"] if t.records else []
+    out = [{k: r.get(k) for k in keys} for r in t.records]
+    for m, mean in t.means.items():
+        out.append({k: None for k in keys} | {"model": "mean", "task": "all", "method": m, "n": mean["pairs"],
+                                             **{k: v for k, v in mean.items() if k in keys}})
+    return out
+
+
+def write_table1(run_dir: str | Path) -> str:
+    """Build Table 1 from the run folder's saved results, write md/csv/tex there; returns the Markdown."""
+    run_dir = Path(run_dir)
+    t = build_table1(run_dir)
+    if not t.records:
+        raise NothingToTabulate(f"{run_dir} holds no pair finished by every method: nothing to tabulate yet")
+    md = render_markdown(t)
+    (run_dir / "table1.md").write_text(md)
+    (run_dir / "table1.csv").write_text(render.csv_text(csv_records(t)))
+    (run_dir / "table1.tex").write_text(render_latex(t))
+    return md
+
+
+def main(argv: list[str] | None = None) -> int:
+    from acceptmoe.experiments.cli import parser
+    from .accuracy import run_experiment
+    from .common import add_run_options, open_experiment, run_to_completion
+    p = parser("table1", "Table 1: calibration, B0 and every method on every (model, task) pair, then the table")
+    add_run_options(p)
+    cfg, run = open_experiment(p.parse_args(argv))
+    if not run_to_completion("table1", run, lambda: {"b0": run_experiment(cfg, run)}):
+        return 130
+    print(write_table1(run.path))
+    print(f"written: {', '.join(str(run.path / f) for f in OUTPUTS)}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

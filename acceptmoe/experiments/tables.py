@@ -1,0 +1,70 @@
+"""`./reproduce.sh tables`: rebuild every table and figure from saved results only (no model runs).
+
+Walks `results/<experiment>/<preset>/<run-id>/` for experiments with a table builder (BUILDERS) and writes
+each run's table files next to its results; `--run RUN_DIR` rebuilds one run. A run without finished pairs
+is reported and skipped.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Callable
+
+from acceptmoe.experiments.runs import REPO
+
+from .calibration_study import write_study
+from .perf_report import write_outputs
+from .table1 import NothingToTabulate, write_table1
+
+
+def _perf(run: Path) -> str:
+    return write_outputs(run)[0]
+
+
+BUILDERS: dict[str, Callable[[Path], str]] = {"table1": write_table1, "fig3": _perf, "fig4": _perf, "table2": _perf,
+                                              "sweep": _perf, "fig5": _perf, "calibration-study": write_study}
+
+
+def run_folders(results: Path) -> list[tuple[str, Path]]:
+    """(experiment, run folder) for every run under `results` that has a builder, oldest first."""
+    found = []
+    for experiment in BUILDERS:
+        for run in sorted((results / experiment).glob("*/*/")):
+            if (run / "config.json").is_file() and (run / "samples.jsonl").is_file():
+                found.append((experiment, run))
+    return found
+
+
+def experiment_of(run: Path) -> str:
+    """The experiment recorded in the run's config.json (so copied runs, e.g. results/reference/, rebuild too)."""
+    meta = run / "config.json"
+    if not meta.is_file():
+        raise FileNotFoundError(f"{meta} not found: --run takes a run folder written by an experiment command")
+    name = json.loads(meta.read_text()).get("experiment")
+    if name not in BUILDERS:
+        raise ValueError(f"{run}: experiment {name!r} has no table builder (builders: {', '.join(BUILDERS)})")
+    return name
+
+
+def main(argv: list[str] | None = None) -> int:
+    from acceptmoe.experiments.cli import parser
+    p = parser("tables", "rebuild every table from saved results only")
+    p.add_argument("--results", type=Path, default=REPO / "results", help="results root (default: results/)")
+    p.add_argument("--run", type=Path, default=None, metavar="RUN_DIR", help="rebuild only this run's table")
+    args = p.parse_args(argv)
+    runs = [(experiment_of(args.run), args.run)] if args.run else run_folders(args.results)
+    if not runs:
+        print(f"no saved runs with tables under {args.results}")
+        return 0
+    for experiment, run in runs:
+        try:
+            text = BUILDERS[experiment](run)
+        except NothingToTabulate as exc:
+            print(f"{run}: skipped ({exc})")
+            continue
+        print(f"== {run}\n{text}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,137 @@
+"""ExpertStore: offloaded equals resident, counter identities, LRU eviction, waves, and the model on both."""
+import pytest
+import torch
+
+from acceptmoe.engine import mxfp4
+from fixtures import tiny_gpt_oss, tiny_qwen3_moe
+from acceptmoe.engine.model import MoEModel
+from acceptmoe.engine.store import ExpertMath, expert_bytes, make_store
+
+E, H, I, K, T = 8, 64, 32, 2, 6
+LAYERS = (0, 2)
+
+
+def _layers(kind: str, seed: int = 0) -> dict[int, dict[str, torch.Tensor]]:
+    g = torch.Generator().manual_seed(seed)
+    out = {}
+    for l in LAYERS:
+        w = {"w1": torch.randn(E, 2 * I, H, generator=g) * 0.2, "w2": torch.randn(E, H, I, generator=g) * 0.2}
+        if kind != "swiglu":
+            w["b1"], w["b2"] = torch.randn(E, 2 * I, generator=g), torch.randn(E, H, generator=g)
+        if kind == "mxfp4":
+            for n in ("w1", "w2"):
+                w[f"{n}_blocks"], w[f"{n}_scales"] = mxfp4.quantize(w.pop(n))
+        out[l] = w
+    return out
+
+
+def _math(kind: str) -> ExpertMath:
+    return ExpertMath("swiglu" if kind == "swiglu" else "clamped_swiglu", torch.float32)
+
+
+def _routing(seed: int, n_tokens: int = T, experts: int = E):
+    """x [T, H], ids [T, K] (distinct per token, among the first `experts`), weights [T, K]."""
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(n_tokens, H, generator=g)
+    ids = torch.rand(n_tokens, experts, generator=g).topk(K, dim=-1).indices
+    return x, ids, torch.rand(n_tokens, K, generator=g).softmax(-1)
+
+
+def _dense_reference(math, layer_w, x, ids, weights):
+    """Every (token, slot) through its expert, one at a time: the plain definition."""
+    y = torch.zeros_like(x)
+    for t in range(x.shape[0]):
+        for j in range(ids.shape[1]):
+            e = int(ids[t, j])
+            y[t] += weights[t, j] * math(x[t:t + 1], {n: v[e] for n, v in layer_w.items()})[0]
+    return y
+
+
+@pytest.mark.parametrize("kind", ["swiglu", "clamped_swiglu", "mxfp4"])
+@pytest.mark.parametrize("slots", [1, 3, E])
+def test_offloaded_equals_resident_and_counters_add_up(kind, slots):
+    layers, math = _layers(kind), _math(kind)
+    resident = make_store("resident", math, _layers(kind), E, "cpu")
+    offloaded = make_store("offloaded", math, _layers(kind), E, "cpu", slots=slots)
+    unions = {l: 0 for l in LAYERS}
+    waves_seen = False
+    for p in range(8):
+        x, ids, weights = _routing(p)
+        for l in LAYERS:
+            a = resident.run(l, x, ids, weights)
+            assert torch.equal(a, offloaded.run(l, x, ids, weights))
+            union = ids.unique().numel()
+            unions[l] += union
+            waves_seen |= union > slots
+        if p == 0:
+            torch.testing.assert_close(a, _dense_reference(math, layers[LAYERS[-1]], x, ids, weights))
+    assert waves_seen == (slots < E)
+    stats, per_expert = offloaded.stats(), expert_bytes(layers[0])
+    for l in LAYERS:
+        c = stats["layers"][l]
+        assert c["hits"] + c["misses"] == unions[l] and c["passes"] == 8
+        assert c["loads"] == c["misses"] and c["bytes"] == c["loads"] * per_expert and c["wait_s"] >= 0
+        assert int(offloaded.resident(l).sum()) == min(slots, E)
+    assert stats["total"]["hits"] + stats["total"]["misses"] == sum(unions.values())
+    assert resident.stats()["total"]["misses"] == 0 and resident.stats()["total"]["hits"] == sum(unions.values())
+
+
+def test_full_pool_has_no_misses_after_warm_up():
+    store = make_store("offloaded", _math("swiglu"), _layers("swiglu"), E, "cpu", slots=E)
+    x, _, weights = _routing(0)
+    store.run(0, x, torch.arange(T * K).view(T, K) % E, weights)        # warm-up touches every expert
+    assert store.stats()["layers"][0]["misses"] == E
+    store.reset_counters()
+    for p in range(5):
+        store.run(0, *_routing(p))
+    c = store.stats()["layers"][0]
+    assert c["misses"] == 0 and c["loads"] == 0 and c["hits"] > 0 and store.stats()["total"]["hit_rate"] == 1.0
+
+
+def test_lru_eviction_spares_the_current_wave():
+    store = make_store("offloaded", _math("swiglu"), _layers("swiglu"), E, "cpu", slots=2)
+    x = torch.randn(1, H)
+    one = torch.ones(1, 1)
+    for e in (0, 1, 0, 2):                                               # 2 evicts 1, the least recently used
+        store.run(0, x, torch.tensor([[e]]), one)
+    assert store.resident(0).nonzero().flatten().tolist() == [0, 2]
+    store.run(0, x, torch.tensor([[2, 3]]), torch.full((1, 2), 0.5))     # 3 evicts 0, never 2 (same wave)
+    assert store.resident(0).nonzero().flatten().tolist() == [2, 3]
+    c = store.stats()["layers"][0]
+    assert (c["hits"], c["misses"], c["loads"]) == (2, 4, 4)
+
+
+def test_waves_when_union_exceeds_pool():
+    layers, math = _layers("clamped_swiglu"), _math("clamped_swiglu")
+    x, ids, weights = _routing(3, n_tokens=16)
+    assert ids.unique().numel() > 3
+    small = make_store("offloaded", math, _layers("clamped_swiglu"), E, "cpu", slots=3)
+    torch.testing.assert_close(small.run(0, x, ids, weights), _dense_reference(math, layers[0], x, ids, weights))
+    assert small.stats()["layers"][0]["loads"] == ids.unique().numel()  # each expert loaded once per pass
+
+
+def test_store_argument_errors():
+    layers, math = _layers("swiglu"), _math("swiglu")
+    with pytest.raises(ValueError, match="needs slots"):
+        make_store("offloaded", math, layers, E, "cpu")
+    with pytest.raises(ValueError, match="slots applies to store='offloaded' only"):
+        make_store("resident", math, layers, E, "cpu", slots=2)
+    with pytest.raises(ValueError, match="unknown store kind 'disk'"):
+        make_store("disk", math, layers, E, "cpu")
+    with pytest.raises(KeyError, match="layer 1 has no experts"):
+        make_store("resident", math, layers, E, "cpu").resident(1)
+    assert layers == {}                                                  # the store took ownership
+
+
+@pytest.mark.parametrize("make", [tiny_qwen3_moe, tiny_gpt_oss])
+def test_model_offloaded_equals_resident(make, tmp_path):
+    make(tmp_path)
+    resident = MoEModel.from_pretrained(tmp_path)
+    offloaded = MoEModel.from_pretrained(tmp_path, store="offloaded", slots=3)
+    ids = torch.randint(0, 96, (12,), generator=torch.Generator().manual_seed(0))
+    a, _ = resident.forward(ids, torch.arange(12), resident.new_cache(16), 0)
+    b, _ = offloaded.forward(ids, torch.arange(12), offloaded.new_cache(16), 0)
+    assert torch.equal(a, b)
+    stats = offloaded.store.stats()
+    assert stats["kind"] == "offloaded" and stats["slots"] == 3 and stats["total"]["loads"] > 0
+    assert set(stats["layers"]) == set(offloaded.config.moe_layer_ids)

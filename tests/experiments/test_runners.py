@@ -1,0 +1,239 @@
+"""Table 1 runners: strict configs, B0 on synthetic traces, resumable trace logs, and the real pipeline end
+to end on a tiny random target + EAGLE-3 draft (accuracy ~0 with random weights; the test checks the
+pipeline, the files, resumability and the table's structure)."""
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+
+import pytest
+import yaml
+
+from acceptmoe.experiments import b0 as b0_runner
+from acceptmoe.experiments import table1, tables
+from acceptmoe.experiments.config import (B0Config, ConfigKeyError, Table1ConfigError, load_table1_config)
+from acceptmoe.experiments.tracelog import TraceLog
+from acceptmoe.experiments.runs import SampleLog
+from acceptmoe.engine.trace import Trace, load_traces
+
+import runner_world as world
+
+METHODS = ("vanilla-ar", "standard-sd", "count-b", "moe-spec", "acceptmoe-b", "acceptmoe")
+
+
+# ----- config -----
+def _preset(tmp_path: Path, extra: dict) -> Path:
+    base = yaml.safe_load((Path(__file__).parents[2] / "configs/presets/tiny.yaml").read_text())
+    path = tmp_path / "p.yaml"
+    path.write_text(yaml.safe_dump({**base, **extra}))
+    return path
+
+
+def test_presets_load():
+    tiny, paper = load_table1_config("tiny"), load_table1_config("paper")
+    assert tiny.tasks == ("tiny-gsm", "tiny-math", "tiny-humaneval", "tiny-mbpp") and tiny.dtype == "float32"
+    assert (tiny.tree.num_steps, tiny.tree.topk, tiny.tree.num_draft_tokens) == (5, 10, 64)
+    assert paper.device == "cuda" and paper.dtype == "bfloat16" and paper.limit is None and len(paper.models) == 3
+    assert paper.calibration.source("math500") == "gsm8k" and paper.calibration.source("gsm8k") == "gsm8k"
+    assert [m.response_format for m in paper.models] == ["plain", "plain", "harmony"]
+
+
+@pytest.mark.parametrize("extra, match", [
+    ({"bogus": 1}, "bogus"),
+    ({"table1": {"limit": 2, "max_new_tokens": 8, "calibration": {"promts": 3}}}, "promts"),
+    ({"models": [{"name": "x", "target": "a", "draft": "b", "colour": "red"}]}, "colour"),
+    ({"tree": {"num_steps": 5, "top_k": 10}}, "top_k"),
+])
+def test_config_rejects_unknown_keys(tmp_path, extra, match):
+    with pytest.raises(ConfigKeyError, match=match):
+        load_table1_config(_preset(tmp_path, extra))
+
+
+def test_config_rejects_unusable_values(tmp_path):
+    with pytest.raises(Table1ConfigError, match="add acceptmoe"):
+        load_table1_config("tiny", {"methods": ["count-b", "standard-sd"]})
+    with pytest.raises(Table1ConfigError, match="evaluation split"):
+        load_table1_config("tiny", {"calibration.split": "test"})
+    with pytest.raises(KeyError, match="valid methods"):
+        load_table1_config("tiny", {"methods": ["acceptmoe", "nope"]})
+    with pytest.raises(Table1ConfigError, match="unknown task"):
+        load_table1_config(_preset(tmp_path, {"tasks": ["gsm9k"]}))
+
+
+# ----- B0 on synthetic traces -----
+def _trace(index: int, set_sizes: list[list[int]]) -> Trace:
+    """One trace: one block per entry of set_sizes, each with one set size per layer."""
+    t = Trace(meta={"index": index})
+    for step, sizes in enumerate(set_sizes):
+        t.add_block(step, [-1, 0], [0], [[layer, s, 8, 10, s, 1.0] for layer, s in enumerate(sizes)])
+    return t
+
+
+def test_b0_pooled_mean_rounds_half_up():
+    traces = [_trace(i, [[24, 25], [25, 25]]) for i in range(50)]         # mean 24.75 -> 25
+    d = b0_runner.decide_b0(traces, B0Config(resamples=200))
+    assert d["b0"] == 25 and d["n_prompts"] == 50 and not d["first_crossed"] and not d["limited"]
+    halves = [_trace(i, [[23, 24]]) for i in range(50)]                    # exactly 23.5 -> 24 (halves up)
+    assert b0_runner.decide_b0(halves, B0Config(resamples=200))["b0"] == 24
+    # pooled over blocks and layers, not a mean of per-prompt means: 2 blocks at 20 and 1 block at 29
+    pooled = [_trace(0, [[20], [20]]), _trace(1, [[29]])]
+    assert b0_runner.decide_b0(pooled, B0Config(resamples=200))["mean_set_size"] == pytest.approx(23.0)
+
+
+def test_b0_uses_100_prompts_when_the_interval_crosses_a_boundary():
+    rng = random.Random(0)
+    first = [_trace(i, [[rng.choice([20, 27])]]) for i in range(50)]       # mean near 23.5, wide interval
+    later = [_trace(50 + i, [[23]] * 40) for i in range(50)]               # many blocks at 23
+    d = b0_runner.decide_b0(list(reversed(first + later)), B0Config(resamples=500))   # any order in
+    assert d["first_crossed"] and d["n_prompts"] == 100 and d["b0"] == 23
+    narrow = b0_runner.decide_b0([_trace(i, [[23]]) for i in range(120)], B0Config(resamples=200))
+    assert narrow["n_prompts"] == 50 and not narrow["first_crossed"]
+
+
+def test_b0_with_fewer_prompts_than_the_rule_records_it():
+    d = b0_runner.decide_b0([_trace(i, [[30, 31]]) for i in range(6)], B0Config(resamples=200))
+    assert d["limited"] and d["n_prompts"] == 6 and d["available_prompts"] == 6 and d["b0"] == 31
+    with pytest.raises(ValueError, match="first prompts in order"):
+        b0_runner.decide_b0([_trace(0, [[3]]), _trace(2, [[3]])], B0Config(resamples=50))
+
+
+# ----- trace log -----
+def test_trace_log_drops_torn_partial_and_unfinished_traces(tmp_path):
+    path = tmp_path / "t.jsonl"
+    log = TraceLog(path)
+    for i in range(3):
+        log.append(f"k{i}", _trace(i, [[4, 5], [6, 7]]))
+    lines = path.read_text().splitlines(keepends=True)
+    # k2 lost its last block line (crash mid-write), then a torn line follows
+    path.write_text("".join(lines[:-1]) + '{"kind": "blo')
+    again = TraceLog(path, keep={"k0", "k2"})                               # k1 has no finished sample row
+    assert [t.meta["key"] for t in again.read()] == ["k0"] and "k0" in again and len(again) == 1
+    assert [t.meta["key"] for t in load_traces(path)] == ["k0"]            # the file was rewritten cleanly
+    again.append("k1", _trace(1, [[1]]))
+    with pytest.raises(KeyError, match="already"):
+        again.append("k1", _trace(1, [[1]]))
+
+
+# ----- the real pipeline, end to end -----
+@pytest.fixture(scope="module")
+def setup(tmp_path_factory):
+    root = tmp_path_factory.mktemp("world")
+    world.make_models(root)
+    return root, world.write_preset(root, root)
+
+
+@pytest.fixture(scope="module")
+def full_run(setup):
+    root, preset = setup
+    assert table1.main(["--preset", str(preset), "--limit", "2", "--results", str(root / "full")]) == 0
+    (run,) = (root / "full" / "table1" / "test").iterdir()
+    return run
+
+
+def test_table1_end_to_end_files_and_structure(full_run, capsys):
+    run = full_run
+    for name in ("config.json", "samples.jsonl", "summary.json", *table1.OUTPUTS):
+        assert (run / name).is_file(), name
+    rows = list(SampleLog(run / "samples.jsonl"))
+    assert len(rows) == 2 * 2 * 6 and len({r["key"] for r in rows}) == len(rows)
+    for task in world.TASKS:
+        b0 = json.loads((run / "b0" / "rand" / f"{task}.json").read_text())
+        assert b0["limited"] and b0["n_prompts"] == 2 and b0["b0"] >= 2
+        assert {r["budget"] for r in rows if r["task"] == task and r["method"] in ("count-b", "moe-spec", "acceptmoe-b")} == {b0["b0"]}
+        assert json.loads((run / "calibration" / "rand" / f"{task}-train.json").read_text())["provenance"]["split"] == "train"
+        for method in METHODS:
+            traces = TraceLog(run / "traces" / "rand" / task / f"{method}.jsonl").read()
+            assert len(traces) == 2 and {t.meta["index"] for t in traces} == {0, 1}
+    sd = [r for r in rows if r["method"] == "standard-sd"]
+    assert all(r["tau"] >= 1 and r["mean_set_size"] == 8 and 1 <= r["tokens"] <= 8 for r in sd)
+    assert all(r["mean_set_size"] is None and r["tau"] == 1 for r in rows if r["method"] == "vanilla-ar")
+    ar = {r["key"].replace("|vanilla-ar", ""): r["output_ids"] for r in rows if r["method"] == "vanilla-ar"}
+    assert {r["key"].replace("|standard-sd", ""): r["output_ids"] for r in sd} == ar     # greedy SD is lossless
+    md = (run / "table1.md").read_text()
+    assert "Mean (unweighted)" in md and "Rel. change vs Vanilla AR" in md and "AcceptMoE-B" in md
+    csv_lines = (run / "table1.csv").read_text().splitlines()
+    assert len(csv_lines) == 1 + 2 * 6 + 6 and csv_lines[0].startswith("model,task,method,n,accuracy")
+    assert r"\begin{tabular}" in (run / "table1.tex").read_text()
+    assert tables.main(["--results", str(run.parents[2])]) == 0               # rebuild from saved files only
+    assert (run / "table1.md").read_text() == md
+    assert b0_runner.main(["--run", str(run)]) == 0                         # recomputed B0 == saved B0
+    assert "B0 = " in capsys.readouterr().out
+
+
+def test_interrupted_run_resumes_to_the_same_table(setup, full_run, monkeypatch):
+    root, preset = setup
+    real_append, calls = SampleLog.append, {"n": 0}
+
+    def append_then_crash(self, key, row):
+        calls["n"] += 1
+        if calls["n"] == 9:            # the 9th unit's trace is written, its row is not: a crash in between
+            raise KeyboardInterrupt
+        real_append(self, key, row)
+    monkeypatch.setattr(SampleLog, "append", append_then_crash)
+    assert table1.main(["--preset", str(preset), "--limit", "2", "--results", str(root / "cut")]) == 130
+    monkeypatch.setattr(SampleLog, "append", real_append)
+    (run,) = (root / "cut" / "table1" / "test").iterdir()
+    assert len(SampleLog(run / "samples.jsonl")) == 8 and not (run / "summary.json").exists()
+    assert table1.main(["--resume", str(run)]) == 0
+    rows = list(SampleLog(run / "samples.jsonl"))
+    assert len(rows) == 24 and len({r["key"] for r in rows}) == 24
+    for task in world.TASKS:
+        for method in METHODS:
+            assert len(TraceLog(run / "traces" / "rand" / task / f"{method}.jsonl")) == 2
+    assert (run / "table1.md").read_text() == (full_run / "table1.md").read_text()
+    assert (run / "table1.csv").read_text() == (full_run / "table1.csv").read_text()
+
+
+# ----- the table's arithmetic on synthetic saved results -----
+def _saved_run(tmp_path: Path, correct: dict[str, list[int]], drop: tuple[str, int] | None = None) -> Path:
+    from acceptmoe.experiments.runs import open_run
+    cfg = load_table1_config("tiny", {"tasks": ["tiny-gsm", "tiny-mbpp"], "methods": list(correct),
+                                      "limit": 4, "bootstrap.resamples": 200})
+    run = open_run("table1", "tiny", cfg, root=tmp_path)
+    log = SampleLog(run.path / "samples.jsonl")
+    for task in cfg.tasks:
+        for method, values in correct.items():
+            for i, c in enumerate(values):
+                if (method, i) == drop and task == "tiny-mbpp":
+                    continue
+                key = f"tiny|{task}|{task}/{i}|{method}"
+                log.append(key, {"model": "tiny", "task": task, "method": method, "example_id": f"{task}/{i}",
+                                 "index": i, "correct": bool(c), "accepted": 6, "steps": 2, "set_size_sum": 30.0,
+                                 "block_layers": 2, "routed_union_sum": 20.0, "budget": None})
+    return run.path
+
+
+def test_table_means_relative_change_and_paired_differences(tmp_path):
+    run = _saved_run(tmp_path, {"vanilla-ar": [1, 1, 0, 0], "standard-sd": [1, 1, 1, 0], "acceptmoe": [1, 0, 1, 0]})
+    t = table1.build_table1(run)
+    rec = {(r["task"], r["method"]): r for r in t.records}
+    assert rec[("tiny-gsm", "standard-sd")]["accuracy"] == 75 and rec[("tiny-gsm", "acceptmoe")]["diff_vs_standard_sd"] == -25
+    assert rec[("tiny-gsm", "acceptmoe")]["tau"] == 3 and rec[("tiny-gsm", "acceptmoe")]["mean_set_size"] == 15
+    assert rec[("tiny-gsm", "vanilla-ar")]["tau"] is None and not t.incomplete
+    assert t.means["standard-sd"]["accuracy"] == 75 and t.means["standard-sd"]["rel_change_vs_vanilla_ar"] == 50
+    assert t.means["acceptmoe"]["diff_vs_standard_sd"] == -25
+    assert t.means["acceptmoe"]["diff_low"] <= -25 <= t.means["acceptmoe"]["diff_high"]
+    md = table1.write_table1(run)
+    assert "-25.0 [" in md and "| Mean (unweighted)" in md
+
+
+def test_table_of_a_partial_run_uses_prompts_every_method_finished(tmp_path):
+    run = _saved_run(tmp_path, {"standard-sd": [1, 1, 1, 0], "acceptmoe": [1, 0, 1, 0]}, drop=("acceptmoe", 3))
+    t = table1.build_table1(run)
+    assert {r["n"] for r in t.records if r["task"] == "tiny-mbpp"} == {3}
+    assert t.incomplete == ["tiny|tiny-mbpp: 3 prompts finished by every method"]
+    assert t.means["acceptmoe"]["rel_change_vs_vanilla_ar"] is None         # no Vanilla AR in this run
+    assert "Incomplete pairs" in table1.write_table1(run)
+
+
+def test_prompts_use_the_chat_template_and_decoding_keeps_harmony_markers(setup):
+    from acceptmoe.experiments.prompts import decode, load_tokenizer, prompt_ids, resolve_checkpoint
+    root, _ = setup
+    tok = load_tokenizer(root / "target")
+    ids = prompt_ids(tok, [{"role": "user", "content": "2 + 3 = ?"}])
+    assert tok.decode(ids) == "<|im_start|>user\n2 + 3 = ?<|im_end|>\n<|im_start|>assistant\n"
+    reply = tok("#### 5", add_special_tokens=False)["input_ids"] + [tok.eos_token_id]
+    assert decode(tok, reply, "plain") == "#### 5" and decode(tok, reply, "harmony") == "#### 5<|im_end|>"
+    with pytest.raises(FileNotFoundError, match="train-tiny"):
+        resolve_checkpoint("models/absent/target")

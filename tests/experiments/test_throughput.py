@@ -1,0 +1,205 @@
+"""Throughput runners (fig3, fig4, table2, sweep, fig5) and the calibration study end to end on the tiny random
+world, resuming after an interruption, plus the counter arithmetic on a hand-computable offloaded store."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+
+from acceptmoe.experiments import calibration_study, fig3, fig4, fig5, sweep, table2, tables
+from acceptmoe.experiments.config import ConfigKeyError
+from acceptmoe.experiments.perf_config import ThroughputConfigError, load_throughput_config
+from acceptmoe.experiments.perf_tables import counter_metrics, throughput_records
+from acceptmoe.experiments.runs import SampleLog
+from acceptmoe.engine.store import ExpertMath, make_store
+
+import runner_world as world
+
+THROUGHPUT = {"resident": {"prompts": 3, "max_new_tokens": 6, "repetitions": 2},
+              "offload": {"slots": 3, "prompts": 3, "max_new_tokens": 6, "repetitions": 2},
+              "sweep": {"budgets": [2, 4], "prompts": 2}, "bootstrap_resamples": 200}
+
+
+@pytest.fixture(scope="module")
+def setup(tmp_path_factory):
+    root = tmp_path_factory.mktemp("perf")
+    world.make_models(root)
+    preset = world.write_preset(root, root)
+    data = yaml.safe_load(preset.read_text())
+    data.update({"throughput": THROUGHPUT, "calibration-study": {"bootstrap_resamples": 200}})
+    preset.write_text(yaml.safe_dump(data))
+    return root, preset
+
+
+def _run(root: Path, command: str) -> Path:
+    (run,) = (root / command / "test").iterdir()
+    return run
+
+
+def _nonempty(path: Path) -> bool:
+    return path.is_file() and path.stat().st_size > 0
+
+
+@pytest.fixture(scope="module")
+def fig3_run(setup):
+    root, preset = setup
+    assert fig3.main(["--preset", str(preset), "--limit", "2", "--results", str(root / "r")]) == 0
+    return _run(root / "r", "fig3")
+
+
+def test_fig3_files_rows_and_ratios(fig3_run, setup):
+    run = fig3_run
+    for name in ("config.json", "summary.json", "fig3.png", "fig3.pdf", "throughput-resident.md",
+                 "throughput-resident.csv"):
+        assert _nonempty(run / name), name
+    rows = list(SampleLog(run / "samples.jsonl"))
+    assert len(rows) == 2 * 2 * 5 * 2 and len({r["key"] for r in rows}) == len(rows)   # reps x tasks x variants x prompts
+    assert all(r["tokens"] == 6 and r["wall_s"] > 0 and r["misses"] == 0 and r["loads"] == 0 for r in rows)
+    for task in world.TASKS:                                    # B0 and p_hat came from the Table 1 code
+        b0 = json.loads((run / "budgets" / "b0" / "rand" / f"{task}.json").read_text())["b0"]
+        assert {r["budget"] for r in rows if r["task"] == task and r["variant"] in ("moe-spec", "acceptmoe-b")} == {b0}
+    firsts = {}                                                  # rows are in the order they ran
+    for r in rows:
+        firsts.setdefault((r["rep"], r["task"]), r["variant"])
+    assert {v for (rep, _), v in firsts.items() if rep == 0} == {"vanilla-ar"}
+    assert {v for (rep, _), v in firsts.items() if rep == 1} == {"standard-sd"}     # order rotated by one
+    cfg = load_throughput_config(setup[1], ("resident",))
+    recs = throughput_records(rows, "resident", cfg.variants("resident"), 2, "pooled")
+    sd = [r for r in recs if r["variant"] == "standard-sd"]
+    assert len(recs) == 2 * 5 and all(r["ratio_vs_standard_sd"] == pytest.approx(1.0) for r in sd)
+    ar = next(r for r in recs if r["variant"] == "vanilla-ar")
+    assert ar["tau"] is None and ar["reps"] == 2 and len(ar["ratios_per_rep"]) == 2
+    assert "Mean over pairs" in (run / "throughput-resident.md").read_text()
+    assert tables.main(["--run", str(run)]) == 0                          # rebuilt from saved rows only
+
+
+def test_fig3_resumes_without_duplicates(setup, fig3_run, monkeypatch):
+    root, preset = setup
+    real_append, calls = SampleLog.append, {"n": 0}
+
+    def append_then_crash(self, key, row):
+        calls["n"] += 1
+        if calls["n"] == 7 and key.startswith("resident"):
+            raise KeyboardInterrupt
+        real_append(self, key, row)
+    monkeypatch.setattr(SampleLog, "append", append_then_crash)
+    args = ["--preset", str(preset), "--limit", "2", "--results", str(root / "cut"),
+            "--budgets-from", str(fig3_run / "budgets")]
+    assert fig3.main(args) == 130
+    monkeypatch.setattr(SampleLog, "append", real_append)
+    run = _run(root / "cut", "fig3")
+    assert 0 < len(SampleLog(run / "samples.jsonl")) < 40 and not (run / "summary.json").exists()
+    assert fig3.main(["--resume", str(run)]) == 0
+    rows = list(SampleLog(run / "samples.jsonl"))
+    assert len(rows) == 40 and {r["key"] for r in rows} == {r["key"] for r in SampleLog(fig3_run / "samples.jsonl")}
+    assert not (run / "budgets").exists() and _nonempty(run / "fig3.png")
+
+
+def test_fig5_offload_counters_sweep_and_figures(setup, fig3_run):
+    root, preset = setup
+    assert fig5.main(["--preset", str(preset), "--limit", "2", "--results", str(root / "r"),
+                      "--budgets-from", str(fig3_run / "budgets")]) == 0
+    run = _run(root / "r", "fig5")
+    for name in ("fig5.png", "fig5.pdf", "fig5.csv", "fig4.png", "table2.md", "table2.csv", "table2.tex",
+                 "sweep.md", "sweep.csv", "sweep.png", "throughput-offload.md"):
+        assert _nonempty(run / name), name
+    rows = list(SampleLog(run / "samples.jsonl"))
+    counters = [r for r in rows if r["phase"] == "offload-counters"]
+    assert len(counters) == 2 * 4 * 2 and all(r["store"] == "offloaded" for r in counters)
+    expert = counters[0]["bytes"] // max(1, counters[0]["loads"])
+    assert all(r["bytes"] == r["loads"] * expert and r["loads"] == r["misses"] for r in counters)
+    assert all("correct" in r and r["wait_s"] <= r["wall_s"] for r in counters)
+    t2 = {(r["task"], r["variant"]): r for r in _csv(run / "table2.csv")}
+    for task in world.TASKS:
+        sel = [r for r in counters if r["task"] == task and r["variant"] == "standard-sd"]
+        want = counter_metrics(sel)
+        assert float(t2[(task, "standard-sd")]["bytes_per_token"]) == pytest.approx(want["bytes_per_token"])
+        assert float(t2[(task, "standard-sd")]["hit_rate"]) == pytest.approx(want["hit_rate"])
+    sweep_rows = [r for r in rows if r["phase"] == "sweep"]
+    assert {r["variant"] for r in sweep_rows} == {"acceptmoe-b@2", "acceptmoe-b@4", "standard-sd", "acceptmoe"}
+    assert {r["budget"] for r in sweep_rows if r["variant"] == "acceptmoe-b@4"} == {4}
+    assert len([r for r in rows if r["phase"] == "offload-timed"]) == 2 * 2 * 4 * 2
+
+
+def _csv(path: Path) -> list[dict]:
+    import csv
+    return list(csv.DictReader(path.open()))
+
+
+@pytest.mark.parametrize("command, outputs", [(fig4, ("fig4.png", "table2.md")), (table2, ("table2.tex",)),
+                                              (sweep, ("sweep.png", "sweep.md"))])
+def test_each_command_writes_its_outputs(setup, fig3_run, command, outputs):
+    root, preset = setup
+    name = command.__name__.rsplit(".", 1)[1]
+    assert command.main(["--preset", str(preset), "--limit", "1", "--results", str(root / "each"),
+                         "--budgets-from", str(fig3_run / "budgets")]) == 0
+    run = _run(root / "each", name)
+    assert all(_nonempty(run / o) for o in outputs)
+
+
+def test_calibration_study_end_to_end_after_an_interruption(setup, fig3_run, monkeypatch):
+    root, preset = setup
+    real_append, calls = SampleLog.append, {"n": 0}
+
+    def append_then_crash(self, key, row):
+        calls["n"] += 1
+        if calls["n"] == 5:
+            raise KeyboardInterrupt
+        real_append(self, key, row)
+    monkeypatch.setattr(SampleLog, "append", append_then_crash)
+    assert calibration_study.main(["--preset", str(preset), "--limit", "2", "--results", str(root / "r"),
+                                   "--budgets-from", str(fig3_run / "budgets")]) == 130
+    monkeypatch.setattr(SampleLog, "append", real_append)
+    run = _run(root / "r", "calibration-study")
+    assert len(SampleLog(run / "samples.jsonl")) == 4
+    assert calibration_study.main(["--resume", str(run)]) == 0
+    md = (run / "calibration-study.md").read_text()
+    assert "Beta sensitivity" in md and "on-policy" in md and "B0 train" in md
+    rows = list(SampleLog(run / "samples.jsonl"))
+    variants = {r["variant"] for r in rows}
+    assert {"standard-sd", "acceptmoe@beta=0.25", "acceptmoe@beta=0.5", "acceptmoe@beta=1", "acceptmoe@onpolicy"} <= variants
+    assert len({r["key"] for r in rows}) == len(rows)
+    for task in world.TASKS:
+        assert json.loads((run / "b0-train" / "rand" / f"{task}.json").read_text())["n_prompts"] == 2
+        table = json.loads((run / "onpolicy" / "rand" / f"{task}-train.json").read_text())
+        assert table["provenance"]["policy"] == "masked"
+    assert _nonempty(run / "calibration-study-phat.csv")
+
+
+# ----- config and counter arithmetic -----
+def test_throughput_config_rejects_unknown_keys_and_bad_values(tmp_path):
+    base = yaml.safe_load((Path(__file__).parents[2] / "configs/presets/tiny.yaml").read_text())
+    path = tmp_path / "p.yaml"
+    path.write_text(yaml.safe_dump({**base, "throughput": {"offload": {"slot": 3}}}))
+    with pytest.raises(ConfigKeyError, match="slot"):
+        load_throughput_config(path, ("offload-timed",))
+    with pytest.raises(ThroughputConfigError, match="unknown variant"):
+        load_throughput_config("tiny", ("resident",), {"resident.variants": ["acceptmoe", "fast-moe"]})
+    with pytest.raises(ThroughputConfigError, match="phases"):
+        load_throughput_config("tiny", ("warp",))
+    assert load_throughput_config("paper", ("resident",)).warmup_index("resident") == 50
+
+
+def test_counter_arithmetic_matches_the_store_on_a_hand_computed_case():
+    """4 experts, 2 slots, H=4, I=2: an expert is w1 [4, 4] + w2 [4, 2] = 24 fp32 = 96 bytes.
+    pass 1 routes {0, 1}: 2 misses (2 loads); pass 2 {1, 2}: hit 1, miss 2 (load; evicts 0, the LRU);
+    pass 3 {0, 1, 2, 3} exceeds the pool: resident 1, 2 are hits, 0 and 3 misses loaded in a second wave.
+    Totals: 3 hits, 5 misses, 5 loads, 480 bytes."""
+    torch.manual_seed(0)
+    layers = {0: {"w1": torch.randn(4, 4, 4), "w2": torch.randn(4, 4, 2)}}
+    store = make_store("offloaded", ExpertMath("swiglu", torch.float32), layers, 4, "cpu", slots=2)
+    x = torch.randn(2, 4)
+    for ids in ([[0, 1]], [[1, 2]], [[0, 1], [2, 3]]):
+        ids = torch.tensor(ids)
+        store.run(0, x[:len(ids)], ids, torch.full(ids.shape, 0.5))
+    total = store.stats()["total"]
+    assert (total["hits"], total["misses"], total["loads"], total["bytes"]) == (3, 5, 5, 480)
+    assert total["hit_rate"] == pytest.approx(3 / 8)
+    row = {"tokens": 4, "wall_s": 4 * total["wait_s"], **{k: total[k] for k in ("hits", "misses", "loads", "bytes",
+                                                                                  "wait_s")}}
+    m = counter_metrics([row, {**row, "tokens": 6}])          # pooled: 960 bytes over 10 tokens
+    assert m["bytes_per_token"] == pytest.approx(96.0) and m["loads_per_token"] == pytest.approx(1.0)
+    assert m["hit_rate"] == pytest.approx(3 / 8) and m["stall_share"] == pytest.approx(0.25)

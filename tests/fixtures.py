@@ -1,0 +1,80 @@
+"""Tiny random Hugging Face checkpoints of both architectures, written with transformers' own classes.
+
+Used by the tests (parity against transformers) and by anyone who needs a small target to exercise the
+engine without a trained model. `write_mxfp4_experts` turns a GPT-OSS folder into the packed MXFP4 layout
+of the released checkpoints and returns the dequantised weights a reference model must use.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import torch
+from safetensors.torch import load_file, save_file
+
+from acceptmoe.engine import mxfp4
+
+QWEN3_TINY = dict(vocab_size=96, hidden_size=64, intermediate_size=80, moe_intermediate_size=32,
+                  num_hidden_layers=3, num_attention_heads=4, num_key_value_heads=2, head_dim=16,
+                  num_experts=8, num_experts_per_tok=2, norm_topk_prob=True, eos_token_id=[1, 2])
+GPT_OSS_TINY = dict(vocab_size=96, hidden_size=64, intermediate_size=32, num_hidden_layers=3,
+                    num_attention_heads=4, num_key_value_heads=2, head_dim=16, num_local_experts=8,
+                    num_experts_per_tok=2, sliding_window=4, eos_token_id=3,
+                    layer_types=["sliding_attention", "full_attention", "sliding_attention"])
+
+
+def tiny_qwen3_moe(folder: str | Path, seed: int = 0, **overrides):
+    """Random Qwen3MoeForCausalLM saved to `folder`; returns the transformers model (eval, fp32)."""
+    from transformers import Qwen3MoeConfig, Qwen3MoeForCausalLM
+    torch.manual_seed(seed)
+    model = Qwen3MoeForCausalLM(Qwen3MoeConfig(**{**QWEN3_TINY, **overrides})).eval()
+    _spread(model)
+    model.save_pretrained(folder)
+    return model
+
+
+def tiny_gpt_oss(folder: str | Path, seed: int = 0, **overrides):
+    """Random GptOssForCausalLM saved to `folder`, with expert weights and sinks large enough that the
+    SwiGLU clamps and the sinks matter; returns the transformers model (eval, fp32)."""
+    from transformers import GptOssConfig, GptOssForCausalLM
+    torch.manual_seed(seed)
+    model = GptOssForCausalLM(GptOssConfig(**{**GPT_OSS_TINY, **overrides})).eval()
+    _spread(model)
+    with torch.no_grad():
+        for layer in model.model.layers:
+            layer.mlp.experts.gate_up_proj.normal_(0.0, 1.0)
+            layer.mlp.experts.gate_up_proj_bias.normal_(0.0, 1.0)
+            layer.mlp.experts.down_proj_bias.normal_(0.0, 0.1)
+            layer.self_attn.sinks.normal_(0.0, 2.0)
+    model.save_pretrained(folder)
+    return model
+
+
+def _spread(model) -> None:
+    """Larger router weights than the default init, so top-k choices are well separated (no near-ties)."""
+    with torch.no_grad():
+        for layer in model.model.layers:
+            router = getattr(layer.mlp, "gate", None) or getattr(layer.mlp, "router", None)
+            if router is not None:
+                router.weight.normal_(0.0, 0.5)
+
+
+def write_mxfp4_experts(folder: str | Path) -> dict[str, torch.Tensor]:
+    """Rewrite a (single-file) GPT-OSS checkpoint's expert matrices as MXFP4 `*_blocks`/`*_scales`.
+
+    Returns {original key: dequantised tensor in transformers' in-memory layout [E, in, out]} to load into
+    the reference model."""
+    folder = Path(folder)
+    state = load_file(folder / "model.safetensors")
+    reference = {}
+    for key in [k for k in state if k.endswith(("experts.gate_up_proj", "experts.down_proj"))]:
+        w = state.pop(key).transpose(1, 2).contiguous()                  # [E, out, in]
+        blocks, scales = mxfp4.quantize(w)                               # [E, out, in/32, 16], [E, out, in/32]
+        state[f"{key}_blocks"], state[f"{key}_scales"] = blocks, scales
+        reference[key] = mxfp4.dequantize(blocks, scales, torch.float32).transpose(1, 2).contiguous()
+    save_file(state, folder / "model.safetensors", metadata={"format": "pt"})
+    cfg = json.loads((folder / "config.json").read_text())
+    cfg["quantization_config"] = {"quant_method": "mxfp4", "modules_to_not_convert": [
+        "model.layers.*.self_attn", "model.layers.*.mlp.router", "model.embed_tokens", "lm_head"]}
+    (folder / "config.json").write_text(json.dumps(cfg, indent=2))
+    return reference
