@@ -1,7 +1,7 @@
 """The speculative decoding engine: prefill, draft tree, one verification pass, greedy acceptance.
 
     engine = load_engine("models/tiny")                 # holds target/ and draft/
-    gen = engine.generate(prompt_ids, method="acceptmoe", max_new_tokens=256, commitment=table)
+    gen = engine.generate(prompt_ids, Variant("acceptmoe").bind(commitment=table.p_hat), max_new_tokens=256)
     gen.tokens, gen.accept_lengths, gen.step_times, gen.trace
 
 Every method shares one loop. `vanilla-ar` decodes one token per target step with natural routing. The
@@ -29,8 +29,9 @@ from typing import Callable, NamedTuple, Sequence
 import torch
 from torch import Tensor
 
-from acceptmoe.methods import (BlockInfo, BlockSelector, CommitmentTable, MethodSpec, Router, SelectorConfig,
-                               get_method, prune_batched, route)
+from acceptmoe.errors import UserError
+from acceptmoe.methods import (BlockInfo, BlockSelector, MethodSpec, Router, SelectorConfig, Variant, prune_batched,
+                               route)
 from acceptmoe.methods.config import check_for_method
 
 from .eagle3 import Eagle3Draft, Eagle3Drafter
@@ -136,8 +137,12 @@ class _State:
 
 
 class Engine:
-    def __init__(self, model, draft: Eagle3Draft | None = None, backend: str = "auto"):
+    name = "native"
+
+    def __init__(self, model, draft: Eagle3Draft | None = None, backend: str = "auto", tree: TreeShape = TreeShape(),
+                 selector: SelectorConfig = SelectorConfig()):
         self.model, self.draft = model, draft
+        self.tree, self.selector = tree, selector
         self.router: Router = model.router
         self.num_experts: int = model.config.num_experts
         self.device = torch.device(model.device)
@@ -147,31 +152,35 @@ class Engine:
             draft.bind(model)
 
     # ----- public -----
-    def generate(self, prompt_ids: Sequence[int] | Tensor, method: str = "acceptmoe", max_new_tokens: int = 256,
-                 ignore_eos: bool = False, budget: int | None = None,
-                 commitment: CommitmentTable | Sequence[float] | None = None,
-                 tree: TreeShape = TreeShape(), selector: SelectorConfig | dict | None = None,
-                 prune: bool | None = None, trace_layers: bool = True) -> Generation:
-        """Greedy generation. prune None = residency pruning for acceptmoe under the offloaded store;
-        trace_layers False skips the per-layer trace fields (blocks are always traced)."""
-        spec = get_method(method)
-        cfg = self._selector_config(spec, budget, commitment, selector, tree)
+    def generate(self, prompt_ids: Sequence[int] | Tensor, variant: Variant, max_new_tokens: int = 256,
+                 ignore_eos: bool = False, *, tree: TreeShape | None = None, selector: SelectorConfig | None = None,
+                 trace_layers: bool = True) -> Generation:
+        """Greedy generation of `variant` (bound to its p_hat and budget, see `Variant.bind`).
+
+        tree / selector: the draft tree shape and the base selector config (None: the engine's own);
+        trace_layers False skips the per-layer trace fields (blocks are always traced). Recording never
+        changes the computation."""
+        if not isinstance(variant, Variant):
+            raise TypeError(f"generate takes a Variant (acceptmoe.methods.Variant), got {type(variant).__name__}: "
+                            f"e.g. Variant({variant!r})" if isinstance(variant, str) else
+                            f"generate takes a Variant, got {type(variant).__name__}")
+        spec, tree = variant.spec, tree or self.tree
+        cfg = variant.selector_config(selector or self.selector)
+        if spec.speculates:
+            check_for_method(cfg, spec, self.router, self.num_experts, tree.num_steps)
         prompt = torch.as_tensor(list(prompt_ids) if not isinstance(prompt_ids, Tensor) else prompt_ids,
                                  dtype=torch.long).to(self.device).flatten()
         if prompt.numel() == 0:
-            raise ValueError("prompt_ids is empty: give at least one token")
+            raise UserError("prompt_ids is empty: give at least one token")
         if max_new_tokens < 1:
-            raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
+            raise UserError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
         if spec.speculates and self.draft is None:
-            raise ValueError(f"method {method!r} speculates and needs an EAGLE-3 draft: load the engine with one")
-        if prune is None:
-            prune = method == "acceptmoe" and getattr(self.model.store, "kind", "resident") == "offloaded"
-        if prune and not spec.restricts:
-            raise ValueError(f"residency pruning applies to restricting methods, not {method!r}")
-        meta = {"method": method, "tree": dataclasses.asdict(tree) if spec.speculates else None,
+            raise UserError(f"method {spec.name!r} speculates and needs an EAGLE-3 draft: load the engine with one")
+        store_kind = getattr(self.model.store, "kind", "resident")
+        prune = variant.prunes(store_kind)
+        meta = {"method": spec.name, "variant": variant.name, "tree": dataclasses.asdict(tree) if spec.speculates else None,
                 "selector": _jsonable(dataclasses.asdict(cfg)), "prune": prune, "prompt_len": int(prompt.numel()),
-                "store": getattr(self.model.store, "kind", None), "max_new_tokens": max_new_tokens,
-                "ignore_eos": ignore_eos}
+                "store": store_kind, "max_new_tokens": max_new_tokens, "ignore_eos": ignore_eos}
         st = _State(spec, cfg, tree, self.model.new_cache(prompt.numel() + max_new_tokens + tree.num_draft_tokens),
                     Trace(meta=meta), prune, trace_layers, max_new_tokens, ignore_eos)
         gen = Generation([], [], [], st.trace)
@@ -190,25 +199,10 @@ class Engine:
         gen.tokens, gen.stop_reason = st.tokens, st.stop_reason
         return gen
 
-    # ----- configuration -----
-    def _selector_config(self, spec: MethodSpec, budget, commitment, selector, shape: TreeShape) -> SelectorConfig:
-        if isinstance(selector, dict):
-            unknown = sorted(set(selector) - {f.name for f in dataclasses.fields(SelectorConfig)})
-            if unknown:
-                raise ValueError(f"unknown selector fields {unknown}; valid: "
-                                 f"{', '.join(f.name for f in dataclasses.fields(SelectorConfig))}")
-            selector = SelectorConfig(**selector)
-        cfg = selector or SelectorConfig()
-        if budget is not None:
-            cfg = dataclasses.replace(cfg, budget=budget)
-        if commitment is not None:
-            p_hat = commitment.p_hat if isinstance(commitment, CommitmentTable) else tuple(commitment)
-            cfg = dataclasses.replace(cfg, p_hat=p_hat)
-        if spec.speculates:
-            check_for_method(cfg, spec, self.router, self.num_experts, shape.num_steps)
-        elif cfg.budget is not None:
-            raise ValueError(f"method {spec.name!r} does not speculate and takes no budget (got {cfg.budget})")
-        return cfg
+    def generate_many(self, prompts: Sequence[Sequence[int]], variant: Variant, max_new_tokens: int = 256,
+                      ignore_eos: bool = False, **options) -> list[Generation]:
+        """One generation per prompt, in order (this engine runs batch 1; see `EngineBackend`)."""
+        return [self.generate(p, variant, max_new_tokens, ignore_eos, **options) for p in prompts]
 
     # ----- the loop -----
     def _prefill(self, prompt: Tensor, st: _State, drafter: Eagle3Drafter | None) -> int:
@@ -304,7 +298,8 @@ def _jsonable(d: dict) -> dict:
 
 def load_engine(path: str | Path | None = None, device: str | torch.device = "cpu", dtype=None,
                 store: str = "resident", slots: int | None = None, target: str | Path | None = None,
-                draft: str | Path | None = None, backend: str = "auto") -> Engine:
+                draft: str | Path | None = None, backend: str = "auto", tree: TreeShape = TreeShape(),
+                selector: SelectorConfig = SelectorConfig()) -> Engine:
     """An engine from `path` (holding target/ and, optionally, draft/) or explicit target= and draft= folders.
 
     dtype None = the target checkpoint's dtype; the draft runs in the target's dtype."""
@@ -318,4 +313,4 @@ def load_engine(path: str | Path | None = None, device: str | torch.device = "cp
         raise ValueError("load_engine needs path (holding target/ and draft/) or target=")
     model = MoEModel.from_pretrained(target, device=device, dtype=dtype, store=store, slots=slots)
     head = Eagle3Draft.from_pretrained(draft, device=device, dtype=model.dtype) if draft is not None else None
-    return Engine(model, head, backend=backend)
+    return Engine(model, head, backend=backend, tree=tree, selector=selector)

@@ -24,7 +24,7 @@ from tqdm import tqdm
 from acceptmoe.evals.tasks import Task, get_task
 from acceptmoe.experiments.runs import Run, SampleLog
 from acceptmoe.engine.trace import LAYER_FIELDS, Trace
-from acceptmoe.methods import METHODS, CommitmentTable
+from acceptmoe.methods import METHODS, CommitmentTable, Variant
 
 from . import calibrate
 from .b0 import b0_for_pair
@@ -37,9 +37,9 @@ Progress = Callable[[str], None]
 
 
 def method_order(methods: tuple[str, ...]) -> list[str]:
-    """acceptmoe first (B0 comes from its traces), then the fixed-budget methods, then the rest."""
+    """The method whose traces give B0 first, then the fixed-budget methods (at B0), then the rest."""
     ordered = [m for m in METHODS if m in methods]
-    first = [m for m in ordered if m == "acceptmoe"]
+    first = [m for m in ordered if METHODS[m].sets_b0]
     fixed = [m for m in ordered if METHODS[m].needs_budget]
     return first + fixed + [m for m in ordered if m not in first + fixed]
 
@@ -78,33 +78,30 @@ class PairContext:
     samples: SampleLog
 
 
-def run_unit(ctx: PairContext, index: int, method: str, budget: int | None) -> tuple[dict, Trace]:
-    """Generate and grade one prompt with one method: the sample row and the trace."""
+def run_unit(ctx: PairContext, index: int, variant: Variant) -> tuple[dict, Trace]:
+    """Generate and grade one prompt with one variant (bound to its p_hat and budget): the row and the trace."""
     spec, ex, cfg = ctx.loaded.spec, ctx.examples[index], ctx.cfg
     ids = prompt_ids(ctx.loaded.tokenizer, ctx.task.messages(ex), spec.chat_template_kwargs)
-    m = METHODS[method]
-    gen = ctx.loaded.engine.generate(
-        ids, method, max_new_tokens=cfg.max_new_tokens, tree=cfg.tree, selector=cfg.selector,
-        budget=budget if m.needs_budget else None, commitment=ctx.table if m.needs_commitment else None,
-        trace_layers=cfg.trace_layers or method == "acceptmoe")
+    gen = ctx.loaded.engine.generate(ids, variant, cfg.max_new_tokens,
+                                     trace_layers=cfg.trace_layers or variant.spec.sets_b0)
     response = decode(ctx.loaded.tokenizer, gen.tokens, spec.response_format)
     score = ctx.task.score_many([ex], [response], response_format=spec.response_format)[0]
     row = {"model": spec.name, "task": ctx.task.name, "task_version": ctx.task.version, "example_id": ex["id"],
-           "index": index, "method": method, "budget": budget if m.needs_budget else None,
+           "index": index, "method": variant.method, "budget": variant.effective_budget,
            **generation_row(gen, response, score, len(ids))}
     gen.trace.meta.update(model=spec.name, task=ctx.task.name, example_id=ex["id"], index=index)
     return row, gen.trace
 
 
-def run_method(ctx: PairContext, method: str, budget: int | None, progress: Progress) -> TraceLog:
-    """Every evaluation prompt of the pair with one method (finished units are skipped)."""
-    spec, task = ctx.loaded.spec.name, ctx.task.name
+def run_method(ctx: PairContext, variant: Variant, progress: Progress) -> TraceLog:
+    """Every evaluation prompt of the pair with one (bound) method variant; finished units are skipped."""
+    spec, task, method = ctx.loaded.spec.name, ctx.task.name, variant.method
     keys = [unit_key(spec, task, ex["id"], method) for ex in ctx.examples]
     log = TraceLog(ctx.paths.traces(spec, task, method), keep=ctx.samples)
     for index, key in enumerate(keys):
         if key in ctx.samples:
             continue
-        row, trace = run_unit(ctx, index, method, budget)
+        row, trace = run_unit(ctx, index, variant)
         log.append(key, trace)
         ctx.samples.append(key, row)
         progress(f"{spec} {task} {method}")
@@ -112,14 +109,13 @@ def run_method(ctx: PairContext, method: str, budget: int | None, progress: Prog
 
 
 def run_pair(ctx: PairContext, progress: Progress) -> dict | None:
-    """All methods on one pair in the required order; returns the B0 decision (None without acceptmoe)."""
+    """All methods on one pair in the required order; returns the B0 decision (None without B0's method)."""
     decision = None
     for method in method_order(ctx.cfg.methods):
-        budget = None
-        if METHODS[method].needs_budget:
-            budget = decision["b0"]
-        log = run_method(ctx, method, budget, progress)
-        if method == "acceptmoe":
+        variant = Variant(method).bind(commitment=ctx.table.p_hat if ctx.table else None,
+                                       b0=decision["b0"] if decision else None)
+        log = run_method(ctx, variant, progress)
+        if variant.spec.sets_b0:
             decision = b0_for_pair(log, ctx.cfg.b0, ctx.paths.b0(ctx.loaded.spec.name, ctx.task.name))
     return decision
 

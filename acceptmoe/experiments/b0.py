@@ -16,6 +16,7 @@ from typing import Sequence
 from acceptmoe.evals.stats import choose_b0, totals_and_counts
 from acceptmoe.experiments.runs import SampleLog, write_json
 from acceptmoe.engine.trace import Trace
+from acceptmoe.methods import B0_METHOD
 
 from .common import RunPaths
 from .config import B0Config, config_from_saved
@@ -82,7 +83,7 @@ def main(argv: list[str] | None = None) -> int:
     finished = SampleLog(paths.samples)
     for spec in cfg.models:
         for task in cfg.tasks:
-            trace_file = paths.traces(spec.name, task, "acceptmoe")
+            trace_file = paths.traces(spec.name, task, B0_METHOD)
             if not trace_file.is_file():
                 print(f"{spec.name} {task}: no acceptmoe traces yet")
                 continue

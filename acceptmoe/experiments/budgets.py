@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from acceptmoe.experiments.runs import Run, write_json
-from acceptmoe.methods import CommitmentTable
+from acceptmoe.methods import B0_METHOD, CommitmentTable
 
 from .common import RunPaths
 from .config import Table1Config
@@ -53,7 +53,7 @@ def compute_budgets(cfg: Table1Config, dest: Path, limit: int | None) -> dict[tu
     `dest`, then B0 from those traces; finished files are reused (resume)."""
     from .accuracy import run_experiment
     n = min(x for x in (limit, cfg.limit, max(cfg.b0.prompts, cfg.b0.fallback_prompts)) if x is not None)
-    sub = dataclasses.replace(cfg, methods=("acceptmoe",), limit=n)
+    sub = dataclasses.replace(cfg, methods=(B0_METHOD,), limit=n)
     dest.mkdir(parents=True, exist_ok=True)
     if not (dest / "config.json").is_file():
         write_json(dest / "config.json", {"experiment": "budgets", "config": sub})

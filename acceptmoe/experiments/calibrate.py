@@ -13,7 +13,7 @@ from typing import Callable
 
 from acceptmoe.evals.tasks import get_task
 from acceptmoe.engine.trace import commitment_table
-from acceptmoe.methods import CommitmentTable
+from acceptmoe.methods import CALIBRATION, CommitmentTable, Variant
 
 from .common import Loaded, RunPaths, add_run_options, load_model, open_experiment, set_threads
 from .config import Table1Config
@@ -51,8 +51,7 @@ def calibrate_source(loaded: Loaded, cfg: Table1Config, source: str, paths: RunP
         if ex["id"] in log:
             continue
         ids = prompt_ids(loaded.tokenizer, task.messages(ex), loaded.spec.chat_template_kwargs)
-        gen = loaded.engine.generate(ids, "standard-sd", max_new_tokens=max_new, tree=cfg.tree,
-                                     selector=cfg.selector, trace_layers=False)
+        gen = loaded.engine.generate(ids, Variant(CALIBRATION), max_new, trace_layers=False)
         log.append(ex["id"], gen.trace)
         progress(f"{name} calibrate {source}")
     by_key = {t.meta["key"]: t for t in log.read()}

@@ -22,7 +22,7 @@ from pathlib import Path
 from acceptmoe.evals.tasks import get_task
 from acceptmoe.experiments.runs import REPO, Run, SampleLog, from_dict, open_run, to_jsonable, write_json
 from acceptmoe.engine.trace import commitment_table
-from acceptmoe.methods import CommitmentTable
+from acceptmoe.methods import B0_METHOD, BASELINE, CommitmentTable, Variant, fixed_twin
 
 from . import calibrate, render
 from .accuracy import PairContext, free_device_memory, run_unit
@@ -71,8 +71,12 @@ def load_study_config(preset: str | Path, overrides: dict | None = None) -> Cali
     return from_dict(CalibrationStudyConfig, merged, where=f"{EXPERIMENT_YAML.name} + {path.name}:{EXPERIMENT}")
 
 
-def beta_label(beta: float) -> str:
-    return f"acceptmoe@beta={beta:g}"
+def beta_variant(beta: float) -> Variant:
+    """The self-sized method at selector exponent beta (natural p_hat)."""
+    return Variant(B0_METHOD, overrides=(("beta", float(beta)),))
+
+
+ONPOLICY = Variant(B0_METHOD, tag="onpolicy")       # its p_hat recounted under its own routing
 
 
 def onpolicy_table(loaded, cfg: CalibrationStudyConfig, source: str, natural: CommitmentTable, root: Path):
@@ -87,8 +91,8 @@ def onpolicy_table(loaded, cfg: CalibrationStudyConfig, source: str, natural: Co
         if ex["id"] in log:
             continue
         ids = prompt_ids(loaded.tokenizer, task.messages(ex), loaded.spec.chat_template_kwargs)
-        gen = loaded.engine.generate(ids, "acceptmoe", max_new_tokens=t1.calibration.max_new_tokens or t1.max_new_tokens,
-                                     tree=t1.tree, selector=t1.selector, commitment=natural, trace_layers=True)
+        gen = loaded.engine.generate(ids, Variant(B0_METHOD).bind(commitment=natural.p_hat),
+                                     t1.calibration.max_new_tokens or t1.max_new_tokens, trace_layers=True)
         gen.trace.meta.update(index=index, example_id=ex["id"])
         log.append(ex["id"], gen.trace)
     traces = log.read()
@@ -99,29 +103,25 @@ def onpolicy_table(loaded, cfg: CalibrationStudyConfig, source: str, natural: Co
     return table, traces
 
 
-def eval_variants(cfg: CalibrationStudyConfig, b0_eval: int, b0_train: int) -> list[tuple[str, str, dict]]:
-    """(label, method, how) for one pair: how = {"beta"|"table"|"budget": ...}."""
-    out = [("standard-sd", "standard-sd", {})]
-    out += [(beta_label(b), "acceptmoe", {"beta": b}) for b in cfg.betas]
-    out.append(("acceptmoe@onpolicy", "acceptmoe", {"table": "onpolicy"}))
-    for b in dict.fromkeys((b0_eval, b0_train)):
-        out.append((f"acceptmoe-b@{b}", "acceptmoe-b", {"budget": b}))
-    return out
+def eval_variants(cfg: CalibrationStudyConfig, b0_eval: int, b0_train: int) -> list[Variant]:
+    """The graded variants of one pair: the baseline, each beta, on-policy p_hat, the fixed twin at both B0s."""
+    out = [Variant(BASELINE)] + [beta_variant(b) for b in cfg.betas] + [ONPOLICY]
+    return out + [Variant(fixed_twin(B0_METHOD), budget=b) for b in dict.fromkeys((b0_eval, b0_train))]
 
 
 def run_pair(loaded, cfg: CalibrationStudyConfig, task: str, natural, onpolicy, b0s: tuple[int, int],
              samples: SampleLog) -> None:
     t1 = cfg.table1
     examples = get_task(task).load(t1.eval_split, cfg.eval_prompts())
-    for label, method, how in eval_variants(cfg, *b0s):
-        sel = dataclasses.replace(t1.selector, beta=how.get("beta", t1.selector.beta))
-        ctx = PairContext(loaded, get_task(task), examples, onpolicy if how.get("table") else natural,
-                          dataclasses.replace(t1, selector=sel, trace_layers=True), RunPaths(Path()), samples)
+    ctx = PairContext(loaded, get_task(task), examples, natural, dataclasses.replace(t1, trace_layers=True),
+                      RunPaths(Path()), samples)
+    for variant in eval_variants(cfg, *b0s):
+        table = onpolicy if variant.tag == ONPOLICY.tag else natural
         for index, ex in enumerate(examples):
-            key = f"study|{loaded.spec.name}|{task}|{label}|{ex['id']}"
+            key = f"study|{loaded.spec.name}|{task}|{variant.name}|{ex['id']}"
             if key not in samples:
-                row, _ = run_unit(ctx, index, method, how.get("budget"))
-                samples.append(key, {**row, "phase": "sweep", "variant": label})
+                row, _ = run_unit(ctx, index, variant.bind(commitment=table.p_hat))
+                samples.append(key, {**row, "phase": "sweep", "variant": variant.name})
 
 
 def run_experiment(cfg: CalibrationStudyConfig, run: Run) -> None:
@@ -187,7 +187,7 @@ def phat_md(run_dir: Path, cfg: CalibrationStudyConfig) -> tuple[str, list[dict]
 
 def b0_md(run_dir: Path, cfg: CalibrationStudyConfig, records: list[dict]) -> tuple[str, list[dict]]:
     used = used_budgets(run_dir)
-    acc = {(r["model"], r["task"], r["budget"]): r["accuracy"] for r in records if r["variant"].startswith("acceptmoe-b@")}
+    acc = {(r["model"], r["task"], r["budget"]): r["accuracy"] for r in records if r["budget"] is not None}
     recs = []
     for spec in cfg.table1.models:
         for task in cfg.table1.tasks:
@@ -210,13 +210,14 @@ def write_study(run_dir: str | Path) -> str:
     run_dir = Path(run_dir)
     cfg = from_dict(CalibrationStudyConfig, json.loads((run_dir / "config.json").read_text())["config"], "config.json")
     records = study_records(list(SampleLog(run_dir / "samples.jsonl")), cfg.bootstrap_resamples)
-    betas = {beta_label(b) for b in cfg.betas} | {"standard-sd"}
+    betas = {beta_variant(b).name for b in cfg.betas} | {Variant(BASELINE).name}
     p_md, p_recs = phat_md(run_dir, cfg)
     b_md, b_recs = b0_md(run_dir, cfg, records)
     md = "\n".join([f"# Calibration study ({cfg.preset} preset)\n",
                     variant_md(records, "Beta sensitivity (natural p_hat)", lambda v: v in betas),
                     variant_md(records, "On-policy p_hat vs natural (beta as configured in Table 1)",
-                               lambda v: v in ("standard-sd", "acceptmoe@onpolicy", beta_label(cfg.table1.selector.beta))),
+                               lambda v: v in (Variant(BASELINE).name, ONPOLICY.name,
+                                               beta_variant(cfg.table1.selector.beta).name)),
                     p_md, b_md])
     (run_dir / "calibration-study.md").write_text(md)
     (run_dir / "calibration-study.csv").write_text(render.csv_text(records))

@@ -68,7 +68,8 @@ def load_model(spec: ModelSpec, cfg: Table1Config, store: str = "resident", slot
     """A fresh engine for `spec`; store/slots select the expert store (offloaded: an X-slot pool per layer)."""
     from acceptmoe.engine import load_engine
     target, draft = resolve_checkpoint(spec.target), resolve_checkpoint(spec.draft)
-    engine = load_engine(target=target, draft=draft, device=cfg.device, dtype=cfg.dtype, store=store, slots=slots)
+    engine = load_engine(target=target, draft=draft, device=cfg.device, dtype=cfg.dtype, store=store, slots=slots,
+                         tree=cfg.tree, selector=cfg.selector)
     return Loaded(spec, engine, load_tokenizer(target), target, draft)
 
 

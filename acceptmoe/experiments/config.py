@@ -19,10 +19,12 @@ from pathlib import Path
 
 import yaml
 
+from acceptmoe.errors import UserError
+
 from acceptmoe.evals.tasks import TASK_MODULES
 from acceptmoe.experiments.runs import REPO, ConfigKeyError, from_dict
 from acceptmoe.engine.tree import TreeShape
-from acceptmoe.methods import METHODS, SelectorConfig, get_method
+from acceptmoe.methods import B0_METHOD, METHODS, SelectorConfig, get_method
 
 PRESETS_DIR = REPO / "configs" / "presets"
 EXPERIMENT_YAML = REPO / "configs" / "experiments" / "table1.yaml"
@@ -31,7 +33,7 @@ RESPONSE_FORMATS = ("plain", "harmony")
 FORBIDDEN_IN_NAMES = ("|", "/", "\\", " ")
 
 
-class Table1ConfigError(ValueError):
+class Table1ConfigError(UserError, ValueError):
     """A Table 1 config that cannot run; the message names the field and the fix."""
 
 
@@ -119,9 +121,9 @@ def _validate(cfg: Table1Config) -> None:
     if len(set(cfg.methods)) != len(cfg.methods) or not cfg.methods:
         raise Table1ConfigError(f"methods must be a non-empty list without repeats, got {list(cfg.methods)}")
     fixed = [m for m in cfg.methods if METHODS[m].needs_budget]
-    if fixed and "acceptmoe" not in cfg.methods:
-        raise Table1ConfigError(f"{fixed} run at the budget B0, which comes from acceptmoe's traces: "
-                                f"add acceptmoe to methods")
+    if fixed and B0_METHOD not in cfg.methods:
+        raise Table1ConfigError(f"{fixed} run at the budget B0, which comes from {B0_METHOD}'s traces: "
+                                f"add {B0_METHOD} to methods")
     if cfg.limit is not None and cfg.limit < 1:
         raise Table1ConfigError(f"limit must be a positive number of prompts or null, got {cfg.limit}")
     if cfg.max_new_tokens < 1 or cfg.calibration.prompts < 1:

@@ -36,13 +36,12 @@ from tqdm import tqdm
 
 from acceptmoe.evals.tasks import get_task
 from acceptmoe.experiments.runs import Run, SampleLog, open_run
-from acceptmoe.methods import METHODS
+from acceptmoe.methods import Variant
 
 from .accuracy import PairContext, free_device_memory, run_unit, trace_stats
 from .budgets import PairBudget, pair_budgets
 from .common import Loaded, RunPaths, load_model, run_to_completion, set_threads
-from .perf_config import (ThroughputConfig, load_throughput_config, needs_budgets, parse_variant,
-                          throughput_config_from_saved)
+from .perf_config import ThroughputConfig, load_throughput_config, needs_budgets, throughput_config_from_saved
 from .prompts import decode, prompt_ids, resolve_checkpoint
 
 Progress = Callable[[str], None]
@@ -60,7 +59,7 @@ def repetitions(cfg: ThroughputConfig, phase: str) -> int:
     return {"resident": cfg.resident.repetitions, "offload-timed": cfg.offload.repetitions}.get(phase, 1)
 
 
-def rotated(variants: tuple[str, ...], rep: int) -> list[str]:
+def rotated(variants: tuple[Variant, ...], rep: int) -> list[Variant]:
     r = rep % len(variants)
     return list(variants[r:] + variants[:r])
 
@@ -86,19 +85,22 @@ class Unit:
     samples: SampleLog
 
 
-def generate_timed(u: Unit, ex: dict, variant: str) -> tuple[dict, object]:
+def bound(variant: Variant, budget: PairBudget | None) -> Variant:
+    """The variant bound to the pair's p_hat and B0 (when it needs them)."""
+    if budget is None:
+        return variant
+    return variant.bind(commitment=budget.table.p_hat, b0=budget.b0)
+
+
+def generate_timed(u: Unit, ex: dict, variant: Variant) -> tuple[dict, object]:
     """One timed generation of exactly max_new_tokens (EOS ignored): the measured row part and the Generation."""
-    method, prune, fixed = parse_variant(variant)
-    t1, engine = u.cfg.table1, u.loaded.engine
-    spec = METHODS[method]
+    engine = u.loaded.engine
     ids = prompt_ids(u.loaded.tokenizer, u.task.messages(ex), u.loaded.spec.chat_template_kwargs)
     store = engine.model.store
     store.reset_counters()
     max_new = u.cfg.resident.max_new_tokens if u.phase == "resident" else u.cfg.offload.max_new_tokens
     start = engine.clock()
-    gen = engine.generate(ids, method, max_new_tokens=max_new, ignore_eos=True, tree=t1.tree, selector=t1.selector,
-                          budget=(fixed or u.budget.b0) if spec.needs_budget else None,
-                          commitment=u.budget.table if spec.needs_commitment else None, prune=prune,
+    gen = engine.generate(ids, bound(variant, u.budget), max_new, ignore_eos=True,
                           trace_layers=u.phase == "offload-counters")
     wall = engine.clock() - start
     totals = store.stats()["total"]
@@ -118,11 +120,11 @@ def graded(u: Unit, ex: dict, gen) -> dict:
             **trace_stats(gen.trace)}
 
 
-def run_timed_variant(u: Unit, variant: str, progress: Progress) -> None:
+def run_timed_variant(u: Unit, variant: Variant, progress: Progress) -> None:
     """Warm-up, then every evaluation prompt of the pair with one variant (finished prompts skipped)."""
     model, task = u.loaded.spec.name, u.task.name
     todo = [(i, ex) for i, ex in enumerate(u.examples[:u.cfg.prompts(u.phase)])
-            if unit_key(u.phase, u.rep, model, task, variant, ex["id"]) not in u.samples]
+            if unit_key(u.phase, u.rep, model, task, variant.name, ex["id"]) not in u.samples]
     if not todo:
         return
     generate_timed(u, u.examples[u.cfg.warmup_index(u.phase)], variant)         # untimed warm-up
@@ -130,15 +132,10 @@ def run_timed_variant(u: Unit, variant: str, progress: Progress) -> None:
         row, gen = generate_timed(u, ex, variant)
         if u.phase == "offload-counters":
             row.update(graded(u, ex, gen))
-        row.update(phase=u.phase, rep=u.rep, model=model, task=task, variant=variant, example_id=ex["id"],
-                   index=index, budget=_budget_of(variant, u.budget), tau=gen.mean_accept_length)
-        u.samples.append(unit_key(u.phase, u.rep, model, task, variant, ex["id"]), row)
-        progress(f"{u.phase} r{u.rep} {task} {variant}")
-
-
-def _budget_of(variant: str, budget: PairBudget | None) -> int | None:
-    method, _, fixed = parse_variant(variant)
-    return (fixed or budget.b0) if METHODS[method].needs_budget else None
+        row.update(phase=u.phase, rep=u.rep, model=model, task=task, variant=variant.name, example_id=ex["id"],
+                   index=index, budget=bound(variant, u.budget).effective_budget, tau=gen.mean_accept_length)
+        u.samples.append(unit_key(u.phase, u.rep, model, task, variant.name, ex["id"]), row)
+        progress(f"{u.phase} r{u.rep} {task} {variant.name}")
 
 
 def examples_for(cfg: ThroughputConfig, phase: str, task: str) -> list[dict]:
@@ -154,7 +151,7 @@ def examples_for(cfg: ThroughputConfig, phase: str, task: str) -> list[dict]:
 def pending(cfg: ThroughputConfig, phase: str, rep: int, model: str, samples: SampleLog,
             examples: dict[str, list[dict]]) -> int:
     return sum(unit_key(phase, rep, model, t, v, ex["id"]) not in samples for t in cfg.table1.tasks
-               for v in cfg.variants(phase) for ex in examples[t][:cfg.prompts(phase)])
+               for v in cfg.names(phase) for ex in examples[t][:cfg.prompts(phase)])
 
 
 def run_timed_phase(cfg: ThroughputConfig, phase: str, samples: SampleLog, budgets: dict, progress: Progress) -> None:
@@ -187,15 +184,14 @@ def run_sweep_phase(cfg: ThroughputConfig, samples: SampleLog, budgets: dict, pr
             ctx = PairContext(loaded, get_task(task), examples[task], b.table if b else None, t1,
                               RunPaths(Path()), samples)
             for variant in cfg.variants("sweep"):
-                method, _, fixed = parse_variant(variant)
                 for index, ex in enumerate(examples[task][:cfg.prompts("sweep")]):
-                    key = unit_key("sweep", 0, spec.name, task, variant, ex["id"])
+                    key = unit_key("sweep", 0, spec.name, task, variant.name, ex["id"])
                     if key in samples:
                         continue
-                    row, _ = run_unit(ctx, index, method, fixed)
-                    row.update(phase="sweep", rep=0, variant=variant, wall_s=row["prefill_s"] + row["decode_s"])
+                    row, _ = run_unit(ctx, index, bound(variant, b))
+                    row.update(phase="sweep", rep=0, variant=variant.name, wall_s=row["prefill_s"] + row["decode_s"])
                     samples.append(key, row)
-                    progress(f"sweep {task} {variant}")
+                    progress(f"sweep {task} {variant.name}")
         del loaded, ctx
         free_device_memory()
 

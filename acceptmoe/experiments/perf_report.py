@@ -13,10 +13,12 @@ from pathlib import Path
 
 from acceptmoe.experiments.runs import SampleLog
 
+from acceptmoe.methods import B0_METHOD, Variant
+
 from . import figures, render
 from .budgets import used_budgets
 from .perf_config import ThroughputConfig, throughput_config_from_saved
-from .perf_tables import (counter_records, mean_ratio_spread, means, self_sized_vs_best, sweep_records,
+from .perf_tables import (BASELINE, counter_records, mean_ratio_spread, means, self_sized_vs_best, sweep_records,
                           throughput_records)
 from .table1 import NothingToTabulate
 
@@ -25,10 +27,10 @@ def fmt(x, digits: int = 2) -> str:
     return "-" if x is None else f"{x:.{digits}f}"
 
 
-def throughput_md(records: list[dict], title: str, center: str) -> str:
+def throughput_md(records: list[dict], title: str, center: str, labels: dict) -> str:
     header = ["Model", "Task", "Variant", "reps", "tok/s", "min-max", "ratio vs SD", "ratio min-max", "ratio sd", "tau",
               "ms/step", "host load"]
-    rows = [[r["model"], r["task"], figures.label(r["variant"]), str(r["reps"]), fmt(r["tokens_per_s"], 1),
+    rows = [[r["model"], r["task"], labels[r["variant"]], str(r["reps"]), fmt(r["tokens_per_s"], 1),
              f"{fmt(r['tokens_per_s_min'], 1)}-{fmt(r['tokens_per_s_max'], 1)}", fmt(r.get("ratio_vs_standard_sd"), 3),
              f"{fmt(r.get('ratio_min'), 3)}-{fmt(r.get('ratio_max'), 3)}", fmt(r.get("ratio_std"), 3), fmt(r["tau"]),
              fmt(r["ms_per_step"], 1), fmt(r.get("load_avg_1m"), 2)] for r in records]
@@ -36,7 +38,7 @@ def throughput_md(records: list[dict], title: str, center: str) -> str:
     spread = mean_ratio_spread(records)
     for v, row in m.items():
         s = spread.get(v, {})
-        rows.append(["Mean over pairs", "", figures.label(v), "", fmt(row["tokens_per_s"], 1), "",
+        rows.append(["Mean over pairs", "", labels[v], "", fmt(row["tokens_per_s"], 1), "",
                      fmt(row["ratio_vs_standard_sd"], 3), f"{fmt(s.get('min'), 3)}-{fmt(s.get('max'), 3)}", "",
                      fmt(row["tau"]), fmt(row["ms_per_step"], 1), fmt(row["load_avg_1m"], 2)])
     note = ("pooled over repetitions (total tokens / total timed seconds); ratio: mean" if center == "pooled"
@@ -46,10 +48,10 @@ def throughput_md(records: list[dict], title: str, center: str) -> str:
                                          f"host load = mean 1-minute load average while the variant ran")
 
 
-def table2_rows(records: list[dict]) -> tuple[list[str], list[list[str]], int]:
+def table2_rows(records: list[dict], labels: dict) -> tuple[list[str], list[list[str]], int]:
     header = ["Model", "Task", "Variant", "KB/token", "vs SD (%)", "hit rate (%)", "vs SD (pp)", "stall (%)",
               "us/load", "tok/s", "set size", "accuracy (%)"]
-    row = lambda r, a, b: [a, b, figures.label(r["variant"]), fmt(_kb(r["bytes_per_token"]), 1),
+    row = lambda r, a, b: [a, b, labels[r["variant"]], fmt(_kb(r["bytes_per_token"]), 1),
                            fmt(r.get("traffic_change_pct"), 1), fmt(_pct(r["hit_rate"]), 1),
                            fmt(r.get("hit_rate_change_pp"), 1), fmt(_pct(r["stall_share"]), 1),
                            fmt(r.get("us_per_load"), 1), fmt(r.get("tokens_per_s"), 1),
@@ -70,12 +72,12 @@ def _pct(x):
     return None if x is None else 100 * x
 
 
-def sweep_md(records: list[dict]) -> str:
+def sweep_md(records: list[dict], roles, labels: dict) -> str:
     header = ["Model", "Task", "Variant", "budget", "accuracy (%)", "interval", "vs SD (pp)", "set size", "tau"]
-    rows = [[r["model"], r["task"], figures.label(r["variant"]), fmt(r["budget"], 0), fmt(r["accuracy"], 1),
+    rows = [[r["model"], r["task"], labels[r["variant"]], fmt(r["budget"], 0), fmt(r["accuracy"], 1),
              f"[{fmt(r['accuracy_low'], 1)}, {fmt(r['accuracy_high'], 1)}]", fmt(r.get("accuracy_diff"), 1),
              fmt(r["mean_set_size"], 1), fmt(r["tau"])] for r in records]
-    best = self_sized_vs_best(records)
+    best = self_sized_vs_best(records, roles)
     h2 = ["Model", "Task", "best B", "best acc.", "AcceptMoE acc.", "AcceptMoE set size", "diff (pp)"]
     r2 = [[b["model"], b["task"], str(b["best_budget"]), fmt(b["best_accuracy"], 1), fmt(b["acceptmoe_accuracy"], 1),
            fmt(b["acceptmoe_set_size"], 1), fmt(b["diff_pp"], 1)] for b in best]
@@ -88,6 +90,9 @@ PAPER = {"resident": "1.290x mean (1.217-1.339 per pair)", "offload": "2.06x mea
          "traffic": "-73.6 to -77.1 %", "hit_rate": "+10.8 to +14.2 pp", "stall_sd": "65-78 %",
          "stall_acceptmoe": "27-35 %", "prune_traffic": "-38.6 to -48.6 %", "prune_hit_rate": "+6.9 to +8.2 pp",
          "prune_throughput": "+4.6 to +15.1 %"}
+
+
+HEADLINE = Variant(B0_METHOD).name    # the self-sized method the paper's headline numbers are about
 
 
 def _mean_of(records: list[dict], variant: str, field: str):
@@ -106,33 +111,36 @@ def _range(vals: list[float], unit: str) -> str:
     return "-" if not vals else f"{sum(vals) / len(vals):+.1f} {unit} mean ({min(vals):+.1f} to {max(vals):+.1f})"
 
 
-def paper_comparison(timed: dict[str, list[dict]], counters: list[dict]) -> str:
+def paper_comparison(timed: dict[str, list[dict]], counters: list[dict], prune: tuple[str, str] | None,
+                     labels: dict) -> str:
     """AcceptMoE vs Standard SD (and pruning on vs off) as measured in this run, beside the paper's claims."""
     rows = []
     for phase, key in (("resident", "resident"), ("offload-timed", "offload")):
         recs = timed.get(phase, [])
-        r = [x["ratio_vs_standard_sd"] for x in recs if x["variant"] == "acceptmoe" and "ratio_vs_standard_sd" in x]
+        r = [x["ratio_vs_standard_sd"] for x in recs if x["variant"] == HEADLINE and "ratio_vs_standard_sd" in x]
         if r:
             rows.append([f"{phase} throughput, AcceptMoE / Standard SD",
                          f"{sum(r) / len(r):.3f}x mean ({min(r):.3f}-{max(r):.3f} per pair)", PAPER[key]])
-    acc = [r for r in counters if r["variant"] == "acceptmoe"]
+    acc = [r for r in counters if r["variant"] == HEADLINE]
     if acc and "traffic_change_pct" in acc[0]:
         rows.append(["H2D traffic per output token vs Standard SD",
                      _range([r["traffic_change_pct"] for r in acc], "%"), PAPER["traffic"]])
         rows.append(["cache hit rate vs Standard SD", _range([r["hit_rate_change_pp"] for r in acc], "pp"),
                      PAPER["hit_rate"]])
-        for v, key in (("standard-sd", "stall_sd"), ("acceptmoe", "stall_acceptmoe")):
+        for v, key in ((BASELINE, "stall_sd"), (HEADLINE, "stall_acceptmoe")):
             share = _mean_of(counters, v, "stall_share")
-            rows.append([f"fetch-stall share, {figures.label(v)}", fmt(None if share is None else 100 * share, 1) + " %",
+            rows.append([f"fetch-stall share, {labels[v]}", fmt(None if share is None else 100 * share, 1) + " %",
                          PAPER[key]])
-    off = [r for r in counters if r["variant"] == "acceptmoe-noprune"]
+    on_name, off_name = prune or (None, None)
+    acc = [r for r in counters if r["variant"] == on_name]
+    off = [r for r in counters if r["variant"] == off_name]
     if acc and off:
         rows.append(["pruning on vs off: traffic", _range(_per_pair_change(acc, off, "bytes_per_token", True), "%"),
                      PAPER["prune_traffic"]])
         rows.append(["pruning on vs off: hit rate", _range(_per_pair_change(acc, off, "hit_rate", False), "pp"),
                      PAPER["prune_hit_rate"]])
-    on_t = [r for r in timed.get("offload-timed", []) if r["variant"] == "acceptmoe"]
-    off_t = [r for r in timed.get("offload-timed", []) if r["variant"] == "acceptmoe-noprune"]
+    on_t = [r for r in timed.get("offload-timed", []) if r["variant"] == on_name]
+    off_t = [r for r in timed.get("offload-timed", []) if r["variant"] == off_name]
     if on_t and off_t:
         rows.append(["pruning on vs off: offloaded throughput",
                      _range(_per_pair_change(on_t, off_t, "tokens_per_s", True), "%"), PAPER["prune_throughput"]])
@@ -156,22 +164,23 @@ def write_outputs(run_dir: str | Path) -> tuple[str, list[Path]]:
     run_dir = Path(run_dir)
     cfg, rows = load_run(run_dir)
     parts, written = [f"# {run_dir.parent.parent.name} ({cfg.preset} preset)\n"], []
+    labels, roles, prune = cfg.labels(), cfg.sweep_roles(), cfg.pruning_pair()
     timed: dict[str, list[dict]] = {}
     for phase, stem, center, title in (("resident", "fig3", "pooled", "Resident"),
                                        ("offload-timed", "fig4", "median", f"Offloaded (X = {cfg.offload.slots})")):
         if phase in cfg.phases:
-            recs = throughput_records(rows, phase, cfg.variants(phase), cfg.prompts(phase), center)
+            recs = throughput_records(rows, phase, cfg.names(phase), cfg.prompts(phase), center)
             timed[phase] = recs
             if recs:
                 name = "throughput-" + phase.split("-")[0]
-                write(run_dir, f"{name}.md", throughput_md(recs, title, center), written)
+                write(run_dir, f"{name}.md", throughput_md(recs, title, center, labels), written)
                 write(run_dir, f"{name}.csv", render.csv_text(_flat(recs)), written)
-                written += figures.figure_throughput(recs, cfg.variants(phase), title, run_dir / stem)
+                written += figures.figure_throughput(recs, cfg.names(phase), title, run_dir / stem, labels)
                 parts.append((run_dir / f"{name}.md").read_text())
-    counters = counter_records(rows, cfg.variants("offload-counters"), cfg.bootstrap_resamples) \
+    counters = counter_records(rows, cfg.names("offload-counters"), cfg.bootstrap_resamples) \
         if "offload-counters" in cfg.phases else []
     if counters:
-        h, r, s = table2_rows(counters)
+        h, r, s = table2_rows(counters, labels)
         md = render.markdown(h, r, f"Table 2: offloading counters (X = {cfg.offload.slots} slots per layer), one "
                                    f"instrumented run, prefill included; changes vs Standard SD")
         write(run_dir, "table2.md", md, written)
@@ -179,14 +188,15 @@ def write_outputs(run_dir: str | Path) -> tuple[str, list[Path]]:
         write(run_dir, "table2.tex", render.latex(h, r, "Offloading traffic, hit rate and stall share.",
                                                   "tab:table2", s), written)
         parts.append(md)
-    sweep = sweep_records(rows, cfg.variants("sweep"), cfg.bootstrap_resamples) if "sweep" in cfg.phases else []
+    sweep = sweep_records(rows, cfg.names("sweep"), cfg.bootstrap_resamples) if "sweep" in cfg.phases else []
     if sweep:
-        write(run_dir, "sweep.md", sweep_md(sweep), written)
+        write(run_dir, "sweep.md", sweep_md(sweep, roles, labels), written)
         write(run_dir, "sweep.csv", render.csv_text(sweep), written)
-        written += figures.figure_sweep(sweep, run_dir / "sweep")
-        parts.append(sweep_md(sweep))
+        written += figures.figure_sweep(sweep, run_dir / "sweep", roles)
+        parts.append(sweep_md(sweep, roles, labels))
     if {"sweep", "offload-timed", "offload-counters"} <= set(cfg.phases) and (sweep or counters):
-        written += figures.figure5(sweep, counters, timed.get("offload-timed", []), run_dir / "fig5")
+        written += figures.figure5(sweep, counters, timed.get("offload-timed", []), run_dir / "fig5", roles,
+                                   prune or (), labels)
         write(run_dir, "fig5.csv", render.csv_text(_flat(sweep + counters + timed.get("offload-timed", []))), written)
     used = used_budgets(run_dir)
     if used:
@@ -195,7 +205,7 @@ def write_outputs(run_dir: str | Path) -> tuple[str, list[Path]]:
         parts.append(render.markdown(["Model", "Task", "B0", "mean set size", "prompts", "p_hat by depth", "from"],
                                      rows_b, "Budgets used: B0 (AcceptMoE's mean set size, METHOD.md's rule) and "
                                              "p_hat (Standard SD on the training split)"))
-    comparison = paper_comparison(timed, counters)
+    comparison = paper_comparison(timed, counters, prune, labels)
     if comparison:
         write(run_dir, "paper-comparison.md", comparison, written)
         parts.append(comparison)

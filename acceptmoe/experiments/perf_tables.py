@@ -15,14 +15,18 @@
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import statistics
 from collections import defaultdict
 
 import numpy as np
 
 from acceptmoe.evals.stats import bootstrap_mean, paired_bootstrap_diff
+from acceptmoe.methods import BASELINE as BASELINE_METHOD
+from acceptmoe.methods import Variant
 
-BASELINE = "standard-sd"
+BASELINE = Variant(BASELINE_METHOD).name     # ratios and changes are taken against this variant
 
 
 def by_pair(rows, phase: str) -> dict[tuple[str, str], list[dict]]:
@@ -147,13 +151,22 @@ def sweep_records(rows, variants: tuple[str, ...], resamples: int) -> list[dict]
     return out
 
 
-def self_sized_vs_best(records: list[dict]) -> list[dict]:
-    """Per pair: AcceptMoE's accuracy minus the best fixed budget's (pp), and which budget was best."""
+@dataclass(frozen=True)
+class SweepRoles:
+    """Which sweep variants are the fixed budgets, the self-sized reference and the baseline (by name)."""
+    fixed: tuple[str, ...]
+    fixed_label: str
+    self_sized: str | None
+    baseline: str | None = BASELINE
+
+
+def self_sized_vs_best(records: list[dict], roles: SweepRoles) -> list[dict]:
+    """Per pair: the self-sized variant's accuracy minus the best fixed budget's (pp), and which budget was best."""
     out = []
     for pair in dict.fromkeys((r["model"], r["task"]) for r in records):
         recs = [r for r in records if (r["model"], r["task"]) == pair]
-        fixed = [r for r in recs if r["variant"].startswith("acceptmoe-b@")]
-        self_sized = [r for r in recs if r["variant"] == "acceptmoe"]
+        fixed = [r for r in recs if r["variant"] in roles.fixed]
+        self_sized = [r for r in recs if r["variant"] == roles.self_sized]
         if fixed and self_sized:
             best = max(fixed, key=lambda r: (r["accuracy"], -r["budget"]))
             out.append({"model": pair[0], "task": pair[1], "best_budget": best["budget"],

@@ -20,15 +20,12 @@ import numpy as np
 
 from acceptmoe.evals.stats import bootstrap_mean, paired_bootstrap_diff
 from acceptmoe.experiments.runs import SampleLog
-from acceptmoe.methods import METHODS
+from acceptmoe.methods import BASELINE, METHODS, REFERENCE
 
 from . import render
 from .common import RunPaths
 from .config import BootstrapConfig, Table1Config, config_from_saved
 
-LABELS = {"vanilla-ar": "Vanilla AR", "standard-sd": "Standard SD", "count-b": "Count-B", "moe-spec": "MoE-Spec",
-          "acceptmoe-b": "AcceptMoE-B", "acceptmoe": "AcceptMoE"}
-BASELINE, REFERENCE = "standard-sd", "vanilla-ar"
 OUTPUTS = ("table1.md", "table1.csv", "table1.tex")
 
 
@@ -160,7 +157,7 @@ def interval(est: float | None, low: float | None, high: float | None) -> str:
 
 def accuracy_rows(t: Table1) -> tuple[list[str], list[list[str]], int]:
     methods = methods_of(t.cfg)
-    header = ["Model", "Task", "B0", "n"] + [LABELS[m] for m in methods]
+    header = ["Model", "Task", "B0", "n"] + [METHODS[m].label for m in methods]
     rows = []
     for pair in _pairs(t):
         recs = {r["method"]: r for r in t.records if (r["model"], r["task"]) == pair}
@@ -175,7 +172,7 @@ def accuracy_rows(t: Table1) -> tuple[list[str], list[list[str]], int]:
 
 def difference_rows(t: Table1) -> tuple[list[str], list[list[str]], int]:
     methods = [m for m in methods_of(t.cfg) if m != BASELINE]
-    header = ["Model", "Task"] + [LABELS[m] for m in methods]
+    header = ["Model", "Task"] + [METHODS[m].label for m in methods]
     rows = []
     for pair in _pairs(t):
         recs = {r["method"]: r for r in t.records if (r["model"], r["task"]) == pair}
@@ -189,7 +186,7 @@ def difference_rows(t: Table1) -> tuple[list[str], list[list[str]], int]:
 
 def speed_rows(t: Table1) -> tuple[list[str], list[list[str]]]:
     methods = [m for m in methods_of(t.cfg) if METHODS[m].speculates]
-    header = ["Model", "Task"] + [f"{LABELS[m]} tau / set" for m in methods]
+    header = ["Model", "Task"] + [f"{METHODS[m].label} tau / set" for m in methods]
     rows = []
     for pair in _pairs(t):
         recs = {r["method"]: r for r in t.records if (r["model"], r["task"]) == pair}

@@ -11,12 +11,13 @@ Fields where the paper is silent are our choices and are documented here:
 from __future__ import annotations
 
 from dataclasses import dataclass
+from acceptmoe.errors import UserError
 from typing import Sequence
 
 DEMAND_SCORES = ("gate", "softmax")
 
 
-class ConfigError(ValueError):
+class ConfigError(UserError, ValueError):
     """A selector configuration that cannot be used; the message names the field and the fix."""
 
 

@@ -2,12 +2,18 @@
 
 A method is a name plus a `MethodSpec`; a selector is a pure function registered under the method name with
 `@register_selector`. Vanilla AR does not speculate; Standard SD verifies with all experts eligible.
+
+The registry is the only place that knows methods by name: its entries carry the display label, whether
+residency-aware pruning is on by default under an offloaded expert store, and which method's traces decide
+the matched budget B0 of the fixed-budget methods. Everything else asks a `MethodSpec` (or a `Variant`).
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Callable, Literal
+
+from acceptmoe.errors import UserError
 
 Sizing = Literal["none", "all", "fixed", "self"]
 
@@ -20,6 +26,9 @@ class MethodSpec:
     score: str | None         # what the selector ranks by: votes, router mass, commitment utility
     anchor: bool              # root anchor A = K_root always in S
     needs_commitment: bool    # needs p_hat
+    label: str = ""           # display name in tables and figures
+    prunes_when_offloaded: bool = False   # residency-aware pruning by default under an offloaded store
+    sets_b0: bool = False     # its traces give B0, the matched budget of the fixed-budget methods
 
     @property
     def needs_budget(self) -> bool:
@@ -32,21 +41,30 @@ class MethodSpec:
 
 
 _SPECS = (
-    MethodSpec("vanilla-ar", speculates=False, sizing="none", score=None, anchor=False, needs_commitment=False),
-    MethodSpec("standard-sd", speculates=True, sizing="all", score=None, anchor=False, needs_commitment=False),
-    MethodSpec("count-b", speculates=True, sizing="fixed", score="votes", anchor=False, needs_commitment=False),
-    MethodSpec("moe-spec", speculates=True, sizing="fixed", score="router-mass", anchor=False, needs_commitment=False),
-    MethodSpec("acceptmoe-b", speculates=True, sizing="fixed", score="commitment", anchor=True, needs_commitment=True),
-    MethodSpec("acceptmoe", speculates=True, sizing="self", score="commitment", anchor=True, needs_commitment=True),
+    MethodSpec("vanilla-ar", speculates=False, sizing="none", score=None, anchor=False, needs_commitment=False,
+               label="Vanilla AR"),
+    MethodSpec("standard-sd", speculates=True, sizing="all", score=None, anchor=False, needs_commitment=False,
+               label="Standard SD"),
+    MethodSpec("count-b", speculates=True, sizing="fixed", score="votes", anchor=False, needs_commitment=False,
+               label="Count-B"),
+    MethodSpec("moe-spec", speculates=True, sizing="fixed", score="router-mass", anchor=False, needs_commitment=False,
+               label="MoE-Spec"),
+    MethodSpec("acceptmoe-b", speculates=True, sizing="fixed", score="commitment", anchor=True, needs_commitment=True,
+               label="AcceptMoE-B"),
+    MethodSpec("acceptmoe", speculates=True, sizing="self", score="commitment", anchor=True, needs_commitment=True,
+               label="AcceptMoE", prunes_when_offloaded=True, sets_b0=True),
 )
+B0_METHOD: str = next(s.name for s in _SPECS if s.sets_b0)     # whose traces decide B0
+BASELINE: str = "standard-sd"        # accuracy differences and throughput ratios are taken against it
+REFERENCE: str = "vanilla-ar"        # relative accuracy change is taken against it
+CALIBRATION: str = "standard-sd"     # p_hat is counted from its natural-routing traces
 METHODS: "MappingProxyType[str, MethodSpec]" = MappingProxyType({s.name: s for s in _SPECS})
 
 _SELECTORS: dict[str, Callable] = {}
 
 
-class UnknownMethodError(KeyError):
-    def __str__(self) -> str:  # KeyError quotes its message; show it plainly
-        return self.args[0]
+class UnknownMethodError(UserError, KeyError):
+    """A method name the registry does not have; the message lists the valid ones."""
 
 
 def get_method(name: str) -> MethodSpec:
@@ -54,6 +72,15 @@ def get_method(name: str) -> MethodSpec:
         return METHODS[name]
     except KeyError:
         raise UnknownMethodError(f"unknown method {name!r}; valid methods: {', '.join(METHODS)}") from None
+
+
+def fixed_twin(name: str) -> str:
+    """The fixed-budget method that ranks like `name` (AcceptMoE -> AcceptMoE-B): sizing held at a budget."""
+    spec = get_method(name)
+    for other in METHODS.values():
+        if other.needs_budget and other.score == spec.score and other.anchor == spec.anchor:
+            return other.name
+    raise ValueError(f"method {name!r} has no fixed-budget counterpart")
 
 
 def register_selector(name: str) -> Callable[[Callable], Callable]:

@@ -7,13 +7,14 @@ the d-th draft step. `N_d` (level_sizes[d]) is the number of nodes at depth d.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from acceptmoe.errors import UserError
 from typing import Sequence
 
 import torch
 from torch import Tensor
 
 
-class TreeError(ValueError):
+class TreeError(UserError, ValueError):
     """A parent list that does not describe a tree rooted at index 0."""
 
 

@@ -18,8 +18,10 @@ from pathlib import Path
 
 import torch
 
-from .quick_eval import evaluate
 from acceptmoe.evals.generators import FAMILIES, generate
+from acceptmoe.methods import BASELINE, Variant
+
+from .quick_eval import evaluate
 from .tokenizer import chat_text
 from .train_target import BETAS
 
@@ -54,7 +56,7 @@ def block_stats(engine, tok, n: int, seed: int = 0) -> dict:
     for family in FAMILIES:
         for ex in generate(family, "test", n, seed):
             ids = tok(chat_text(ex["question"]), add_special_tokens=False)["input_ids"]
-            gen = engine.generate(ids, "standard-sd", max_new_tokens=96)
+            gen = engine.generate(ids, Variant(BASELINE), 96)
             taus.append(gen.mean_accept_length)
             for b in gen.trace.blocks:
                 sizes.append(len(b.parents))

@@ -30,10 +30,12 @@ import torch
 from acceptmoe.engine.eagle3 import ARCHITECTURE, Eagle3Draft
 from acceptmoe.engine.tree import TreeShape
 
+from acceptmoe.evals.generators import FAMILIES, generate
+from acceptmoe.methods import BASELINE, REFERENCE, Variant
+
 from . import config as tiny_config
 from . import draft_data, train_target
 from .draft_ttt import ttt_loss
-from acceptmoe.evals.generators import FAMILIES, generate
 from .tokenizer import chat_text
 
 log = logging.getLogger("acceptmoe.tiny")
@@ -150,11 +152,10 @@ def measure(target_dir: Path, draft_dir: Path, tok, cfg: tiny_config.DraftConfig
         accepted = steps = 0
         for k, ex in enumerate(generate(family, "test", cfg.eval_prompts, seed)):
             prompt = tok(chat_text(ex["question"]), add_special_tokens=False)["input_ids"]
-            sd = engine.generate(prompt, method="standard-sd", max_new_tokens=cfg.max_new_tokens, tree=shape,
-                                 trace_layers=False)
+            sd = engine.generate(prompt, Variant(BASELINE), cfg.max_new_tokens, tree=shape, trace_layers=False)
             accepted, steps = accepted + sum(sd.accept_lengths), steps + len(sd.accept_lengths)
             if k < cfg.lossless_prompts:
-                ar = engine.generate(prompt, method="vanilla-ar", max_new_tokens=cfg.max_new_tokens)
+                ar = engine.generate(prompt, Variant(REFERENCE), cfg.max_new_tokens)
                 result["lossless"]["checked"] += 1
                 result["lossless"]["equal"] += int(ar.tokens == sd.tokens)
         result["families"][family] = {"tau": round(accepted / max(1, steps), 3), "steps": steps,

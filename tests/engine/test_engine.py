@@ -7,9 +7,11 @@ import json
 import pytest
 import torch
 
+from variants import V
 from acceptmoe.engine import DraftTree, Eagle3Drafter, Engine, Trace, TreeShape, load_engine
 from acceptmoe.engine.engine import TorchVerifier, register_verifier_backend
 from acceptmoe.engine.trace import commitment_table, load_traces, save_traces
+from acceptmoe.errors import UserError
 from acceptmoe.methods import CommitmentTable, ConfigError
 from spec_checkpoints import EXPERTS, TOP_K, cached_target, make_draft, one_thread
 
@@ -41,7 +43,7 @@ def offloaded(draft_dir):
 @pytest.fixture(scope="module")
 def reference(engine):
     """Vanilla AR tokens per prompt (EOS ignored), the ground truth of every lossless check."""
-    return [engine.generate(p, "vanilla-ar", max_new_tokens=24, ignore_eos=True).tokens for p in PROMPTS]
+    return [engine.generate(p, V("vanilla-ar"), max_new_tokens=24, ignore_eos=True).tokens for p in PROMPTS]
 
 
 def use_oracle(monkeypatch, prompt_len: int, continuation: list[int]) -> None:
@@ -60,25 +62,25 @@ def use_oracle(monkeypatch, prompt_len: int, continuation: list[int]) -> None:
 
 @pytest.mark.parametrize("i, n", [(0, 1), (1, 9), (2, 24)])
 def test_standard_sd_is_lossless(engine, reference, i, n):
-    gen = engine.generate(PROMPTS[i], "standard-sd", max_new_tokens=n, ignore_eos=True, tree=SMALL)
+    gen = engine.generate(PROMPTS[i], V("standard-sd"), max_new_tokens=n, ignore_eos=True, tree=SMALL)
     assert gen.tokens == reference[i][:n]
     assert len(gen.step_times) == len(gen.accept_lengths) == len(gen.trace.blocks)
     assert all(t > 0 for t in gen.step_times) and gen.prefill_time > 0
 
 
 def test_standard_sd_is_lossless_with_the_paper_tree(engine, reference):
-    gen = engine.generate(PROMPTS[1], "standard-sd", max_new_tokens=8, ignore_eos=True, tree=TreeShape(5, 10, 64))
+    gen = engine.generate(PROMPTS[1], V("standard-sd"), max_new_tokens=8, ignore_eos=True, tree=TreeShape(5, 10, 64))
     assert gen.tokens == reference[1][:8]
     assert all(len(b.parents) == 64 for b in gen.trace.blocks)
 
 
 def test_long_acceptances_stay_lossless_and_truncate(engine, reference, monkeypatch):
     use_oracle(monkeypatch, len(PROMPTS[2]), reference[2])
-    gen = engine.generate(PROMPTS[2], "standard-sd", max_new_tokens=24, ignore_eos=True, tree=SMALL)
+    gen = engine.generate(PROMPTS[2], V("standard-sd"), max_new_tokens=24, ignore_eos=True, tree=SMALL)
     assert gen.tokens == reference[2]
     assert max(gen.accept_lengths) == SMALL.num_steps + 1
     assert [b.accept_length for b in gen.trace.blocks] == gen.accept_lengths
-    short = engine.generate(PROMPTS[2], "standard-sd", max_new_tokens=6, ignore_eos=True, tree=SMALL)
+    short = engine.generate(PROMPTS[2], V("standard-sd"), max_new_tokens=6, ignore_eos=True, tree=SMALL)
     assert short.tokens == reference[2][:6] and short.stop_reason == "length"
     assert sum(short.accept_lengths) + 1 > 6                      # the last step was truncated
 
@@ -93,7 +95,7 @@ def test_drafter_state_equals_a_fresh_prefill(engine, reference, monkeypatch):
         seen.append((self.length, root_token, self.root_logp.clone()))
         return propose(self, root_token)
     monkeypatch.setattr(Eagle3Drafter, "propose", record)
-    gen = engine.generate(PROMPTS[1], "standard-sd", max_new_tokens=16, ignore_eos=True, tree=SMALL)
+    gen = engine.generate(PROMPTS[1], V("standard-sd"), max_new_tokens=16, ignore_eos=True, tree=SMALL)
     assert max(gen.accept_lengths) > 1
     text = PROMPTS[1] + gen.tokens
     for L, root, logp in seen[1:]:
@@ -109,8 +111,7 @@ def test_drafter_state_equals_a_fresh_prefill(engine, reference, monkeypatch):
 @pytest.mark.parametrize("method", ["count-b", "moe-spec", "acceptmoe-b"])
 def test_full_budget_methods_equal_standard_sd(engine, reference, monkeypatch, method):
     use_oracle(monkeypatch, len(PROMPTS[1]), reference[1])
-    gen = engine.generate(PROMPTS[1], method, max_new_tokens=16, ignore_eos=True, tree=SMALL, budget=EXPERTS,
-                          commitment=P_HAT)
+    gen = engine.generate(PROMPTS[1], V(method, budget=EXPERTS, commitment=P_HAT), max_new_tokens=16, ignore_eos=True, tree=SMALL)
     assert gen.tokens == reference[1][:16]
     assert all(s == EXPERTS for b in gen.trace.blocks for s in b.layers["set_size"])
 
@@ -129,7 +130,7 @@ def test_acceptmoe_sets_hold_the_anchor(engine, reference, monkeypatch):
     register_verifier_backend("capture-test", capture)
     eng = Engine(engine.model, engine.draft, backend="capture-test")
     use_oracle(monkeypatch, len(PROMPTS[1]), reference[1])
-    gen = eng.generate(PROMPTS[1], "acceptmoe", max_new_tokens=12, ignore_eos=True, tree=SMALL, commitment=P_HAT)
+    gen = eng.generate(PROMPTS[1], V("acceptmoe", commitment=P_HAT), max_new_tokens=12, ignore_eos=True, tree=SMALL)
     assert len(gen.tokens) == 12 and seen
     for out in seen:
         assert not (out.anchor & ~out.eligible).any() and int(out.anchor.sum()) == TOP_K
@@ -146,15 +147,15 @@ def test_eos_stops_and_ignore_eos_runs_past(engine, reference, monkeypatch):
     j = next(i for i in range(2, len(ref)) if ref[i] not in ref[:i])       # first occurrence at index j >= 2
     monkeypatch.setattr(engine, "eos_token_ids", {ref[j]})
     for method in ("vanilla-ar", "standard-sd"):
-        gen = engine.generate(PROMPTS[1], method, max_new_tokens=24, tree=SMALL)
+        gen = engine.generate(PROMPTS[1], V(method), max_new_tokens=24, tree=SMALL)
         assert gen.tokens == ref[: j + 1] and gen.stop_reason == "eos"
-        exact = engine.generate(PROMPTS[1], method, max_new_tokens=j + 1, tree=SMALL)   # EOS is the last allowed token
+        exact = engine.generate(PROMPTS[1], V(method), max_new_tokens=j + 1, tree=SMALL)   # EOS is the last allowed token
         assert exact.tokens == ref[: j + 1] and exact.stop_reason == "eos"
-        past = engine.generate(PROMPTS[1], method, max_new_tokens=24, ignore_eos=True, tree=SMALL)
+        past = engine.generate(PROMPTS[1], V(method), max_new_tokens=24, ignore_eos=True, tree=SMALL)
         assert past.tokens == ref and past.stop_reason == "length"
     ends_at_eos = PROMPTS[1] + [ref[j]]                                     # a prompt ending in EOS still generates
-    ar = engine.generate(ends_at_eos, "vanilla-ar", max_new_tokens=10)
-    sd = engine.generate(ends_at_eos, "standard-sd", max_new_tokens=10, tree=SMALL)
+    ar = engine.generate(ends_at_eos, V("vanilla-ar"), max_new_tokens=10)
+    sd = engine.generate(ends_at_eos, V("standard-sd"), max_new_tokens=10, tree=SMALL)
     assert ar.tokens == sd.tokens and len(ar.tokens) >= 1
 
 
@@ -162,27 +163,27 @@ def test_eos_stops_and_ignore_eos_runs_past(engine, reference, monkeypatch):
                                         ("moe-spec", {"budget": 8}), ("acceptmoe-b", {"budget": 8}),
                                         ("acceptmoe", {"selector": {"prune_rho": 0.0}})])
 def test_offloaded_store_gives_resident_tokens(engine, offloaded, method, kw):
-    args = dict(max_new_tokens=10, ignore_eos=True, tree=SMALL, commitment=P_HAT, **kw)
-    res = engine.generate(PROMPTS[2], method, **args)
-    off = offloaded.generate(PROMPTS[2], method, **args)
+    args = dict(max_new_tokens=10, ignore_eos=True, tree=SMALL)
+    res = engine.generate(PROMPTS[2], V(method, commitment=P_HAT, **kw), **args)
+    off = offloaded.generate(PROMPTS[2], V(method, commitment=P_HAT, **kw), **args)
     assert off.tokens == res.tokens
     assert off.trace.meta["prune"] == (method == "acceptmoe") and not res.trace.meta["prune"]
 
 
 def test_pruning_runs_offloaded_and_is_a_no_op_at_full_residency(engine, offloaded):
-    args = dict(max_new_tokens=10, ignore_eos=True, tree=SMALL, commitment=P_HAT,
-                selector={"prune_rho": 0.5, "prune_min_set": TOP_K})
+    args = dict(max_new_tokens=10, ignore_eos=True, tree=SMALL)
+    sel = dict(commitment=P_HAT, selector={"prune_rho": 0.5, "prune_min_set": TOP_K})
     offloaded.model.store.reset_counters()
-    gen = offloaded.generate(PROMPTS[0], "acceptmoe", **args)
+    gen = offloaded.generate(PROMPTS[0], V("acceptmoe", **sel), **args)
     assert len(gen.tokens) == 10 and gen.trace.meta["prune"]
     assert offloaded.model.store.stats()["total"]["loads"] > 0
-    plain = engine.generate(PROMPTS[0], "acceptmoe", **args)
-    pruned = engine.generate(PROMPTS[0], "acceptmoe", prune=True, **args)
+    plain = engine.generate(PROMPTS[0], V("acceptmoe", **sel), **args)
+    pruned = engine.generate(PROMPTS[0], V("acceptmoe", prune=True, **sel), **args)
     assert pruned.tokens == plain.tokens
 
 
 def test_trace_round_trip_and_commitment_table(engine, tmp_path):
-    gens = [engine.generate(p, "standard-sd", max_new_tokens=6, ignore_eos=True, tree=SMALL) for p in PROMPTS]
+    gens = [engine.generate(p, V("standard-sd"), max_new_tokens=6, ignore_eos=True, tree=SMALL) for p in PROMPTS]
     save_traces(tmp_path / "trace.jsonl", [g.trace for g in gens])
     back = load_traces(tmp_path / "trace.jsonl")
     assert [t.meta for t in back] == [g.trace.meta for g in gens]
@@ -199,12 +200,12 @@ def test_trace_round_trip_and_commitment_table(engine, tmp_path):
     assert table.proposed[0] == table.committed[0] == n_blocks
     assert sum(table.proposed) == n_blocks * SMALL.num_draft_tokens
     assert sum(table.committed) == sum(sum(g.accept_lengths) for g in gens)
-    gen = engine.generate(PROMPTS[0], "acceptmoe", max_new_tokens=4, tree=SMALL, commitment=table)
+    gen = engine.generate(PROMPTS[0], V("acceptmoe", commitment=table), max_new_tokens=4, tree=SMALL)
     assert gen.trace.meta["selector"]["p_hat"] == list(table.p_hat)
 
 
 def test_vanilla_ar_steps_one_token(engine, reference):
-    gen = engine.generate(PROMPTS[0], "vanilla-ar", max_new_tokens=5, ignore_eos=True)
+    gen = engine.generate(PROMPTS[0], V("vanilla-ar"), max_new_tokens=5, ignore_eos=True)
     assert gen.tokens == reference[0][:5] and gen.accept_lengths == [1] * 4 and not gen.trace.blocks
 
 
@@ -215,23 +216,28 @@ def test_vanilla_ar_steps_one_token(engine, reference):
     ("acceptmoe", {}, ConfigError, "needs commitment probabilities"),
     ("acceptmoe", {"commitment": (1.0, 0.5)}, ConfigError, "p_hat has 2 entries"),
     ("acceptmoe-b", {"commitment": P_HAT}, ConfigError, "needs a budget"),
-    ("standard-sd", {"budget": 8}, ConfigError, "takes no budget"),
-    ("vanilla-ar", {"budget": 8}, ValueError, "does not speculate"),
-    ("standard-sd", {"prune": True}, ValueError, "residency pruning applies to restricting methods"),
-    ("acceptmoe", {"selector": {"rho": 0.1}}, ValueError, r"unknown selector fields \['rho'\]"),
+    ("standard-sd", {"budget": 8}, ConfigError, "a budget applies to fixed-budget methods only"),
+    ("vanilla-ar", {"budget": 8}, ConfigError, "a budget applies to fixed-budget methods only"),
+    ("standard-sd", {"prune": True}, ConfigError, "residency pruning applies to restricting methods"),
+    ("acceptmoe", {"selector": {"rho": 0.1}}, ConfigError, r"cannot override \['rho'\]"),
 ])
 def test_clear_errors(engine, method, kw, err, match):
     with pytest.raises(err, match=match):
-        engine.generate([1, 2, 3], method, max_new_tokens=2, tree=SMALL, **kw)
+        engine.generate([1, 2, 3], V(method, **kw), max_new_tokens=2, tree=SMALL)
+
+
+def test_generate_takes_a_typed_variant(engine):
+    with pytest.raises(TypeError, match=r"Variant\('standard-sd'\)"):
+        engine.generate([1, 2, 3], "standard-sd", max_new_tokens=2)
 
 
 def test_setup_errors(engine, draft_dir, tmp_path):
-    with pytest.raises(ValueError, match="prompt_ids is empty"):
-        engine.generate([], "vanilla-ar")
+    with pytest.raises(UserError, match="prompt_ids is empty"):
+        engine.generate([], V("vanilla-ar"))
     bare = Engine(engine.model)
-    with pytest.raises(ValueError, match="needs an EAGLE-3 draft"):
-        bare.generate([1, 2], "standard-sd", tree=SMALL)
-    assert len(bare.generate([1, 2], "vanilla-ar", max_new_tokens=3).tokens) <= 3
+    with pytest.raises(UserError, match="needs an EAGLE-3 draft"):
+        bare.generate([1, 2], V("standard-sd"), tree=SMALL)
+    assert len(bare.generate([1, 2], V("vanilla-ar"), max_new_tokens=3).tokens) <= 3
     with pytest.raises(ValueError, match="either path"):
         load_engine(tmp_path, target=cached_target())
     with pytest.raises(ValueError, match="unknown verifier backend"):
@@ -243,7 +249,7 @@ def test_load_engine_from_one_folder(draft_dir, tmp_path, reference):
     (tmp_path / "draft").symlink_to(draft_dir)
     eng = load_engine(tmp_path)
     assert eng.draft is not None and eng.draft.dtype == eng.model.dtype
-    assert eng.generate(PROMPTS[0], "standard-sd", max_new_tokens=4, ignore_eos=True, tree=SMALL).tokens == reference[0][:4]
+    assert eng.generate(PROMPTS[0], V("standard-sd"), max_new_tokens=4, ignore_eos=True, tree=SMALL).tokens == reference[0][:4]
     assert isinstance(CommitmentTable(max_depth=1).proposed, list)
 
 
@@ -252,7 +258,8 @@ def test_triton_backend_gives_torch_tokens(engine, method, kw):
     """The fused kernel (Triton interpreter on CPU) behind the engine's verifier hook."""
     pytest.importorskip("triton")
     fused = Engine(engine.model, engine.draft, backend="triton")
-    args = dict(max_new_tokens=3, ignore_eos=True, tree=TreeShape(2, 3, 6), commitment=P_HAT, **kw)
-    a, b = fused.generate(PROMPTS[1], method, **args), engine.generate(PROMPTS[1], method, **args)
+    args = dict(max_new_tokens=3, ignore_eos=True, tree=TreeShape(2, 3, 6))
+    v = V(method, commitment=P_HAT, **kw)
+    a, b = fused.generate(PROMPTS[1], v, **args), engine.generate(PROMPTS[1], v, **args)
     assert a.tokens == b.tokens
     assert [blk.layers for blk in a.trace.blocks] == [blk.layers for blk in b.trace.blocks]

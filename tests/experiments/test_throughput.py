@@ -6,6 +6,8 @@ import json
 from pathlib import Path
 
 import pytest
+
+from acceptmoe.methods import UnknownMethodError
 import torch
 import yaml
 
@@ -67,7 +69,7 @@ def test_fig3_files_rows_and_ratios(fig3_run, setup):
     assert {v for (rep, _), v in firsts.items() if rep == 0} == {"vanilla-ar"}
     assert {v for (rep, _), v in firsts.items() if rep == 1} == {"standard-sd"}     # order rotated by one
     cfg = load_throughput_config(setup[1], ("resident",))
-    recs = throughput_records(rows, "resident", cfg.variants("resident"), 2, "pooled")
+    recs = throughput_records(rows, "resident", cfg.names("resident"), 2, "pooled")
     sd = [r for r in recs if r["variant"] == "standard-sd"]
     assert len(recs) == 2 * 5 and all(r["ratio_vs_standard_sd"] == pytest.approx(1.0) for r in sd)
     ar = next(r for r in recs if r["variant"] == "vanilla-ar")
@@ -176,8 +178,14 @@ def test_throughput_config_rejects_unknown_keys_and_bad_values(tmp_path):
     path.write_text(yaml.safe_dump({**base, "throughput": {"offload": {"slot": 3}}}))
     with pytest.raises(ConfigKeyError, match="slot"):
         load_throughput_config(path, ("offload-timed",))
-    with pytest.raises(ThroughputConfigError, match="unknown variant"):
+    with pytest.raises(UnknownMethodError, match="unknown method 'fast-moe'; valid methods: vanilla-ar"):
         load_throughput_config("tiny", ("resident",), {"resident.variants": ["acceptmoe", "fast-moe"]})
+    with pytest.raises(ThroughputConfigError, match="a variant mapping needs `method`"):
+        load_throughput_config("tiny", ("resident",), {"resident.variants": [{"methd": "acceptmoe"}]})
+    cfg = load_throughput_config("tiny", ("offload-timed",), {"offload.variants": ["acceptmoe", {"method": "acceptmoe",
+                                                                                                "prune": False}]})
+    assert cfg.names("offload-timed") == ("acceptmoe", "acceptmoe-noprune")
+    assert cfg.pruning_pair() == ("acceptmoe", "acceptmoe-noprune")
     with pytest.raises(ThroughputConfigError, match="phases"):
         load_throughput_config("tiny", ("warp",))
     assert load_throughput_config("paper", ("resident",)).warmup_index("resident") == 50

@@ -21,6 +21,7 @@ from pathlib import Path
 import torch
 
 from acceptmoe.experiments.cli import parser
+from acceptmoe.methods import B0_METHOD, BASELINE, REFERENCE, Variant
 
 # profile components: (label, file suffix, function names); cumulative time of the outermost calls
 COMPONENTS = (
@@ -40,13 +41,12 @@ def tiny_prompts(tokenizer, n: int) -> list[list[int]]:
                                           tokenize=True, return_dict=False) for r in rows]
 
 
-def time_ours(engine, prompts, method: str, tokens: int, commitment) -> tuple[float, float]:
+def time_ours(engine, prompts, variant: Variant, tokens: int) -> tuple[float, float]:
     """(output tokens/s, tau) over all prompts; each generation exactly `tokens` tokens."""
     total_t, total_n, taus = 0.0, 0, []
     for ids in prompts:
         t0 = time.perf_counter()
-        gen = engine.generate(ids, method, max_new_tokens=tokens, ignore_eos=True, commitment=commitment,
-                              trace_layers=False)
+        gen = engine.generate(ids, variant, tokens, ignore_eos=True, trace_layers=False)
         total_t += time.perf_counter() - t0
         total_n += len(gen.tokens)
         taus.append(gen.mean_accept_length)
@@ -101,25 +101,26 @@ def main(argv: list[str] | None = None) -> int:
     prompts = tiny_prompts(tok, a.prompts)
     hf = AutoModelForCausalLM.from_pretrained(target, dtype=torch.float32).eval()
     steps = TreeShape().num_steps
-    commitment = (CommitmentTable.load(a.commitment) if a.commitment
+    commitment = (CommitmentTable.load(a.commitment).p_hat if a.commitment
                   else tuple([1.0] + [0.8 ** d for d in range(1, steps + 1)]))
-    rows = {"transformers generate (greedy)": [], "ours vanilla-ar": [], "ours standard-sd": [], "ours acceptmoe": []}
+    variants = [Variant(m).bind(commitment=commitment) for m in (REFERENCE, BASELINE, B0_METHOD)]
+    rows = {"transformers generate (greedy)": [], **{f"ours {v.name}": [] for v in variants}}
     taus: dict[str, float] = {}
     for _ in range(a.repeats):
         rows["transformers generate (greedy)"].append(time_transformers(hf, prompts, a.tokens))
-        for method in ("vanilla-ar", "standard-sd", "acceptmoe"):
-            tps, tau = time_ours(engine, prompts, method, a.tokens, commitment)
-            rows[f"ours {method}"].append(tps)
-            taus[f"ours {method}"] = tau
+        for v in variants:
+            tps, tau = time_ours(engine, prompts, v, a.tokens)
+            rows[f"ours {v.name}"].append(tps)
+            taus[f"ours {v.name}"] = tau
     base = statistics.median(rows["transformers generate (greedy)"])
     print(f"{a.prompts} prompts x {a.tokens} tokens, CPU {a.threads} thread(s), median of {a.repeats} runs\n")
     print("| engine | tokens/s | vs transformers | tau |\n|---|---:|---:|---:|")
     for name, vals in rows.items():
         med = statistics.median(vals)
         print(f"| {name} | {med:.1f} | {med / base:.2f}x | {taus.get(name, 1.0):.2f} |")
-    for method in ("standard-sd", "acceptmoe"):
-        total, parts = profile_components(lambda: time_ours(engine, prompts[:1], method, a.tokens, commitment))
-        print(f"\nwhere the time goes, one {method} generation ({total:.2f} s under cProfile, cumulative; "
+    for v in variants[1:]:
+        total, parts = profile_components(lambda: time_ours(engine, prompts[:1], v, a.tokens))
+        print(f"\nwhere the time goes, one {v.name} generation ({total:.2f} s under cProfile, cumulative; "
               f"components nest inside the target forward):")
         for label, t in parts.items():
             print(f"  {label:<36} {t:6.3f} s  {100 * t / total:5.1f} %")
