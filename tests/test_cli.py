@@ -1,31 +1,56 @@
-"""The `./reproduce.sh` dispatcher: unknown subcommands list the valid ones; bad input is one clear line."""
+"""The `./reproduce.sh` dispatcher: commands declare themselves, unknown ones list the valid ones, bad input
+is one clear line with exit code 2."""
+import importlib
 import subprocess
 import sys
 
-from acceptmoe.experiments.cli import COMMANDS
+import pytest
+
+from acceptmoe.commands import REGISTRY, declared
 
 
 def run(*args):
-    return subprocess.run([sys.executable, "-m", "acceptmoe", *args], capture_output=True, text=True, timeout=120)
+    return subprocess.run([sys.executable, "-m", "acceptmoe", *args], capture_output=True, text=True, timeout=300)
 
 
-def test_help_lists_every_subcommand():
+def test_every_declared_command_registers_when_its_module_is_imported():
+    commands = declared()
+    assert {"table1", "tables", "fig3", "fig4", "fig5", "table2", "sweep", "calibrate", "b0", "calibration-study",
+            "train-tiny", "tiny-eval", "bench-engine"} <= set(commands)
+    for name, d in commands.items():
+        importlib.import_module(d.module)
+        assert name in REGISTRY, f"{d.module} declares {name!r} but did not register it"
+    assert set(REGISTRY) >= set(commands)
+
+
+def test_help_lists_every_command_from_the_declarations():
     out = run("--help")
     assert out.returncode == 0
-    for name in ("test", *COMMANDS):
-        assert name in out.stdout
+    for name, d in {"test": None, **declared()}.items():
+        assert name in out.stdout and (d is None or d.help in out.stdout)
 
 
-def test_unknown_subcommand_lists_valid_ones():
+def test_unknown_command_lists_valid_ones():
     out = run("tabel1")
     assert out.returncode == 2
-    assert "unknown subcommand 'tabel1'" in out.stderr and "table1" in out.stderr
+    assert out.stderr.strip().splitlines() == [out.stderr.strip()]
+    assert "error: unknown command 'tabel1'" in out.stderr and "table1" in out.stderr
 
 
-def test_bad_input_is_a_clear_error_without_traceback(tmp_path):
-    out = run("table1", "--methods", "acceptmoe-x", "--limit", "1")
-    assert out.returncode == 2
-    assert "error: unknown method 'acceptmoe-x'; valid methods: vanilla-ar" in out.stderr
-    assert "Traceback" not in out.stderr
+@pytest.mark.parametrize("args, message", [
+    (("table1", "--methods", "acceptmoe-x", "--limit", "1"), "error: unknown method 'acceptmoe-x'; valid methods: vanilla-ar"),
+    (("table1", "--limit", "0"), "error: argument --limit: must be at least 1, got 0"),
+    (("table1", "--limit", "-1"), "error: argument --limit: must be at least 1, got -1"),
+    (("fig3", "--resume", "no/such/run"), "error: --resume no/such/run: not a run folder"),
+    (("table1", "--methods", "count-b"), "error: ['count-b'] run at the budget B0, which comes from acceptmoe's traces"),
+])
+def test_bad_input_is_one_clear_line(args, message):
+    out = run(*args)
+    assert out.returncode == 2, out.stderr
+    assert message in out.stderr and "Traceback" not in out.stderr
+    assert len(out.stderr.strip().splitlines()) == 1, out.stderr
+
+
+def test_bad_model_folder_is_a_clear_error(tmp_path):
     missing = run("bench-engine", "--model", str(tmp_path / "nothing"))
     assert missing.returncode == 2 and "does not exist" in missing.stderr and "Traceback" not in missing.stderr

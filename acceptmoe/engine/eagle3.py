@@ -29,13 +29,14 @@ from safetensors.torch import load_file, save_file
 from torch import Tensor, nn
 
 from .tree import DraftTree, TreeShape, eagle2_expand, select_tree
+from acceptmoe.errors import UserError
 
 ARCHITECTURE = "LlamaForCausalLMEagle3"
 ROPE_TYPES = ("default", "linear", "llama3")
 _IGNORED_KEYS = ("rotary_emb.inv_freq",)
 
 
-class DraftMismatchError(ValueError):
+class DraftMismatchError(UserError, ValueError):
     """A draft checkpoint that does not fit the target model it is paired with."""
 
 

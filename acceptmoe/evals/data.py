@@ -13,6 +13,7 @@ import os
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
+from acceptmoe.errors import UserError
 
 DATA_DIR_ENV = "ACCEPTMOE_DATA_DIR"
 
@@ -49,7 +50,7 @@ FILES: dict[str, DataFile] = {
 }
 
 
-class DataError(RuntimeError):
+class DataError(UserError, RuntimeError):
     """A data file is missing, has other bytes than recorded, or holds a malformed record."""
 
 

@@ -22,13 +22,13 @@ import torch
 from tqdm import tqdm
 
 from acceptmoe.evals.tasks import Task, get_task
-from acceptmoe.experiments.runs import Run, SampleLog
+from acceptmoe.experiments.runs import Run, SampleLog, unit_key
 from acceptmoe.engine.trace import LAYER_FIELDS, Trace
 from acceptmoe.methods import METHODS, CommitmentTable, Variant
 
 from . import calibrate
 from .b0 import b0_for_pair
-from .common import Loaded, RunPaths, load_model, set_threads, unit_key
+from .common import Loaded, RunPaths, load_model, set_threads
 from .config import ModelSpec, Table1Config
 from .prompts import decode, prompt_ids
 from .tracelog import TraceLog
@@ -169,18 +169,3 @@ def free_device_memory() -> None:
     gc.collect()
     if torch.cuda.is_available():
         torch.cuda.empty_cache()
-
-
-def main(argv: list[str] | None = None) -> int:
-    from acceptmoe.experiments.cli import parser
-    from .common import add_run_options, open_experiment
-    p = parser("accuracy", "calibration, B0 and every method on every (model, task) pair (no table)")
-    add_run_options(p)
-    cfg, run = open_experiment(p.parse_args(argv))
-    run_experiment(cfg, run)
-    print(f"run folder: {run.path}")
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

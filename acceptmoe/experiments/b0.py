@@ -17,6 +17,7 @@ from acceptmoe.evals.stats import choose_b0, totals_and_counts
 from acceptmoe.experiments.runs import SampleLog, write_json
 from acceptmoe.engine.trace import Trace
 from acceptmoe.methods import B0_METHOD
+from acceptmoe.commands import command, parser
 
 from .common import RunPaths
 from .config import B0Config, config_from_saved
@@ -73,9 +74,9 @@ def b0_for_pair(log: TraceLog, cfg: B0Config, out: Path) -> dict:
     return decision
 
 
+@command("b0", "recompute and check B0 of a Table 1 run from its saved AcceptMoE traces")
 def main(argv: list[str] | None = None) -> int:
-    from acceptmoe.experiments.cli import parser
-    p = parser("b0", "recompute B0 for every (model, task) of a Table 1 run from its acceptmoe traces")
+    p = parser("b0")
     p.add_argument("--run", type=Path, required=True, metavar="RUN_DIR", help="a results/table1/... run folder")
     args = p.parse_args(argv)
     cfg = config_from_saved(json.loads((args.run / "config.json").read_text())["config"])

@@ -14,8 +14,9 @@ from typing import Callable
 from acceptmoe.evals.tasks import get_task
 from acceptmoe.engine.trace import commitment_table
 from acceptmoe.methods import CALIBRATION, CommitmentTable, Variant
+from acceptmoe.commands import command, parser
 
-from .common import Loaded, RunPaths, add_run_options, load_model, open_experiment, set_threads
+from .common import Loaded, RunPaths, add_methods_option, add_run_options, load_model, open_experiment, set_threads
 from .config import Table1Config
 from .prompts import prompt_ids
 from .tracelog import TraceLog
@@ -77,10 +78,11 @@ def pending(cfg: Table1Config, paths: RunPaths, model: str) -> int:
     return total
 
 
+@command("calibrate", "Standard SD on the training split: commitment tables (p_hat) per model and task")
 def main(argv: list[str] | None = None) -> int:
-    from acceptmoe.experiments.cli import parser
-    p = parser("calibrate", "Standard SD on the training split: commitment tables (p_hat) per model and task")
+    p = parser("calibrate")
     add_run_options(p)
+    add_methods_option(p)
     args = p.parse_args(argv)
     cfg, run = open_experiment(args)
     set_threads(cfg)

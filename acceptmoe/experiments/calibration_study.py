@@ -20,18 +20,20 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from acceptmoe.evals.tasks import get_task
-from acceptmoe.experiments.runs import REPO, Run, SampleLog, from_dict, open_run, to_jsonable, write_json
+from acceptmoe.experiments.runs import REPO, Run, SampleLog, from_dict, to_jsonable, unit_key, write_json
 from acceptmoe.engine.trace import commitment_table
 from acceptmoe.methods import B0_METHOD, BASELINE, CommitmentTable, Variant, fixed_twin
+from acceptmoe.commands import command, parser
 
 from . import calibrate, render
 from .accuracy import PairContext, free_device_memory, run_unit
 from .b0 import decide_b0
 from .budgets import pair_budgets, used_budgets
-from .common import RunPaths, load_model, run_to_completion, set_threads
+from .common import (RunPaths, add_budgets_option, add_run_options, load_model, open_or_resume, run_to_completion,
+                     set_threads)
 from .config import Table1Config, deep_merge, dotted, load_table1_config, preset_path, read_yaml
 from .perf_tables import sweep_records
-from .prompts import prompt_ids, resolve_checkpoint
+from .prompts import prompt_ids
 from .tracelog import TraceLog
 
 EXPERIMENT = "calibration-study"
@@ -118,7 +120,7 @@ def run_pair(loaded, cfg: CalibrationStudyConfig, task: str, natural, onpolicy, 
     for variant in eval_variants(cfg, *b0s):
         table = onpolicy if variant.tag == ONPOLICY.tag else natural
         for index, ex in enumerate(examples):
-            key = f"study|{loaded.spec.name}|{task}|{variant.name}|{ex['id']}"
+            key = unit_key("study", loaded.spec.name, task, variant.name, ex["id"])
             if key not in samples:
                 row, _ = run_unit(ctx, index, variant.bind(commitment=table.p_hat))
                 samples.append(key, {**row, "phase": "sweep", "variant": variant.name})
@@ -228,26 +230,14 @@ def write_study(run_dir: str | Path) -> str:
     return md
 
 
+@command("calibration-study", "beta sensitivity, on-policy p_hat, B0 from training-split traces")
 def main(argv: list[str] | None = None) -> int:
-    from acceptmoe.experiments.cli import parser
-    p = parser(EXPERIMENT, "beta sensitivity, on-policy p_hat and B0 from training-split traces")
-    p.add_argument("--preset", default="tiny", help="configs/presets/<name>.yaml or a YAML path (default: tiny)")
-    p.add_argument("--limit", type=int, default=None, help="cap on evaluation and training prompts (quick runs)")
-    p.add_argument("--budgets-from", type=Path, default=None, metavar="TABLE1_RUN",
-                   help="reuse p_hat and B0 from this Table 1 run folder (default: compute them in this run)")
-    p.add_argument("--resume", type=Path, default=None, metavar="RUN_DIR", help="continue this run folder")
-    p.add_argument("--results", type=Path, default=None, help="results root (default: results/)")
+    p = parser("calibration-study")
+    add_run_options(p, "cap on evaluation and training prompts (quick runs)")
+    add_budgets_option(p)
     args = p.parse_args(argv)
-    if args.resume is not None:
-        saved = json.loads((args.resume / "config.json").read_text())["config"]
-        cfg, run = from_dict(CalibrationStudyConfig, saved, "config.json"), Run(args.resume, resumed=True)
-    else:
-        overrides = {k: v for k, v in (("limit", args.limit), ("budgets_from", args.budgets_from and str(args.budgets_from)))
-                     if v is not None}
-        cfg = load_study_config(args.preset, overrides)
-        for spec in cfg.table1.models:
-            resolve_checkpoint(spec.target), resolve_checkpoint(spec.draft)
-        run = open_run(EXPERIMENT, cfg.preset, cfg, root=args.results)
+    cfg, run = open_or_resume(EXPERIMENT, args, lambda o: load_study_config(args.preset, o),
+                              lambda saved: from_dict(CalibrationStudyConfig, saved, "config.json"))
     if not run_to_completion(EXPERIMENT, run, lambda: run_experiment(cfg, run)):
         return 130
     print(write_study(run.path))

@@ -21,16 +21,13 @@ from pathlib import Path
 
 import torch
 
+from acceptmoe.errors import UserError
 from acceptmoe.experiments.runs import Run, SampleLog, open_run
 
 from .config import ModelSpec, Table1Config, config_from_saved, load_table1_config
 from .prompts import load_tokenizer, resolve_checkpoint
 
 EXPERIMENT = "table1"
-
-
-def unit_key(model: str, task: str, example_id: str, method: str) -> str:
-    return f"{model}|{task}|{example_id}|{method}"
 
 
 @dataclass(frozen=True)
@@ -79,30 +76,74 @@ def set_threads(cfg: Table1Config) -> None:
 
 
 # ----- command line -----
-def add_run_options(p: argparse.ArgumentParser) -> None:
+CONFIG_OPTIONS = ("limit", "methods", "budgets_from")      # options that change a new run's config
+
+
+def positive_int(text: str) -> int:
+    """argparse type: a whole number >= 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
+def add_run_options(p: argparse.ArgumentParser, limit_help: str = "evaluation prompts per task (overrides the preset)") -> None:
+    """--preset, --limit, --resume, --results: the options every experiment command takes."""
     p.add_argument("--preset", default="tiny", help="configs/presets/<name>.yaml or a YAML path (default: tiny)")
-    p.add_argument("--limit", type=int, default=None, help="evaluation prompts per task (overrides the preset)")
-    p.add_argument("--methods", nargs="+", default=None, help="methods to run (default: all six)")
+    p.add_argument("--limit", type=positive_int, default=None, help=limit_help)
     p.add_argument("--resume", type=Path, default=None, metavar="RUN_DIR",
                    help="continue this run folder with its own frozen config")
     p.add_argument("--results", type=Path, default=None, help="results root (default: results/)")
 
 
-def open_experiment(args: argparse.Namespace) -> tuple[Table1Config, Run]:
-    """The config and run folder for these options: a resumed folder keeps its frozen config."""
+def add_methods_option(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--methods", nargs="+", default=None, help="methods to run (default: all six)")
+
+
+def add_budgets_option(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--budgets-from", type=Path, default=None, metavar="TABLE1_RUN",
+                   help="reuse p_hat and B0 from this Table 1 run folder (default: compute them in this run)")
+
+
+def overrides_of(args: argparse.Namespace) -> dict:
+    """The config overrides the command-line options give (dotted keys), for a new run."""
+    out = {k: getattr(args, k) for k in CONFIG_OPTIONS if getattr(args, k, None) is not None}
+    if "budgets_from" in out:
+        out["budgets_from"] = str(out["budgets_from"])
+    return out
+
+
+def open_or_resume(command: str, args: argparse.Namespace, load: Callable[[dict], object],
+                   from_saved: Callable[[dict], object]) -> tuple[object, Run]:
+    """The one way a command gets its config and run folder: `--resume RUN_DIR` reopens that folder with its
+    frozen config; otherwise `load(overrides)` builds the config and a new (or matching unfinished) run opens."""
+    given = overrides_of(args)
     if args.resume is not None:
-        if args.limit is not None or args.methods is not None:
-            raise SystemExit("--resume continues a run with its frozen config: drop --limit/--methods, "
-                             "or start a new run without --resume")
+        if given:
+            flags = ", ".join("--" + k.replace("_", "-") for k in given)
+            raise UserError(f"--resume continues a run with its frozen config: drop {flags}, or start a new run "
+                            f"without --resume")
         meta = args.resume / "config.json"
-        if not meta.is_file():
-            raise SystemExit(f"{args.resume} is not a run folder (no config.json)")
-        return config_from_saved(json.loads(meta.read_text())["config"]), Run(args.resume, resumed=True)
-    overrides = {k: v for k, v in (("limit", args.limit), ("methods", args.methods)) if v is not None}
-    cfg = load_table1_config(args.preset, overrides)
-    for spec in cfg.models:                        # fail before creating a run folder
+        if not args.resume.is_dir() or not meta.is_file():
+            raise UserError(f"--resume {args.resume}: not a run folder (no {meta.name}); give a folder written by "
+                            f"`./reproduce.sh {command}`, e.g. results/{command}/<preset>/<run-id>")
+        return from_saved(json.loads(meta.read_text())["config"]), Run(args.resume, resumed=True)
+    cfg = load(given)
+    for spec in cfg_models(cfg):                   # fail before creating a run folder
         resolve_checkpoint(spec.target), resolve_checkpoint(spec.draft)
-    return cfg, open_run(EXPERIMENT, cfg.preset, cfg, root=args.results)
+    return cfg, open_run(command, cfg.preset, cfg, root=args.results)
+
+
+def cfg_models(cfg) -> tuple[ModelSpec, ...]:
+    return cfg.models if isinstance(cfg, Table1Config) else cfg.table1.models
+
+
+def open_experiment(args: argparse.Namespace) -> tuple[Table1Config, Run]:
+    """Table 1's config and run folder for these options."""
+    return open_or_resume(EXPERIMENT, args, lambda o: load_table1_config(args.preset, o), config_from_saved)
 
 
 def run_to_completion(command: str, run: Run, work: Callable[[], dict | None]) -> bool:

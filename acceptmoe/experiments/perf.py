@@ -26,7 +26,7 @@ interrupted run resumes (`--resume RUN_DIR`) and never duplicates a row. Errors 
 from __future__ import annotations
 
 import dataclasses
-import json
+
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,25 +34,23 @@ from typing import Callable
 
 from tqdm import tqdm
 
+from acceptmoe.commands import command, parser
 from acceptmoe.evals.tasks import get_task
-from acceptmoe.experiments.runs import Run, SampleLog, open_run
+from acceptmoe.experiments.runs import Run, SampleLog, unit_key
 from acceptmoe.methods import Variant
 
 from .accuracy import PairContext, free_device_memory, run_unit, trace_stats
 from .budgets import PairBudget, pair_budgets
-from .common import Loaded, RunPaths, load_model, run_to_completion, set_threads
+from .common import (Loaded, RunPaths, add_budgets_option, add_run_options, load_model, open_or_resume,
+                     run_to_completion, set_threads)
 from .perf_config import ThroughputConfig, load_throughput_config, needs_budgets, throughput_config_from_saved
-from .prompts import decode, prompt_ids, resolve_checkpoint
+from .prompts import decode, prompt_ids
 
 Progress = Callable[[str], None]
 COMMAND_PHASES = {"fig3": ("resident",), "fig4": ("offload-timed", "offload-counters"),
                   "table2": ("offload-counters",), "sweep": ("sweep",),
                   "fig5": ("sweep", "offload-timed", "offload-counters")}
 COUNTER_FIELDS = ("loads", "bytes", "hits", "misses", "wait_s", "passes")
-
-
-def unit_key(phase: str, rep: int, model: str, task: str, variant: str, example_id: str) -> str:
-    return f"{phase}|{rep}|{model}|{task}|{variant}|{example_id}"
 
 
 def repetitions(cfg: ThroughputConfig, phase: str) -> int:
@@ -222,33 +220,41 @@ def run_experiment(cfg: ThroughputConfig, run: Run, show_progress: bool = True) 
 
 
 # ----- command line -----
-def open_experiment(command: str, args) -> tuple[ThroughputConfig, Run]:
-    if args.resume is not None:
-        if args.limit is not None or args.budgets_from is not None:
-            raise SystemExit("--resume continues a run with its frozen config: drop --limit/--budgets-from")
-        meta = args.resume / "config.json"
-        if not meta.is_file():
-            raise SystemExit(f"{args.resume} is not a run folder (no config.json)")
-        return throughput_config_from_saved(json.loads(meta.read_text())["config"]), Run(args.resume, resumed=True)
-    overrides = {k: v for k, v in (("limit", args.limit), ("budgets_from", args.budgets_from and str(args.budgets_from)))
-                 if v is not None}
-    cfg = load_throughput_config(args.preset, COMMAND_PHASES[command], overrides)
-    for spec in cfg.table1.models:                                   # fail before creating a run folder
-        resolve_checkpoint(spec.target), resolve_checkpoint(spec.draft)
-    return cfg, open_run(command, cfg.preset, cfg, root=args.results)
 
 
-def command_main(command: str, description: str, argv: list[str] | None) -> int:
-    from acceptmoe.experiments.cli import parser
+@command("fig3", "Figure 3: resident throughput vs Standard SD (3 repetitions, 256 tokens, fresh engines)")
+def fig3(argv: list[str] | None = None) -> int:
+    return command_main("fig3", argv)
+
+
+@command("fig4", "Figure 4 + Table 2: offloaded throughput (X slots per layer) and its counters run")
+def fig4(argv: list[str] | None = None) -> int:
+    return command_main("fig4", argv)
+
+
+@command("table2", "Table 2: H2D traffic per token, hit rate, stall share (instrumented offload run)")
+def table2(argv: list[str] | None = None) -> int:
+    return command_main("table2", argv)
+
+
+@command("sweep", "fixed-budget sweep of AcceptMoE-B beside self-sized AcceptMoE, graded like Table 1")
+def sweep(argv: list[str] | None = None) -> int:
+    return command_main("sweep", argv)
+
+
+@command("fig5", "Figure 5: the sweep, pruning on vs off and the fetch-stall share, in one run")
+def fig5(argv: list[str] | None = None) -> int:
+    return command_main("fig5", argv)
+
+
+def command_main(command: str, argv: list[str] | None) -> int:
     from .perf_report import write_outputs
-    p = parser(command, description)
-    p.add_argument("--preset", default="tiny", help="configs/presets/<name>.yaml or a YAML path (default: tiny)")
-    p.add_argument("--limit", type=int, default=None, help="cap on prompts per pair in every phase (quick runs)")
-    p.add_argument("--budgets-from", type=Path, default=None, metavar="TABLE1_RUN",
-                   help="reuse p_hat and B0 from this Table 1 run folder (default: compute them in this run)")
-    p.add_argument("--resume", type=Path, default=None, metavar="RUN_DIR", help="continue this run folder")
-    p.add_argument("--results", type=Path, default=None, help="results root (default: results/)")
-    cfg, run = open_experiment(command, p.parse_args(argv))
+    p = parser(command)
+    add_run_options(p, "cap on prompts per pair in every phase (quick runs)")
+    add_budgets_option(p)
+    args = p.parse_args(argv)
+    cfg, run = open_or_resume(command, args, lambda o: load_throughput_config(args.preset, COMMAND_PHASES[command], o),
+                              throughput_config_from_saved)
     if not run_to_completion(command, run, lambda: run_experiment(cfg, run)):
         return 130
     text, written = write_outputs(run.path)

@@ -26,11 +26,12 @@ from pathlib import Path
 from typing import Any, Iterator
 
 import yaml
+from acceptmoe.errors import UserError
 
 REPO = Path(__file__).resolve().parents[2]
 
 
-class ConfigKeyError(ValueError):
+class ConfigKeyError(UserError, ValueError):
     """A YAML key the config dataclass does not have."""
 
 
@@ -159,6 +160,11 @@ def write_json(path: Path, obj: Any) -> None:
     tmp = path.with_suffix(path.suffix + ".tmp")
     tmp.write_text(json.dumps(to_jsonable(obj), indent=2, sort_keys=True) + "\n")
     os.replace(tmp, path)
+
+
+def unit_key(*parts: object) -> str:
+    """The key of one unit of work in a sample log: its identifying parts joined by '|'."""
+    return "|".join(str(p) for p in parts)
 
 
 class SampleLog:

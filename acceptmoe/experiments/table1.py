@@ -21,15 +21,17 @@ import numpy as np
 from acceptmoe.evals.stats import bootstrap_mean, paired_bootstrap_diff
 from acceptmoe.experiments.runs import SampleLog
 from acceptmoe.methods import BASELINE, METHODS, REFERENCE
+from acceptmoe.commands import command, parser
 
 from . import render
 from .common import RunPaths
 from .config import BootstrapConfig, Table1Config, config_from_saved
+from acceptmoe.errors import UserError
 
 OUTPUTS = ("table1.md", "table1.csv", "table1.tex")
 
 
-class NothingToTabulate(ValueError):
+class NothingToTabulate(UserError, ValueError):
     """A run folder with no (model, task) pair finished by every method yet."""
 
 
@@ -259,12 +261,13 @@ def write_table1(run_dir: str | Path) -> str:
     return md
 
 
+@command("table1", "Table 1: calibration, B0, every method on every (model, task) pair, then the table")
 def main(argv: list[str] | None = None) -> int:
-    from acceptmoe.experiments.cli import parser
     from .accuracy import run_experiment
-    from .common import add_run_options, open_experiment, run_to_completion
-    p = parser("table1", "Table 1: calibration, B0 and every method on every (model, task) pair, then the table")
+    from .common import add_methods_option, add_run_options, open_experiment, run_to_completion
+    p = parser("table1")
     add_run_options(p)
+    add_methods_option(p)
     cfg, run = open_experiment(p.parse_args(argv))
     if not run_to_completion("table1", run, lambda: {"b0": run_experiment(cfg, run)}):
         return 130

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Callable
 
 from acceptmoe.experiments.runs import REPO
+from acceptmoe.commands import command, parser
 
 from .calibration_study import write_study
 from .perf_report import write_outputs
@@ -46,9 +47,9 @@ def experiment_of(run: Path) -> str:
     return name
 
 
+@command("tables", "rebuild every table and figure from saved results only")
 def main(argv: list[str] | None = None) -> int:
-    from acceptmoe.experiments.cli import parser
-    p = parser("tables", "rebuild every table from saved results only")
+    p = parser("tables")
     p.add_argument("--results", type=Path, default=REPO / "results", help="results root (default: results/)")
     p.add_argument("--run", type=Path, default=None, metavar="RUN_DIR", help="rebuild only this run's table")
     args = p.parse_args(argv)

@@ -33,6 +33,7 @@ from torch import Tensor
 from acceptmoe.methods import METHODS, BlockInfo, MethodSpec, Router, SelectorConfig, Selection, commitment_weights
 from acceptmoe.methods.config import check_for_method
 from acceptmoe.methods.registry import get_method
+from acceptmoe.errors import UserError
 
 
 class Score(IntEnum):
@@ -235,7 +236,7 @@ _SCORES = {"votes": Score.VOTES, "router-mass": Score.ROUTER_MASS, "commitment":
 _SIZINGS = {"all": Sizing.ALL, "fixed": Sizing.FIXED, "self": Sizing.SELF}
 
 
-class KernelInputError(ValueError):
+class KernelInputError(UserError, ValueError):
     """An input the verifier kernel cannot take; the message names the tensor and the fix."""
 
 

@@ -17,7 +17,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any, Sequence
 
-from acceptmoe.errors import UserError
+
 
 from .config import ConfigError, SelectorConfig
 from .registry import METHODS, MethodSpec, get_method

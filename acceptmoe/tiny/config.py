@@ -14,11 +14,12 @@ from pathlib import Path
 import yaml
 
 from acceptmoe.evals import generators as tasks
+from acceptmoe.errors import UserError
 
 DEFAULT_PATH = Path(__file__).resolve().parents[2] / "configs" / "tiny" / "world.yaml"
 
 
-class TinyConfigError(ValueError):
+class TinyConfigError(UserError, ValueError):
     """A tiny-world config that cannot be used; the message names the key and the fix."""
 
 

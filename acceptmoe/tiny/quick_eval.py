@@ -7,12 +7,14 @@ check for training; the project's scorers in acceptmoe.evals are the reference f
 """
 from __future__ import annotations
 
-import argparse
+
 import json
 import time
 from pathlib import Path
 
 import torch
+
+from acceptmoe.commands import command, parser
 
 from . import checks
 from acceptmoe.evals.generators import FAMILIES, generate
@@ -54,8 +56,9 @@ def evaluate(model_dir: str | Path, n: int = 300, families: tuple[str, ...] = FA
     return result
 
 
+@command("tiny-eval", "greedy accuracy of a tiny target per tiny task (transformers)")
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m acceptmoe.tiny.quick_eval", description=__doc__.split("\n")[0])
+    p = parser("tiny-eval")
     p.add_argument("model_dir", help="folder with the target weights and tokenizer")
     p.add_argument("--n", type=int, default=300, help="test examples per family")
     p.add_argument("--threads", type=int, default=2)

@@ -10,12 +10,14 @@ Writes into one output folder (default models/tiny/):
 """
 from __future__ import annotations
 
-import argparse
+
 import hashlib
 import json
 import logging
 import time
 from pathlib import Path
+
+from acceptmoe.commands import command, parser
 
 from . import card
 from . import config as tiny_config
@@ -63,8 +65,9 @@ def stage_draft(cfg: tiny_config.TinyWorldConfig, out: Path, config_path: str) -
         raise RuntimeError(f"draft training failed with exit code {rc}; see {out / 'train_tiny.log'}")
 
 
+@command("train-tiny", "regenerate models/tiny from seeds: data, tokenizer, target, EAGLE-3 draft, model card")
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="./reproduce.sh train-tiny", description=__doc__.split("\n")[0])
+    p = parser("train-tiny")
     p.add_argument("--config", default=str(tiny_config.DEFAULT_PATH), help="tiny-world YAML")
     p.add_argument("--out", default="models/tiny", help="output folder")
     p.add_argument("--stages", default=",".join(STAGES),

@@ -11,7 +11,7 @@ from acceptmoe.methods import UnknownMethodError
 import torch
 import yaml
 
-from acceptmoe.experiments import calibration_study, fig3, fig4, fig5, sweep, table2, tables
+from acceptmoe.experiments import calibration_study, perf, tables
 from acceptmoe.experiments.config import ConfigKeyError
 from acceptmoe.experiments.perf_config import ThroughputConfigError, load_throughput_config
 from acceptmoe.experiments.perf_tables import counter_metrics, throughput_records
@@ -48,7 +48,7 @@ def _nonempty(path: Path) -> bool:
 @pytest.fixture(scope="module")
 def fig3_run(setup):
     root, preset = setup
-    assert fig3.main(["--preset", str(preset), "--limit", "2", "--results", str(root / "r")]) == 0
+    assert perf.fig3(["--preset", str(preset), "--limit", "2", "--results", str(root / "r")]) == 0
     return _run(root / "r", "fig3")
 
 
@@ -90,11 +90,11 @@ def test_fig3_resumes_without_duplicates(setup, fig3_run, monkeypatch):
     monkeypatch.setattr(SampleLog, "append", append_then_crash)
     args = ["--preset", str(preset), "--limit", "2", "--results", str(root / "cut"),
             "--budgets-from", str(fig3_run / "budgets")]
-    assert fig3.main(args) == 130
+    assert perf.fig3(args) == 130
     monkeypatch.setattr(SampleLog, "append", real_append)
     run = _run(root / "cut", "fig3")
     assert 0 < len(SampleLog(run / "samples.jsonl")) < 40 and not (run / "summary.json").exists()
-    assert fig3.main(["--resume", str(run)]) == 0
+    assert perf.fig3(["--resume", str(run)]) == 0
     rows = list(SampleLog(run / "samples.jsonl"))
     assert len(rows) == 40 and {r["key"] for r in rows} == {r["key"] for r in SampleLog(fig3_run / "samples.jsonl")}
     assert not (run / "budgets").exists() and _nonempty(run / "fig3.png")
@@ -102,7 +102,7 @@ def test_fig3_resumes_without_duplicates(setup, fig3_run, monkeypatch):
 
 def test_fig5_offload_counters_sweep_and_figures(setup, fig3_run):
     root, preset = setup
-    assert fig5.main(["--preset", str(preset), "--limit", "2", "--results", str(root / "r"),
+    assert perf.fig5(["--preset", str(preset), "--limit", "2", "--results", str(root / "r"),
                       "--budgets-from", str(fig3_run / "budgets")]) == 0
     run = _run(root / "r", "fig5")
     for name in ("fig5.png", "fig5.pdf", "fig5.csv", "fig4.png", "table2.md", "table2.csv", "table2.tex",
@@ -131,12 +131,12 @@ def _csv(path: Path) -> list[dict]:
     return list(csv.DictReader(path.open()))
 
 
-@pytest.mark.parametrize("command, outputs", [(fig4, ("fig4.png", "table2.md")), (table2, ("table2.tex",)),
-                                              (sweep, ("sweep.png", "sweep.md"))])
+@pytest.mark.parametrize("command, outputs", [(perf.fig4, ("fig4.png", "table2.md")), (perf.table2, ("table2.tex",)),
+                                              (perf.sweep, ("sweep.png", "sweep.md"))])
 def test_each_command_writes_its_outputs(setup, fig3_run, command, outputs):
     root, preset = setup
-    name = command.__name__.rsplit(".", 1)[1]
-    assert command.main(["--preset", str(preset), "--limit", "1", "--results", str(root / "each"),
+    name = command.__name__
+    assert command(["--preset", str(preset), "--limit", "1", "--results", str(root / "each"),
                          "--budgets-from", str(fig3_run / "budgets")]) == 0
     run = _run(root / "each", name)
     assert all(_nonempty(run / o) for o in outputs)

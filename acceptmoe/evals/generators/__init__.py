@@ -24,6 +24,7 @@ import random
 from typing import Callable, Iterator
 
 from . import algebra, code, gsm
+from acceptmoe.errors import UserError
 
 FAMILIES = ("tiny-gsm", "tiny-math", "tiny-humaneval", "tiny-mbpp")
 SPLITS = ("train", "test")
@@ -39,7 +40,7 @@ MAKERS: dict[str, Callable[[random.Random], dict]] = {
 }
 
 
-class TaskError(ValueError):
+class TaskError(UserError, ValueError):
     """An unknown family or split, or a bad count; the message lists the valid values."""
 
 

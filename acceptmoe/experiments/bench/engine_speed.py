@@ -20,8 +20,8 @@ from pathlib import Path
 
 import torch
 
-from acceptmoe.experiments.cli import parser
 from acceptmoe.methods import B0_METHOD, BASELINE, REFERENCE, Variant
+from acceptmoe.commands import command, parser
 
 # profile components: (label, file suffix, function names); cumulative time of the outermost calls
 COMPONENTS = (
@@ -81,8 +81,9 @@ def profile_components(fn) -> tuple[float, dict[str, float]]:
     return total, out
 
 
+@command("bench-engine", "our engine vs transformers on the tiny model (tokens/s, tau) and where the time goes")
 def main(argv: list[str] | None = None) -> int:
-    p = parser("bench-engine", __doc__.splitlines()[0])
+    p = parser("bench-engine")
     p.add_argument("--model", default="models/tiny", help="folder with target/ and draft/")
     p.add_argument("--commitment", default=None, help="commitment table JSON (default: p_hat = 0.8^d)")
     p.add_argument("--tokens", type=int, default=64)

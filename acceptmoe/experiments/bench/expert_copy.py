@@ -17,8 +17,8 @@ import time
 
 import torch
 
-from acceptmoe.experiments.cli import parser
 from acceptmoe.engine.store import ExpertMath
+from acceptmoe.commands import command, parser
 
 SHAPES = {"tiny (H128, I32, fp32)": (128, 32, torch.float32),
           "qwen3-30b-a3b (H2048, I768, bf16)": (2048, 768, torch.bfloat16),
@@ -59,8 +59,9 @@ def measure(hidden: int, inter: int, dtype: torch.dtype, device: torch.device, r
     return row
 
 
+@command("bench-copy", "one expert load (host copy / H2D) vs one expert's compute, per shape")
 def main(argv: list[str] | None = None) -> int:
-    p = parser("bench-copy", "one expert load vs one expert's compute, per expert shape")
+    p = parser("bench-copy")
     p.add_argument("--device", default="cpu")
     p.add_argument("--repeats", type=int, default=50)
     p.add_argument("--threads", type=int, default=1, help="torch CPU threads (the tiny preset uses 1)")

@@ -13,8 +13,8 @@ import time
 
 import torch
 
-from acceptmoe.experiments.cli import parser
 from acceptmoe.methods import BlockInfo, BlockSelector, Router, SelectorConfig, route, select
+from acceptmoe.commands import command, parser
 
 METHODS = ("standard-sd", "count-b", "moe-spec", "acceptmoe-b", "acceptmoe")
 
@@ -82,8 +82,9 @@ def format_table(rows: list[dict], tokens: int, experts: int, top_k: int, layers
     return "\n".join(lines)
 
 
+@command("bench-select", "selection + routing latency per layer (reference vs batched path)")
 def main(argv: list[str] | None = None) -> int:
-    p = parser("bench-select", __doc__.splitlines()[0])
+    p = parser("bench-select")
     p.add_argument("--tokens", type=int, default=64)
     p.add_argument("--experts", type=int, default=128)
     p.add_argument("--top-k", type=int, default=8)

@@ -1,0 +1,84 @@
+"""Commands declare themselves: `@command(name, help)` next to their code, one registry, one `--help`.
+
+    @command("table1", "Table 1: calibration, B0, every method on every (model, task) pair, then the table")
+    def main(argv: list[str] | None = None) -> int:
+        args = parser("table1").parse_args(argv)
+        ...
+
+The dispatcher (`acceptmoe.experiments.cli`) finds the declarations by reading the command modules' source
+(`declared()`: no imports, so `--help` is instant) and imports only the module of the command it runs; the
+decorator registers the function when that module is imported. The name and help text are literals in the
+decorator call, written once. This module imports nothing from the package, so any room may declare a
+command without an import arrow running back up.
+"""
+from __future__ import annotations
+
+import argparse
+import ast
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+PACKAGE = Path(__file__).resolve().parent
+COMMAND_DIRS = ("experiments", "experiments/bench", "tiny")       # where command modules live
+
+
+@dataclass(frozen=True)
+class Declared:
+    name: str
+    help: str
+    module: str                   # dotted module path
+
+
+REGISTRY: dict[str, Callable[[list[str] | None], int]] = {}
+HELP: dict[str, str] = {}
+
+
+def command(name: str, help: str) -> Callable:
+    """Register `fn(argv) -> exit code` as `./reproduce.sh <name>`; `help` is its one-line description."""
+    def wrap(fn: Callable) -> Callable:
+        if name in REGISTRY and REGISTRY[name] is not fn:
+            raise RuntimeError(f"command {name!r} is declared twice")
+        REGISTRY[name], HELP[name] = fn, help
+        return fn
+    return wrap
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str):  # one line, exit code 2 (argparse would print the usage block first)
+        self.exit(2, f"error: {message} (see `{self.prog} --help`)\n")
+
+
+def parser(name: str) -> argparse.ArgumentParser:
+    """The argument parser of a declared command, with its help text as description; a bad option is one
+    `error:` line and exit code 2."""
+    return _Parser(prog=f"./reproduce.sh {name}", description=HELP.get(name, ""))
+
+
+def declared() -> dict[str, Declared]:
+    """Every `@command("name", "help")` in the command modules, read from source, in declaration order."""
+    found: dict[str, Declared] = {}
+    for folder in COMMAND_DIRS:
+        for path in sorted((PACKAGE / folder).glob("*.py")):
+            module = "acceptmoe." + ".".join(path.relative_to(PACKAGE).with_suffix("").parts)
+            for name, text in _declarations(path):
+                if name in found:
+                    raise RuntimeError(f"command {name!r} is declared in {found[name].module} and {module}")
+                found[name] = Declared(name, text, module)
+    return found
+
+
+def _declarations(path: Path) -> list[tuple[str, str]]:
+    source = path.read_text()
+    if "@command(" not in source:
+        return []
+    out = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            for dec in node.decorator_list:
+                if isinstance(dec, ast.Call) and getattr(dec.func, "id", None) == "command":
+                    args = [a.value for a in dec.args if isinstance(a, ast.Constant)]
+                    if len(args) != 2:
+                        raise RuntimeError(f"{path}:{dec.lineno}: @command takes two string literals (name, help)")
+                    out.append((args[0], args[1]))
+    return out
