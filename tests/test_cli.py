@@ -38,16 +38,17 @@ def test_unknown_command_lists_valid_ones():
 
 
 @pytest.mark.parametrize("args, message", [
-    (("table1", "--methods", "acceptmoe-x", "--limit", "1"), "error: unknown method 'acceptmoe-x'; valid methods: vanilla-ar"),
+    (("table1", "--methods", "acceptmoe-x", "--limit", "1"), "table1: unknown method 'acceptmoe-x'; valid methods: vanilla-ar"),
     (("table1", "--limit", "0"), "error: argument --limit: must be at least 1, got 0"),
     (("table1", "--limit", "-1"), "error: argument --limit: must be at least 1, got -1"),
     (("fig3", "--resume", "no/such/run"), "error: --resume no/such/run: not a run folder"),
-    (("table1", "--methods", "count-b"), "error: ['count-b'] run at the budget B0, which comes from acceptmoe's traces"),
+    (("table1", "--methods", "count-b"), "table1: ['count-b'] run at the budget B0, which comes from acceptmoe's traces"),
+    (("table1", "--preset", "nope"), "no preset 'nope'"),
 ])
 def test_bad_input_is_one_clear_line(args, message):
     out = run(*args)
     assert out.returncode == 2, out.stderr
-    assert message in out.stderr and "Traceback" not in out.stderr
+    assert out.stderr.startswith("error: ") and message in out.stderr and "Traceback" not in out.stderr
     assert len(out.stderr.strip().splitlines()) == 1, out.stderr
 
 

@@ -82,7 +82,7 @@ def run_unit(ctx: PairContext, index: int, variant: Variant) -> tuple[dict, Trac
     """Generate and grade one prompt with one variant (bound to its p_hat and budget): the row and the trace."""
     spec, ex, cfg = ctx.loaded.spec, ctx.examples[index], ctx.cfg
     ids = prompt_ids(ctx.loaded.tokenizer, ctx.task.messages(ex), spec.chat_template_kwargs)
-    gen = ctx.loaded.engine.generate(ids, variant, cfg.max_new_tokens,
+    gen = ctx.loaded.engine.generate(ids, variant, cfg.world.generation.max_new_tokens,
                                      trace_layers=cfg.trace_layers or variant.spec.sets_b0)
     response = decode(ctx.loaded.tokenizer, gen.tokens, spec.response_format)
     score = ctx.task.score_many([ex], [response], response_format=spec.response_format)[0]
@@ -116,49 +116,49 @@ def run_pair(ctx: PairContext, progress: Progress) -> dict | None:
                                        b0=decision["b0"] if decision else None)
         log = run_method(ctx, variant, progress)
         if variant.spec.sets_b0:
-            decision = b0_for_pair(log, ctx.cfg.b0, ctx.paths.b0(ctx.loaded.spec.name, ctx.task.name))
+            decision = b0_for_pair(log, ctx.cfg.world.b0, ctx.paths.b0(ctx.loaded.spec.name, ctx.task.name))
     return decision
 
 
 def eval_examples(cfg: Table1Config) -> dict[str, list[dict]]:
-    return {t: get_task(t).load(cfg.eval_split, cfg.limit) for t in cfg.tasks}
+    return {t: get_task(t).load(cfg.world.eval_split, cfg.limit) for t in cfg.world.tasks}
 
 
 def pending_units(cfg: Table1Config, model: str, examples: dict[str, list[dict]], samples: SampleLog) -> int:
     return sum(unit_key(model, t, ex["id"], meth) not in samples
-               for t in cfg.tasks for ex in examples[t] for meth in cfg.methods)
+               for t in cfg.world.tasks for ex in examples[t] for meth in cfg.methods)
 
 
 def run_model(spec: ModelSpec, cfg: Table1Config, paths: RunPaths, samples: SampleLog,
               examples: dict[str, list[dict]], progress: Progress) -> None:
     """Calibration and every pair of one model (the engine is freed when this returns)."""
-    loaded = load_model(spec, cfg)
-    tables = {s: calibrate.calibrate_source(loaded, cfg, s, paths, progress) for s in calibrate.sources(cfg)}
-    for task in cfg.tasks:
-        ctx = PairContext(loaded, get_task(task), examples[task], tables[cfg.calibration.source(task)],
+    loaded = load_model(spec, cfg.world)
+    tables = {s: calibrate.calibrate_source(loaded, cfg.world, s, paths, progress) for s in calibrate.sources(cfg.world)}
+    for task in cfg.world.tasks:
+        ctx = PairContext(loaded, get_task(task), examples[task], tables[cfg.world.calibration.source(task)],
                           cfg, paths, samples)
         run_pair(ctx, progress)
 
 
 def saved_b0(cfg: Table1Config, paths: RunPaths) -> dict[str, dict]:
     """{"model|task": B0 decision} for every pair that has one."""
-    files = {f"{m.name}|{t}": paths.b0(m.name, t) for m in cfg.models for t in cfg.tasks}
+    files = {f"{m.name}|{t}": paths.b0(m.name, t) for m in cfg.world.models for t in cfg.world.tasks}
     return {k: json.loads(f.read_text()) for k, f in files.items() if f.is_file()}
 
 
 def run_experiment(cfg: Table1Config, run: Run, show_progress: bool = True) -> dict[str, dict]:
     """Calibration, B0 and every method on every pair into `run`; returns {"model|task": B0 decision}.
     Models with nothing left to run are not loaded."""
-    set_threads(cfg)
+    set_threads(cfg.world)
     paths, samples = RunPaths(run.path), SampleLog(run.path / "samples.jsonl")
     examples = eval_examples(cfg)
-    todo = {m.name: pending_units(cfg, m.name, examples, samples) + calibrate.pending(cfg, paths, m.name)
-            for m in cfg.models}
+    todo = {m.name: pending_units(cfg, m.name, examples, samples) + calibrate.pending(cfg.world, paths, m.name)
+            for m in cfg.world.models}
     with tqdm(total=sum(todo.values()), disable=not show_progress, unit="gen", dynamic_ncols=True) as bar:
         def progress(desc: str) -> None:
             bar.set_description(desc, refresh=False)
             bar.update(1)
-        for spec in cfg.models:
+        for spec in cfg.world.models:
             if todo[spec.name]:
                 run_model(spec, cfg, paths, samples, examples, progress)
                 free_device_memory()

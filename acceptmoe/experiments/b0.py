@@ -20,7 +20,7 @@ from acceptmoe.methods import B0_METHOD
 from acceptmoe.commands import command, parser
 
 from .common import RunPaths
-from .config import B0Config, config_from_saved
+from .config import B0Config, Table1Config, from_saved
 from .tracelog import TraceLog
 
 
@@ -79,21 +79,21 @@ def main(argv: list[str] | None = None) -> int:
     p = parser("b0")
     p.add_argument("--run", type=Path, required=True, metavar="RUN_DIR", help="a results/table1/... run folder")
     args = p.parse_args(argv)
-    cfg = config_from_saved(json.loads((args.run / "config.json").read_text())["config"])
+    cfg = from_saved(Table1Config, json.loads((args.run / "config.json").read_text())["config"])
     paths, mismatches = RunPaths(args.run), 0
     finished = SampleLog(paths.samples)
-    for spec in cfg.models:
-        for task in cfg.tasks:
+    for spec in cfg.world.models:
+        for task in cfg.world.tasks:
             trace_file = paths.traces(spec.name, task, B0_METHOD)
             if not trace_file.is_file():
                 print(f"{spec.name} {task}: no acceptmoe traces yet")
                 continue
-            d = decide_b0(first_traces(TraceLog(trace_file, keep=finished), cfg.b0), cfg.b0)
+            d = decide_b0(first_traces(TraceLog(trace_file, keep=finished), cfg.world.b0), cfg.world.b0)
             saved_file = paths.b0(spec.name, task)
             saved = json.loads(saved_file.read_text())["b0"] if saved_file.is_file() else None
             mismatches += saved is not None and saved != d["b0"]
             print(f"{spec.name} {task}: B0 = {d['b0']} (mean {d['mean_set_size']:.3f}, "
-                  f"{cfg.b0.confidence:.0%} CI [{d['low']:.3f}, {d['high']:.3f}], first {d['n_prompts']} prompts"
+                  f"{cfg.world.b0.confidence:.0%} CI [{d['low']:.3f}, {d['high']:.3f}], first {d['n_prompts']} prompts"
                   f"{', limited' if d['limited'] else ''}); saved: {saved}")
     return 1 if mismatches else 0
 

@@ -1,6 +1,6 @@
 """p_hat and B0 for the throughput and study runners: reused from a Table 1 run, or computed by Table 1's code.
 
-    budgets = pair_budgets(table1_cfg, run_dir, source=None, limit=8)    # also writes budgets-used.json
+    budgets = pair_budgets(world, run_dir, source=None, limit=8)    # also writes budgets-used.json
     budgets[("tiny", "tiny-gsm")].b0, budgets[("tiny", "tiny-gsm")].table
 
 With `source` (a Table 1 run folder) its `calibration/<model>/<source>-<split>.json` and `b0/<model>/<task>.json`
@@ -10,7 +10,6 @@ into `<dest>` restricted to AcceptMoE, so its files have Table 1's layout and re
 """
 from __future__ import annotations
 
-import dataclasses
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,7 +18,7 @@ from acceptmoe.experiments.runs import Run, write_json
 from acceptmoe.methods import B0_METHOD, CommitmentTable
 
 from .common import RunPaths
-from .config import Table1Config
+from .config import Table1Config, WorldConfig
 
 USED = "budgets-used.json"
 
@@ -32,12 +31,12 @@ class PairBudget:
     decision: dict              # the saved B0 decision (mean set size, interval, prompts used, rule)
 
 
-def read_budgets(cfg: Table1Config, folder: Path) -> dict[tuple[str, str], PairBudget]:
+def read_budgets(world: WorldConfig, folder: Path) -> dict[tuple[str, str], PairBudget]:
     """Every (model, task) pair's B0 and commitment table from a Table 1 run folder's saved files."""
     paths, out = RunPaths(folder), {}
-    for spec in cfg.models:
-        for task in cfg.tasks:
-            cal = paths.calibration(spec.name, cfg.calibration.source(task), cfg.calibration.split)
+    for spec in world.models:
+        for task in world.tasks:
+            cal = paths.calibration(spec.name, world.calibration.source(task), world.calibration.split)
             b0 = paths.b0(spec.name, task)
             missing = [str(p) for p in (cal, b0) if not p.is_file()]
             if missing:
@@ -48,24 +47,24 @@ def read_budgets(cfg: Table1Config, folder: Path) -> dict[tuple[str, str], PairB
     return out
 
 
-def compute_budgets(cfg: Table1Config, dest: Path, limit: int | None) -> dict[tuple[str, str], PairBudget]:
+def compute_budgets(world: WorldConfig, dest: Path, limit: int | None) -> dict[tuple[str, str], PairBudget]:
     """Calibration and AcceptMoE on the first `limit` evaluation prompts (None: Table 1's limit) into
     `dest`, then B0 from those traces; finished files are reused (resume)."""
     from .accuracy import run_experiment
-    n = min(x for x in (limit, cfg.limit, max(cfg.b0.prompts, cfg.b0.fallback_prompts)) if x is not None)
-    sub = dataclasses.replace(cfg, methods=(B0_METHOD,), limit=n)
+    n = min(x for x in (limit, max(world.b0.prompts, world.b0.fallback_prompts)) if x is not None)
+    sub = Table1Config(world, methods=(B0_METHOD,), limit=n)
     dest.mkdir(parents=True, exist_ok=True)
     if not (dest / "config.json").is_file():
         write_json(dest / "config.json", {"experiment": "budgets", "config": sub})
     run_experiment(sub, Run(dest, resumed=True), show_progress=False)
-    return read_budgets(sub, dest)
+    return read_budgets(world, dest)
 
 
-def pair_budgets(cfg: Table1Config, run_dir: Path, source: str | Path | None,
+def pair_budgets(world: WorldConfig, run_dir: Path, source: str | Path | None,
                  limit: int | None) -> dict[tuple[str, str], PairBudget]:
     """The pairs' budgets (from `source`, else computed into `run_dir/budgets`), recorded in
     `run_dir/budgets-used.json` so the run's tables never need the source folder again."""
-    budgets = read_budgets(cfg, Path(source)) if source else compute_budgets(cfg, run_dir / "budgets", limit)
+    budgets = read_budgets(world, Path(source)) if source else compute_budgets(world, run_dir / "budgets", limit)
     write_json(run_dir / USED, {f"{m}|{t}": {"b0": b.b0, "decision": b.decision, "source": b.source,
                                              "p_hat": list(b.table.p_hat), "proposed": b.table.proposed,
                                              "committed": b.table.committed}

@@ -17,37 +17,37 @@ from acceptmoe.methods import CALIBRATION, CommitmentTable, Variant
 from acceptmoe.commands import command, parser
 
 from .common import Loaded, RunPaths, add_methods_option, add_run_options, load_model, open_experiment, set_threads
-from .config import Table1Config
+from .config import WorldConfig
 from .prompts import prompt_ids
 from .tracelog import TraceLog
 
 Progress = Callable[[str], None]
 
 
-def sources(cfg: Table1Config) -> list[str]:
+def sources(world: WorldConfig) -> list[str]:
     """The calibration source tasks this config needs, in task order, without repeats."""
-    return list(dict.fromkeys(cfg.calibration.source(t) for t in cfg.tasks))
+    return list(dict.fromkeys(world.calibration.source(t) for t in world.tasks))
 
 
-def calibration_examples(cfg: Table1Config, source: str) -> list[dict]:
+def calibration_examples(world: WorldConfig, source: str) -> list[dict]:
     task = get_task(source)
-    if cfg.calibration.split not in task.splits:
-        raise ValueError(f"calibration source {source!r} has no {cfg.calibration.split!r} split (splits: "
+    if world.calibration.split not in task.splits:
+        raise ValueError(f"calibration source {source!r} has no {world.calibration.split!r} split (splits: "
                          f"{task.splits}); map it to a task that has one under calibration.sources")
-    return task.load(cfg.calibration.split, cfg.calibration.prompts)
+    return task.load(world.calibration.split, world.calibration.prompts)
 
 
-def calibrate_source(loaded: Loaded, cfg: Table1Config, source: str, paths: RunPaths,
+def calibrate_source(loaded: Loaded, world: WorldConfig, source: str, paths: RunPaths,
                      progress: Progress = lambda _: None) -> CommitmentTable:
     """The source's CommitmentTable for this model: loaded if saved, else computed (resuming traces)."""
-    name, split = loaded.spec.name, cfg.calibration.split
+    name, split = loaded.spec.name, world.calibration.split
     out = paths.calibration(name, source, split)
     if out.is_file():
         return CommitmentTable.load(out)
     task = get_task(source)
-    examples = calibration_examples(cfg, source)
+    examples = calibration_examples(world, source)
     log = TraceLog(paths.calibration_traces(name, source, split))
-    max_new = cfg.calibration.max_new_tokens or cfg.max_new_tokens
+    max_new = world.generation.max_new_tokens
     for ex in examples:
         if ex["id"] in log:
             continue
@@ -59,22 +59,22 @@ def calibrate_source(loaded: Loaded, cfg: Table1Config, source: str, paths: RunP
     traces = [by_key[ex["id"]] for ex in examples]
     provenance = {"target": loaded.spec.target, "draft": loaded.spec.draft, "task": source, "split": split,
                   "task_version": task.version, "prompts": len(examples), "max_new_tokens": max_new,
-                  "calibrates": [t for t in cfg.tasks if cfg.calibration.source(t) == source],
-                  "dtype": cfg.dtype, "device": cfg.device}
-    table = commitment_table(traces, max_depth=cfg.tree.num_steps, provenance=provenance)
+                  "calibrates": [t for t in world.tasks if world.calibration.source(t) == source],
+                  "dtype": world.dtype, "device": world.device}
+    table = commitment_table(traces, max_depth=world.tree.num_steps, provenance=provenance)
     out.parent.mkdir(parents=True, exist_ok=True)
     table.save(out)
     return table
 
 
-def pending(cfg: Table1Config, paths: RunPaths, model: str) -> int:
+def pending(world: WorldConfig, paths: RunPaths, model: str) -> int:
     """Calibration prompts still to run for `model` (for the progress bar)."""
     total = 0
-    for source in sources(cfg):
-        if paths.calibration(model, source, cfg.calibration.split).is_file():
+    for source in sources(world):
+        if paths.calibration(model, source, world.calibration.split).is_file():
             continue
-        done = TraceLog(paths.calibration_traces(model, source, cfg.calibration.split))
-        total += sum(ex["id"] not in done for ex in calibration_examples(cfg, source))
+        done = TraceLog(paths.calibration_traces(model, source, world.calibration.split))
+        total += sum(ex["id"] not in done for ex in calibration_examples(world, source))
     return total
 
 
@@ -85,14 +85,14 @@ def main(argv: list[str] | None = None) -> int:
     add_methods_option(p)
     args = p.parse_args(argv)
     cfg, run = open_experiment(args)
-    set_threads(cfg)
+    set_threads(cfg.world)
     paths = RunPaths(run.path)
-    for spec in cfg.models:
-        loaded = load_model(spec, cfg)
-        for source in sources(cfg):
-            table = calibrate_source(loaded, cfg, source, paths)
+    for spec in cfg.world.models:
+        loaded = load_model(spec, cfg.world)
+        for source in sources(cfg.world):
+            table = calibrate_source(loaded, cfg.world, source, paths)
             p_hat = ", ".join(f"{p:.3f}" for p in table.p_hat)
-            print(f"{spec.name} {source}-{cfg.calibration.split}: p_hat = [{p_hat}]  (m_d = {table.proposed})")
+            print(f"{spec.name} {source}-{cfg.world.calibration.split}: p_hat = [{p_hat}]  (m_d = {table.proposed})")
     print(f"run folder: {run.path}")
     return 0
 

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from acceptmoe.evals.tasks import get_task
-from acceptmoe.experiments.runs import REPO, Run, SampleLog, from_dict, to_jsonable, unit_key, write_json
+from acceptmoe.experiments.runs import Run, SampleLog, unit_key, write_json
 from acceptmoe.engine.trace import commitment_table
 from acceptmoe.methods import B0_METHOD, BASELINE, CommitmentTable, Variant, fixed_twin
 from acceptmoe.commands import command, parser
@@ -31,46 +31,43 @@ from .b0 import decide_b0
 from .budgets import pair_budgets, used_budgets
 from .common import (RunPaths, add_budgets_option, add_run_options, load_model, open_or_resume, run_to_completion,
                      set_threads)
-from .config import Table1Config, deep_merge, dotted, load_table1_config, preset_path, read_yaml
+from .config import ConfigKeyError, Table1Config, WorldConfig, from_saved, load_experiment
 from .perf_tables import sweep_records
 from .prompts import prompt_ids
 from .tracelog import TraceLog
 
 EXPERIMENT = "calibration-study"
-EXPERIMENT_YAML = REPO / "configs" / "experiments" / "calibration-study.yaml"
 
 
 @dataclass(frozen=True)
 class CalibrationStudyConfig:
-    preset: str
-    table1: Table1Config
+    SECTION = EXPERIMENT
+    world: WorldConfig
     betas: tuple[float, ...] = (0.25, 0.5, 1.0)
-    prompts: int | None = None              # evaluation prompts per pair (None: the Table 1 limit)
+    prompts: int | None = None              # evaluation prompts per pair (None: the world's B0 prompts)
     limit: int | None = None                # caps evaluation and training prompts (quick runs)
     budgets_from: str | None = None         # a Table 1 run folder: reuse its p_hat and B0
     bootstrap_resamples: int = 2000
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "betas", tuple(float(b) for b in self.betas))
         if not self.betas or any(b < 0 for b in self.betas):
-            raise ValueError(f"betas must be a non-empty list of non-negative exponents, got {list(self.betas)}")
+            raise ConfigKeyError(f"betas must be a non-empty list of non-negative exponents, got {list(self.betas)}")
+
+    @property
+    def preset(self) -> str:
+        return self.world.preset
 
     def eval_prompts(self) -> int:
-        n = self.prompts or self.table1.limit or self.table1.b0.prompts
+        n = self.prompts or self.world.b0.prompts
         return min(n, self.limit) if self.limit else n
 
     def train_prompts(self) -> int:
-        n = self.table1.calibration.prompts
+        n = self.world.calibration.prompts
         return min(n, self.limit) if self.limit else n
 
 
 def load_study_config(preset: str | Path, overrides: dict | None = None) -> CalibrationStudyConfig:
-    path = preset_path(preset)
-    table1 = load_table1_config(path)
-    section = read_yaml(path).get(EXPERIMENT) or {}
-    merged = deep_merge(deep_merge(read_yaml(EXPERIMENT_YAML), section), dotted(overrides or {}))
-    merged.update(preset=table1.preset, table1=to_jsonable(table1))
-    return from_dict(CalibrationStudyConfig, merged, where=f"{EXPERIMENT_YAML.name} + {path.name}:{EXPERIMENT}")
+    return load_experiment(CalibrationStudyConfig, preset, overrides)
 
 
 def beta_variant(beta: float) -> Variant:
@@ -83,22 +80,22 @@ ONPOLICY = Variant(B0_METHOD, tag="onpolicy")       # its p_hat recounted under 
 
 def onpolicy_table(loaded, cfg: CalibrationStudyConfig, source: str, natural: CommitmentTable, root: Path):
     """AcceptMoE's own traces on the source's training prompts -> (on-policy CommitmentTable, traces)."""
-    t1, name = cfg.table1, loaded.spec.name
-    split = t1.calibration.split
+    w, name = cfg.world, loaded.spec.name
+    split = w.calibration.split
     log = TraceLog(root / "onpolicy" / name / f"{source}-{split}.traces.jsonl")
     task = get_task(source)
     examples = calibrate.calibration_examples(dataclasses.replace(
-        t1, calibration=dataclasses.replace(t1.calibration, prompts=cfg.train_prompts())), source)
+        w, calibration=dataclasses.replace(w.calibration, prompts=cfg.train_prompts())), source)
     for index, ex in enumerate(examples):
         if ex["id"] in log:
             continue
         ids = prompt_ids(loaded.tokenizer, task.messages(ex), loaded.spec.chat_template_kwargs)
         gen = loaded.engine.generate(ids, Variant(B0_METHOD).bind(commitment=natural.p_hat),
-                                     t1.calibration.max_new_tokens or t1.max_new_tokens, trace_layers=True)
+                                     w.generation.max_new_tokens, trace_layers=True)
         gen.trace.meta.update(index=index, example_id=ex["id"])
         log.append(ex["id"], gen.trace)
     traces = log.read()
-    table = commitment_table(traces, max_depth=t1.tree.num_steps,
+    table = commitment_table(traces, max_depth=w.tree.num_steps,
                              provenance={"task": source, "split": split, "prompts": len(traces),
                                          "p_hat_used": list(natural.p_hat)})
     table.save(root / "onpolicy" / name / f"{source}-{split}.json")
@@ -113,9 +110,8 @@ def eval_variants(cfg: CalibrationStudyConfig, b0_eval: int, b0_train: int) -> l
 
 def run_pair(loaded, cfg: CalibrationStudyConfig, task: str, natural, onpolicy, b0s: tuple[int, int],
              samples: SampleLog) -> None:
-    t1 = cfg.table1
-    examples = get_task(task).load(t1.eval_split, cfg.eval_prompts())
-    ctx = PairContext(loaded, get_task(task), examples, natural, dataclasses.replace(t1, trace_layers=True),
+    examples = get_task(task).load(cfg.world.eval_split, cfg.eval_prompts())
+    ctx = PairContext(loaded, get_task(task), examples, natural, Table1Config(cfg.world, trace_layers=True),
                       RunPaths(Path()), samples)
     for variant in eval_variants(cfg, *b0s):
         table = onpolicy if variant.tag == ONPOLICY.tag else natural
@@ -127,17 +123,17 @@ def run_pair(loaded, cfg: CalibrationStudyConfig, task: str, natural, onpolicy, 
 
 
 def run_experiment(cfg: CalibrationStudyConfig, run: Run) -> None:
-    set_threads(cfg.table1)
-    t1, samples = cfg.table1, SampleLog(run.path / "samples.jsonl")
-    budgets = pair_budgets(t1, run.path, cfg.budgets_from, cfg.limit)
-    for spec in t1.models:
-        loaded = load_model(spec, t1)
-        for source in calibrate.sources(t1):
-            task0 = next(t for t in t1.tasks if t1.calibration.source(t) == source)
+    set_threads(cfg.world)
+    w, samples = cfg.world, SampleLog(run.path / "samples.jsonl")
+    budgets = pair_budgets(w, run.path, cfg.budgets_from, cfg.limit)
+    for spec in w.models:
+        loaded = load_model(spec, cfg.world)
+        for source in calibrate.sources(w):
+            task0 = next(t for t in w.tasks if w.calibration.source(t) == source)
             natural = budgets[(spec.name, task0)].table
             onpolicy, traces = onpolicy_table(loaded, cfg, source, natural, run.path)
-            b0_train = decide_b0(traces, t1.b0)
-            for task in [t for t in t1.tasks if t1.calibration.source(t) == source]:
+            b0_train = decide_b0(traces, w.b0)
+            for task in [t for t in w.tasks if w.calibration.source(t) == source]:
                 out = run.path / "b0-train" / spec.name / f"{task}.json"
                 out.parent.mkdir(parents=True, exist_ok=True)
                 write_json(out, {**b0_train, "source": source})
@@ -173,9 +169,9 @@ def variant_md(records: list[dict], title: str, keep) -> str:
 
 def phat_md(run_dir: Path, cfg: CalibrationStudyConfig) -> tuple[str, list[dict]]:
     recs = []
-    for spec in cfg.table1.models:
-        for source in calibrate.sources(cfg.table1):
-            f = run_dir / "onpolicy" / spec.name / f"{source}-{cfg.table1.calibration.split}.json"
+    for spec in cfg.world.models:
+        for source in calibrate.sources(cfg.world):
+            f = run_dir / "onpolicy" / spec.name / f"{source}-{cfg.world.calibration.split}.json"
             if f.is_file():
                 on = CommitmentTable.load(f)
                 recs.append({"model": spec.name, "source": source, "natural": on.provenance["p_hat_used"],
@@ -191,8 +187,8 @@ def b0_md(run_dir: Path, cfg: CalibrationStudyConfig, records: list[dict]) -> tu
     used = used_budgets(run_dir)
     acc = {(r["model"], r["task"], r["budget"]): r["accuracy"] for r in records if r["budget"] is not None}
     recs = []
-    for spec in cfg.table1.models:
-        for task in cfg.table1.tasks:
+    for spec in cfg.world.models:
+        for task in cfg.world.tasks:
             ft = run_dir / "b0-train" / spec.name / f"{task}.json"
             if f"{spec.name}|{task}" in used and ft.is_file():
                 e, t = used[f"{spec.name}|{task}"]["decision"], json.loads(ft.read_text())
@@ -210,7 +206,7 @@ def b0_md(run_dir: Path, cfg: CalibrationStudyConfig, records: list[dict]) -> tu
 
 def write_study(run_dir: str | Path) -> str:
     run_dir = Path(run_dir)
-    cfg = from_dict(CalibrationStudyConfig, json.loads((run_dir / "config.json").read_text())["config"], "config.json")
+    cfg = from_saved(CalibrationStudyConfig, json.loads((run_dir / "config.json").read_text())["config"])
     records = study_records(list(SampleLog(run_dir / "samples.jsonl")), cfg.bootstrap_resamples)
     betas = {beta_variant(b).name for b in cfg.betas} | {Variant(BASELINE).name}
     p_md, p_recs = phat_md(run_dir, cfg)
@@ -219,7 +215,7 @@ def write_study(run_dir: str | Path) -> str:
                     variant_md(records, "Beta sensitivity (natural p_hat)", lambda v: v in betas),
                     variant_md(records, "On-policy p_hat vs natural (beta as configured in Table 1)",
                                lambda v: v in (Variant(BASELINE).name, ONPOLICY.name,
-                                               beta_variant(cfg.table1.selector.beta).name)),
+                                               beta_variant(cfg.world.selector.beta).name)),
                     p_md, b_md])
     (run_dir / "calibration-study.md").write_text(md)
     (run_dir / "calibration-study.csv").write_text(render.csv_text(records))
@@ -237,7 +233,7 @@ def main(argv: list[str] | None = None) -> int:
     add_budgets_option(p)
     args = p.parse_args(argv)
     cfg, run = open_or_resume(EXPERIMENT, args, lambda o: load_study_config(args.preset, o),
-                              lambda saved: from_dict(CalibrationStudyConfig, saved, "config.json"))
+                              lambda saved: from_saved(CalibrationStudyConfig, saved))
     if not run_to_completion(EXPERIMENT, run, lambda: run_experiment(cfg, run)):
         return 130
     print(write_study(run.path))

@@ -24,7 +24,7 @@ import torch
 from acceptmoe.errors import UserError
 from acceptmoe.experiments.runs import Run, SampleLog, open_run
 
-from .config import ModelSpec, Table1Config, config_from_saved, load_table1_config
+from .config import ModelSpec, Table1Config, WorldConfig, from_saved, load_experiment
 from .prompts import load_tokenizer, resolve_checkpoint
 
 EXPERIMENT = "table1"
@@ -61,18 +61,18 @@ class Loaded:
     draft: Path
 
 
-def load_model(spec: ModelSpec, cfg: Table1Config, store: str = "resident", slots: int | None = None) -> Loaded:
+def load_model(spec: ModelSpec, world: WorldConfig, store: str = "resident", slots: int | None = None) -> Loaded:
     """A fresh engine for `spec`; store/slots select the expert store (offloaded: an X-slot pool per layer)."""
     from acceptmoe.engine import load_engine
     target, draft = resolve_checkpoint(spec.target), resolve_checkpoint(spec.draft)
-    engine = load_engine(target=target, draft=draft, device=cfg.device, dtype=cfg.dtype, store=store, slots=slots,
-                         tree=cfg.tree, selector=cfg.selector)
+    engine = load_engine(target=target, draft=draft, device=world.device, dtype=world.dtype, store=store, slots=slots,
+                         tree=world.tree, selector=world.selector)
     return Loaded(spec, engine, load_tokenizer(target), target, draft)
 
 
-def set_threads(cfg: Table1Config) -> None:
-    if cfg.threads is not None:
-        torch.set_num_threads(cfg.threads)
+def set_threads(world: WorldConfig) -> None:
+    if world.threads is not None:
+        torch.set_num_threads(world.threads)
 
 
 # ----- command line -----
@@ -132,18 +132,15 @@ def open_or_resume(command: str, args: argparse.Namespace, load: Callable[[dict]
                             f"`./reproduce.sh {command}`, e.g. results/{command}/<preset>/<run-id>")
         return from_saved(json.loads(meta.read_text())["config"]), Run(args.resume, resumed=True)
     cfg = load(given)
-    for spec in cfg_models(cfg):                   # fail before creating a run folder
+    for spec in cfg.world.models:                  # fail before creating a run folder
         resolve_checkpoint(spec.target), resolve_checkpoint(spec.draft)
-    return cfg, open_run(command, cfg.preset, cfg, root=args.results)
-
-
-def cfg_models(cfg) -> tuple[ModelSpec, ...]:
-    return cfg.models if isinstance(cfg, Table1Config) else cfg.table1.models
+    return cfg, open_run(command, cfg.world.preset, cfg, root=args.results)
 
 
 def open_experiment(args: argparse.Namespace) -> tuple[Table1Config, Run]:
     """Table 1's config and run folder for these options."""
-    return open_or_resume(EXPERIMENT, args, lambda o: load_table1_config(args.preset, o), config_from_saved)
+    return open_or_resume(EXPERIMENT, args, lambda o: load_experiment(Table1Config, args.preset, o),
+                          lambda saved: from_saved(Table1Config, saved))
 
 
 def run_to_completion(command: str, run: Run, work: Callable[[], dict | None]) -> bool:

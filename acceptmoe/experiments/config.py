@@ -1,158 +1,62 @@
-"""The Table 1 experiment's frozen config: experiment defaults + a preset + command-line overrides.
+"""The config spine: one world, one small section per experiment, one strict loader.
 
-    cfg = load_table1_config("tiny", {"limit": 2})
+    cfg = load_experiment(Table1Config, "tiny", {"limit": 2})   # world + the table1 section + overrides
+    cfg.world.models, cfg.world.tree, cfg.methods, cfg.limit
 
-Sources, later ones winning (nested sections merge key by key):
-1. `configs/experiments/table1.yaml`: experiment-level settings (methods, calibration sources, the B0
-   rule, bootstrap settings, selector knobs).
-2. `configs/presets/<preset>.yaml`: the world the experiment runs in (models, tasks, device, dtype, tree
-   shape) plus its `table1:` section (prompt limit, max_new_tokens, calibration prompts). A preset may also
-   hold sections for other experiments (`EXPERIMENT_SECTIONS`); they are ignored here.
-3. overrides (dotted keys allowed), e.g. from `--limit` and `--methods`.
+The world (`WorldConfig`) is everything the experiments share: models, tasks, device, dtype, threads, the draft
+tree, the selector, generation limits, and the calibration, B0 and bootstrap rules. Its sources, later ones
+winning (nested mappings merge key by key):
+1. `configs/world.yaml`: defaults every preset shares (evaluation split, selector, calibration sources, B0 rule);
+2. `configs/presets/<preset>.yaml` without its experiment sections: the world itself.
+An experiment's section (`Table1Config`, `perf_config.ThroughputConfig`, `calibration_study.StudyConfig`)
+has a `world` field and a `SECTION` name; its sources are `configs/experiments/<SECTION>.yaml`, then the
+preset's `<SECTION>:` mapping, then overrides (dotted keys).
 
-Unknown keys anywhere are errors that list the valid keys.
+`build(cls, data, where)` is the one loader: unknown keys, missing required keys, values of the wrong type and
+values a config class rejects are `ConfigKeyError`s naming the dotted key (`tiny.yaml: world.tree.topk: expected
+int, got 'ten' (str)`); YAML syntax errors name the file and line. Saved `config.json` files load through the
+same function, so a run folder's frozen config is checked exactly like a fresh one.
 """
 from __future__ import annotations
 
+import dataclasses
+import types
+import typing
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, Callable, Literal
 
 import yaml
 
-from acceptmoe.errors import UserError
-
-from acceptmoe.evals.tasks import TASK_MODULES
-from acceptmoe.experiments.runs import REPO, ConfigKeyError, from_dict
 from acceptmoe.engine.tree import TreeShape
-from acceptmoe.methods import B0_METHOD, METHODS, SelectorConfig, get_method
+from acceptmoe.errors import UserError
+from acceptmoe.evals.tasks import TASK_MODULES
+from acceptmoe.methods import B0_METHOD, METHODS, SelectorConfig, Variant, get_method
 
-PRESETS_DIR = REPO / "configs" / "presets"
-EXPERIMENT_YAML = REPO / "configs" / "experiments" / "table1.yaml"
-EXPERIMENT_SECTIONS = ("table1", "throughput", "calibration-study", "fig3", "fig4", "table2", "fig5", "sweep")
+from .runs import REPO
+
+CONFIGS = REPO / "configs"
+PRESETS_DIR = CONFIGS / "presets"
+WORLD_YAML = CONFIGS / "world.yaml"
 RESPONSE_FORMATS = ("plain", "harmony")
 FORBIDDEN_IN_NAMES = ("|", "/", "\\", " ")
 
 
-class Table1ConfigError(UserError, ValueError):
-    """A Table 1 config that cannot run; the message names the field and the fix."""
+class ConfigKeyError(UserError, ValueError):
+    """A config key that is unknown, missing, of the wrong type or with an unusable value (dotted path named)."""
 
 
-@dataclass(frozen=True)
-class ModelSpec:
-    name: str                                   # short label used in row keys, folders and tables
-    target: str                                 # target checkpoint: a folder (relative to the repo) or hub id
-    draft: str                                  # its EAGLE-3 draft: a folder or hub id
-    response_format: str = "plain"              # plain | harmony (GPT-OSS: grade the final channel only)
-    chat_template_kwargs: dict = field(default_factory=dict)   # extra apply_chat_template arguments
-
-    def __post_init__(self) -> None:
-        bad = [c for c in FORBIDDEN_IN_NAMES if c in self.name]
-        if not self.name or bad:
-            raise Table1ConfigError(f"model name {self.name!r} must be non-empty without {bad}: it names "
-                                    f"folders and row keys; use e.g. 'qwen3-30b'")
-        if self.response_format not in RESPONSE_FORMATS:
-            raise Table1ConfigError(f"model {self.name}: response_format {self.response_format!r} is not one "
-                                    f"of {RESPONSE_FORMATS}")
-
-
-@dataclass(frozen=True)
-class CalibrationConfig:
-    prompts: int = 64                           # training prompts per (model, calibration source)
-    max_new_tokens: int | None = None           # None = the experiment's max_new_tokens
-    split: str = "train"                        # the split calibration draws from (never the eval split)
-    sources: dict = field(default_factory=dict)  # eval task -> task whose `split` calibrates it (default itself)
-
-    def source(self, task: str) -> str:
-        return self.sources.get(task, task)
-
-
-@dataclass(frozen=True)
-class B0Config:
-    prompts: int = 50                           # B0 from the first 50 evaluation prompts ...
-    fallback_prompts: int = 100                 # ... or 100 if the interval crosses a rounding boundary
-    confidence: float = 0.95
-    resamples: int = 10_000
-    seed: int = 0
-
-
-@dataclass(frozen=True)
-class BootstrapConfig:
-    confidence: float = 0.95                    # intervals over prompts in the table
-    resamples: int = 10_000
-    seed: int = 0
-
-
-@dataclass(frozen=True)
-class Table1Config:
-    preset: str
-    models: tuple[ModelSpec, ...]
-    tasks: tuple[str, ...]
-    max_new_tokens: int
-    limit: int | None = None                    # evaluation prompts per task (None: the whole split)
-    eval_split: str = "test"
-    device: str = "cpu"
-    dtype: str = "float32"
-    threads: int | None = None                  # torch CPU threads (None: torch's default)
-    tree: TreeShape = TreeShape()
-    methods: tuple[str, ...] = tuple(METHODS)
-    selector: SelectorConfig = SelectorConfig()
-    trace_layers: bool = True                   # per-layer trace fields for every method (acceptmoe: always)
-    calibration: CalibrationConfig = CalibrationConfig()
-    b0: B0Config = B0Config()
-    bootstrap: BootstrapConfig = BootstrapConfig()
-
-    def __post_init__(self) -> None:
-        models = tuple(m if isinstance(m, ModelSpec) else from_dict(ModelSpec, m, "models[]") for m in self.models)
-        object.__setattr__(self, "models", models)
-        object.__setattr__(self, "tasks", tuple(self.tasks))
-        object.__setattr__(self, "methods", tuple(self.methods))
-        _validate(self)
-
-
-def _validate(cfg: Table1Config) -> None:
-    names = [m.name for m in cfg.models]
-    if not names or len(set(names)) != len(names):
-        raise Table1ConfigError(f"models need unique names, got {names}")
-    for t in cfg.tasks + tuple(cfg.calibration.sources.values()):
-        if t not in TASK_MODULES:
-            raise Table1ConfigError(f"unknown task {t!r}; valid tasks: {', '.join(TASK_MODULES)}")
-    for m in cfg.methods:
-        get_method(m)
-    if len(set(cfg.methods)) != len(cfg.methods) or not cfg.methods:
-        raise Table1ConfigError(f"methods must be a non-empty list without repeats, got {list(cfg.methods)}")
-    fixed = [m for m in cfg.methods if METHODS[m].needs_budget]
-    if fixed and B0_METHOD not in cfg.methods:
-        raise Table1ConfigError(f"{fixed} run at the budget B0, which comes from {B0_METHOD}'s traces: "
-                                f"add {B0_METHOD} to methods")
-    if cfg.limit is not None and cfg.limit < 1:
-        raise Table1ConfigError(f"limit must be a positive number of prompts or null, got {cfg.limit}")
-    if cfg.max_new_tokens < 1 or cfg.calibration.prompts < 1:
-        raise Table1ConfigError("max_new_tokens and calibration.prompts must be >= 1")
-    if cfg.selector.budget is not None or cfg.selector.p_hat is not None:
-        raise Table1ConfigError("selector.budget and selector.p_hat are set by the runner (B0 and the "
-                                "calibrated commitment table): remove them from the config")
-    if cfg.calibration.split == cfg.eval_split:
-        raise Table1ConfigError(f"calibration.split {cfg.calibration.split!r} is the evaluation split: "
-                                f"p_hat must never come from evaluation prompts")
-
-
-# ----- loading -----
-def preset_path(preset: str | Path) -> Path:
-    """A preset name (configs/presets/<name>.yaml) or a path to a preset YAML."""
-    p = Path(preset)
-    if p.suffix in (".yaml", ".yml"):
-        return p
-    path = PRESETS_DIR / f"{preset}.yaml"
-    if not path.is_file():
-        known = sorted(x.stem for x in PRESETS_DIR.glob("*.yaml"))
-        raise FileNotFoundError(f"no preset {preset!r} ({path}); known presets: {known}")
-    return path
-
-
+# ----- the generic loader -----
 def read_yaml(path: Path) -> dict:
+    """A YAML mapping; a missing file or a syntax error is a user error naming the file (and line)."""
     if not path.is_file():
-        raise FileNotFoundError(f"config file {path} not found")
-    data = yaml.safe_load(path.read_text()) or {}
+        raise ConfigKeyError(f"config file {path} not found")
+    try:
+        data = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark else str(path)
+        raise ConfigKeyError(f"{where}: YAML syntax error: {getattr(exc, 'problem', None) or exc}; fix the file") from None
     if not isinstance(data, dict):
         raise ConfigKeyError(f"{path}: the top level must be a mapping of config keys")
     return data
@@ -178,18 +82,310 @@ def dotted(overrides: dict) -> dict:
     return out
 
 
-def load_table1_config(preset: str | Path, overrides: dict | None = None,
-                       experiment_yaml: Path = EXPERIMENT_YAML) -> Table1Config:
+def build(cls: type, data: Any, where: str):
+    """The frozen dataclass `cls` from plain data (YAML or JSON), every key and value checked."""
+    if isinstance(data, cls):
+        return data
+    if cls in CUSTOM:
+        return CUSTOM[cls](data, where)
+    if not isinstance(data, dict):
+        raise ConfigKeyError(f"{where}: expected a mapping of {cls.__name__} keys, got {data!r}")
+    fields = {f.name: f for f in dataclasses.fields(cls) if f.init}
+    unknown = sorted(set(data) - set(fields))
+    if unknown:
+        raise ConfigKeyError(f"{where}: unknown config key(s) {unknown} for {cls.__name__}; valid keys: {sorted(fields)}")
+    hints = typing.get_type_hints(cls)
+    kwargs = {}
+    for name, f in fields.items():
+        if name in data:
+            kwargs[name] = _coerce(hints[name], data[name], f"{where}.{name}")
+        elif f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
+            raise ConfigKeyError(f"{where}.{name}: missing required key ({cls.__name__} has no default for it)")
+    try:
+        return cls(**kwargs)
+    except UserError as exc:                   # a config class's own validation: say where
+        raise type(exc)(f"{where}: {exc}") from None
+    except (ValueError, TypeError) as exc:
+        raise ConfigKeyError(f"{where}: {exc}") from None
+
+
+def _coerce(hint, value, where: str):
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if hint is Any:
+        return value
+    if origin in (typing.Union, types.UnionType):
+        if value is None and type(None) in args:
+            return None
+        rest = [a for a in args if a is not type(None)]
+        if len(rest) == 1 and rest[0] in (int, float, str, bool):      # X | None: "expected null or X"
+            try:
+                return _coerce(rest[0], value, where)
+            except ConfigKeyError as exc:
+                raise ConfigKeyError(str(exc).replace(": expected ", ": expected null or ", 1)) from None
+        errors = []
+        for arg in (a for a in args if a is not type(None)):
+            try:
+                return _coerce(arg, value, where)
+            except ConfigKeyError as exc:
+                errors.append(str(exc))
+        raise ConfigKeyError(errors[0] if len(errors) == 1 else
+                             f"{where}: expected {_name(hint)}, got {value!r} ({type(value).__name__})")
+    if origin is Literal:
+        if value not in args:
+            raise ConfigKeyError(f"{where}: expected one of {list(args)}, got {value!r}")
+        return value
+    if origin is tuple:
+        if not isinstance(value, (list, tuple)):
+            raise ConfigKeyError(f"{where}: expected a list, got {value!r} ({type(value).__name__})")
+        if len(args) == 2 and args[1] is Ellipsis or not args:                 # tuple[X, ...]
+            item = args[0] if args else Any
+            return tuple(_coerce(item, v, f"{where}[{i}]") for i, v in enumerate(value))
+        if len(value) != len(args):                                               # tuple[X, Y]
+            raise ConfigKeyError(f"{where}: expected {len(args)} items, got {value!r}")
+        return tuple(_coerce(a, v, f"{where}[{i}]") for i, (a, v) in enumerate(zip(args, value)))
+    if hint is dict or origin is dict:
+        if not isinstance(value, dict):
+            raise ConfigKeyError(f"{where}: expected a mapping, got {value!r} ({type(value).__name__})")
+        return dict(value)
+    if dataclasses.is_dataclass(hint):
+        return build(hint, value, where)
+    if hint is float and isinstance(value, (int, float)) and not isinstance(value, bool):
+        return float(value)
+    if hint in (int, str, bool) and isinstance(value, hint) and not (hint is int and isinstance(value, bool)):
+        return value
+    raise ConfigKeyError(f"{where}: expected {_name(hint)}, got {value!r} ({type(value).__name__})")
+
+
+def _name(hint) -> str:
+    return getattr(hint, "__name__", None) or str(hint).replace("typing.", "")
+
+
+def _variant(data, where: str) -> Variant:
+    """A variant in a config: a registry method name, or a mapping of `Variant` fields."""
+    if isinstance(data, str):
+        return Variant(data)
+    if isinstance(data, dict):
+        data = dict(data)
+        if isinstance(data.get("overrides"), dict):
+            data["overrides"] = list(data["overrides"].items())
+        if "method" not in data:
+            raise ConfigKeyError(f"{where}: a variant mapping needs `method`; got keys {sorted(data)}")
+        return build(_VariantFields, data, where).variant()
+    raise ConfigKeyError(f"{where}: a variant is a method name or a mapping, got {data!r}")
+
+
+@dataclass(frozen=True)
+class _VariantFields:
+    """The keys a variant mapping may have (run-time bindings are never configured)."""
+    method: str
+    budget: int | None = None
+    prune: bool | None = None
+    overrides: tuple[tuple[str, Any], ...] = ()
+    tag: str | None = None
+    commitment: tuple[float, ...] | None = None     # present in saved configs as null
+    b0: int | None = None
+
+    def variant(self) -> Variant:
+        return Variant(self.method, self.budget, self.prune, tuple(tuple(o) for o in self.overrides), self.tag)
+
+
+CUSTOM: dict[type, Callable[[Any, str], Any]] = {Variant: _variant}
+
+
+# ----- the world -----
+@dataclass(frozen=True)
+class ModelSpec:
+    name: str                                   # short label used in row keys, folders and tables
+    target: str                                 # target checkpoint: a folder (relative to the repo) or hub id
+    draft: str                                  # its EAGLE-3 draft: a folder or hub id
+    response_format: str = "plain"              # plain | harmony (GPT-OSS: grade the final channel only)
+    chat_template_kwargs: dict = field(default_factory=dict)   # extra apply_chat_template arguments
+
+    def __post_init__(self) -> None:
+        bad = [c for c in FORBIDDEN_IN_NAMES if c in self.name]
+        if not self.name or bad:
+            raise ConfigKeyError(f"model name {self.name!r} must be non-empty without {bad}: it names folders and "
+                                 f"row keys; use e.g. 'qwen3-30b'")
+        if self.response_format not in RESPONSE_FORMATS:
+            raise ConfigKeyError(f"model {self.name}: response_format {self.response_format!r} is not one of "
+                                 f"{RESPONSE_FORMATS}")
+
+
+@dataclass(frozen=True)
+class GenerationConfig:
+    max_new_tokens: int = 256      # graded generations (accuracy, calibration, the sweep): stop at EOS or here
+    timed_tokens: int = 256        # timed throughput generations: exactly this many tokens, EOS ignored
+
+    def __post_init__(self) -> None:
+        if min(self.max_new_tokens, self.timed_tokens) < 1:
+            raise ConfigKeyError(f"generation limits must be >= 1, got {self}")
+
+
+@dataclass(frozen=True)
+class CalibrationConfig:
+    prompts: int = 64                           # training prompts per (model, calibration source)
+    split: str = "train"                        # the split calibration draws from (never the eval split)
+    sources: dict = field(default_factory=dict)  # eval task -> task whose `split` calibrates it (default itself)
+
+    def source(self, task: str) -> str:
+        return self.sources.get(task, task)
+
+
+@dataclass(frozen=True)
+class B0Config:
+    prompts: int = 50                           # B0 from the first 50 evaluation prompts ...
+    fallback_prompts: int = 100                 # ... or 100 if the interval crosses a rounding boundary
+    confidence: float = 0.95
+    resamples: int = 10_000
+    seed: int = 0
+
+
+@dataclass(frozen=True)
+class BootstrapConfig:
+    confidence: float = 0.95                    # intervals over prompts in the tables
+    resamples: int = 10_000
+    seed: int = 0
+
+
+@dataclass(frozen=True)
+class WorldConfig:
+    preset: str
+    models: tuple[ModelSpec, ...]
+    tasks: tuple[str, ...]
+    eval_split: str = "test"
+    device: str = "cpu"
+    dtype: str = "float32"
+    threads: int | None = None                  # torch CPU threads (None: torch's default)
+    tree: TreeShape = TreeShape()
+    selector: SelectorConfig = SelectorConfig()
+    generation: GenerationConfig = GenerationConfig()
+    calibration: CalibrationConfig = CalibrationConfig()
+    b0: B0Config = B0Config()
+    bootstrap: BootstrapConfig = BootstrapConfig()
+
+    def __post_init__(self) -> None:
+        names = [m.name for m in self.models]
+        if not names or len(set(names)) != len(names):
+            raise ConfigKeyError(f"models need unique names, got {names}")
+        for t in self.tasks + tuple(self.calibration.sources.values()):
+            if t not in TASK_MODULES:
+                raise ConfigKeyError(f"unknown task {t!r}; valid tasks: {', '.join(TASK_MODULES)}")
+        if self.calibration.prompts < 1:
+            raise ConfigKeyError("calibration.prompts must be >= 1")
+        if self.calibration.split == self.eval_split:
+            raise ConfigKeyError(f"calibration.split {self.calibration.split!r} is the evaluation split: p_hat must "
+                                 f"never come from evaluation prompts")
+        if self.selector.budget is not None or self.selector.p_hat is not None:
+            raise ConfigKeyError("selector.budget and selector.p_hat are set by the runner (B0 and the calibrated "
+                                 "commitment table): remove them from the config")
+
+
+# ----- Table 1's section -----
+@dataclass(frozen=True)
+class Table1Config:
+    """Table 1: every method on every (model, task) pair of the world, greedy."""
+    SECTION = "table1"
+    world: WorldConfig
+    methods: tuple[str, ...] = tuple(METHODS)
+    limit: int | None = None                    # evaluation prompts per task (None: the whole split)
+    trace_layers: bool = True                   # per-layer trace fields for every method (B0's method: always)
+
+    def __post_init__(self) -> None:
+        for m in self.methods:
+            get_method(m)
+        if len(set(self.methods)) != len(self.methods) or not self.methods:
+            raise ConfigKeyError(f"methods must be a non-empty list without repeats, got {list(self.methods)}")
+        fixed = [m for m in self.methods if METHODS[m].needs_budget]
+        if fixed and B0_METHOD not in self.methods:
+            raise ConfigKeyError(f"{fixed} run at the budget B0, which comes from {B0_METHOD}'s traces: add "
+                                 f"{B0_METHOD} to methods")
+        if self.limit is not None and self.limit < 1:
+            raise ConfigKeyError(f"limit must be a positive number of prompts or null, got {self.limit}")
+
+
+# ----- loading -----
+def preset_path(preset: str | Path) -> Path:
+    """A preset name (configs/presets/<name>.yaml) or a path to a preset YAML."""
+    p = Path(preset)
+    if p.suffix in (".yaml", ".yml"):
+        return p
+    path = PRESETS_DIR / f"{preset}.yaml"
+    if not path.is_file():
+        known = sorted(x.stem for x in PRESETS_DIR.glob("*.yaml"))
+        raise ConfigKeyError(f"no preset {str(preset)!r} ({path}); known presets: {known}, or give a YAML path")
+    return path
+
+
+def sections() -> tuple[str, ...]:
+    """The experiment section names a preset may hold (one per configs/experiments/*.yaml)."""
+    return tuple(sorted(p.stem for p in (CONFIGS / "experiments").glob("*.yaml")))
+
+
+def load_world(preset: str | Path, overrides: dict | None = None) -> WorldConfig:
+    """The world of `preset` (configs/world.yaml, then the preset without its sections, then overrides)."""
     path = preset_path(preset)
-    pre = read_yaml(path)
-    section = pre.pop("table1", None) or {}
-    for other in EXPERIMENT_SECTIONS:
-        pre.pop(other, None)
-    merged = deep_merge(deep_merge(deep_merge(read_yaml(experiment_yaml), pre), section), dotted(overrides or {}))
-    return from_dict(Table1Config, merged, where=f"{experiment_yaml.name} + {path.name}")
+    data = {k: v for k, v in read_yaml(path).items() if k not in sections()}
+    return build(WorldConfig, deep_merge(deep_merge(read_yaml(WORLD_YAML), data), dotted(overrides or {})),
+                 f"{path.name}")
 
 
-def config_from_saved(saved: dict) -> Table1Config:
-    """The config of an existing run folder (its config.json's "config")."""
-    return from_dict(Table1Config, saved, where="config.json")
+def load_experiment(cls: type, preset: str | Path, overrides: dict | None = None, **fixed):
+    """`cls` (an experiment section) from the world of `preset`, the section's YAML, the preset's section and
+    `overrides` (dotted keys; `world.`-prefixed ones change the world); `fixed` are values the command sets
+    itself (e.g. throughput phases)."""
+    path = preset_path(preset)
+    overrides = dict(overrides or {})
+    world = {k.split(".", 1)[1]: overrides.pop(k) for k in list(overrides) if k.startswith("world.")}
+    if "world" in overrides:
+        raise ConfigKeyError("override world keys one by one with dotted keys, e.g. world.tasks")
+    section = read_yaml(path).get(cls.SECTION) or {}
+    data = deep_merge(deep_merge(read_yaml(CONFIGS / "experiments" / f"{cls.SECTION}.yaml"), section),
+                      dotted(overrides))
+    return build(cls, {**data, **fixed, "world": load_world(path, world)}, f"{path.name}:{cls.SECTION}")
 
+
+def from_saved(cls: type, saved: dict):
+    """An experiment's config from its run folder's config.json ("config"), checked like a fresh one.
+    Run folders written before the world/section split are upgraded on the fly (`upgrade`)."""
+    return build(cls, upgrade(saved), "config.json")
+
+
+_WORLD_KEYS = ("preset", "models", "tasks", "eval_split", "device", "dtype", "threads", "tree", "selector",
+               "calibration", "b0", "bootstrap")
+
+
+def upgrade(saved: dict) -> dict:
+    """A saved config in the current layout. Before the world/section split, Table 1's config was flat (world
+    keys beside methods, limit, max_new_tokens) and other experiments embedded it as `table1`; timed phases
+    carried their own `max_new_tokens`. Values are kept; only their places change."""
+    if "world" in saved:
+        return saved
+    if "table1" not in saved:                                        # a flat Table 1 config
+        world, section = _old_world(saved)
+        return {**section, "world": world}
+    out = {k: v for k, v in saved.items() if k not in ("table1", "preset")}
+    world, old_t1 = _old_world(saved["table1"])
+    for phase in ("resident", "offload"):
+        if phase in out:
+            out[phase] = dict(out[phase])
+            world["generation"]["timed_tokens"] = out[phase].pop("max_new_tokens", 256)
+    if "sweep" in out:
+        out["sweep"] = {k: v for k, v in out["sweep"].items() if k != "max_new_tokens"}
+        out["sweep"]["prompts"] = out["sweep"].get("prompts") or old_t1.get("limit")
+    if "betas" in out:                                               # the calibration study
+        out["prompts"] = out.get("prompts") or old_t1.get("limit")
+    return {**out, "world": world}
+
+
+def _old_world(flat: dict) -> tuple[dict, dict]:
+    """(world, Table 1 section) from a flat pre-split Table 1 config."""
+    world = {k: flat[k] for k in _WORLD_KEYS if k in flat}
+    calibration = dict(world.get("calibration", {}))
+    cal_tokens = calibration.pop("max_new_tokens", None)
+    if cal_tokens not in (None, flat.get("max_new_tokens")):
+        raise ConfigKeyError(f"config.json: calibration.max_new_tokens {cal_tokens} differs from max_new_tokens; "
+                             f"this run predates one generation limit per world and cannot be upgraded")
+    world["calibration"] = calibration
+    world["generation"] = {"max_new_tokens": flat.get("max_new_tokens", 256)}
+    section = {k: flat[k] for k in ("methods", "limit", "trace_layers") if k in flat}
+    return world, section

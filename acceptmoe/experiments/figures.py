@@ -25,7 +25,7 @@ def _save(fig, stem: Path) -> list[Path]:
     out = [stem.with_suffix(".png"), stem.with_suffix(".pdf")]
     fig.tight_layout()
     for p in out:
-        fig.savefig(p, dpi=150)
+        fig.savefig(p, dpi=150, metadata={"CreationDate": None} if p.suffix == ".pdf" else None)  # reproducible bytes
     plt.close(fig)
     return out
 

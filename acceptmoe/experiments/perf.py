@@ -25,7 +25,6 @@ interrupted run resumes (`--resume RUN_DIR`) and never duplicates a row. Errors 
 """
 from __future__ import annotations
 
-import dataclasses
 
 import os
 from dataclasses import dataclass
@@ -41,6 +40,7 @@ from acceptmoe.methods import Variant
 
 from .accuracy import PairContext, free_device_memory, run_unit, trace_stats
 from .budgets import PairBudget, pair_budgets
+from .config import Table1Config
 from .common import (Loaded, RunPaths, add_budgets_option, add_run_options, load_model, open_or_resume,
                      run_to_completion, set_threads)
 from .perf_config import ThroughputConfig, load_throughput_config, needs_budgets, throughput_config_from_saved
@@ -96,9 +96,8 @@ def generate_timed(u: Unit, ex: dict, variant: Variant) -> tuple[dict, object]:
     ids = prompt_ids(u.loaded.tokenizer, u.task.messages(ex), u.loaded.spec.chat_template_kwargs)
     store = engine.model.store
     store.reset_counters()
-    max_new = u.cfg.resident.max_new_tokens if u.phase == "resident" else u.cfg.offload.max_new_tokens
     start = engine.clock()
-    gen = engine.generate(ids, bound(variant, u.budget), max_new, ignore_eos=True,
+    gen = engine.generate(ids, bound(variant, u.budget), u.cfg.world.generation.timed_tokens, ignore_eos=True,
                           trace_layers=u.phase == "offload-counters")
     wall = engine.clock() - start
     totals = store.stats()["total"]
@@ -139,28 +138,28 @@ def run_timed_variant(u: Unit, variant: Variant, progress: Progress) -> None:
 def examples_for(cfg: ThroughputConfig, phase: str, task: str) -> list[dict]:
     """The phase's evaluation examples, up to and including its warm-up example."""
     need = max(cfg.prompts(phase), cfg.warmup_index(phase) + 1 if phase != "sweep" else 0)
-    examples = get_task(task).load(cfg.table1.eval_split, need)
+    examples = get_task(task).load(cfg.world.eval_split, need)
     if len(examples) < need:
-        raise ValueError(f"{task} {cfg.table1.eval_split} has {len(examples)} examples; phase {phase} needs {need} "
+        raise ValueError(f"{task} {cfg.world.eval_split} has {len(examples)} examples; phase {phase} needs {need} "
                          f"(prompts and the warm-up example): lower prompts or warmup_index")
     return examples
 
 
 def pending(cfg: ThroughputConfig, phase: str, rep: int, model: str, samples: SampleLog,
             examples: dict[str, list[dict]]) -> int:
-    return sum(unit_key(phase, rep, model, t, v, ex["id"]) not in samples for t in cfg.table1.tasks
+    return sum(unit_key(phase, rep, model, t, v, ex["id"]) not in samples for t in cfg.world.tasks
                for v in cfg.names(phase) for ex in examples[t][:cfg.prompts(phase)])
 
 
 def run_timed_phase(cfg: ThroughputConfig, phase: str, samples: SampleLog, budgets: dict, progress: Progress) -> None:
     store, slots = ("offloaded", cfg.offload.slots) if phase.startswith("offload") else ("resident", None)
-    examples = {t: examples_for(cfg, phase, t) for t in cfg.table1.tasks}
+    examples = {t: examples_for(cfg, phase, t) for t in cfg.world.tasks}
     for rep in range(repetitions(cfg, phase)):
-        for spec in cfg.table1.models:
+        for spec in cfg.world.models:
             if not pending(cfg, phase, rep, spec.name, samples, examples):
                 continue
-            loaded = load_model(spec, cfg.table1, store, slots)             # a fresh engine per repetition
-            for task in cfg.table1.tasks:
+            loaded = load_model(spec, cfg.world, store, slots)              # a fresh engine per repetition
+            for task in cfg.world.tasks:
                 u = Unit(cfg, phase, rep, loaded, get_task(task), examples[task], budgets.get((spec.name, task)),
                          samples)
                 for variant in rotated(cfg.variants(phase), rep):
@@ -171,13 +170,13 @@ def run_timed_phase(cfg: ThroughputConfig, phase: str, samples: SampleLog, budge
 
 def run_sweep_phase(cfg: ThroughputConfig, samples: SampleLog, budgets: dict, progress: Progress) -> None:
     """AcceptMoE-B at each budget and the references on every pair, graded like Table 1 (Table 1's runner)."""
-    examples = {t: examples_for(cfg, "sweep", t) for t in cfg.table1.tasks}
-    t1 = dataclasses.replace(cfg.table1, max_new_tokens=cfg.sweep_max_new_tokens(), trace_layers=True)
-    for spec in cfg.table1.models:
+    examples = {t: examples_for(cfg, "sweep", t) for t in cfg.world.tasks}
+    t1 = Table1Config(cfg.world, trace_layers=True)            # graded exactly like Table 1
+    for spec in cfg.world.models:
         if not pending(cfg, "sweep", 0, spec.name, samples, examples):
             continue
-        loaded = load_model(spec, t1)
-        for task in cfg.table1.tasks:
+        loaded = load_model(spec, cfg.world)
+        for task in cfg.world.tasks:
             b = budgets.get((spec.name, task))
             ctx = PairContext(loaded, get_task(task), examples[task], b.table if b else None, t1,
                               RunPaths(Path()), samples)
@@ -197,17 +196,17 @@ def run_sweep_phase(cfg: ThroughputConfig, samples: SampleLog, budgets: dict, pr
 def total_units(cfg: ThroughputConfig, samples: SampleLog) -> int:
     n = 0
     for phase in cfg.phases:
-        examples = {t: get_task(t).load(cfg.table1.eval_split, cfg.prompts(phase)) for t in cfg.table1.tasks}
+        examples = {t: get_task(t).load(cfg.world.eval_split, cfg.prompts(phase)) for t in cfg.world.tasks}
         n += sum(pending(cfg, phase, r, m.name, samples, examples)
-                 for r in range(repetitions(cfg, phase)) for m in cfg.table1.models)
+                 for r in range(repetitions(cfg, phase)) for m in cfg.world.models)
     return n
 
 
 def run_experiment(cfg: ThroughputConfig, run: Run, show_progress: bool = True) -> None:
     """Every phase of `cfg` into `run` (budgets first when a variant needs them)."""
-    set_threads(cfg.table1)
+    set_threads(cfg.world)
     samples = SampleLog(run.path / "samples.jsonl")
-    budgets = pair_budgets(cfg.table1, run.path, cfg.budgets_from, cfg.limit) if needs_budgets(cfg) else {}
+    budgets = pair_budgets(cfg.world, run.path, cfg.budgets_from, cfg.limit) if needs_budgets(cfg) else {}
     with tqdm(total=total_units(cfg, samples), disable=not show_progress, unit="gen", dynamic_ncols=True) as bar:
         def progress(desc: str) -> None:
             bar.set_description(desc, refresh=False)

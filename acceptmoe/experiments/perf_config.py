@@ -1,80 +1,38 @@
-"""The throughput experiments' frozen config: resident and offloaded throughput, the fixed-budget sweep.
+"""The throughput experiments' section of the config spine: resident and offloaded throughput, the sweep.
 
     cfg = load_throughput_config("tiny", phases=("resident",), overrides={"limit": 3})
+    cfg.world (models, tasks, tree, generation.timed_tokens, ...), cfg.resident, cfg.offload, cfg.sweep
 
-Sources, later ones winning (nested sections merge key by key):
-1. `configs/experiments/throughput.yaml`: the paper's protocol (methods, repetitions, 256 tokens, X = 48,
-   sweep budgets).
-2. the preset's `throughput:` section (its sizes: prompts per pair, budgets for its expert count).
-3. overrides (dotted keys), e.g. `--limit`.
-
-The world (models, tasks, device, dtype, threads, tree, selector) and the calibration and B0 rules are the
-preset's Table 1 config, embedded as `table1`, so throughput runs use exactly Table 1's p_hat and B0
-(read from a Table 1 run with `budgets_from`, or computed by the same code into the run's `budgets/`).
+Sources: the world of the preset, then `configs/experiments/throughput.yaml` (the paper's protocol: methods,
+repetitions, X = 48, sweep budgets), the preset's `throughput:` section (its sizes), overrides (dotted keys).
+Throughput runs use the world's p_hat and B0 rules exactly as Table 1 does (read from a Table 1 run with
+`budgets_from`, or computed by the same code into the run's `budgets/`). Timed generations are exactly
+`world.generation.timed_tokens` long; graded ones (the sweep, the counters run's accuracy) stop at EOS.
 
 A variant is a method name from the registry, or a mapping with the fields of `acceptmoe.methods.Variant`
 (`{method: acceptmoe, prune: false}` is AcceptMoE without residency-aware pruning); configs hold `Variant`
-objects, and the sweep builds its own (`sweep.method` at each of `sweep.budgets`). Unknown keys anywhere are
-errors that list the valid keys.
+objects, and the sweep builds its own (`sweep.method` at each of `sweep.budgets`).
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
 
-from acceptmoe.errors import UserError
-from acceptmoe.experiments.runs import REPO, from_dict, to_jsonable
 from acceptmoe.methods import METHODS, Variant, get_method
 
-from .config import Table1Config, deep_merge, dotted, load_table1_config, preset_path, read_yaml
+from .config import ConfigKeyError, WorldConfig, from_saved, load_experiment
 
-EXPERIMENT_YAML = REPO / "configs" / "experiments" / "throughput.yaml"
-PRESET_SECTION = "throughput"
 PHASES = ("resident", "offload-timed", "offload-counters", "sweep")
-
-
-class ThroughputConfigError(UserError, ValueError):
-    """A throughput config that cannot run; the message names the field and the fix."""
-
-
-def variant_of(item, where: str) -> Variant:
-    """A config item -> Variant: a registry method name, or a mapping of Variant fields."""
-    if isinstance(item, Variant):
-        return item
-    if isinstance(item, str):
-        return Variant(item)
-    if isinstance(item, dict):
-        fields = {"method", "budget", "prune", "overrides", "tag", "commitment", "b0"}
-        unknown = sorted(set(item) - fields)
-        if unknown or "method" not in item:
-            raise ThroughputConfigError(f"{where}: a variant mapping needs `method` and may have "
-                                        f"{sorted(fields - {'commitment', 'b0'})}; got {sorted(item)}")
-        data = dict(item)
-        if isinstance(data.get("overrides"), dict):
-            data["overrides"] = tuple(data["overrides"].items())
-        return Variant(**data)
-    raise ThroughputConfigError(f"{where}: a variant is a method name or a mapping, got {item!r}")
+ThroughputConfigError = ConfigKeyError
 
 
 @dataclass(frozen=True)
-class ResidentConfig:
-    """Resident throughput (Figure 3): every expert on the device."""
+class PhaseConfig:
+    """One timed phase: resident (Figure 3, `slots` null) or offloaded (Figure 4, X = `slots` per MoE layer)."""
     variants: tuple[Variant, ...] = ()    # fixed-budget methods run at B0 (the YAML lists the paper's set)
     prompts: int = 50                       # evaluation examples 0 .. prompts-1, in order
-    warmup_index: int | None = None         # the untimed warm-up example (None: example `prompts`, i.e. 50)
-    max_new_tokens: int = 256               # exactly this many tokens, EOS ignored
+    warmup_index: int | None = None         # the untimed warm-up example (None: example `prompts`)
     repetitions: int = 3                    # each from a fresh engine, variant order rotated
-
-
-@dataclass(frozen=True)
-class OffloadConfig:
-    """Offloaded throughput (Figure 4) and its instrumented counters run (Table 2)."""
-    variants: tuple[Variant, ...] = ()    # the YAML lists the paper's set
-    slots: int = 48                         # X: device expert slots per MoE layer
-    prompts: int = 20                       # the frozen prompts: evaluation examples 0 .. prompts-1
-    warmup_index: int | None = None
-    max_new_tokens: int = 256
-    repetitions: int = 3                    # timed repetitions (median reported); counters: one more run
+    slots: int | None = None                # X device expert slots per MoE layer (offload only)
 
 
 @dataclass(frozen=True)
@@ -83,43 +41,38 @@ class SweepConfig:
     budgets: tuple[int, ...] = (16, 20, 24, 25, 28, 32, 40, 48)
     method: str = ""                        # the fixed-budget method swept over `budgets`
     references: tuple[Variant, ...] = ()    # run once each beside the budgets
-    prompts: int | None = None              # evaluation prompts per pair (None: the Table 1 limit)
-    max_new_tokens: int | None = None       # None: Table 1's max_new_tokens (stops at EOS, like Table 1)
+    prompts: int | None = None              # evaluation prompts per pair (None: resident.prompts)
 
 
 @dataclass(frozen=True)
 class ThroughputConfig:
-    preset: str
+    SECTION = "throughput"
+    world: WorldConfig
     phases: tuple[str, ...]
-    table1: Table1Config
     limit: int | None = None                # caps every phase's prompts and the B0 prompts computed here
     budgets_from: str | None = None         # a Table 1 run folder: reuse its calibration/ and b0/ files
-    resident: ResidentConfig = ResidentConfig()
-    offload: OffloadConfig = OffloadConfig()
+    resident: PhaseConfig = PhaseConfig()
+    offload: PhaseConfig = PhaseConfig(slots=48)
     sweep: SweepConfig = SweepConfig()
     bootstrap_resamples: int = 2000         # intervals over prompts (sweep accuracy, pruning accuracy)
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "phases", tuple(self.phases))
-        for name, sec in (("resident", self.resident), ("offload", self.offload), ("sweep", self.sweep)):
-            field = "references" if name == "sweep" else "variants"
-            items = tuple(variant_of(v, f"{name}.{field}[{i}]") for i, v in enumerate(getattr(sec, field)))
-            object.__setattr__(sec, field, items)
         _validate(self)
+
+    @property
+    def preset(self) -> str:
+        return self.world.preset
 
     def prompts(self, phase: str) -> int:
         """Evaluation prompts per pair of a phase, after --limit."""
         n = {"resident": self.resident.prompts, "offload-timed": self.offload.prompts,
              "offload-counters": self.offload.prompts,
-             "sweep": self.sweep.prompts or self.table1.limit or self.resident.prompts}[phase]
+             "sweep": self.sweep.prompts or self.resident.prompts}[phase]
         return min(n, self.limit) if self.limit else n
 
     def warmup_index(self, phase: str) -> int:
         sec = self.resident if phase == "resident" else self.offload
         return sec.prompts if sec.warmup_index is None else sec.warmup_index
-
-    def sweep_max_new_tokens(self) -> int:
-        return self.sweep.max_new_tokens or self.table1.max_new_tokens
 
     def variants(self, phase: str) -> tuple[Variant, ...]:
         if phase == "resident":
@@ -167,8 +120,8 @@ def _validate(cfg: ThroughputConfig) -> None:
         names = [v.name for v in sec.variants]
         if len(set(names)) != len(names) or not names:
             raise ThroughputConfigError(f"variants must be a non-empty list without repeats, got {names}")
-        if min(sec.prompts, sec.max_new_tokens, sec.repetitions) < 1:
-            raise ThroughputConfigError("prompts, max_new_tokens and repetitions must be >= 1")
+        if min(sec.prompts, sec.repetitions) < 1:
+            raise ThroughputConfigError("prompts and repetitions must be >= 1")
     for r in cfg.sweep.references:
         if r.spec.needs_budget:
             raise ThroughputConfigError(f"sweep.references: {r.name!r} needs a budget; the sweep's budgets cover it")
@@ -179,8 +132,10 @@ def _validate(cfg: ThroughputConfig) -> None:
         raise ThroughputConfigError(f"limit must be a positive number of prompts or null, got {cfg.limit}")
     if any(b < 1 for b in cfg.sweep.budgets) or not cfg.sweep.budgets:
         raise ThroughputConfigError(f"sweep.budgets must be positive expert counts, got {list(cfg.sweep.budgets)}")
-    if cfg.offload.slots < 1:
-        raise ThroughputConfigError(f"offload.slots must be >= 1, got {cfg.offload.slots}")
+    if cfg.resident.slots is not None:
+        raise ThroughputConfigError("resident.slots must be null: the resident phase keeps every expert on the device")
+    if cfg.offload.slots is None or cfg.offload.slots < 1:
+        raise ThroughputConfigError(f"offload.slots must be >= 1 (X expert slots per layer), got {cfg.offload.slots}")
 
 
 def needs_budgets(cfg: ThroughputConfig) -> bool:
@@ -190,15 +145,9 @@ def needs_budgets(cfg: ThroughputConfig) -> bool:
     return any((v.spec.needs_commitment or v.spec.needs_budget) for v in variants)
 
 
-def load_throughput_config(preset: str | Path, phases: tuple[str, ...], overrides: dict | None = None,
-                           experiment_yaml: Path = EXPERIMENT_YAML) -> ThroughputConfig:
-    path = preset_path(preset)
-    table1 = load_table1_config(path)
-    section = read_yaml(path).get(PRESET_SECTION) or {}
-    merged = deep_merge(deep_merge(read_yaml(experiment_yaml), section), dotted(overrides or {}))
-    merged.update(preset=table1.preset, phases=list(phases), table1=to_jsonable(table1))
-    return from_dict(ThroughputConfig, merged, where=f"{experiment_yaml.name} + {path.name}:{PRESET_SECTION}")
+def load_throughput_config(preset, phases: tuple[str, ...], overrides: dict | None = None) -> ThroughputConfig:
+    return load_experiment(ThroughputConfig, preset, overrides, phases=list(phases))
 
 
 def throughput_config_from_saved(saved: dict) -> ThroughputConfig:
-    return from_dict(ThroughputConfig, saved, where="config.json")
+    return from_saved(ThroughputConfig, saved)

@@ -1,7 +1,5 @@
-"""Run folders, strict YAML configs and resumable per-sample logs: what every runner writes through.
+"""Run folders and resumable per-sample logs: what every runner writes through (configs: `config.py`).
 
-- `load_config(cls, path, overrides)`: YAML -> a frozen dataclass; unknown keys are errors that list the
-  valid ones; nested dataclass fields are loaded recursively.
 - `open_run(experiment, preset, config)`: `results/<experiment>/<preset>/<run-id>/` with `config.json`
   (the frozen config, its hash, git commit and dirty flag, package versions, device, seeds). An unfinished
   run (no `summary.json`) with the same config hash is resumed instead of starting a new folder.
@@ -19,67 +17,12 @@ import os
 import platform
 import subprocess
 import sys
-import types
-import typing
 from importlib import metadata
 from pathlib import Path
 from typing import Any, Iterator
 
-import yaml
-from acceptmoe.errors import UserError
 
 REPO = Path(__file__).resolve().parents[2]
-
-
-class ConfigKeyError(UserError, ValueError):
-    """A YAML key the config dataclass does not have."""
-
-
-def load_config(cls: type, path: str | Path | None = None, overrides: dict | None = None):
-    """Build the frozen dataclass `cls` from a YAML file plus overrides (dotted keys allowed)."""
-    data: dict = {}
-    if path is not None:
-        p = Path(path)
-        if not p.is_file():
-            raise FileNotFoundError(f"config file {p} not found")
-        data = yaml.safe_load(p.read_text()) or {}
-        if not isinstance(data, dict):
-            raise ConfigKeyError(f"{p}: the top level must be a mapping of config keys")
-    for key, value in (overrides or {}).items():
-        node = data
-        *parents, last = key.split(".")
-        for part in parents:
-            node = node.setdefault(part, {})
-        node[last] = value
-    return from_dict(cls, data, where=str(path or cls.__name__))
-
-
-def from_dict(cls: type, data: dict, where: str):
-    fields = {f.name: f for f in dataclasses.fields(cls)}
-    unknown = sorted(set(data) - set(fields))
-    if unknown:
-        raise ConfigKeyError(f"{where}: unknown config key(s) {unknown} for {cls.__name__}; "
-                             f"valid keys: {sorted(fields)}")
-    hints = typing.get_type_hints(cls)
-    kwargs = {}
-    for name, value in data.items():
-        sub = _dataclass_type(hints[name])
-        if sub is not None and isinstance(value, dict):
-            value = from_dict(sub, value, where=f"{where}.{name}")
-        elif isinstance(value, list):
-            value = tuple(value)
-        kwargs[name] = value
-    return cls(**kwargs)
-
-
-def _dataclass_type(hint) -> type | None:
-    if dataclasses.is_dataclass(hint):
-        return hint
-    if typing.get_origin(hint) in (typing.Union, types.UnionType):
-        for arg in typing.get_args(hint):
-            if dataclasses.is_dataclass(arg):
-                return arg
-    return None
 
 
 def to_jsonable(obj: Any) -> Any:

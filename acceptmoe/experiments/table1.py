@@ -25,7 +25,7 @@ from acceptmoe.commands import command, parser
 
 from . import render
 from .common import RunPaths
-from .config import BootstrapConfig, Table1Config, config_from_saved
+from .config import BootstrapConfig, Table1Config, from_saved
 from acceptmoe.errors import UserError
 
 OUTPUTS = ("table1.md", "table1.csv", "table1.tex")
@@ -125,12 +125,12 @@ def mean_records(records: list[dict], aligned: dict, methods: list[str], bs: Boo
 
 def build_table1(run_dir: str | Path) -> Table1:
     run_dir = Path(run_dir)
-    cfg = config_from_saved(json.loads((run_dir / "config.json").read_text())["config"])
+    cfg = from_saved(Table1Config, json.loads((run_dir / "config.json").read_text())["config"])
     methods, paths = methods_of(cfg), RunPaths(run_dir)
     grouped = group_rows(SampleLog(paths.samples))
     records, aligned, b0s, incomplete = [], {}, {}, []
-    for spec in cfg.models:
-        for task in cfg.tasks:
+    for spec in cfg.world.models:
+        for task in cfg.world.tasks:
             by_method = grouped.get((spec.name, task), {})
             ids = common_ids(by_method, methods)
             b0_file = paths.b0(spec.name, task)
@@ -144,8 +144,8 @@ def build_table1(run_dir: str | Path) -> Table1:
                 continue
             rows = {m: [by_method[m][i] for i in ids] for m in methods}
             aligned[(spec.name, task)] = rows
-            records += pair_records(spec.name, task, rows, cfg.bootstrap, b0)
-    return Table1(cfg, records, mean_records(records, aligned, methods, cfg.bootstrap), b0s, incomplete)
+            records += pair_records(spec.name, task, rows, cfg.world.bootstrap, b0)
+    return Table1(cfg, records, mean_records(records, aligned, methods, cfg.world.bootstrap), b0s, incomplete)
 
 
 # ----- rendering -----
@@ -212,11 +212,11 @@ def _pairs(t: Table1) -> list[tuple[str, str]]:
 
 
 def render_markdown(t: Table1) -> str:
-    conf = f"{t.cfg.bootstrap.confidence:.0%}"
+    conf = f"{t.cfg.world.bootstrap.confidence:.0%}"
     h1, r1, _ = accuracy_rows(t)
     h2, r2, _ = difference_rows(t)
     h3, r3 = speed_rows(t)
-    parts = [f"# Table 1 ({t.cfg.preset} preset)\n",
+    parts = [f"# Table 1 ({t.cfg.world.preset} preset)\n",
              render.markdown(h1, r1, "Accuracy (%), greedy; B0 = matched budget of the fixed-budget methods"),
              render.markdown(h2, r2, f"Accuracy difference from Standard SD (pp) with paired bootstrap {conf} "
                                      f"intervals over prompts (mean: stratified by pair)"),
@@ -234,9 +234,9 @@ def render_markdown(t: Table1) -> str:
 def render_latex(t: Table1) -> str:
     h1, r1, s1 = accuracy_rows(t)
     h2, r2, s2 = difference_rows(t)
-    return (render.latex(h1, r1, f"Accuracy (%) per model and task ({t.cfg.preset} preset).", "tab:table1-accuracy", s1)
+    return (render.latex(h1, r1, f"Accuracy (%) per model and task ({t.cfg.world.preset} preset).", "tab:table1-accuracy", s1)
             + "\n" + render.latex(h2, r2, f"Accuracy difference from Standard SD (pp), paired bootstrap "
-                                          f"{t.cfg.bootstrap.confidence:.0%} intervals.", "tab:table1-diff", s2))
+                                          f"{t.cfg.world.bootstrap.confidence:.0%} intervals.", "tab:table1-diff", s2))
 
 
 def csv_records(t: Table1) -> list[dict]:

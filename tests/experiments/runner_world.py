@@ -40,7 +40,8 @@ def write_preset(root: Path, models: Path, **table1) -> Path:
         "tasks": list(TASKS), "device": "cpu", "dtype": "float32", "threads": 1,
         "tree": {"num_steps": 3, "topk": 4, "num_draft_tokens": 12},
         "b0": {"resamples": 300}, "bootstrap": {"resamples": 300},
-        "table1": {"limit": 3, "max_new_tokens": 8, "calibration": {"prompts": 2}, **table1},
+        "generation": {"max_new_tokens": 8, "timed_tokens": 6}, "calibration": {"prompts": 2},
+        "table1": {"limit": 3, **table1},
     }
     path = root / "test-preset.yaml"
     path.write_text(yaml.safe_dump(preset))

@@ -12,7 +12,11 @@ import yaml
 
 from acceptmoe.experiments import b0 as b0_runner
 from acceptmoe.experiments import table1, tables
-from acceptmoe.experiments.config import (B0Config, ConfigKeyError, Table1ConfigError, load_table1_config)
+from acceptmoe.experiments.config import B0Config, ConfigKeyError, Table1Config, load_experiment
+
+
+def load_table1_config(preset, overrides=None):
+    return load_experiment(Table1Config, preset, overrides)
 from acceptmoe.experiments.tracelog import TraceLog
 from acceptmoe.experiments.runs import SampleLog
 from acceptmoe.engine.trace import Trace, load_traces
@@ -32,18 +36,26 @@ def _preset(tmp_path: Path, extra: dict) -> Path:
 
 def test_presets_load():
     tiny, paper = load_table1_config("tiny"), load_table1_config("paper")
-    assert tiny.tasks == ("tiny-gsm", "tiny-math", "tiny-humaneval", "tiny-mbpp") and tiny.dtype == "float32"
-    assert (tiny.tree.num_steps, tiny.tree.topk, tiny.tree.num_draft_tokens) == (5, 10, 64)
-    assert paper.device == "cuda" and paper.dtype == "bfloat16" and paper.limit is None and len(paper.models) == 3
-    assert paper.calibration.source("math500") == "gsm8k" and paper.calibration.source("gsm8k") == "gsm8k"
-    assert [m.response_format for m in paper.models] == ["plain", "plain", "harmony"]
+    t, p = tiny.world, paper.world
+    assert t.tasks == ("tiny-gsm", "tiny-math", "tiny-humaneval", "tiny-mbpp") and t.dtype == "float32"
+    assert (t.tree.num_steps, t.tree.topk, t.tree.num_draft_tokens) == (5, 10, 64)
+    assert tiny.limit == 150 and t.generation.max_new_tokens == 96 and t.calibration.prompts == 50
+    assert p.device == "cuda" and p.dtype == "bfloat16" and paper.limit is None and len(p.models) == 3
+    assert p.calibration.source("math500") == "gsm8k" and p.calibration.source("gsm8k") == "gsm8k"
+    assert [m.response_format for m in p.models] == ["plain", "plain", "harmony"]
 
 
 @pytest.mark.parametrize("extra, match", [
     ({"bogus": 1}, "bogus"),
-    ({"table1": {"limit": 2, "max_new_tokens": 8, "calibration": {"promts": 3}}}, "promts"),
-    ({"models": [{"name": "x", "target": "a", "draft": "b", "colour": "red"}]}, "colour"),
+    ({"table1": {"limit": 2, "max_new_tokens": 8}}, r"p.yaml:table1: unknown config key\(s\) \['max_new_tokens'\]"),
+    ({"calibration": {"promts": 3}}, r"p.yaml.calibration: unknown config key\(s\) \['promts'\]"),
+    ({"models": [{"name": "x", "target": "a", "draft": "b", "colour": "red"}]}, r"p.yaml.models\[0\]: .*colour"),
     ({"tree": {"num_steps": 5, "top_k": 10}}, "top_k"),
+    ({"tree": {"num_steps": "five"}}, r"p.yaml.tree.num_steps: expected int, got 'five' \(str\)"),
+    ({"threads": 1.5}, r"p.yaml.threads: expected null or int, got 1.5 \(float\)"),
+    ({"table1": {"limit": "all"}}, r"p.yaml:table1.limit: expected null or int, got 'all' \(str\)"),
+    ({"generation": {"max_new_tokens": 0}}, r"p.yaml.generation: generation limits must be >= 1"),
+    ({"tree": {"num_steps": 1, "topk": 2, "num_draft_tokens": 64}}, r"p.yaml.tree: num_draft_tokens - 1 = 63 exceeds"),
 ])
 def test_config_rejects_unknown_keys(tmp_path, extra, match):
     with pytest.raises(ConfigKeyError, match=match):
@@ -51,14 +63,24 @@ def test_config_rejects_unknown_keys(tmp_path, extra, match):
 
 
 def test_config_rejects_unusable_values(tmp_path):
-    with pytest.raises(Table1ConfigError, match="add acceptmoe"):
+    with pytest.raises(ConfigKeyError, match="add acceptmoe"):
         load_table1_config("tiny", {"methods": ["count-b", "standard-sd"]})
-    with pytest.raises(Table1ConfigError, match="evaluation split"):
-        load_table1_config("tiny", {"calibration.split": "test"})
+    with pytest.raises(ConfigKeyError, match="evaluation split"):
+        load_table1_config("tiny", {"world.calibration.split": "test"})
     with pytest.raises(KeyError, match="valid methods"):
         load_table1_config("tiny", {"methods": ["acceptmoe", "nope"]})
-    with pytest.raises(Table1ConfigError, match="unknown task"):
+    with pytest.raises(ConfigKeyError, match="unknown task"):
         load_table1_config(_preset(tmp_path, {"tasks": ["gsm9k"]}))
+    with pytest.raises(ConfigKeyError, match="missing required key"):
+        load_table1_config(_without(tmp_path, "models"))
+
+
+def _without(tmp_path: Path, key: str) -> Path:
+    base = yaml.safe_load((Path(__file__).parents[2] / "configs/presets/tiny.yaml").read_text())
+    base.pop(key)
+    path = tmp_path / "q.yaml"
+    path.write_text(yaml.safe_dump(base))
+    return path
 
 
 # ----- B0 on synthetic traces -----
@@ -188,11 +210,11 @@ def test_interrupted_run_resumes_to_the_same_table(setup, full_run, monkeypatch)
 # ----- the table's arithmetic on synthetic saved results -----
 def _saved_run(tmp_path: Path, correct: dict[str, list[int]], drop: tuple[str, int] | None = None) -> Path:
     from acceptmoe.experiments.runs import open_run
-    cfg = load_table1_config("tiny", {"tasks": ["tiny-gsm", "tiny-mbpp"], "methods": list(correct),
-                                      "limit": 4, "bootstrap.resamples": 200})
+    cfg = load_table1_config("tiny", {"world.tasks": ["tiny-gsm", "tiny-mbpp"], "methods": list(correct),
+                                      "limit": 4, "world.bootstrap.resamples": 200})
     run = open_run("table1", "tiny", cfg, root=tmp_path)
     log = SampleLog(run.path / "samples.jsonl")
-    for task in cfg.tasks:
+    for task in cfg.world.tasks:
         for method, values in correct.items():
             for i, c in enumerate(values):
                 if (method, i) == drop and task == "tiny-mbpp":

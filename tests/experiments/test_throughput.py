@@ -20,8 +20,8 @@ from acceptmoe.engine.store import ExpertMath, make_store
 
 import runner_world as world
 
-THROUGHPUT = {"resident": {"prompts": 3, "max_new_tokens": 6, "repetitions": 2},
-              "offload": {"slots": 3, "prompts": 3, "max_new_tokens": 6, "repetitions": 2},
+THROUGHPUT = {"resident": {"prompts": 3, "repetitions": 2},
+              "offload": {"slots": 3, "prompts": 3, "repetitions": 2},
               "sweep": {"budgets": [2, 4], "prompts": 2}, "bootstrap_resamples": 200}
 
 

@@ -1,10 +1,16 @@
-"""Run folders, strict configs and resumable sample logs."""
+"""Run folders, the strict config loader and resumable sample logs."""
 import json
 from dataclasses import dataclass, field
 
 import pytest
 
-from acceptmoe.experiments.runs import ConfigKeyError, SampleLog, config_hash, load_config, open_run
+from acceptmoe.experiments.config import ConfigKeyError, build, dotted, read_yaml
+from acceptmoe.experiments.runs import SampleLog, config_hash, open_run
+
+
+def load_config(cls, path, overrides=None):
+    from acceptmoe.experiments.config import deep_merge
+    return build(cls, deep_merge(read_yaml(path), dotted(overrides or {})), str(path))
 
 
 @dataclass(frozen=True)
@@ -16,8 +22,14 @@ class Inner:
 @dataclass(frozen=True)
 class Outer:
     name: str = "x"
-    methods: tuple = ("standard-sd", "acceptmoe")
+    methods: tuple[str, ...] = ("standard-sd", "acceptmoe")
     inner: Inner = field(default_factory=Inner)
+
+
+@dataclass(frozen=True)
+class Needs:
+    inner: Inner
+    budget: int | None = None
 
 
 def test_load_config_nested_and_overrides(tmp_path):
@@ -34,8 +46,35 @@ def test_unknown_keys_are_errors_that_list_valid_keys(tmp_path):
         load_config(Outer, p)
 
 
+@pytest.mark.parametrize("text, match", [
+    ("inner:\n  slots: many\n", r"c.yaml.inner.slots: expected int, got 'many' \(str\)"),
+    ("inner:\n  slots: true\n", r"inner.slots: expected int, got True \(bool\)"),
+    ("inner:\n  rho: [1]\n", r"inner.rho: expected float"),
+    ("inner: 3\n", r"inner: expected a mapping of Inner keys"),
+    ("methods: acceptmoe\n", r"methods: expected a list, got 'acceptmoe'"),
+    ("methods: [1]\n", r"methods\[0\]: expected str, got 1"),
+])
+def test_wrong_types_name_the_dotted_key(tmp_path, text, match):
+    p = tmp_path / "c.yaml"
+    p.write_text(text)
+    with pytest.raises(ConfigKeyError, match=match):
+        load_config(Outer, p)
+
+
+def test_missing_required_keys_and_yaml_syntax_errors(tmp_path):
+    p = tmp_path / "c.yaml"
+    p.write_text("budget: 3\n")
+    with pytest.raises(ConfigKeyError, match=r"c.yaml.inner: missing required key"):
+        load_config(Needs, p)
+    p.write_text("inner:\n  slots: [1, 2\nbudget: 3\n")
+    with pytest.raises(ConfigKeyError, match=r"c.yaml:3:\d+: YAML syntax error"):
+        load_config(Needs, p)
+    p.write_text("inner: {rho: 1}\n")                        # an int where a float is expected is fine
+    assert load_config(Outer, p) == Outer(inner=Inner(rho=1.0))
+
+
 def test_missing_config_file(tmp_path):
-    with pytest.raises(FileNotFoundError, match="not found"):
+    with pytest.raises(ConfigKeyError, match="not found"):
         load_config(Outer, tmp_path / "nope.yaml")
 
 
