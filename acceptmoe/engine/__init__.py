@@ -4,12 +4,14 @@
     engine = load_engine("models/tiny")                     # target/ and draft/ inside
     gen = engine.generate(prompt_ids, method="acceptmoe", commitment=table, tree=TreeShape(5, 10, 64))
 """
+from .backend import EngineBackend
 from .eagle3 import DraftMismatchError, Eagle3Draft, Eagle3Drafter
 from .engine import Engine, Generation, TorchVerifier, VerifyOut, load_engine, register_verifier_backend
 from .trace import Trace, commitment_table, load_traces, save_traces
 from .tree import DraftTree, TreeShape
 
 __all__ = [
+    "EngineBackend",
     "DraftMismatchError", "DraftTree", "Eagle3Draft", "Eagle3Drafter", "Engine", "Generation", "TorchVerifier",
     "Trace", "TreeShape", "VerifyOut", "commitment_table", "load_engine", "load_traces",
     "register_verifier_backend", "save_traces",

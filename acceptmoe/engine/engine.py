@@ -204,6 +204,22 @@ class Engine:
         """One generation per prompt, in order (this engine runs batch 1; see `EngineBackend`)."""
         return [self.generate(p, variant, max_new_tokens, ignore_eos, **options) for p in prompts]
 
+    # ----- the rest of the EngineBackend contract -----
+    def reset_counters(self) -> None:
+        self.model.store.reset_counters()
+
+    def counters(self) -> dict:
+        """The expert store's counters since the last reset, summed over layers, and its kind."""
+        stats = self.model.store.stats()
+        return {**stats["total"], "store": stats["kind"]}
+
+    def describe(self) -> dict:
+        from importlib import metadata
+        return {"engine": self.name, "version": metadata.version("acceptmoe"), "device": str(self.device),
+                "dtype": str(self.model.dtype).removeprefix("torch."), "store": self.model.store.kind,
+                "verifier": getattr(self.verifier_factory, "__name__", str(self.verifier_factory)),
+                "tree": dataclasses.asdict(self.tree)}
+
     # ----- the loop -----
     def _prefill(self, prompt: Tensor, st: _State, drafter: Eagle3Drafter | None) -> int:
         n = prompt.numel()

@@ -25,6 +25,7 @@ from acceptmoe.errors import UserError
 from acceptmoe.experiments.runs import Run, SampleLog, open_run
 
 from .config import ModelSpec, Table1Config, WorldConfig, from_saved, load_experiment
+from .engines import ENGINES, open_backend, opener
 from .prompts import load_tokenizer, resolve_checkpoint
 
 EXPERIMENT = "table1"
@@ -62,11 +63,11 @@ class Loaded:
 
 
 def load_model(spec: ModelSpec, world: WorldConfig, store: str = "resident", slots: int | None = None) -> Loaded:
-    """A fresh engine for `spec`; store/slots select the expert store (offloaded: an X-slot pool per layer)."""
-    from acceptmoe.engine import load_engine
+    """A fresh engine (`world.engine`) for `spec`; store/slots select the expert store (offloaded: an X-slot
+    pool per layer, native engine only)."""
     target, draft = resolve_checkpoint(spec.target), resolve_checkpoint(spec.draft)
-    engine = load_engine(target=target, draft=draft, device=world.device, dtype=world.dtype, store=store, slots=slots,
-                         tree=world.tree, selector=world.selector)
+    engine = open_backend(world.engine, target=target, draft=draft, device=world.device, dtype=world.dtype,
+                          store=store, slots=slots, tree=world.tree, selector=world.selector)
     return Loaded(spec, engine, load_tokenizer(target), target, draft)
 
 
@@ -76,7 +77,8 @@ def set_threads(world: WorldConfig) -> None:
 
 
 # ----- command line -----
-CONFIG_OPTIONS = ("limit", "methods", "budgets_from")      # options that change a new run's config
+CONFIG_OPTIONS = {"limit": "limit", "methods": "methods", "budgets_from": "budgets_from",   # option -> config key
+                  "engine": "world.engine"}
 
 
 def positive_int(text: str) -> int:
@@ -97,6 +99,8 @@ def add_run_options(p: argparse.ArgumentParser, limit_help: str = "evaluation pr
     p.add_argument("--resume", type=Path, default=None, metavar="RUN_DIR",
                    help="continue this run folder with its own frozen config")
     p.add_argument("--results", type=Path, default=None, help="results root (default: results/)")
+    p.add_argument("--engine", default=None, choices=tuple(ENGINES),
+                   help="the engine that runs the models (default: the preset's, native)")
 
 
 def add_methods_option(p: argparse.ArgumentParser) -> None:
@@ -110,7 +114,7 @@ def add_budgets_option(p: argparse.ArgumentParser) -> None:
 
 def overrides_of(args: argparse.Namespace) -> dict:
     """The config overrides the command-line options give (dotted keys), for a new run."""
-    out = {k: getattr(args, k) for k in CONFIG_OPTIONS if getattr(args, k, None) is not None}
+    out = {key: getattr(args, opt) for opt, key in CONFIG_OPTIONS.items() if getattr(args, opt, None) is not None}
     if "budgets_from" in out:
         out["budgets_from"] = str(out["budgets_from"])
     return out
@@ -123,7 +127,7 @@ def open_or_resume(command: str, args: argparse.Namespace, load: Callable[[dict]
     given = overrides_of(args)
     if args.resume is not None:
         if given:
-            flags = ", ".join("--" + k.replace("_", "-") for k in given)
+            flags = ", ".join("--" + k.split(".")[-1].replace("_", "-") for k in given)
             raise UserError(f"--resume continues a run with its frozen config: drop {flags}, or start a new run "
                             f"without --resume")
         meta = args.resume / "config.json"
@@ -132,7 +136,8 @@ def open_or_resume(command: str, args: argparse.Namespace, load: Callable[[dict]
                             f"`./reproduce.sh {command}`, e.g. results/{command}/<preset>/<run-id>")
         return from_saved(json.loads(meta.read_text())["config"]), Run(args.resume, resumed=True)
     cfg = load(given)
-    for spec in cfg.world.models:                  # fail before creating a run folder
+    opener(cfg.world.engine)                       # fail before creating a run folder
+    for spec in cfg.world.models:
         resolve_checkpoint(spec.target), resolve_checkpoint(spec.draft)
     return cfg, open_run(command, cfg.world.preset, cfg, root=args.results)
 

@@ -33,6 +33,7 @@ from acceptmoe.errors import UserError
 from acceptmoe.evals.tasks import TASK_MODULES
 from acceptmoe.methods import B0_METHOD, METHODS, SelectorConfig, Variant, get_method
 
+from .engines import check_engine
 from .runs import REPO
 
 CONFIGS = REPO / "configs"
@@ -252,6 +253,7 @@ class WorldConfig:
     preset: str
     models: tuple[ModelSpec, ...]
     tasks: tuple[str, ...]
+    engine: str = "native"                      # which EngineBackend runs the models (experiments.engines)
     eval_split: str = "test"
     device: str = "cpu"
     dtype: str = "float32"
@@ -264,6 +266,7 @@ class WorldConfig:
     bootstrap: BootstrapConfig = BootstrapConfig()
 
     def __post_init__(self) -> None:
+        check_engine(self.engine)
         names = [m.name for m in self.models]
         if not names or len(set(names)) != len(names):
             raise ConfigKeyError(f"models need unique names, got {names}")

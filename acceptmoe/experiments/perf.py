@@ -94,16 +94,15 @@ def generate_timed(u: Unit, ex: dict, variant: Variant) -> tuple[dict, object]:
     """One timed generation of exactly max_new_tokens (EOS ignored): the measured row part and the Generation."""
     engine = u.loaded.engine
     ids = prompt_ids(u.loaded.tokenizer, u.task.messages(ex), u.loaded.spec.chat_template_kwargs)
-    store = engine.model.store
-    store.reset_counters()
+    engine.reset_counters()
     start = engine.clock()
     gen = engine.generate(ids, bound(variant, u.budget), u.cfg.world.generation.timed_tokens, ignore_eos=True,
                           trace_layers=u.phase == "offload-counters")
     wall = engine.clock() - start
-    totals = store.stats()["total"]
+    totals = engine.counters()
     row = {"tokens": len(gen.tokens), "wall_s": wall, "prefill_s": gen.prefill_time, "decode_s": sum(gen.step_times),
            "steps": len(gen.accept_lengths), "accepted": sum(gen.accept_lengths), "prompt_tokens": len(ids),
-           "store": store.kind, "load_avg_1m": os.getloadavg()[0], **{c: totals[c] for c in COUNTER_FIELDS}}
+           "store": totals["store"], "load_avg_1m": os.getloadavg()[0], **{c: totals[c] for c in COUNTER_FIELDS}}
     return row, gen
 
 

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from acceptmoe.methods import METHODS, Variant, get_method
 
 from .config import ConfigKeyError, WorldConfig, from_saved, load_experiment
+from .engines import check_engine
 
 PHASES = ("resident", "offload-timed", "offload-counters", "sweep")
 ThroughputConfigError = ConfigKeyError
@@ -132,6 +133,8 @@ def _validate(cfg: ThroughputConfig) -> None:
         raise ThroughputConfigError(f"limit must be a positive number of prompts or null, got {cfg.limit}")
     if any(b < 1 for b in cfg.sweep.budgets) or not cfg.sweep.budgets:
         raise ThroughputConfigError(f"sweep.budgets must be positive expert counts, got {list(cfg.sweep.budgets)}")
+    if any(p.startswith("offload") for p in cfg.phases):
+        check_engine(cfg.world.engine, "offloaded")
     if cfg.resident.slots is not None:
         raise ThroughputConfigError("resident.slots must be null: the resident phase keeps every expert on the device")
     if cfg.offload.slots is None or cfg.offload.slots < 1:

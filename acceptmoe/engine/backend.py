@@ -1,0 +1,44 @@
+"""`EngineBackend`: the one contract between the experiments and an engine that runs a target + draft pair.
+
+    engine: EngineBackend = load_engine("models/tiny", tree=TreeShape(5, 10, 64))
+    gen = engine.generate(prompt_ids, Variant("acceptmoe").bind(commitment=p_hat), max_new_tokens=96)
+    gen.tokens, gen.accept_lengths, gen.trace (per block: tree, accepted path; per layer: set size, unions)
+
+Runners see only this protocol (`acceptmoe.experiments.engines.open_backend` picks one by name): the native engine
+(`acceptmoe.engine.Engine`) implements it directly; the SGLang plugin implements it over its own server. The
+tree shape and the base selector are fixed when the backend opens (a server is configured once); a `Variant`
+says everything that changes per generation. Statistics (trace, counters) are read after a generation and
+never change what it computes.
+"""
+from __future__ import annotations
+
+from typing import Protocol, Sequence, runtime_checkable
+
+from acceptmoe.methods import Variant
+
+
+@runtime_checkable
+class EngineBackend(Protocol):
+    name: str                                   # "native", "sglang", ...
+    eos_token_ids: set[int]
+
+    def generate(self, prompt_ids: Sequence[int], variant: Variant, max_new_tokens: int = 256,
+                 ignore_eos: bool = False, *, trace_layers: bool = True):
+        """One greedy generation -> `Generation` (tokens, accept_lengths, step_times, trace, prefill_time,
+        stop_reason)."""
+
+    def generate_many(self, prompts: Sequence[Sequence[int]], variant: Variant, max_new_tokens: int = 256,
+                      ignore_eos: bool = False, *, trace_layers: bool = True) -> list:
+        """One `Generation` per prompt, in prompt order (a backend may run them concurrently)."""
+
+    def clock(self) -> float:
+        """Wall seconds after the device's queued work has finished (generations are timed with it)."""
+
+    def reset_counters(self) -> None:
+        """Zero the expert-store counters (loads, bytes, hits, misses, wait_s, passes)."""
+
+    def counters(self) -> dict:
+        """The expert-store counters since the last reset, summed over layers, and the store kind."""
+
+    def describe(self) -> dict:
+        """Engine name, version and settings, recorded with every run that uses it."""

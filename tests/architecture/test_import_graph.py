@@ -1,0 +1,92 @@
+"""The package's rooms import one way only: errors -> methods -> kernels -> engine -> serving -> tiny ->
+experiments, with evals beside methods (evals serve experiments and know nothing of models); no circles.
+
+Every `import` and `from ... import` counts, inside functions too: a lazy import is still an arrow."""
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+PACKAGE = Path(__file__).resolve().parents[2] / "acceptmoe"
+
+# room -> rank; a module may import its own room or a room of lower rank (evals: only errors/commands)
+RANK = {"errors": 0, "commands": 0, "methods": 1, "kernels": 2, "engine": 3, "serving": 4, "tiny": 5,
+        "experiments": 6, "evals": 1}
+LEAVES = {"errors", "commands"}
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def room(module: str) -> str | None:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 and parts[0] == "acceptmoe" else ("__main__" if module == "acceptmoe" else None)
+
+
+def imports(path: Path) -> set[str]:
+    """Absolute names of the acceptmoe modules `path` imports."""
+    me = module_name(path)
+    package = me if path.name == "__init__.py" else me.rpartition(".")[0]
+    modules = {module_name(p) for p in PACKAGE.rglob("*.py")}
+    out = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            out |= {a.name for a in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")
+                base = base[: len(base) - node.level + 1]
+                target = ".".join(base + ([node.module] if node.module else []))
+            else:
+                target = node.module or ""
+            for a in node.names:                       # `from pkg import module` imports the module, else pkg
+                out.add(f"{target}.{a.name}" if f"{target}.{a.name}" in modules else target)
+    return {m for m in out if m in modules and m != me}
+
+
+def graph() -> dict[str, set[str]]:
+    return {module_name(p): imports(p) for p in PACKAGE.rglob("*.py")}
+
+
+def test_no_import_arrow_runs_back_up():
+    bad = []
+    for src, targets in graph().items():
+        a = room(src)
+        if a in (None, "__main__") or src.endswith("__main__"):
+            continue
+        for dst in targets:
+            b = room(dst)
+            if b == a or b is None:
+                continue
+            allowed = b in LEAVES or (a not in LEAVES and a != "evals" and b != "evals" and RANK[b] < RANK[a]) \
+                or (b == "evals" and a in ("tiny", "experiments"))
+            if not allowed:
+                bad.append(f"{src} -> {dst}")
+    assert not bad, "imports that run against the data flow:\n" + "\n".join(sorted(bad))
+
+
+def test_no_import_cycles():
+    g = graph()
+    state: dict[str, int] = {}
+    cycles = []
+
+    def visit(node: str, stack: list[str]) -> None:
+        state[node] = 1
+        for nxt in sorted(g.get(node, ())):
+            if state.get(nxt) == 1:
+                cycles.append(" -> ".join(stack[stack.index(nxt):] + [nxt]) if nxt in stack else f"{node} -> {nxt}")
+            elif nxt not in state:
+                visit(nxt, stack + [nxt])
+        state[node] = 2
+
+    for n in sorted(g):
+        if n not in state:
+            visit(n, [n])
+    assert not cycles, "import cycles:\n" + "\n".join(cycles)
+
+
+def test_every_room_is_known():
+    rooms = {room(module_name(p)) for p in PACKAGE.rglob("*.py")} - {"__main__", None}
+    assert rooms <= set(RANK), f"rooms without a rank: {rooms - set(RANK)}"
