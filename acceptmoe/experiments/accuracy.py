@@ -23,7 +23,7 @@ from tqdm import tqdm
 
 from acceptmoe.evals.tasks import Task, get_task
 from acceptmoe.experiments.runs import Run, SampleLog, unit_key
-from acceptmoe.engine.trace import LAYER_FIELDS, Trace
+from acceptmoe.engine.trace import Trace
 from acceptmoe.methods import METHODS, CommitmentTable, Variant
 
 from . import calibrate
@@ -31,6 +31,7 @@ from .b0 import b0_for_pair
 from .common import Loaded, RunPaths, load_model, set_threads
 from .config import ModelSpec, Table1Config
 from .prompts import decode, prompt_ids
+from .rows import Generated, Graded, GradedRow, TraceStats
 from .tracelog import TraceLog
 
 Progress = Callable[[str], None]
@@ -42,28 +43,6 @@ def method_order(methods: tuple[str, ...]) -> list[str]:
     first = [m for m in ordered if METHODS[m].sets_b0]
     fixed = [m for m in ordered if METHODS[m].needs_budget]
     return first + fixed + [m for m in ordered if m not in first + fixed]
-
-
-def trace_stats(trace: Trace) -> dict:
-    """Sums and means over every verification block and MoE layer of one generation's trace."""
-    layered = [b.layers for b in trace.blocks if b.layers is not None]
-    count = sum(len(layers["set_size"]) for layers in layered)
-    out: dict = {"blocks": len(trace.blocks), "block_layers": count}
-    for name in LAYER_FIELDS[1:]:
-        total = float(sum(sum(layers[name]) for layers in layered))
-        out[f"{name}_sum"] = total
-        out[f"mean_{name}"] = total / count if count else None
-    return out
-
-
-def generation_row(gen, response: str, score, prompt_len: int) -> dict:
-    """The measured part of a sample row (pure: from the Generation and its score)."""
-    return {"correct": bool(score.correct), "extracted": score.extracted, "score_details": score.details,
-            "response": response, "output_ids": list(gen.tokens), "tokens": len(gen.tokens),
-            "stop_reason": gen.stop_reason,
-            "prompt_tokens": prompt_len, "steps": len(gen.accept_lengths), "accepted": sum(gen.accept_lengths),
-            "tau": gen.mean_accept_length, **trace_stats(gen.trace), "prefill_s": gen.prefill_time,
-            "decode_s": sum(gen.step_times)}
 
 
 @dataclass
@@ -78,7 +57,7 @@ class PairContext:
     samples: SampleLog
 
 
-def run_unit(ctx: PairContext, index: int, variant: Variant) -> tuple[dict, Trace]:
+def run_unit(ctx: PairContext, index: int, variant: Variant) -> tuple[GradedRow, Trace]:
     """Generate and grade one prompt with one variant (bound to its p_hat and budget): the row and the trace."""
     spec, ex, cfg = ctx.loaded.spec, ctx.examples[index], ctx.cfg
     ids = prompt_ids(ctx.loaded.tokenizer, ctx.task.messages(ex), spec.chat_template_kwargs)
@@ -86,9 +65,10 @@ def run_unit(ctx: PairContext, index: int, variant: Variant) -> tuple[dict, Trac
                                      trace_layers=cfg.trace_layers or variant.spec.sets_b0)
     response = decode(ctx.loaded.tokenizer, gen.tokens, spec.response_format)
     score = ctx.task.score_many([ex], [response], response_format=spec.response_format)[0]
-    row = {"model": spec.name, "task": ctx.task.name, "task_version": ctx.task.version, "example_id": ex["id"],
-           "index": index, "method": variant.method, "budget": variant.effective_budget,
-           **generation_row(gen, response, score, len(ids))}
+    row = GradedRow(spec.name, ctx.task.name, ctx.task.version, ex["id"], index, variant.method,
+                    variant.effective_budget, Generated.of(gen, len(ids)),
+                    Graded(bool(score.correct), score.extracted, score_details=score.details, response=response),
+                    TraceStats.of(gen.trace))
     gen.trace.meta.update(model=spec.name, task=ctx.task.name, example_id=ex["id"], index=index)
     return row, gen.trace
 
@@ -103,7 +83,7 @@ def run_method(ctx: PairContext, variant: Variant, progress: Progress) -> TraceL
             continue
         row, trace = run_unit(ctx, index, variant)
         log.append(key, trace)
-        ctx.samples.append(key, row)
+        ctx.samples.append(key, row.to_json())
         progress(f"{spec} {task} {method}")
     return log
 

@@ -119,7 +119,7 @@ def run_pair(loaded, cfg: CalibrationStudyConfig, task: str, natural, onpolicy, 
             key = unit_key("study", loaded.spec.name, task, variant.name, ex["id"])
             if key not in samples:
                 row, _ = run_unit(ctx, index, variant.bind(commitment=table.p_hat))
-                samples.append(key, {**row, "phase": "sweep", "variant": variant.name})
+                samples.append(key, dataclasses.replace(row, phase="sweep", variant=variant.name).to_json())
 
 
 def run_experiment(cfg: CalibrationStudyConfig, run: Run) -> None:

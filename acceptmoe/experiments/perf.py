@@ -25,6 +25,7 @@ interrupted run resumes (`--resume RUN_DIR`) and never duplicates a row. Errors 
 """
 from __future__ import annotations
 
+import dataclasses
 
 import os
 from dataclasses import dataclass
@@ -38,19 +39,19 @@ from acceptmoe.evals.tasks import get_task
 from acceptmoe.experiments.runs import Run, SampleLog, unit_key
 from acceptmoe.methods import Variant
 
-from .accuracy import PairContext, free_device_memory, run_unit, trace_stats
+from .accuracy import PairContext, free_device_memory, run_unit
 from .budgets import PairBudget, pair_budgets
 from .config import Table1Config
 from .common import (Loaded, RunPaths, add_budgets_option, add_run_options, load_model, open_or_resume,
                      run_to_completion, set_threads)
 from .perf_config import ThroughputConfig, load_throughput_config, needs_budgets, throughput_config_from_saved
 from .prompts import decode, prompt_ids
+from .rows import COUNTER_FIELDS, Generated, Graded, TimedRow, TraceStats
 
 Progress = Callable[[str], None]
 COMMAND_PHASES = {"fig3": ("resident",), "fig4": ("offload-timed", "offload-counters"),
                   "table2": ("offload-counters",), "sweep": ("sweep",),
                   "fig5": ("sweep", "offload-timed", "offload-counters")}
-COUNTER_FIELDS = ("loads", "bytes", "hits", "misses", "wait_s", "passes")
 
 
 def repetitions(cfg: ThroughputConfig, phase: str) -> int:
@@ -90,8 +91,8 @@ def bound(variant: Variant, budget: PairBudget | None) -> Variant:
     return variant.bind(commitment=budget.table.p_hat, b0=budget.b0)
 
 
-def generate_timed(u: Unit, ex: dict, variant: Variant) -> tuple[dict, object]:
-    """One timed generation of exactly max_new_tokens (EOS ignored): the measured row part and the Generation."""
+def generate_timed(u: Unit, index: int, ex: dict, variant: Variant) -> tuple[TimedRow, object]:
+    """One timed generation of exactly `timed_tokens` tokens (EOS ignored): its row and the Generation."""
     engine = u.loaded.engine
     ids = prompt_ids(u.loaded.tokenizer, u.task.messages(ex), u.loaded.spec.chat_template_kwargs)
     engine.reset_counters()
@@ -100,20 +101,19 @@ def generate_timed(u: Unit, ex: dict, variant: Variant) -> tuple[dict, object]:
                           trace_layers=u.phase == "offload-counters")
     wall = engine.clock() - start
     totals = engine.counters()
-    row = {"tokens": len(gen.tokens), "wall_s": wall, "prefill_s": gen.prefill_time, "decode_s": sum(gen.step_times),
-           "steps": len(gen.accept_lengths), "accepted": sum(gen.accept_lengths), "prompt_tokens": len(ids),
-           "store": totals["store"], "load_avg_1m": os.getloadavg()[0], **{c: totals[c] for c in COUNTER_FIELDS}}
+    row = TimedRow(u.phase, u.rep, u.loaded.spec.name, u.task.name, variant.name, ex["id"], index,
+                   bound(variant, u.budget).effective_budget, Generated.of(gen, len(ids)), wall, totals["store"],
+                   os.getloadavg()[0], **{c: totals[c] for c in COUNTER_FIELDS})
     return row, gen
 
 
-def graded(u: Unit, ex: dict, gen) -> dict:
-    """Accuracy of the reply up to its first EOS, and the trace's set-size statistics."""
+def graded(u: Unit, ex: dict, gen) -> Graded:
+    """The reply up to its first EOS, graded (greedy decoding makes it the reply a stop-at-EOS run gives)."""
     reply = up_to_eos(list(gen.tokens), u.loaded.engine.eos_token_ids)
     fmt = u.loaded.spec.response_format
     response = decode(u.loaded.tokenizer, reply, fmt)
     score = u.task.score_many([ex], [response], response_format=fmt)[0]
-    return {"correct": bool(score.correct), "extracted": score.extracted, "reply_tokens": len(reply),
-            **trace_stats(gen.trace)}
+    return Graded(bool(score.correct), score.extracted, reply_tokens=len(reply))
 
 
 def run_timed_variant(u: Unit, variant: Variant, progress: Progress) -> None:
@@ -123,14 +123,13 @@ def run_timed_variant(u: Unit, variant: Variant, progress: Progress) -> None:
             if unit_key(u.phase, u.rep, model, task, variant.name, ex["id"]) not in u.samples]
     if not todo:
         return
-    generate_timed(u, u.examples[u.cfg.warmup_index(u.phase)], variant)         # untimed warm-up
+    warm = u.cfg.warmup_index(u.phase)
+    generate_timed(u, warm, u.examples[warm], variant)                          # untimed warm-up
     for index, ex in todo:
-        row, gen = generate_timed(u, ex, variant)
+        row, gen = generate_timed(u, index, ex, variant)
         if u.phase == "offload-counters":
-            row.update(graded(u, ex, gen))
-        row.update(phase=u.phase, rep=u.rep, model=model, task=task, variant=variant.name, example_id=ex["id"],
-                   index=index, budget=bound(variant, u.budget).effective_budget, tau=gen.mean_accept_length)
-        u.samples.append(unit_key(u.phase, u.rep, model, task, variant.name, ex["id"]), row)
+            row = dataclasses.replace(row, graded=graded(u, ex, gen), stats=TraceStats.of(gen.trace))
+        u.samples.append(unit_key(u.phase, u.rep, model, task, variant.name, ex["id"]), row.to_json())
         progress(f"{u.phase} r{u.rep} {task} {variant.name}")
 
 
@@ -185,8 +184,9 @@ def run_sweep_phase(cfg: ThroughputConfig, samples: SampleLog, budgets: dict, pr
                     if key in samples:
                         continue
                     row, _ = run_unit(ctx, index, bound(variant, b))
-                    row.update(phase="sweep", rep=0, variant=variant.name, wall_s=row["prefill_s"] + row["decode_s"])
-                    samples.append(key, row)
+                    row = dataclasses.replace(row, phase="sweep", rep=0, variant=variant.name,
+                                              wall_s=row.generated.prefill_s + row.generated.decode_s)
+                    samples.append(key, row.to_json())
                     progress(f"sweep {task} {variant.name}")
         del loaded, ctx
         free_device_memory()

@@ -106,3 +106,13 @@ def test_sample_log_resumes_without_duplicates_and_drops_torn_line(tmp_path):
     again.append("p2/acceptmoe", {"correct": True})
     lines = (tmp_path / "samples.jsonl").read_text().splitlines()
     assert [json.loads(l)["key"] for l in lines] == ["p0/acceptmoe", "p1/acceptmoe", "p2/acceptmoe"]
+
+
+def test_trace_stats_cover_every_layer_field():
+    import dataclasses as dc
+
+    from acceptmoe.engine.trace import LAYER_FIELDS
+    from acceptmoe.experiments.rows import TraceStats
+    names = {f.name for f in dc.fields(TraceStats)}
+    assert names == {"blocks", "block_layers"} | {f"{n}_sum" for n in LAYER_FIELDS[1:]} \
+        | {f"mean_{n}" for n in LAYER_FIELDS[1:]}
