@@ -107,7 +107,9 @@ def _resolve_backend(backend: str, device: torch.device) -> VerifierFactory:
 @dataclass
 class Generation:
     tokens: list[int]                 # generated tokens (the prompt excluded), EOS included when it stopped there
-    accept_lengths: list[int]         # per target step after prefill: tokens it committed before truncation
+    accept_lengths: list[int]         # per target step after prefill: tokens it output (an accepted path
+                                      # cut by EOS or max_new_tokens counts only the tokens before the cut;
+                                      # the trace keeps the whole accepted path for calibration)
     step_times: list[float]           # per target step after prefill: wall seconds (drafting included)
     trace: Trace
     prefill_time: float = 0.0         # seconds of the prefill pass (it yields tokens[0])
@@ -115,6 +117,7 @@ class Generation:
 
     @property
     def mean_accept_length(self) -> float:
+        """tau: output tokens per target step after prefill (sum(accept_lengths) == len(tokens) - 1)."""
         return sum(self.accept_lengths) / len(self.accept_lengths) if self.accept_lengths else 0.0
 
 
@@ -237,8 +240,7 @@ class Engine:
         root = torch.tensor([st.tokens[-1]], device=self.device)
         logits, _ = self.model.forward(root, torch.tensor([st.length], device=self.device), st.cache, st.length)
         st.length += 1
-        self._commit(st, [int(logits[0].argmax())])
-        return 1
+        return self._commit(st, [int(logits[0].argmax())])
 
     def _sd_step(self, st: _State, drafter: Eagle3Drafter, step: int) -> int:
         tree = drafter.propose(st.tokens[-1])
@@ -250,13 +252,13 @@ class Engine:
         new = tree.tokens[path[1:]].tolist() + [bonus]
         layer_rows = torch.stack(rows).tolist() if rows else ([] if rows is not None else None)
         st.trace.add_block(step, tree.parents.tolist(), path, layer_rows)
-        self._commit(st, new)
+        output = self._commit(st, new)
         if not st.done:
             idx = torch.tensor(path, device=self.device)
             st.cache.keep(st.length, idx)
             drafter.extend(torch.tensor(new, device=self.device), aux[idx], st.length)
             st.length += len(path)
-        return len(path)
+        return output
 
     def _policy(self, tree: DraftTree, st: _State, rows: list[Tensor] | None):
         """The verification pass's routing policy, or None for natural routing without a trace."""
@@ -274,16 +276,18 @@ class Engine:
             return out.ids, out.weights
         return policy
 
-    def _commit(self, st: _State, new: list[int]) -> None:
-        """Append tokens, stopping at EOS (kept) unless ignored, and at max_new_tokens."""
-        for t in new:
+    def _commit(self, st: _State, new: list[int]) -> int:
+        """Append tokens, stopping at EOS (kept) unless ignored, and at max_new_tokens; returns how many were
+        output (an accepted path past EOS or the cap outputs fewer tokens than it accepted)."""
+        for i, t in enumerate(new):
             st.tokens.append(int(t))
             if not st.ignore_eos and int(t) in self.eos_token_ids:
                 st.done, st.stop_reason = True, "eos"
-                return
+                return i + 1
             if len(st.tokens) >= st.max_new:
                 st.done, st.stop_reason = True, "length"
-                return
+                return i + 1
+        return len(new)
 
     def clock(self) -> float:
         """Wall seconds, after the device's queued work has finished (what runners time generations with)."""

@@ -54,7 +54,9 @@ def decide_b0(traces: Sequence[Trace], cfg: B0Config) -> dict:
     iv = d.interval
     return {"b0": d.b0, "mean_set_size": iv.estimate, "low": iv.low, "high": iv.high, "n_prompts": d.n_prompts,
             "first_crossed": d.first_crossed, "crosses_boundary": d.crosses_boundary,
-            "limited": n < cfg.prompts, "available_prompts": n, "rule": {   # n: traces up to fallback_prompts
+            # limited: the rule wanted more prompts than the pair has (50, or 100 once the first interval crossed x.5)
+            "limited": n < (cfg.fallback_prompts if d.first_crossed else cfg.prompts), "available_prompts": n,
+            "rule": {   # n: traces up to fallback_prompts
                 "prompts": cfg.prompts, "fallback_prompts": cfg.fallback_prompts, "confidence": cfg.confidence,
                 "resamples": cfg.resamples, "seed": cfg.seed}}
 

@@ -22,7 +22,7 @@ from pathlib import Path
 import torch
 
 from acceptmoe.errors import UserError
-from acceptmoe.experiments.runs import Run, SampleLog, open_run
+from acceptmoe.experiments.runs import Run, SampleLog, code_state, open_run, record_resume
 
 from .config import ModelSpec, Table1Config, WorldConfig, from_saved, load_experiment
 from .engines import ENGINES, open_backend, opener
@@ -101,6 +101,8 @@ def add_run_options(p: argparse.ArgumentParser, limit_help: str = "evaluation pr
     p.add_argument("--results", type=Path, default=None, help="results root (default: results/)")
     p.add_argument("--engine", default=None, choices=tuple(ENGINES),
                    help="the engine that runs the models (default: the preset's, native)")
+    p.add_argument("--allow-code-change", action="store_true",
+                   help="with --resume: continue although the code differs from the run's (commit or local changes)")
 
 
 def add_methods_option(p: argparse.ArgumentParser) -> None:
@@ -134,12 +136,31 @@ def open_or_resume(command: str, args: argparse.Namespace, load: Callable[[dict]
         if not args.resume.is_dir() or not meta.is_file():
             raise UserError(f"--resume {args.resume}: not a run folder (no {meta.name}); give a folder written by "
                             f"`./reproduce.sh {command}`, e.g. results/{command}/<preset>/<run-id>")
-        return from_saved(json.loads(meta.read_text())["config"]), Run(args.resume, resumed=True)
+        saved = json.loads(meta.read_text())
+        check_same_code(saved.get("environment", {}), args.resume, getattr(args, "allow_code_change", False))
+        run = Run(args.resume, resumed=True)
+        record_resume(run)
+        return from_saved(saved["config"]), run
     cfg = load(given)
     opener(cfg.world.engine)                       # fail before creating a run folder
     for spec in cfg.world.models:
         resolve_checkpoint(spec.target), resolve_checkpoint(spec.draft)
     return cfg, open_run(command, cfg.world.preset, cfg, root=args.results)
+
+
+def check_same_code(recorded: dict, run_dir: Path, allowed: bool) -> None:
+    """A resumed run continues only with the code that started it (same commit, no local changes), unless the
+    user says otherwise: rows made by different code would be mixed silently."""
+    now = code_state()
+    changed = []
+    if recorded.get("git_commit") != now["git_commit"]:
+        changed.append(f"commit {str(recorded.get('git_commit'))[:12]} -> {now['git_commit'][:12]}")
+    if recorded.get("git_dirty") or now["git_dirty"]:
+        changed.append("uncommitted local changes" + (" when the run started" if recorded.get("git_dirty") else ""))
+    if changed and not allowed:
+        raise UserError(f"--resume {run_dir}: the code differs from the run's ({'; '.join(changed)}): commit or stash "
+                        f"the changes, check out the run's commit, or pass --allow-code-change (recorded in "
+                        f"{run_dir / 'resumes.jsonl'})")
 
 
 def open_experiment(args: argparse.Namespace) -> tuple[Table1Config, Run]:

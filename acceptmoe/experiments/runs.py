@@ -100,9 +100,32 @@ def open_run(experiment: str, preset: str, config: Any, root: str | Path | None 
 
 def write_json(path: Path, obj: Any) -> None:
     """Atomic write: a crash never leaves a half-written JSON file."""
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(json.dumps(to_jsonable(obj), indent=2, sort_keys=True) + "\n")
+    atomic_write(path, (json.dumps(to_jsonable(obj), indent=2, sort_keys=True) + "\n").encode())
+
+
+def atomic_write(path: Path, data: bytes) -> None:
+    """Write to a temporary file beside `path`, fsync, rename over `path`: readers see old or new, never half."""
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
     os.replace(tmp, path)
+
+
+def code_state() -> dict:
+    """The code a run is made with: git commit and whether the tree has uncommitted changes."""
+    env = environment()
+    return {"git_commit": env["git_commit"], "git_dirty": env["git_dirty"]}
+
+
+def record_resume(run: "Run") -> None:
+    """Append this session's code state to the run's `resumes.jsonl` (every resumed part says what made it)."""
+    line = {**code_state(), "time": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")}
+    with open(run.path / "resumes.jsonl", "a") as f:
+        f.write(json.dumps(line, sort_keys=True) + "\n")
+        f.flush()
+        os.fsync(f.fileno())
 
 
 def unit_key(*parts: object) -> str:

@@ -78,6 +78,8 @@ class TraceLog:
                 if kept(meta, blocks, seen):
                     seen.add(meta["key"])
                     out.write(json.dumps(meta).encode() + b"\n" + b"".join(blocks))
+            out.flush()
+            os.fsync(out.fileno())
         os.replace(tmp, self.path)
 
     def __contains__(self, key: str) -> bool:

@@ -8,6 +8,7 @@ them (`natural` for Standard SD traces, `masked` for on-policy recalibration und
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable, Sequence
@@ -72,7 +73,14 @@ class CommitmentTable:
                 "provenance": self.provenance}
 
     def save(self, path: str | Path) -> None:
-        Path(path).write_text(json.dumps(self.to_dict(), indent=2) + "\n")
+        """Atomic: written to a temporary file, fsynced, then renamed over `path` (a resume reads it)."""
+        path = Path(path)
+        tmp = path.with_name(path.name + ".tmp")
+        with open(tmp, "w") as f:
+            f.write(json.dumps(self.to_dict(), indent=2) + "\n")
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
 
     @classmethod
     def load(cls, path: str | Path) -> "CommitmentTable":

@@ -79,10 +79,12 @@ def test_long_acceptances_stay_lossless_and_truncate(engine, reference, monkeypa
     gen = engine.generate(PROMPTS[2], V("standard-sd"), max_new_tokens=24, ignore_eos=True, tree=SMALL)
     assert gen.tokens == reference[2]
     assert max(gen.accept_lengths) == SMALL.num_steps + 1
-    assert [b.accept_length for b in gen.trace.blocks] == gen.accept_lengths
+    blocks = [b.accept_length for b in gen.trace.blocks]
+    assert blocks[:-1] == gen.accept_lengths[:-1] and blocks[-1] >= gen.accept_lengths[-1]
     short = engine.generate(PROMPTS[2], V("standard-sd"), max_new_tokens=6, ignore_eos=True, tree=SMALL)
     assert short.tokens == reference[2][:6] and short.stop_reason == "length"
-    assert sum(short.accept_lengths) + 1 > 6                      # the last step was truncated
+    assert sum(short.accept_lengths) + 1 == 6                     # tau counts output tokens only ...
+    assert sum(b.accept_length for b in short.trace.blocks) + 1 > 6   # ... the trace keeps the cut path
 
 
 def test_drafter_state_equals_a_fresh_prefill(engine, reference, monkeypatch):
@@ -263,3 +265,15 @@ def test_triton_backend_gives_torch_tokens(engine, method, kw):
     a, b = fused.generate(PROMPTS[1], v, **args), engine.generate(PROMPTS[1], v, **args)
     assert a.tokens == b.tokens
     assert [blk.layers for blk in a.trace.blocks] == [blk.layers for blk in b.trace.blocks]
+
+
+def test_tau_counts_output_tokens_only(engine, reference, monkeypatch):
+    """An accepted path cut by EOS or the length cap counts only the tokens it output."""
+    ref = reference[1]
+    j = next(i for i in range(2, len(ref)) if ref[i] not in ref[:i])
+    monkeypatch.setattr(engine, "eos_token_ids", {ref[j]})
+    for kw in ({"max_new_tokens": 24}, {"max_new_tokens": 7, "ignore_eos": True}):
+        gen = engine.generate(PROMPTS[1], V("standard-sd"), tree=SMALL, **kw)
+        assert sum(gen.accept_lengths) == len(gen.tokens) - 1          # the prefill pass yields tokens[0]
+        path_total = sum(len(b.path) for b in gen.trace.blocks)
+        assert path_total >= sum(gen.accept_lengths)                    # the trace keeps whole accepted paths

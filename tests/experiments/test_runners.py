@@ -197,7 +197,7 @@ def test_interrupted_run_resumes_to_the_same_table(setup, full_run, monkeypatch)
     monkeypatch.setattr(SampleLog, "append", real_append)
     (run,) = (root / "cut" / "table1" / "test").iterdir()
     assert len(SampleLog(run / "samples.jsonl")) == 8 and not (run / "summary.json").exists()
-    assert table1.main(["--resume", str(run)]) == 0
+    assert table1.main(["--resume", str(run), "--allow-code-change"]) == 0   # the tree may be dirty here
     rows = list(SampleLog(run / "samples.jsonl"))
     assert len(rows) == 24 and len({r["key"] for r in rows}) == 24
     for task in world.TASKS:
@@ -259,3 +259,24 @@ def test_prompts_use_the_chat_template_and_decoding_keeps_harmony_markers(setup)
     assert decode(tok, reply, "plain") == "#### 5" and decode(tok, reply, "harmony") == "#### 5<|im_end|>"
     with pytest.raises(FileNotFoundError, match="train-tiny"):
         resolve_checkpoint("models/absent/target")
+
+
+def test_resume_refuses_other_code_unless_allowed(full_run, monkeypatch, capsys):
+    from acceptmoe.experiments import common
+    saved = json.loads((full_run / "config.json").read_text())["environment"]
+    monkeypatch.setattr(common, "code_state", lambda: {"git_commit": "f" * 40, "git_dirty": False})
+    with pytest.raises(common.UserError, match=r"the code differs from the run's \(commit .* -> ffffffffffff"):
+        common.check_same_code(saved, full_run, allowed=False)
+    common.check_same_code(saved, full_run, allowed=True)
+    monkeypatch.setattr(common, "code_state", lambda: {"git_commit": saved["git_commit"], "git_dirty": True})
+    with pytest.raises(common.UserError, match="uncommitted local changes"):
+        common.check_same_code({**saved, "git_dirty": False}, full_run, allowed=False)
+    lines = (full_run / "resumes.jsonl").read_text().splitlines() if (full_run / "resumes.jsonl").exists() else []
+    assert all({"git_commit", "git_dirty", "time"} <= set(json.loads(x)) for x in lines)
+
+
+def test_b0_limited_when_the_fallback_needs_more_prompts_than_exist():
+    # 60 prompts whose first-50 interval crosses x.5: the rule wants 100 but only 60 exist
+    traces = [_trace(i, [[24 if i % 2 else 25]]) for i in range(60)]
+    d = b0_runner.decide_b0(traces, B0Config(resamples=200))
+    assert d["first_crossed"] and d["available_prompts"] == 60 and d["limited"]

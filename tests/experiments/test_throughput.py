@@ -94,7 +94,7 @@ def test_fig3_resumes_without_duplicates(setup, fig3_run, monkeypatch):
     monkeypatch.setattr(SampleLog, "append", real_append)
     run = _run(root / "cut", "fig3")
     assert 0 < len(SampleLog(run / "samples.jsonl")) < 40 and not (run / "summary.json").exists()
-    assert perf.fig3(["--resume", str(run)]) == 0
+    assert perf.fig3(["--resume", str(run), "--allow-code-change"]) == 0
     rows = list(SampleLog(run / "samples.jsonl"))
     assert len(rows) == 40 and {r["key"] for r in rows} == {r["key"] for r in SampleLog(fig3_run / "samples.jsonl")}
     assert not (run / "budgets").exists() and _nonempty(run / "fig3.png")
@@ -157,7 +157,7 @@ def test_calibration_study_end_to_end_after_an_interruption(setup, fig3_run, mon
     monkeypatch.setattr(SampleLog, "append", real_append)
     run = _run(root / "r", "calibration-study")
     assert len(SampleLog(run / "samples.jsonl")) == 4
-    assert calibration_study.main(["--resume", str(run)]) == 0
+    assert calibration_study.main(["--resume", str(run), "--allow-code-change"]) == 0
     md = (run / "calibration-study.md").read_text()
     assert "Beta sensitivity" in md and "on-policy" in md and "B0 train" in md
     rows = list(SampleLog(run / "samples.jsonl"))
