@@ -60,13 +60,13 @@ class PairContext:
 def run_unit(ctx: PairContext, index: int, variant: Variant) -> tuple[GradedRow, Trace]:
     """Generate and grade one prompt with one variant (bound to its p_hat and budget): the row and the trace."""
     spec, ex, cfg = ctx.loaded.spec, ctx.examples[index], ctx.cfg
-    ids = prompt_ids(ctx.loaded.tokenizer, ctx.task.messages(ex), spec.chat_template_kwargs)
-    gen = ctx.loaded.engine.generate(ids, variant, cfg.world.generation.max_new_tokens,
+    ids = prompt_ids(ctx.loaded.tokenizer, ctx.task.messages(ex), spec)
+    gen = ctx.loaded.engine.generate(ids, variant, cfg.world.max_new_tokens(spec),
                                      trace_layers=cfg.trace_layers or variant.spec.sets_b0)
     response = decode(ctx.loaded.tokenizer, gen.tokens, spec.response_format)
     score = ctx.task.score_many([ex], [response], response_format=spec.response_format)[0]
     row = GradedRow(spec.name, ctx.task.name, ctx.task.version, ex["id"], index, variant.method,
-                    variant.effective_budget, Generated.of(gen, len(ids)),
+                    variant.effective_budget, Generated.of(gen, ids),
                     Graded(bool(score.correct), score.extracted, score_details=score.details, response=response),
                     TraceStats.of(gen.trace))
     gen.trace.meta.update(model=spec.name, task=ctx.task.name, example_id=ex["id"], index=index)

@@ -47,11 +47,11 @@ def calibrate_source(loaded: Loaded, world: WorldConfig, source: str, paths: Run
     task = get_task(source)
     examples = calibration_examples(world, source)
     log = TraceLog(paths.calibration_traces(name, source, split))
-    max_new = world.generation.max_new_tokens
+    max_new = world.max_new_tokens(loaded.spec)
     for ex in examples:
         if ex["id"] in log:
             continue
-        ids = prompt_ids(loaded.tokenizer, task.messages(ex), loaded.spec.chat_template_kwargs)
+        ids = prompt_ids(loaded.tokenizer, task.messages(ex), loaded.spec)
         gen = loaded.engine.generate(ids, Variant(CALIBRATION), max_new, trace_layers=False)
         log.append(ex["id"], gen.trace)
         progress(f"{name} calibrate {source}")

@@ -89,9 +89,9 @@ def onpolicy_table(loaded, cfg: CalibrationStudyConfig, source: str, natural: Co
     for index, ex in enumerate(examples):
         if ex["id"] in log:
             continue
-        ids = prompt_ids(loaded.tokenizer, task.messages(ex), loaded.spec.chat_template_kwargs)
+        ids = prompt_ids(loaded.tokenizer, task.messages(ex), loaded.spec)
         gen = loaded.engine.generate(ids, Variant(B0_METHOD).bind(commitment=natural.p_hat),
-                                     w.generation.max_new_tokens, trace_layers=True)
+                                     w.max_new_tokens(loaded.spec), trace_layers=True)
         gen.trace.meta.update(index=index, example_id=ex["id"])
         log.append(ex["id"], gen.trace)
     traces = log.read()

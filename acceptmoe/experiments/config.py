@@ -20,6 +20,7 @@ same function, so a run folder's frozen config is checked exactly like a fresh o
 from __future__ import annotations
 
 import dataclasses
+import re
 import types
 import typing
 from dataclasses import dataclass, field
@@ -201,12 +202,18 @@ class ModelSpec:
     draft: str                                  # its EAGLE-3 draft: a folder or hub id
     response_format: str = "plain"              # plain | harmony (GPT-OSS: grade the final channel only)
     chat_template_kwargs: dict = field(default_factory=dict)   # extra apply_chat_template arguments
+    template_date: str | None = None            # a template that stamps today's date gets this one (YYYY-MM-DD)
+    max_new_tokens: int | None = None           # this model's graded-generation cap (None: the world's)
 
     def __post_init__(self) -> None:
         bad = [c for c in FORBIDDEN_IN_NAMES if c in self.name]
         if not self.name or bad:
             raise ConfigKeyError(f"model name {self.name!r} must be non-empty without {bad}: it names folders and "
                                  f"row keys; use e.g. 'qwen3-30b'")
+        if self.template_date is not None and not re.fullmatch(r"\d{4}-\d{2}-\d{2}", self.template_date):
+            raise ConfigKeyError(f"model {self.name}: template_date {self.template_date!r} is not YYYY-MM-DD")
+        if self.max_new_tokens is not None and self.max_new_tokens < 1:
+            raise ConfigKeyError(f"model {self.name}: max_new_tokens must be >= 1, got {self.max_new_tokens}")
         if self.response_format not in RESPONSE_FORMATS:
             raise ConfigKeyError(f"model {self.name}: response_format {self.response_format!r} is not one of "
                                  f"{RESPONSE_FORMATS}")
@@ -264,6 +271,10 @@ class WorldConfig:
     calibration: CalibrationConfig = CalibrationConfig()
     b0: B0Config = B0Config()
     bootstrap: BootstrapConfig = BootstrapConfig()
+
+    def max_new_tokens(self, model: ModelSpec) -> int:
+        """The graded-generation cap of `model` (its own, else the world's)."""
+        return model.max_new_tokens or self.generation.max_new_tokens
 
     def __post_init__(self) -> None:
         check_engine(self.engine)

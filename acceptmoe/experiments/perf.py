@@ -94,7 +94,7 @@ def bound(variant: Variant, budget: PairBudget | None) -> Variant:
 def generate_timed(u: Unit, index: int, ex: dict, variant: Variant) -> tuple[TimedRow, object]:
     """One timed generation of exactly `timed_tokens` tokens (EOS ignored): its row and the Generation."""
     engine = u.loaded.engine
-    ids = prompt_ids(u.loaded.tokenizer, u.task.messages(ex), u.loaded.spec.chat_template_kwargs)
+    ids = prompt_ids(u.loaded.tokenizer, u.task.messages(ex), u.loaded.spec)
     engine.reset_counters()
     start = engine.clock()
     gen = engine.generate(ids, bound(variant, u.budget), u.cfg.world.generation.timed_tokens, ignore_eos=True,
@@ -102,7 +102,7 @@ def generate_timed(u: Unit, index: int, ex: dict, variant: Variant) -> tuple[Tim
     wall = engine.clock() - start
     totals = engine.counters()
     row = TimedRow(u.phase, u.rep, u.loaded.spec.name, u.task.name, variant.name, ex["id"], index,
-                   bound(variant, u.budget).effective_budget, Generated.of(gen, len(ids)), wall, totals["store"],
+                   bound(variant, u.budget).effective_budget, Generated.of(gen, ids), wall, totals["store"],
                    os.getloadavg()[0], **{c: totals[c] for c in COUNTER_FIELDS})
     return row, gen
 

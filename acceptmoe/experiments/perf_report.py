@@ -48,7 +48,7 @@ def throughput_md(records: list[dict], title: str, center: str, labels: dict) ->
                                          f"host load = mean 1-minute load average while the variant ran")
 
 
-def table2_rows(records: list[dict], labels: dict) -> tuple[list[str], list[list[str]], int]:
+def table2_rows(records: list[dict], pooled: list[dict], labels: dict) -> tuple[list[str], list[list[str]], int]:
     header = ["Model", "Task", "Variant", "KB/token", "vs SD (%)", "hit rate (%)", "vs SD (pp)", "stall (%)",
               "us/load", "tok/s", "set size", "accuracy (%)"]
     row = lambda r, a, b: [a, b, labels[r["variant"]], fmt(_kb(r["bytes_per_token"]), 1),
@@ -60,6 +60,7 @@ def table2_rows(records: list[dict], labels: dict) -> tuple[list[str], list[list
     fields = ("bytes_per_token", "traffic_change_pct", "hit_rate", "hit_rate_change_pp", "stall_share",
               "us_per_load", "tokens_per_s", "mean_set_size", "accuracy")
     summary = len(rows)
+    rows += [row(r, r["model"], "pooled over tasks") for r in pooled]
     rows += [row({"variant": v, **m}, "Mean over pairs", "") for v, m in means(records, fields).items()]
     return header, rows, summary
 
@@ -180,11 +181,12 @@ def write_outputs(run_dir: str | Path) -> tuple[str, list[Path]]:
     counters = counter_records(rows, cfg.names("offload-counters"), cfg.bootstrap_resamples) \
         if "offload-counters" in cfg.phases else []
     if counters:
-        h, r, s = table2_rows(counters, labels)
+        pooled = counter_records(rows, cfg.names("offload-counters"), cfg.bootstrap_resamples, pooled=True)
+        h, r, s = table2_rows(counters, pooled, labels)
         md = render.markdown(h, r, f"Table 2: offloading counters (X = {cfg.offload.slots} slots per layer), one "
                                    f"instrumented run, prefill included; changes vs Standard SD")
         write(run_dir, "table2.md", md, written)
-        write(run_dir, "table2.csv", render.csv_text(counters), written)
+        write(run_dir, "table2.csv", render.csv_text(counters + pooled), written)
         write(run_dir, "table2.tex", render.latex(h, r, "Offloading traffic, hit rate and stall share.",
                                                   "tab:table2", s), written)
         parts.append(md)

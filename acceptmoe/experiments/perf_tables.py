@@ -114,18 +114,25 @@ def _aligned(pair_rows: list[dict], variants: tuple[str, ...]) -> dict[str, list
     return {v: [per[v][i] for i in order] for v in variants}
 
 
-def counter_records(rows, variants: tuple[str, ...], resamples: int) -> list[dict]:
-    """Table 2 per (pair, variant) from the instrumented run, with changes vs Standard SD."""
-    out = []
+POOLED = "pooled"          # the task label of a model's records pooled over its tasks
+
+
+def counter_records(rows, variants: tuple[str, ...], resamples: int, pooled: bool = False) -> list[dict]:
+    """Table 2 per (pair, variant) from the instrumented run, with changes vs Standard SD; `pooled`: per
+    (model, variant) over all the model's pairs instead (each pair on the prompts every variant finished)."""
+    groups: dict = defaultdict(lambda: defaultdict(list))        # (model, task) -> variant -> rows
     for (model, task), pair_rows in by_pair(rows, "offload-counters").items():
         aligned = _aligned(pair_rows, variants)
-        if aligned is None:
-            continue
+        if aligned is not None:
+            for v in variants:
+                groups[(model, POOLED if pooled else task)][v] += aligned[v]
+    out = []
+    for (model, task), aligned in groups.items():
         base = counter_metrics(aligned[BASELINE]) if BASELINE in aligned else None
         for v in variants:
             m = counter_metrics(aligned[v])
             rec = {"model": model, "task": task, "variant": v, "prompts": len(aligned[v]), **m,
-                   "mean_set_size": rate(aligned[v], "set_size_sum", "block_layers") if v != "vanilla-ar" else None,
+                   "mean_set_size": rate(aligned[v], "set_size_sum", "block_layers"),
                    **accuracy_fields(aligned[v], aligned.get(BASELINE), resamples)}
             if base:
                 rec.update(traffic_change_pct=100 * (m["bytes_per_token"] / base["bytes_per_token"] - 1)

@@ -9,6 +9,8 @@
 """
 from __future__ import annotations
 
+import datetime
+import hashlib
 from pathlib import Path
 from typing import Sequence
 
@@ -46,13 +48,24 @@ def load_tokenizer(target: Path):
     return tok
 
 
-def prompt_ids(tokenizer, messages: list[dict], template_kwargs: dict | None = None) -> list[int]:
-    text = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False,
-                                         **(template_kwargs or {}))
+def prompt_ids(tokenizer, messages: list[dict], model=None) -> list[int]:
+    """The prompt of `messages` for `model` (a ModelSpec: its chat_template_kwargs, and its template_date for
+    templates that stamp today's date, e.g. GPT-OSS's, so a prompt never changes from day to day)."""
+    kwargs = dict(getattr(model, "chat_template_kwargs", None) or {})
+    date = getattr(model, "template_date", None)
+    if date is not None:   # a render variable shadows the template's strftime_now global
+        fixed = datetime.date.fromisoformat(date)
+        kwargs["strftime_now"] = lambda fmt: fixed.strftime(fmt)
+    text = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False, **kwargs)
     ids = tokenizer(text, add_special_tokens=False)["input_ids"]
     if not ids:
         raise ValueError(f"the chat template rendered an empty prompt for {messages!r}")
     return list(ids)
+
+
+def prompt_hash(ids: Sequence[int]) -> str:
+    """sha256 of the prompt's token ids (rows keep it, so a changed prompt is visible)."""
+    return hashlib.sha256(",".join(map(str, ids)).encode()).hexdigest()[:16]
 
 
 def decode(tokenizer, tokens: Sequence[int], response_format: str) -> str:

@@ -15,7 +15,11 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
+from typing import Sequence
+
 from acceptmoe.engine.trace import LAYER_FIELDS, Trace
+
+from .prompts import prompt_hash
 
 
 @dataclass(frozen=True)
@@ -52,6 +56,7 @@ class Generated:
     tokens: int
     stop_reason: str
     prompt_tokens: int
+    prompt_sha: str                    # sha256 of the prompt's token ids (first 16 hex digits)
     steps: int                         # target steps after prefill
     accepted: int                      # tokens those steps committed
     tau: float                         # accepted / steps: mean accepted length per target step
@@ -59,9 +64,10 @@ class Generated:
     decode_s: float
 
     @classmethod
-    def of(cls, gen, prompt_tokens: int) -> "Generated":
-        return cls(list(gen.tokens), len(gen.tokens), gen.stop_reason, prompt_tokens, len(gen.accept_lengths),
-                   sum(gen.accept_lengths), gen.mean_accept_length, gen.prefill_time, sum(gen.step_times))
+    def of(cls, gen, prompt_ids: Sequence[int]) -> "Generated":
+        return cls(list(gen.tokens), len(gen.tokens), gen.stop_reason, len(prompt_ids), prompt_hash(prompt_ids),
+                   len(gen.accept_lengths), sum(gen.accept_lengths), gen.mean_accept_length, gen.prefill_time,
+                   sum(gen.step_times))
 
 
 @dataclass(frozen=True)

@@ -280,3 +280,15 @@ def test_b0_limited_when_the_fallback_needs_more_prompts_than_exist():
     traces = [_trace(i, [[24 if i % 2 else 25]]) for i in range(60)]
     d = b0_runner.decide_b0(traces, B0Config(resamples=200))
     assert d["first_crossed"] and d["available_prompts"] == 60 and d["limited"]
+
+
+def test_fixed_template_date_makes_prompts_day_independent():
+    from acceptmoe.experiments.config import ModelSpec
+    from acceptmoe.experiments.prompts import load_tokenizer, prompt_ids
+    tok = load_tokenizer(Path(__file__).parents[2] / "models/tiny/target")
+    tok.chat_template = "Current date: {{ strftime_now('%Y-%m-%d') }}\n{% for m in messages %}{{ m.content }}{% endfor %}"
+    spec = ModelSpec("m", "t", "d", template_date="2025-08-05")
+    ids = prompt_ids(tok, [{"role": "user", "content": "hi"}], spec)
+    assert tok.decode(ids).startswith("Current date: 2025-08-05")
+    with pytest.raises(ConfigKeyError, match="not YYYY-MM-DD"):
+        ModelSpec("m", "t", "d", template_date="Aug 5")
