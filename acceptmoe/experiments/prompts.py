@@ -9,8 +9,10 @@
 """
 from __future__ import annotations
 
+import contextlib
 import datetime
 import hashlib
+import threading
 from pathlib import Path
 from typing import Sequence
 
@@ -52,15 +54,37 @@ def prompt_ids(tokenizer, messages: list[dict], model=None) -> list[int]:
     """The prompt of `messages` for `model` (a ModelSpec: its chat_template_kwargs, and its template_date for
     templates that stamp today's date, e.g. GPT-OSS's, so a prompt never changes from day to day)."""
     kwargs = dict(getattr(model, "chat_template_kwargs", None) or {})
-    date = getattr(model, "template_date", None)
-    if date is not None:   # a render variable shadows the template's strftime_now global
-        fixed = datetime.date.fromisoformat(date)
-        kwargs["strftime_now"] = lambda fmt: fixed.strftime(fmt)
-    text = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False, **kwargs)
+    with template_date(getattr(model, "template_date", None)):
+        text = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False, **kwargs)
     ids = tokenizer(text, add_special_tokens=False)["input_ids"]
     if not ids:
         raise ValueError(f"the chat template rendered an empty prompt for {messages!r}")
     return list(ids)
+
+
+_DATE_LOCK = threading.Lock()
+
+
+@contextlib.contextmanager
+def template_date(date: str | None):
+    """While rendering, transformers' `strftime_now` template global (it calls `datetime.now()` of
+    `transformers.utils.chat_template_utils`) returns `date` (YYYY-MM-DD); None leaves the clock alone."""
+    if date is None:
+        yield
+        return
+    from transformers.utils import chat_template_utils as ctu
+    fixed = datetime.datetime.fromisoformat(date)
+
+    class FixedClock(datetime.datetime):
+        @classmethod
+        def now(cls, tz=None):
+            return fixed
+    with _DATE_LOCK:
+        saved, ctu.datetime = ctu.datetime, FixedClock
+        try:
+            yield
+        finally:
+            ctu.datetime = saved
 
 
 def prompt_hash(ids: Sequence[int]) -> str:
