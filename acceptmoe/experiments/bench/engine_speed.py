@@ -1,8 +1,12 @@
 """Benchmark: our engine against transformers on the same target, side by side in one run, plus a profile.
 
-- Vanilla AR (ours) vs transformers' greedy `generate` with a static-free default cache: output tokens/s.
+- Vanilla AR (ours) vs transformers' greedy `generate` with its default cache: output tokens/s.
 - Standard SD and AcceptMoE (ours, EAGLE-3 tree): output tokens/s and tau. transformers' assisted
-  generation needs a causal-LM assistant; an EAGLE-3 head is not one, so no transformers SD row exists.
+  generation needs a causal-LM assistant; an EAGLE-3 head is not one, so vanilla AR is the only method
+  transformers can match.
+- aten operations dispatched per target step (`AtenCounter`, a TorchDispatchMode): a hardware-independent
+  proxy for GPU kernel launches. Per decode step for AR, per verify step including its drafting for SD;
+  measured as the difference between two generations of different lengths, so the prefill cancels.
 - Where the time goes in one Standard SD and one AcceptMoE generation (cProfile, cumulative per component).
 
 Every generation produces exactly `--tokens` tokens (EOS ignored) and the same prompts are used for every
@@ -19,6 +23,8 @@ import time
 from pathlib import Path
 
 import torch
+
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from acceptmoe.experiments.cli import parser
 
@@ -65,6 +71,51 @@ def time_transformers(model, prompts, tokens: int) -> float:
     return total_n / total_t
 
 
+class AtenCounter(TorchDispatchMode):
+    """Counts aten operations dispatched while active (every op, views included), by name."""
+
+    def __init__(self):
+        super().__init__()
+        self.ops: dict[str, int] = {}
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        name = str(func.overloadpacket)
+        self.ops[name] = self.ops.get(name, 0) + 1
+        return func(*args, **(kwargs or {}))
+
+    @property
+    def total(self) -> int:
+        return sum(self.ops.values())
+
+
+def aten_ops_per_step(run, short: int = 8, long: int = 24) -> float:
+    """aten ops per step of `run(tokens) -> steps`: (ops(long) - ops(short)) / (steps(long) - steps(short))."""
+    counts = []
+    for n in (short, long):
+        with AtenCounter() as c:
+            steps = run(n)
+        counts.append((c.total, steps))
+    (o1, s1), (o2, s2) = counts
+    return (o2 - o1) / max(s2 - s1, 1)
+
+
+def ours_ops(engine, ids, method: str, commitment) -> float:
+    def run(n):
+        gen = engine.generate(ids, method, max_new_tokens=n, ignore_eos=True, commitment=commitment,
+                              trace_layers=False)
+        return len(gen.accept_lengths)
+    return aten_ops_per_step(run)
+
+
+def transformers_ops(model, ids) -> float:
+    x = torch.tensor([ids])
+
+    def run(n):
+        model.generate(x, max_new_tokens=n, min_new_tokens=n, do_sample=False, eos_token_id=None, pad_token_id=0)
+        return n
+    return aten_ops_per_step(run)
+
+
 def profile_components(fn) -> tuple[float, dict[str, float]]:
     """(total seconds, cumulative seconds per component) of one call of fn under cProfile."""
     prof = cProfile.Profile()
@@ -103,7 +154,11 @@ def main(argv: list[str] | None = None) -> int:
     steps = TreeShape().num_steps
     commitment = (CommitmentTable.load(a.commitment) if a.commitment
                   else tuple([1.0] + [0.8 ** d for d in range(1, steps + 1)]))
-    rows = {"transformers generate (greedy)": [], "ours vanilla-ar": [], "ours standard-sd": [], "ours acceptmoe": []}
+    hf_name = "transformers generate (greedy)"
+    rows = {hf_name: [], "ours vanilla-ar": [], "ours standard-sd": [], "ours acceptmoe": []}
+    ops = {hf_name: transformers_ops(hf, prompts[0])}
+    for method in ("vanilla-ar", "standard-sd", "acceptmoe"):
+        ops[f"ours {method}"] = ours_ops(engine, prompts[0], method, commitment)
     taus: dict[str, float] = {}
     for _ in range(a.repeats):
         rows["transformers generate (greedy)"].append(time_transformers(hf, prompts, a.tokens))
@@ -113,10 +168,13 @@ def main(argv: list[str] | None = None) -> int:
             taus[f"ours {method}"] = tau
     base = statistics.median(rows["transformers generate (greedy)"])
     print(f"{a.prompts} prompts x {a.tokens} tokens, CPU {a.threads} thread(s), median of {a.repeats} runs\n")
-    print("| engine | tokens/s | vs transformers | tau |\n|---|---:|---:|---:|")
+    print("| engine | tokens/s | vs transformers | tau | aten ops / target step |\n|---|---:|---:|---:|---:|")
     for name, vals in rows.items():
         med = statistics.median(vals)
-        print(f"| {name} | {med:.1f} | {med / base:.2f}x | {taus.get(name, 1.0):.2f} |")
+        print(f"| {name} | {med:.1f} | {med / base:.2f}x | {taus.get(name, 1.0):.2f} | {ops[name]:.0f} |")
+    print("\ntransformers has no EAGLE-3 speculative decoding (assisted generation needs a causal-LM draft), "
+          "so vanilla AR is the only method it matches.\naten ops per step: per decode step (AR), per verify "
+          "step including its drafting (SD), prefill excluded.")
     for method in ("standard-sd", "acceptmoe"):
         total, parts = profile_components(lambda: time_ours(engine, prompts[:1], method, a.tokens, commitment))
         print(f"\nwhere the time goes, one {method} generation ({total:.2f} s under cProfile, cumulative; "
