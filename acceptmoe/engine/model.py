@@ -69,6 +69,8 @@ class MoEModel(nn.Module):
         _build_skeleton(self, cfg)
         self.load_state_dict(_cast(state, self.device, dtype), assign=True, strict=True)
         self.requires_grad_(False)
+        for layer in self.layers:
+            layer.self_attn.fuse()
         self.rope = Rope(cfg).to(self.device)
 
     @classmethod
@@ -116,7 +118,7 @@ class MoEModel(nn.Module):
                              f"{tuple(positions.shape)}")
         cache.check(start, T)
         cache.pos[start:start + T] = positions
-        masks = block_masks(self.config, cache, start, positions, mask)
+        masks = block_masks(self.config, cache, start, positions, mask, self.dtype)
         cos, sin = self.rope(positions, self.dtype)                      # [T, D/2] each
         wanted = {l: None for l in aux_layers}
         x = self.embed_tokens(ids)                                       # [T, H]

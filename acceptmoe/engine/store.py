@@ -110,14 +110,22 @@ class ExpertMath:
         return F.linear(self.act(F.linear(x, w["w1"], w.get("b1"))), w["w2"], w.get("b2"))
 
     def grouped(self, xs: Tensor, w: dict[str, Tensor], offs: Tensor, group: Tensor) -> Tensor:
-        """xs [M, H] rows sorted by group, w dense stacked [G, ...], offs [G] int32, group [M] -> [M, H]."""
-        h = grouped_mm(xs, w["w1"].transpose(1, 2), offs)               # [M, 2I]
+        """xs [M, H] rows sorted by group, w stacked [G, ...] from `grouped_weights`, offs [G] int32,
+        group [M] -> [M, H]."""
+        h = grouped_mm(xs, w["w1t"], offs)                               # [M, 2I]
         if "b1" in w:
             h = h + w["b1"][group]
-        y = grouped_mm(self.act(h), w["w2"].transpose(1, 2), offs)      # [M, H]
+        y = grouped_mm(self.act(h), w["w2t"], offs)                      # [M, H]
         if "b2" in w:
             y = y + w["b2"][group]
         return y
+
+
+def grouped_weights(dense: dict[str, Tensor]) -> dict[str, Tensor]:
+    """Dense stacked weights -> the operands of `ExpertMath.grouped`: w1t [G, H, 2I] and w2t [G, I, H]
+    (transposed views, sharing storage), biases as they are."""
+    out = {n: t for n, t in dense.items() if n in ("b1", "b2")}
+    return {**out, "w1t": dense["w1"].transpose(1, 2), "w2t": dense["w2"].transpose(1, 2)}
 
 
 def expert_bytes(layer_weights: dict[str, Tensor]) -> int:
@@ -126,13 +134,15 @@ def expert_bytes(layer_weights: dict[str, Tensor]) -> int:
 
 
 def experts_by_group(math: ExpertMath, x: Tensor, group: Tensor, k: int, num_groups: int,
-                     w: dict[str, Tensor]) -> Tensor:
-    """Pairs -> expert outputs [T*k, H] in pair order. group [T*k]: the weight group of each pair
-    (pair p = token p // k); rows are sorted by group (stably) for the grouped matmuls and put back."""
-    order = torch.argsort(group, stable=True)                            # [P] pair index, by group
-    offs = torch.bincount(group, minlength=num_groups).cumsum(0).to(torch.int32)  # [G]
-    ys = math.grouped(x[order // k], w, offs, group[order])              # [P, H] by group
-    return torch.empty_like(ys).index_copy_(0, order, ys)                # [P, H] in pair order
+                     w: dict[str, Tensor]) -> tuple[Tensor, Tensor]:
+    """Pairs -> (expert outputs [T*k, H] in pair order, rows per group [G]). group [T*k]: the weight
+    group of each pair (pair p = token p // k); rows are sorted by group (stably) for the grouped
+    matmuls and put back."""
+    sorted_group, order = torch.sort(group, stable=True)                 # [P] each, by group
+    counts = torch.bincount(group, minlength=num_groups)                 # [G]
+    offs = counts.cumsum(0, dtype=torch.int32)                           # [G]
+    ys = math.grouped(x[order // k], w, offs, sorted_group)              # [P, H] by group
+    return torch.empty_like(ys).index_copy_(0, order, ys), counts        # [P, H] in pair order
 
 
 def combine(y: Tensor, weights: Tensor) -> Tensor:
@@ -155,6 +165,7 @@ class ExpertStore:
 
     def reset_counters(self) -> None:
         self.tally = torch.zeros(len(self.layer_ids), 3, dtype=torch.long, device=self.device)  # [L, 3]
+        self.cells = {l: self.tally[i].unbind(0) for i, l in enumerate(self.layer_ids)}  # (hits, misses, loads)
         self.passes = dict.fromkeys(self.layer_ids, 0)
         self.wait_s = dict.fromkeys(self.layer_ids, 0.0)
 
@@ -197,7 +208,8 @@ class ResidentStore(ExpertStore):
 
     def __init__(self, math, layers, num_experts, device):
         super().__init__(math, layers, num_experts, device)
-        self.weights = {l: math.dense({n: t.to(device) for n, t in w.items()}) for l, w in _drain(layers)}
+        self.weights = {l: grouped_weights(math.dense({n: t.to(device) for n, t in w.items()}))
+                        for l, w in _drain(layers)}
         self.ones = torch.ones(num_experts, dtype=torch.bool, device=self.device)
 
     def resident(self, layer: int) -> Tensor:
@@ -207,9 +219,8 @@ class ResidentStore(ExpertStore):
     def run(self, layer: int, x: Tensor, ids: Tensor, weights: Tensor) -> Tensor:
         self._check_layer(layer)
         flat = ids.reshape(-1)                                           # [T*k]
-        y = experts_by_group(self.math, x, flat, ids.shape[1], self.num_experts, self.weights[layer])
-        used = torch.zeros(self.num_experts, dtype=torch.bool, device=x.device).index_fill_(0, flat, True)
-        self.tally[self.row[layer], _HITS] += used.sum()
+        y, counts = experts_by_group(self.math, x, flat, ids.shape[1], self.num_experts, self.weights[layer])
+        self.cells[layer][_HITS].add_(counts.count_nonzero())
         self.passes[layer] += 1
         return combine(y, weights)                                       # [T, H]
 
@@ -221,7 +232,7 @@ class OffloadedStore(ExpertStore):
         super().__init__(math, layers, num_experts, device)
         E, X, dev = num_experts, slots, self.device
         self.slots, self.cuda = slots, dev.type == "cuda"
-        self.pool, self.stage, self.host = {}, {}, {}
+        self.pool, self.stage, self.host, self.operands = {}, {}, {}, {}
         for l, w in _drain(layers):
             dense = math.dense({n: t[:1] for n, t in w.items()})        # one expert, for shapes only
             # X slots + 1 zero slot (the group of pairs outside the current wave)
@@ -229,6 +240,7 @@ class OffloadedStore(ExpertStore):
             self.stage[l] = {n: (self.pool[l][n] if n in self.pool[l] else
                                  torch.zeros((X + 1, *t.shape[1:]), dtype=t.dtype, device=dev)) for n, t in w.items()}
             self.host[l] = {n: (t.pin_memory() if self.cuda else t.contiguous()) for n, t in w.items()}
+            self.operands[l] = grouped_weights(self.pool[l])
         long = dict(dtype=torch.long, device=dev)
         self.slot_of = {l: torch.full((E + 1,), -1, **long) for l in self.layer_ids}     # expert -> slot | -1
         self.expert_in = {l: torch.full((X + 1,), -1, **long) for l in self.layer_ids}   # slot -> expert | -1
@@ -262,9 +274,9 @@ class OffloadedStore(ExpertStore):
         used = torch.zeros(E, dtype=torch.bool, device=x.device).index_fill_(0, flat, True)   # [E]
         slot_of = self.slot_of[layer]
         res = slot_of[:E] >= 0                                           # [E] resident at pass start
-        row = self.tally[self.row[layer]]
-        row[_HITS] += (used & res).sum()
-        row[_MISSES] += (used & ~res).sum()
+        cells = self.cells[layer]
+        cells[_HITS].add_((used & res).sum())
+        cells[_MISSES].add_((used & ~res).sum())
         self.passes[layer] += 1
         # processing order: used experts, resident first, then by id; rank = position in that order
         order = torch.argsort(torch.where(used, (~res).long() * E + self.arange_e, 2 * E + self.arange_e))
@@ -275,7 +287,7 @@ class OffloadedStore(ExpertStore):
             in_wave = used & (wave_of == w)                              # [E]
             self._admit(layer, in_wave, order, rank)
             group = torch.where(in_wave[flat], slot_of[flat], X)        # [P] slot, or the zero slot X
-            y += experts_by_group(self.math, x, group, k, X + 1, self.pool[layer])
+            y += experts_by_group(self.math, x, group, k, X + 1, self.operands[layer])[0]
         return combine(y, weights)                                       # [T, H]
 
     def _num_waves(self, used: Tensor, pairs: int) -> int:
@@ -308,7 +320,7 @@ class OffloadedStore(ExpertStore):
         expert_in[:X] = torch.where(replaced, incoming[:X], held)
         last_use.index_put_((torch.where(in_wave, slot_of[:E], X),), self.clock + rank)
         self.clock += E
-        self.tally[self.row[layer], _LOADS] += miss.sum()
+        self.cells[layer][_LOADS].add_(miss.sum())
         self._load(layer, miss, new_slot)
 
     def _load(self, layer: int, miss: Tensor, new_slot: Tensor) -> None:

@@ -190,7 +190,7 @@ def test_mxfp4_checkpoint_matches_transformers_with_dequantised_experts(tmp_path
     assert set(reference) <= set(hf.state_dict())
     hf.load_state_dict(reference, strict=False)
     ours = MoEModel.from_pretrained(tmp_path)
-    assert set(ours.store.weights[0]) == {"w1", "w2", "b1", "b2"}       # resident: one dequantised copy
+    assert {t.dtype for t in ours.store.weights[0].values()} == {torch.float32}   # dequantised once
     off = MoEModel.from_pretrained(tmp_path, store="offloaded", slots=3)
     assert off.store.host[0]["w1_blocks"].dtype == torch.uint8           # offloaded: host keeps it packed
     ids = _prompt(12, 96, seed=9)
