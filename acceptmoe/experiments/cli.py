@@ -29,6 +29,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
                           "beta sensitivity, on-policy p_hat, B0 from training-split traces"),
     "bench-engine": ("acceptmoe.experiments.bench.engine_speed",
                      "our engine vs transformers on the tiny model (tokens/s, tau) and where the time goes"),
+    "gpu-check": ("acceptmoe.experiments.gpu_check", "checks and timings of the engine on one CUDA GPU (<= 10 minutes)"),
     "train-tiny": ("acceptmoe.tiny.train_tiny",
                    "regenerate models/tiny from seeds: data, tokenizer, target, EAGLE-3 draft"),
     "tiny-eval": ("acceptmoe.tiny.quick_eval", "greedy accuracy of a tiny target per tiny task (transformers)"),
