@@ -120,12 +120,30 @@ class ExpertMath:
             y = y + w["b2"][group]
         return y
 
+    def per_pair(self, x: Tensor, w: dict[str, Tensor], group: Tensor, k: int) -> Tensor:
+        """The same MLP with each pair's weights gathered: x [T, H], group [T*k] -> [T*k, H] in pair order."""
+        T, H = x.shape
+        xs = x[:, None].expand(T, k, H).reshape(T * k, 1, H)             # [P, 1, H]
+        h = torch.bmm(xs, w["w1t"][group])                               # [P, 1, 2I]
+        if "b1" in w:
+            h = h + w["b1"][group][:, None]
+        y = torch.bmm(self.act(h), w["w2t"][group])                      # [P, 1, H]
+        if "b2" in w:
+            y = y + w["b2"][group][:, None]
+        return y.view(T * k, H)
+
 
 def grouped_weights(dense: dict[str, Tensor]) -> dict[str, Tensor]:
-    """Dense stacked weights -> the operands of `ExpertMath.grouped`: w1t [G, H, 2I] and w2t [G, I, H]
-    (transposed views, sharing storage), biases as they are."""
-    out = {n: t for n, t in dense.items() if n in ("b1", "b2")}
-    return {**out, "w1t": dense["w1"].transpose(1, 2), "w2t": dense["w2"].transpose(1, 2)}
+    """Dense stacked weights -> the operands of `ExpertMath.grouped` and `per_pair`: w1 [G, 2I, H], w2
+    [G, H, I], their transposed views w1t, w2t (sharing storage), biases as they are."""
+    return {**dense, "w1t": dense["w1"].transpose(1, 2), "w2t": dense["w2"].transpose(1, 2)}
+
+
+def gathers_per_pair(x: Tensor, pairs: int, num_experts: int) -> bool:
+    """The one rule choosing how experts are multiplied: per pair on gathered weights for a CPU pass with
+    few pairs (pairs * 6 <= E; the CPU grouped_mm costs a few microseconds per group, used or not), else
+    one grouped matmul. It depends on the pass and E only, so both stores make the same choice."""
+    return x.device.type == "cpu" and 6 * pairs <= num_experts
 
 
 def expert_bytes(layer_weights: dict[str, Tensor]) -> int:
@@ -134,12 +152,14 @@ def expert_bytes(layer_weights: dict[str, Tensor]) -> int:
 
 
 def experts_by_group(math: ExpertMath, x: Tensor, group: Tensor, k: int, num_groups: int,
-                     w: dict[str, Tensor]) -> tuple[Tensor, Tensor]:
+                     w: dict[str, Tensor], per_pair: bool) -> tuple[Tensor, Tensor]:
     """Pairs -> (expert outputs [T*k, H] in pair order, rows per group [G]). group [T*k]: the weight
-    group of each pair (pair p = token p // k); rows are sorted by group (stably) for the grouped
-    matmuls and put back."""
-    sorted_group, order = torch.sort(group, stable=True)                 # [P] each, by group
+    group of each pair (pair p = token p // k). per_pair: gathered weights (`gathers_per_pair`); else
+    rows are sorted by group (stably) for the grouped matmuls and put back."""
     counts = torch.bincount(group, minlength=num_groups)                 # [G]
+    if per_pair:
+        return math.per_pair(x, w, group, k), counts
+    sorted_group, order = torch.sort(group, stable=True)                 # [P] each, by group
     offs = counts.cumsum(0, dtype=torch.int32)                           # [G]
     ys = math.grouped(x[order // k], w, offs, sorted_group)              # [P, H] by group
     return torch.empty_like(ys).index_copy_(0, order, ys), counts        # [P, H] in pair order
@@ -219,7 +239,8 @@ class ResidentStore(ExpertStore):
     def run(self, layer: int, x: Tensor, ids: Tensor, weights: Tensor) -> Tensor:
         self._check_layer(layer)
         flat = ids.reshape(-1)                                           # [T*k]
-        y, counts = experts_by_group(self.math, x, flat, ids.shape[1], self.num_experts, self.weights[layer])
+        y, counts = experts_by_group(self.math, x, flat, ids.shape[1], self.num_experts, self.weights[layer],
+                                     gathers_per_pair(x, flat.shape[0], self.num_experts))
         self.cells[layer][_HITS].add_(counts.count_nonzero())
         self.passes[layer] += 1
         return combine(y, weights)                                       # [T, H]
@@ -283,11 +304,12 @@ class OffloadedStore(ExpertStore):
         rank = torch.empty_like(order).index_copy_(0, order, self.arange_e)   # [E]
         wave_of = rank // X                                              # [E]
         y = torch.zeros(flat.shape[0], x.shape[1], dtype=x.dtype, device=x.device)   # [P, H]
+        per_pair = gathers_per_pair(x, flat.shape[0], E)
         for w in range(self._num_waves(used, flat.shape[0])):
             in_wave = used & (wave_of == w)                              # [E]
             self._admit(layer, in_wave, order, rank)
             group = torch.where(in_wave[flat], slot_of[flat], X)        # [P] slot, or the zero slot X
-            y += experts_by_group(self.math, x, group, k, X + 1, self.operands[layer])[0]
+            y += experts_by_group(self.math, x, group, k, X + 1, self.operands[layer], per_pair)[0]
         return combine(y, weights)                                       # [T, H]
 
     def _num_waves(self, used: Tensor, pairs: int) -> int:
