@@ -33,8 +33,9 @@ class Rope(nn.Module):
     """cos/sin tables for given positions (default RoPE or YaRN), applied to halves of the head.
 
     Returned full width and broadcastable over heads: cos [T, 1, D] = (c, c) and sin [T, 1, D] = (-s, s),
-    so that `apply_rope` is x * cos + roll(x, D/2) * sin. Positions below `max_position_embeddings` are
-    looked up in tables built once; others are computed."""
+    so that `apply_rope` is x * cos + roll(x, D/2) * sin. When every position is known to lie below
+    `max_position_embeddings` (`bound`, the cache length), they are looked up in tables built once;
+    otherwise computed."""
 
     def __init__(self, cfg: ModelConfig):
         super().__init__()
@@ -50,8 +51,9 @@ class Rope(nn.Module):
         freqs = positions.float()[:, None, None] * self.inv_freq                           # [T, 1, D]
         return (freqs.cos() * self.scale).to(dtype), (freqs.sin() * self.sin_scale).to(dtype)
 
-    def forward(self, positions: Tensor, dtype: torch.dtype) -> tuple[Tensor, Tensor]:
-        if not self.table_len:
+    def forward(self, positions: Tensor, dtype: torch.dtype, bound: int | None = None) -> tuple[Tensor, Tensor]:
+        """positions [T] (all < bound when given) -> cos, sin [T, 1, D] in dtype."""
+        if bound is None or bound > self.table_len:
             return self.compute(positions, dtype)
         if dtype not in self.tables:
             self.tables[dtype] = self.compute(torch.arange(self.table_len, device=self.inv_freq.device), dtype)

@@ -62,7 +62,7 @@ def grouped_mm(x: Tensor, w: Tensor, offs: Tensor) -> Tensor:
     if _NATIVE.get(key, True):
         try:
             return F.grouped_mm(x, w, offs=offs)
-        except (RuntimeError, NotImplementedError):
+        except (RuntimeError, NotImplementedError, ValueError, TypeError):
             _NATIVE[key] = False
     out = x.new_zeros(x.shape[0], w.shape[-1])
     lo = 0
