@@ -160,3 +160,18 @@ def test_per_pair_and_grouped_paths_match_the_definition(kind, n_tokens):
     y = resident.run(0, x, ids, weights)
     torch.testing.assert_close(y, _dense_reference(math, layer, x, ids, weights))
     assert torch.equal(offloaded.run(0, x, ids, weights), y)
+
+
+def test_resident_pass_is_a_fixed_op_sequence_whatever_the_experts_used():
+    """The same aten operations run whether a pass's pairs use one expert or all of them (no per-expert
+    loop): two grouped matmuls."""
+    from acceptmoe.experiments.bench.engine_speed import AtenCounter
+    store = make_store("resident", _math("clamped_swiglu"), _layers("clamped_swiglu"), E, "cpu")
+    x = torch.randn(T, H)
+    weights = torch.full((T, K), 0.5)
+    counts = []
+    for ids in (torch.zeros(T, K, dtype=torch.long), torch.arange(T * K).view(T, K) % E):
+        with AtenCounter() as c:
+            store.run(0, x, ids, weights)
+        counts.append(dict(c.ops))
+    assert counts[0] == counts[1] and counts[0].get("aten._grouped_mm") == 2
