@@ -340,9 +340,9 @@ def run_all(device, model_dir: Path, out: Path, prompts: int = 4, tokens: int = 
     with tempfile.TemporaryDirectory() as tmp:
         record(check_parity(device, Path(tmp)))
     record(check_graphs(device))
-    E = json.loads((model_dir / "target" / "config.json").read_text()).get("num_experts", 128)
-    engines = {"resident": load_engine(model_dir, device=device),
-               "offloaded": load_engine(model_dir, device=device, store="offloaded", slots=max(1, E // 4))}
+    engines = {"resident": load_engine(model_dir, device=device)}
+    E = engines["resident"].model.config.num_experts
+    engines["offloaded"] = load_engine(model_dir, device=device, store="offloaded", slots=max(1, E // 4))
     ids = tiny_prompts(AutoTokenizer.from_pretrained(model_dir / "target"), prompts)
     engines["offloaded"].model.store.reset_counters()
     record(check_lossless(engines, ids, tokens))

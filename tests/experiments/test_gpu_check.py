@@ -73,3 +73,16 @@ def test_timing_rows_on_a_small_layer_shape():
     assert verify < 3 * decode                                  # fixed op sequence, not one per routed expert
     text = gpu_check.table({"checks": [{"check": "kernel", "verdict": "PASS"}], "timing": {"small": rows}})
     assert "| small | decode step (1 token) |" in text
+
+
+def test_run_all_on_cpu_writes_the_json_beside_the_table(tmp_path):
+    """The whole script on CPU at small sizes: every check reports, the table and the JSON agree."""
+    import json
+    res = gpu_check.run_all("cpu", TINY, tmp_path, prompts=1, tokens=6, layer_shape=SMALL_SHAPE,
+                            kernel_shape=(5, 16, 2))
+    assert [c["check"] for c in res["checks"]] == ["kernel", "parity", "graphs", "lossless", "pinned"]
+    assert {c["check"]: c["verdict"] for c in res["checks"]}["lossless"] == "PASS"
+    saved = json.loads((tmp_path / "gpu_check.json").read_text())
+    assert saved["checks"] == res["checks"] and set(saved["timing"]) == set(res["timing"])
+    assert len(saved["timing"]["tiny world"]) == 3 and all(r["aten_ops"] > 0 for r in saved["timing"]["tiny world"])
+    assert (tmp_path / "gpu_check.md").read_text().strip() == gpu_check.table(res)
