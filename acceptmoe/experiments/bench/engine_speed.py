@@ -175,6 +175,17 @@ def main(argv: list[str] | None = None) -> int:
     print("\ntransformers has no EAGLE-3 speculative decoding (assisted generation needs a causal-LM draft), "
           "so vanilla AR is the only method it matches.\naten ops per step: per decode step (AR), per verify "
           "step including its drafting (SD), prefill excluded.")
+    med = {name: statistics.median(vals) for name, vals in rows.items()}
+    print("\ntargets (tiny world, CPU):")
+    for label, value, goal in (
+            ("vanilla-ar aten ops / decode step <= 300", ops["ours vanilla-ar"], ops["ours vanilla-ar"] <= 300),
+            ("standard-sd aten ops / verify step <= 1000", ops["ours standard-sd"], ops["ours standard-sd"] <= 1000),
+            ("vanilla-ar >= 2x transformers", med["ours vanilla-ar"] / base, med["ours vanilla-ar"] >= 2 * base),
+            ("standard-sd >= 1.2x vanilla-ar", med["ours standard-sd"] / med["ours vanilla-ar"],
+             med["ours standard-sd"] >= 1.2 * med["ours vanilla-ar"]),
+            ("acceptmoe >= standard-sd", med["ours acceptmoe"] / med["ours standard-sd"],
+             med["ours acceptmoe"] >= med["ours standard-sd"])):
+        print(f"  {label:<44} {value:8.2f}  {'met' if goal else 'missed'}")
     for method in ("standard-sd", "acceptmoe"):
         total, parts = profile_components(lambda: time_ours(engine, prompts[:1], method, a.tokens, commitment))
         print(f"\nwhere the time goes, one {method} generation ({total:.2f} s under cProfile, cumulative; "
