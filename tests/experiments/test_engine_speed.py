@@ -14,7 +14,7 @@ def test_aten_ops_per_decode_step_is_fixed():
     def run(n):
         return len(engine.generate([5, 17, 300], "vanilla-ar", max_new_tokens=n, ignore_eos=True).accept_lengths)
     a, b = aten_ops_per_step(run, 4, 12), aten_ops_per_step(run, 6, 20)
-    assert a == b and a == int(a) and 100 < a < 2000
+    assert a == b and 100 < a < 2000
     with AtenCounter() as c:
         run(1)
     assert c.total > 0 and c.ops["aten.mm"] > 0
