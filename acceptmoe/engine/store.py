@@ -8,7 +8,8 @@ A MoE layer is a fixed sequence of tensor operations, whatever the routing: the 
 are sorted by their weight group, the experts are two grouped matmuls over the sorted rows (`grouped_mm`,
 one group per expert or slot), and each pair's output is put back in pair order, weighted and summed over
 k. No Python loop over experts and no host sync inside a pass on a resident store; the counters live in a
-device tensor and are read by `stats()` after the step.
+device tensor and are read by `stats()` after the step. On CPU a pass with few pairs (a decode step)
+multiplies per pair on gathered weights instead (`gathers_per_pair`: the CPU grouped_mm pays per group).
 
 - `ResidentStore`: every expert of every MoE layer on the device; groups = experts. Every used expert
   is a hit.
