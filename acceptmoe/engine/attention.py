@@ -30,60 +30,88 @@ class RMSNorm(nn.Module):
 
 
 class Rope(nn.Module):
-    """cos/sin tables [T, D/2] for given positions (default RoPE or YaRN), applied to halves of the head."""
+    """cos/sin tables for given positions (default RoPE or YaRN), applied to halves of the head.
+
+    Returned full width and broadcastable over heads: cos [T, 1, D] = (c, c) and sin [T, 1, D] = (-s, s),
+    so that `apply_rope` is x * cos + roll(x, D/2) * sin. When every position is known to lie below
+    `max_position_embeddings` (`bound`, the cache length), they are looked up in tables built once;
+    otherwise computed."""
 
     def __init__(self, cfg: ModelConfig):
         super().__init__()
         inv_freq, self.scale = cfg.rope.inv_freq(cfg.head_dim)
-        self.register_buffer("inv_freq", inv_freq, persistent=False)     # [D/2] fp32
+        self.register_buffer("inv_freq", torch.cat((inv_freq, inv_freq)), persistent=False)   # [D] fp32
+        half = inv_freq.numel()
+        sign = torch.cat((-torch.ones(half), torch.ones(half)))
+        self.register_buffer("sin_scale", sign * self.scale, persistent=False)             # [D]
+        self.table_len = cfg.max_position_embeddings
+        self.tables: dict[torch.dtype, tuple[Tensor, Tensor]] = {}
 
-    def forward(self, positions: Tensor, dtype: torch.dtype) -> tuple[Tensor, Tensor]:
-        freqs = positions.float()[:, None] * self.inv_freq[None, :]      # [T, D/2]
-        return (freqs.cos() * self.scale).to(dtype), (freqs.sin() * self.scale).to(dtype)
+    def compute(self, positions: Tensor, dtype: torch.dtype) -> tuple[Tensor, Tensor]:
+        freqs = positions.float()[:, None, None] * self.inv_freq                           # [T, 1, D]
+        return (freqs.cos() * self.scale).to(dtype), (freqs.sin() * self.sin_scale).to(dtype)
+
+    def forward(self, positions: Tensor, dtype: torch.dtype, bound: int | None = None) -> tuple[Tensor, Tensor]:
+        """positions [T] (all < bound when given) -> cos, sin [T, 1, D] in dtype."""
+        if bound is None or bound > self.table_len:
+            return self.compute(positions, dtype)
+        if dtype not in self.tables:
+            self.tables[dtype] = self.compute(torch.arange(self.table_len, device=self.inv_freq.device), dtype)
+        cos, sin = self.tables[dtype]                                                      # [P, 1, D] each
+        return cos[positions], sin[positions]
 
 
 def apply_rope(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
-    """x [T, heads, D], cos/sin [T, D/2] -> rotated x (non-interleaved halves, as Qwen3 and GPT-OSS)."""
-    x1, x2 = x.chunk(2, dim=-1)                                          # [T, h, D/2] each
-    c, s = cos[:, None, :], sin[:, None, :]
-    return torch.cat((x1 * c - x2 * s, x2 * c + x1 * s), dim=-1)
+    """x [T, heads, D], cos/sin [T, 1, D] from `Rope` -> rotated x (non-interleaved halves, as Qwen3 and
+    GPT-OSS): (x1 c - x2 s, x2 c + x1 s)."""
+    return x * cos + x.roll(x.shape[-1] // 2, -1) * sin
 
 
 def block_masks(cfg: ModelConfig, cache: KVCache, start: int, positions: Tensor,
-                mask: Tensor | None) -> dict[int | None, Tensor]:
-    """Bool masks [T, start+T] (True = may attend) per distinct window of the model.
+                mask: Tensor | None, dtype: torch.dtype) -> dict[int | None, Tensor | None]:
+    """Additive masks [T, start+T] in `dtype` (0 = may attend, -inf = may not) per distinct window of the
+    model, built once per forward; None where every key is visible (one new token, no window).
 
     Committed slots [0, start) are visible to every new token; among the T new tokens `mask` (None =
     causal). A window w keeps keys with q_pos - k_pos < w (RoPE positions, not slots)."""
     T, dev = positions.shape[0], positions.device
+    windows = set(cfg.windows) - {None}
     if mask is None:
-        mask = torch.ones(T, T, dtype=torch.bool, device=dev).tril()
+        if T == 1 and not windows:
+            return {None: None}
+        base = torch.ones(T, start + T, dtype=torch.bool, device=dev).tril(start)          # [T, S']
     elif mask.shape != (T, T) or mask.dtype != torch.bool:
         raise ValueError(f"mask must be bool [T, T] = [{T}, {T}], got {mask.dtype} {tuple(mask.shape)}")
-    base = torch.cat((torch.ones(T, start, dtype=torch.bool, device=dev), mask.to(dev)), dim=1)  # [T, S']
-    out: dict[int | None, Tensor] = {None: base}
+    else:
+        base = torch.cat((torch.ones(T, start, dtype=torch.bool, device=dev), mask.to(dev)), dim=1)  # [T, S']
+    out = {None: base}
     key_pos = cache.pos[:start + T]                                      # [S']
-    for w in set(cfg.windows) - {None}:
+    for w in windows:
         out[w] = base & ((positions[:, None] - key_pos[None, :]) < w)
-    return out
+    zero = torch.zeros((), dtype=dtype, device=dev)
+    return {w: zero.masked_fill(~m, float("-inf")) for w, m in out.items()}
 
 
-def attend(q: Tensor, k: Tensor, v: Tensor, mask: Tensor, scale: float, sinks: Tensor | None) -> Tensor:
-    """q [Hq, T, D], k/v [Hkv, S, D], mask [T, S] bool, sinks [Hq] | None -> [Hq, T, D]."""
+def attend(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, scale: float, sinks: Tensor | None) -> Tensor:
+    """q [1, Hq, T, D], k/v [1, Hkv, S, D], mask [T, S] additive | None, sinks [Hq] | None -> [1, Hq, T, D]."""
     if sinks is None:
-        return F.scaled_dot_product_attention(q[None], k[None], v[None], attn_mask=mask, scale=scale,
-                                              enable_gqa=True)[0]
-    Hq, T, D = q.shape
-    Hkv, G = k.shape[0], Hq // k.shape[0]
-    scores = q.reshape(Hkv, G * T, D) @ k.transpose(1, 2) * scale        # [Hkv, G*T, S]
-    scores = scores.view(Hq, T, -1).masked_fill(~mask, float("-inf"))    # [Hq, T, S]
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale, enable_gqa=True)
+    _, Hq, T, D = q.shape
+    Hkv, G = k.shape[1], Hq // k.shape[1]
+    scores = q.reshape(Hkv, G * T, D) @ k[0].transpose(1, 2) * scale     # [Hkv, G*T, S]
+    scores = scores.view(Hq, T, -1)                                      # [Hq, T, S]
+    if mask is not None:
+        scores = scores + mask
     sink = sinks.to(scores.dtype)[:, None, None].expand(Hq, T, 1)        # [Hq, T, 1]
     probs = torch.softmax(torch.cat((scores, sink), dim=-1).float(), dim=-1)[..., :-1]  # [Hq, T, S]
-    out = probs.to(v.dtype).reshape(Hkv, G * T, -1) @ v                  # [Hkv, G*T, D]
-    return out.view(Hq, T, D)
+    out = probs.to(v.dtype).reshape(Hkv, G * T, -1) @ v[0]               # [Hkv, G*T, D]
+    return out.view(1, Hq, T, D)
 
 
 class Attention(nn.Module):
+    """Loads as q/k/v projections and q/k norms (the checkpoint's names); `fuse()` then joins them into one
+    qkv projection and one per-head norm over the q and k heads, which `forward` uses."""
+
     def __init__(self, cfg: ModelConfig, layer: int):
         super().__init__()
         H, D = cfg.hidden_size, cfg.head_dim
@@ -97,17 +125,36 @@ class Attention(nn.Module):
         self.q_norm = RMSNorm(D, cfg.rms_norm_eps) if cfg.qk_norm else None
         self.k_norm = RMSNorm(D, cfg.rms_norm_eps) if cfg.qk_norm else None
         self.sinks = nn.Parameter(torch.zeros(self.nq), requires_grad=False) if cfg.attention_sinks else None
+        self.qkv: nn.Linear | None = None
+        self.qk_norm: RMSNorm | None = None
+
+    @torch.no_grad()
+    def fuse(self) -> None:
+        """Replace q/k/v_proj by one projection [(Hq + 2 Hkv) D, H] and q/k_norm by one norm whose weight
+        is per head [Hq + Hkv, D] (the same numbers, fewer operations)."""
+        projs = (self.q_proj, self.k_proj, self.v_proj)
+        w = torch.cat([p.weight for p in projs])
+        self.qkv = nn.Linear(w.shape[1], w.shape[0], bias=self.q_proj.bias is not None, device=w.device,
+                             dtype=w.dtype).requires_grad_(False)
+        self.qkv.weight.copy_(w)
+        if self.qkv.bias is not None:
+            self.qkv.bias.copy_(torch.cat([p.bias for p in projs]))
+        if self.q_norm is not None:
+            self.qk_norm = RMSNorm(self.D, self.q_norm.eps)
+            self.qk_norm.weight = nn.Parameter(torch.cat((self.q_norm.weight.expand(self.nq, self.D),
+                                                          self.k_norm.weight.expand(self.nkv, self.D))),
+                                               requires_grad=False)       # [Hq + Hkv, D]
+        del self.q_proj, self.k_proj, self.v_proj, self.q_norm, self.k_norm
 
     def forward(self, x: Tensor, cos: Tensor, sin: Tensor, cache: KVCache, start: int,
                 masks: dict[int | None, Tensor]) -> Tensor:
         """x [T, H] -> [T, H]; writes this layer's new K/V to cache slots start..start+T-1."""
-        T = x.shape[0]
-        q = self.q_proj(x).view(T, self.nq, self.D)                      # [T, Hq, D]
-        k = self.k_proj(x).view(T, self.nkv, self.D)                     # [T, Hkv, D]
-        v = self.v_proj(x).view(T, self.nkv, self.D)                     # [T, Hkv, D]
-        if self.q_norm is not None:
-            q, k = self.q_norm(q), self.k_norm(k)
-        q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
-        keys, values = cache.write(self.layer, start, k.transpose(0, 1), v.transpose(0, 1))  # [Hkv, S', D]
-        o = attend(q.transpose(0, 1), keys, values, masks[self.window], self.scale, self.sinks)  # [Hq, T, D]
-        return self.o_proj(o.transpose(0, 1).reshape(T, self.nq * self.D))
+        T, nqk = x.shape[0], self.nq + self.nkv
+        qkv = self.qkv(x).view(T, nqk + self.nkv, self.D)                # [T, Hq + 2 Hkv, D]
+        qk, v = qkv[:, :nqk], qkv[:, nqk:]                               # [T, Hq + Hkv, D], [T, Hkv, D]
+        if self.qk_norm is not None:
+            qk = self.qk_norm(qk)
+        qk = apply_rope(qk, cos, sin).transpose(0, 1)                    # [Hq + Hkv, T, D]
+        keys, values = cache.write(self.layer, start, qk[self.nq:], v.transpose(0, 1))  # [1, Hkv, S', D]
+        o = attend(qk[None, :self.nq], keys, values, masks[self.window], self.scale, self.sinks)  # [1, Hq, T, D]
+        return self.o_proj(o.transpose(1, 2).reshape(T, self.nq * self.D))

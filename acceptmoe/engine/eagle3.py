@@ -18,6 +18,7 @@ layers 1, L//2 - 1, L - 4.
 """
 from __future__ import annotations
 
+import functools
 import json
 import math
 from pathlib import Path
@@ -70,14 +71,28 @@ def rope_inv_freq(head_dim: int, theta: float, scaling: dict | None) -> Tensor:
     return inv.float()
 
 
+def rope_tables(positions: Tensor, inv_freq: Tensor) -> tuple[Tensor, Tensor]:
+    """positions [T] -> fp32 cos [T, 1, hd] and sign-folded sin [T, 1, hd] (-sin on the first half)."""
+    freqs = positions.float()[:, None] * inv_freq.to(positions.device)[None]   # [T, hd/2]
+    emb = torch.cat([freqs, freqs], dim=-1)[:, None, :]                         # [T, 1, hd]
+    return emb.cos(), emb.sin() * _rope_sign(freqs.shape[-1], positions.device)
+
+
+@functools.lru_cache(maxsize=16)
+def _rope_sign(half: int, device: torch.device) -> Tensor:
+    """[2 * half]: -1 on the first half, +1 on the second."""
+    return torch.cat([-torch.ones(half), torch.ones(half)]).to(device)
+
+
+def rotate(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
+    """x [..., heads, hd] with tables from `rope_tables`: rotate-half RoPE (x1 c - x2 s, x2 c + x1 s) in fp32."""
+    xf = x.float()
+    return (xf * cos + xf.roll(xf.shape[-1] // 2, -1) * sin).to(x.dtype)
+
+
 def apply_rope(x: Tensor, positions: Tensor, inv_freq: Tensor) -> Tensor:
     """x [T, heads, hd]; rotate-half RoPE computed in fp32."""
-    freqs = positions.float()[:, None] * inv_freq.to(x.device)[None]           # [T, hd/2]
-    emb = torch.cat([freqs, freqs], dim=-1)[:, None, :]                         # [T, 1, hd]
-    xf = x.float()
-    half = xf.shape[-1] // 2
-    rotated = torch.cat([-xf[..., half:], xf[..., :half]], dim=-1)
-    return (xf * emb.cos() + rotated * emb.sin()).to(x.dtype)
+    return rotate(x, *rope_tables(positions, inv_freq))
 
 
 class DraftCache:
@@ -108,15 +123,15 @@ class Attention(nn.Module):
     def forward(self, x: Tensor, positions: Tensor, cache: DraftCache, start: int, mask: Tensor) -> Tensor:
         """x [T, 2H]; mask [T, start + T] bool (True: attend). Writes K/V to slots start..start+T-1."""
         T = x.shape[0]
-        q = apply_rope(self.q_proj(x).view(T, self.heads, self.head_dim), positions, self.inv_freq)
-        k = apply_rope(self.k_proj(x).view(T, self.kv_heads, self.head_dim), positions, self.inv_freq)
-        cache.k[start:start + T] = k
+        cos, sin = rope_tables(positions, self.inv_freq)                           # [T, 1, hd] each
+        q = rotate(self.q_proj(x).view(T, self.heads, self.head_dim), cos, sin)
+        cache.k[start:start + T] = rotate(self.k_proj(x).view(T, self.kv_heads, self.head_dim), cos, sin)
         cache.v[start:start + T] = self.v_proj(x).view(T, self.kv_heads, self.head_dim)
-        rep = self.heads // self.kv_heads
-        keys = cache.k[: start + T].repeat_interleave(rep, dim=1).transpose(0, 1)    # [heads, S, hd]
-        vals = cache.v[: start + T].repeat_interleave(rep, dim=1).transpose(0, 1)
-        out = F.scaled_dot_product_attention(q.transpose(0, 1), keys, vals, attn_mask=mask[None])
-        return self.o_proj(out.transpose(0, 1).reshape(T, self.heads * self.head_dim))
+        keys = cache.k[None, : start + T].transpose(1, 2)                          # [1, kv_heads, S, hd]
+        vals = cache.v[None, : start + T].transpose(1, 2)
+        out = F.scaled_dot_product_attention(q.transpose(0, 1)[None], keys, vals, attn_mask=mask,
+                                             enable_gqa=True)                      # [1, heads, T, hd]
+        return self.o_proj(out[0].transpose(0, 1).reshape(T, self.heads * self.head_dim))
 
 
 class MLP(nn.Module):

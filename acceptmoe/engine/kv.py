@@ -17,6 +17,9 @@ class KVCache:
         self.k = torch.zeros(shape, dtype=dtype, device=device)           # [L, Hkv, S, D]
         self.v = torch.zeros(shape, dtype=dtype, device=device)           # [L, Hkv, S, D]
         self.pos = torch.zeros(max_len, dtype=torch.long, device=device)  # [S]
+        self.layer_k, self.layer_v = self.k.unbind(0), self.v.unbind(0)    # per-layer views [Hkv, S, D]
+        self.batch_k = [k[None] for k in self.layer_k]                     # the same, [1, Hkv, S, D]
+        self.batch_v = [v[None] for v in self.layer_v]
         self.max_len = max_len
 
     def check(self, start: int, T: int) -> None:
@@ -25,11 +28,11 @@ class KVCache:
                              "create the cache with a larger max_len")
 
     def write(self, layer: int, start: int, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
-        """Store k, v [Hkv, T, D] at slots start..start+T-1; return this layer's keys/values [Hkv, start+T, D]."""
+        """Store k, v [Hkv, T, D] at slots start..start+T-1; return this layer's keys/values [1, Hkv, start+T, D]."""
         end = start + k.shape[1]
-        self.k[layer, :, start:end] = k
-        self.v[layer, :, start:end] = v
-        return self.k[layer, :, :end], self.v[layer, :, :end]
+        self.layer_k[layer][:, start:end] = k
+        self.layer_v[layer][:, start:end] = v
+        return self.batch_k[layer][:, :, :end], self.batch_v[layer][:, :, :end]
 
     def keep(self, start: int, idx: list[int] | Tensor) -> None:
         """Move block-relative slots `idx` (slots start + idx) to slots start..start+len(idx)-1."""

@@ -69,6 +69,8 @@ class MoEModel(nn.Module):
         _build_skeleton(self, cfg)
         self.load_state_dict(_cast(state, self.device, dtype), assign=True, strict=True)
         self.requires_grad_(False)
+        for layer in self.layers:
+            layer.self_attn.fuse()
         self.rope = Rope(cfg).to(self.device)
 
     @classmethod
@@ -107,7 +109,8 @@ class MoEModel(nn.Module):
                 policy: Policy | None = None, aux_layers: Sequence[int] = ()) -> tuple[Tensor, Tensor | None]:
         """ids [T], positions [T] -> logits [T, V] fp32, aux [T, len(aux_layers) * H] | None.
 
-        New K/V go to cache slots start..start+T-1; each new token attends to slots [0, start) and to the
+        Positions are below cache.max_len (a token's position never exceeds its slot; the engine's trees
+        and prompts keep that). New K/V go to cache slots start..start+T-1; each new token attends to slots [0, start) and to the
         new tokens `mask` [T, T] allows (None = causal). aux holds the residual stream after each layer of
         `aux_layers`, concatenated in that order."""
         T = ids.shape[0]
@@ -116,8 +119,8 @@ class MoEModel(nn.Module):
                              f"{tuple(positions.shape)}")
         cache.check(start, T)
         cache.pos[start:start + T] = positions
-        masks = block_masks(self.config, cache, start, positions, mask)
-        cos, sin = self.rope(positions, self.dtype)                      # [T, D/2] each
+        masks = block_masks(self.config, cache, start, positions, mask, self.dtype)
+        cos, sin = self.rope(positions, self.dtype, cache.max_len)       # [T, 1, D] each
         wanted = {l: None for l in aux_layers}
         x = self.embed_tokens(ids)                                       # [T, H]
         for i, layer in enumerate(self.layers):

@@ -2,10 +2,12 @@
 
 A weight matrix [R, C] is stored as `blocks` uint8 [R, C/32, 16] (two E2M1 values per byte, low nibble
 first) and `scales` uint8 [R, C/32] (one shared power-of-two exponent per 32 values, biased by 127).
-Value = FP4_VALUES[nibble] * 2 ** (scale - 127). GPT-OSS keeps expert weights packed; we dequantise one
-expert at a time, on whatever device the packed bytes live.
+Value = FP4_VALUES[nibble] * 2 ** (scale - 127). GPT-OSS keeps expert weights packed; `dequantize` runs on
+whatever device the packed bytes live (the ExpertStore calls it once per expert and load, never per use).
 """
 from __future__ import annotations
+
+import functools
 
 import torch
 from torch import Tensor
@@ -19,13 +21,19 @@ def dequantize(blocks: Tensor, scales: Tensor, dtype: torch.dtype = torch.bfloat
     if blocks.shape[:-1] != scales.shape or blocks.shape[-1] != BLOCK // 2:
         raise ValueError(f"MXFP4 blocks {tuple(blocks.shape)} and scales {tuple(scales.shape)} do not match: "
                          "expected blocks [..., G, 16] with scales [..., G]")
-    lut = torch.tensor(FP4_VALUES, dtype=torch.float32, device=blocks.device)
+    lut = _lut(blocks.device)
     lo = lut[(blocks & 0x0F).long()]                                     # [..., G, 16]
     hi = lut[(blocks >> 4).long()]                                       # [..., G, 16]
     vals = torch.stack((lo, hi), dim=-1).flatten(-2)                     # [..., G, 32]
     exp = scales.to(torch.int32) - 127                                   # [..., G]
     out = torch.ldexp(vals, exp.unsqueeze(-1).float())                   # [..., G, 32]
     return out.flatten(-2).to(dtype)                                     # [..., G * 32]
+
+
+@functools.lru_cache(maxsize=8)
+def _lut(device: torch.device) -> Tensor:
+    """FP4_VALUES as an fp32 table on `device`, uploaded once."""
+    return torch.tensor(FP4_VALUES, dtype=torch.float32, device=device)
 
 
 def quantize(w: Tensor) -> tuple[Tensor, Tensor]:

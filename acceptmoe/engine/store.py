@@ -1,32 +1,43 @@
-"""ExpertStore: where expert weights live and how a routed MoE layer is computed.
+"""ExpertStore: where expert weights live and how a routed MoE layer is computed on the device.
 
     y = store.run(layer, x[T, H], ids[T, k], weights[T, k])     # only experts that received tokens run
     store.resident(layer) -> bool [E]                           # the residency mask (pruning input)
     store.stats(), store.reset_counters()
 
-Two kinds share one expert computation (`ExpertMath`) and one dispatch (`Dispatch`: the T*k (token,
-expert) pairs sorted by expert, one small matmul chain per used expert on a contiguous segment, each pair's
-output weighted, put back in pair order and summed over k, so the result does not depend on the order
-experts are computed in):
+A MoE layer is a fixed sequence of tensor operations, whatever the routing: the T*k (token, expert) pairs
+are sorted by their weight group, the experts are two grouped matmuls over the sorted rows (`grouped_mm`,
+one group per expert or slot), and each pair's output is put back in pair order, weighted and summed over
+k. No Python loop over experts and no host sync inside a pass on a resident store; the counters live in a
+device tensor and are read by `stats()` after the step. On CPU a pass with few pairs (a decode step)
+multiplies per pair on gathered weights instead (`gathers_per_pair`: the CPU grouped_mm pays per group).
 
-- `ResidentStore`: every expert of every MoE layer on the device. Every used expert is a hit.
-- `OffloadedStore`: all expert weights in host memory (pinned on CUDA); each MoE layer has an X-slot pool of
-  device buffers. A non-resident expert is copied into a slot when it first receives a token in a pass,
+- `ResidentStore`: every expert of every MoE layer on the device; groups = experts. Every used expert
+  is a hit.
+- `OffloadedStore`: all expert weights in host memory (pinned on CUDA); each MoE layer has an X-slot pool
+  of device buffers. A non-resident expert is copied into a slot when it first receives a token in a pass,
   evicting the least-recently-used expert the current wave does not need. A pass whose routed union
-  exceeds X runs in waves of at most X experts (resident experts first, so they are used before anything
-  evicts them); each expert is loaded at most once per pass. On CPU a load is a real memory copy into the
-  preallocated slot buffers, on CUDA a host-to-device copy, timed to its completion.
+  exceeds X runs in waves of at most X experts (resident experts first, then by expert id, so residents
+  are used before anything evicts them); each expert is loaded at most once per pass. The LRU state
+  (expert -> slot, slot -> expert, last use) is device tensors and the admission of a wave is computed
+  there; only the copies are host-driven: on CUDA the list of experts to copy is read once per wave that
+  has misses (the one host sync of the offloaded store) and the copies run on a side stream, timed with
+  events; on CPU they are one indexed copy into the preallocated slots. Groups = slots plus one zero
+  slot that absorbs the pairs outside the current wave (their contribution is exactly zero).
 
 Counters per layer and in total: loads, bytes moved, hits and misses (one event per expert used by a pass:
 hit = resident when the pass starts), seconds spent waiting for loads, passes.
 
 Expert weights per layer are a dict of stacked tensors [E, ...]: `w1` [E, 2I, H] (gate and up rows),
-`w2` [E, H, I], optional biases `b1` [E, 2I], `b2` [E, H]; MXFP4 checkpoints keep `w1_blocks`,
-`w1_scales`, `w2_blocks`, `w2_scales` packed and are dequantised per expert when used.
+`w2` [E, H, I], optional biases `b1` [E, 2I], `b2` [E, H]. MXFP4 checkpoints give `w1_blocks`, `w1_scales`,
+`w2_blocks`, `w2_scales` (packed); the matmuls never dequantise per use:
+- resident store: one persistent dequantised copy in the compute dtype, made at load time (3.8x the
+  packed bytes in bf16; a model whose dequantised experts do not fit the device uses the offloaded store);
+- offloaded store: host memory keeps the packed bytes (a load moves and counts packed bytes) and a load
+  dequantises the copied expert once into its slot, so the slot pool is X dequantised experts.
 """
 from __future__ import annotations
 
-import itertools
+import math
 import time
 from dataclasses import dataclass
 
@@ -38,6 +49,32 @@ from . import mxfp4
 
 STORE_KINDS = ("resident", "offloaded")
 COUNTERS = ("loads", "bytes", "hits", "misses", "wait_s", "passes")
+_PACKED = (("w1", "w1_blocks", "w1_scales"), ("w2", "w2_blocks", "w2_scales"))
+_HITS, _MISSES, _LOADS = range(3)                                        # columns of ExpertStore.tally
+
+
+def grouped_mm(x: Tensor, w: Tensor, offs: Tensor) -> Tensor:
+    """x [M, K] with rows grouped, w [G, K, N], offs [G] int32 cumulative row ends -> [M, N].
+
+    Rows past offs[-1] are left undefined. `torch.nn.functional.grouped_mm` where the device and dtype
+    support it (CPU: any float dtype; CUDA: bf16 on sm90+); elsewhere one matmul per group after reading
+    offs on the host (a reference path with one host sync)."""
+    key = (x.device.type, x.dtype)
+    if _NATIVE.get(key, True):
+        try:
+            return F.grouped_mm(x, w, offs=offs)
+        except (RuntimeError, NotImplementedError, ValueError, TypeError):
+            _NATIVE[key] = False
+    out = x.new_zeros(x.shape[0], w.shape[-1])
+    lo = 0
+    for g, hi in enumerate(offs.tolist()):
+        if hi > lo:
+            out[lo:hi] = x[lo:hi] @ w[g]
+        lo = hi
+    return out
+
+
+_NATIVE: dict[tuple[str, torch.dtype], bool] = {}
 
 
 @dataclass(frozen=True)
@@ -50,28 +87,64 @@ class ExpertMath:
     alpha: float = 1.702
     limit: float = 7.0
 
-    def weights(self, t: dict[str, Tensor]) -> tuple[Tensor, Tensor | None, Tensor, Tensor | None]:
-        """One expert's stored tensors -> (w1 [2I, H], b1 [2I] | None, w2 [H, I], b2 [H] | None)."""
-        if "w1_blocks" in t:
-            w1 = mxfp4.dequantize(t["w1_blocks"], t["w1_scales"], self.dtype)
-            w2 = mxfp4.dequantize(t["w2_blocks"], t["w2_scales"], self.dtype)
-        else:
-            w1, w2 = t["w1"], t["w2"]
-        return w1, t.get("b1"), w2, t.get("b2")
-
-    def __call__(self, x: Tensor, t: dict[str, Tensor]) -> Tensor:
-        """x [n, H] -> [n, H] through one expert."""
-        w1, b1, w2, b2 = self.weights(t)
-        h = F.linear(x, w1, b1)                                          # [n, 2I]
+    def act(self, h: Tensor) -> Tensor:
+        """[n, 2I] -> [n, I]."""
         if self.activation == "swiglu":
             gate, up = h.chunk(2, dim=-1)                                # [n, I] each
-            a = F.silu(gate) * up
-        else:
-            gate, up = h[..., 0::2], h[..., 1::2]                        # [n, I] each (interleaved)
-            gate = gate.clamp(max=self.limit)
-            up = up.clamp(min=-self.limit, max=self.limit)
-            a = (up + 1) * (gate * torch.sigmoid(gate * self.alpha))
-        return F.linear(a, w2, b2)                                       # [n, H]
+            return F.silu(gate) * up
+        gate, up = h[..., 0::2], h[..., 1::2]                            # [n, I] each (interleaved)
+        gate = gate.clamp(max=self.limit)
+        up = up.clamp(min=-self.limit, max=self.limit)
+        return (up + 1) * (gate * torch.sigmoid(gate * self.alpha))
+
+    def dense(self, t: dict[str, Tensor]) -> dict[str, Tensor]:
+        """Stored tensors (dense or MXFP4-packed) -> dense `w1`, `w2` (+ biases) in the compute dtype."""
+        out = {n: v for n, v in t.items() if n in ("w1", "w2", "b1", "b2")}
+        for name, blocks, scales in _PACKED:
+            if blocks in t:
+                out[name] = mxfp4.dequantize(t[blocks], t[scales], self.dtype)
+        return out
+
+    def __call__(self, x: Tensor, t: dict[str, Tensor]) -> Tensor:
+        """x [n, H] -> [n, H] through one expert `t` (its stored tensors): the plain definition."""
+        w = self.dense(t)
+        return F.linear(self.act(F.linear(x, w["w1"], w.get("b1"))), w["w2"], w.get("b2"))
+
+    def grouped(self, xs: Tensor, w: dict[str, Tensor], offs: Tensor, group: Tensor) -> Tensor:
+        """xs [M, H] rows sorted by group, w stacked [G, ...] from `grouped_weights`, offs [G] int32,
+        group [M] -> [M, H]."""
+        h = grouped_mm(xs, w["w1t"], offs)                               # [M, 2I]
+        if "b1" in w:
+            h = h + w["b1"][group]
+        y = grouped_mm(self.act(h), w["w2t"], offs)                      # [M, H]
+        if "b2" in w:
+            y = y + w["b2"][group]
+        return y
+
+    def per_pair(self, x: Tensor, w: dict[str, Tensor], group: Tensor, k: int) -> Tensor:
+        """The same MLP with each pair's weights gathered: x [T, H], group [T*k] -> [T*k, H] in pair order."""
+        T, H = x.shape
+        xs = x[:, None].expand(T, k, H).reshape(T * k, 1, H)             # [P, 1, H]
+        h = torch.bmm(xs, w["w1t"][group])                               # [P, 1, 2I]
+        if "b1" in w:
+            h = h + w["b1"][group][:, None]
+        y = torch.bmm(self.act(h), w["w2t"][group])                      # [P, 1, H]
+        if "b2" in w:
+            y = y + w["b2"][group][:, None]
+        return y.view(T * k, H)
+
+
+def grouped_weights(dense: dict[str, Tensor]) -> dict[str, Tensor]:
+    """Dense stacked weights -> the operands of `ExpertMath.grouped` and `per_pair`: w1 [G, 2I, H], w2
+    [G, H, I], their transposed views w1t, w2t (sharing storage), biases as they are."""
+    return {**dense, "w1t": dense["w1"].transpose(1, 2), "w2t": dense["w2"].transpose(1, 2)}
+
+
+def gathers_per_pair(x: Tensor, pairs: int, num_experts: int) -> bool:
+    """The one rule choosing how experts are multiplied: per pair on gathered weights for a CPU pass with
+    few pairs (pairs * 6 <= E; the CPU grouped_mm costs a few microseconds per group, used or not), else
+    one grouped matmul. It depends on the pass and E only, so both stores make the same choice."""
+    return x.device.type == "cpu" and 6 * pairs <= num_experts
 
 
 def expert_bytes(layer_weights: dict[str, Tensor]) -> int:
@@ -79,54 +152,59 @@ def expert_bytes(layer_weights: dict[str, Tensor]) -> int:
     return sum(t[0].numel() * t.element_size() for t in layer_weights.values())
 
 
-class Dispatch:
-    """The T*k (token, expert) pairs of one pass, sorted by expert: inputs gathered once, each used expert a
-    contiguous segment, outputs weighted and scattered back once. One host sync (the per-expert counts)."""
+def experts_by_group(math: ExpertMath, x: Tensor, group: Tensor, k: int, num_groups: int,
+                     w: dict[str, Tensor], per_pair: bool) -> tuple[Tensor, Tensor]:
+    """Pairs -> (expert outputs [T*k, H] in pair order, rows per group [G]). group [T*k]: the weight
+    group of each pair (pair p = token p // k). per_pair: gathered weights (`gathers_per_pair`); else
+    rows are sorted by group (stably) for the grouped matmuls and put back."""
+    counts = torch.bincount(group, minlength=num_groups)                 # [G]
+    if per_pair:
+        return math.per_pair(x, w, group, k), counts
+    sorted_group, order = torch.sort(group, stable=True)                 # [P] each, by group
+    offs = counts.cumsum(0, dtype=torch.int32)                           # [G]
+    ys = math.grouped(x[order // k], w, offs, sorted_group)              # [P, H] by group
+    return torch.empty_like(ys).index_copy_(0, order, ys), counts        # [P, H] in pair order
 
-    def __init__(self, x: Tensor, ids: Tensor, weights: Tensor, num_experts: int):
-        self.T, self.k = ids.shape
-        flat = ids.reshape(-1)                                           # [T*k]
-        self.order = torch.argsort(flat, stable=True)                    # [T*k] pair index, by expert
-        self.xs = x[self.order // self.k]                                # [T*k, H] inputs, by expert
-        self.ws = weights.reshape(-1)[self.order].to(x.dtype)            # [T*k]
-        self.ys = torch.empty_like(self.xs)                              # [T*k, H] outputs, by expert
-        counts = torch.bincount(flat, minlength=num_experts).tolist()
-        ends = list(itertools.accumulate(counts))
-        self.segments = [(e, end - c, end) for e, (c, end) in enumerate(zip(counts, ends)) if c]
 
-    def compute(self, math: ExpertMath, segments, tensors_of) -> None:
-        """Run each (expert, lo, hi) segment through its expert's weights, `tensors_of(expert)`."""
-        for e, lo, hi in segments:
-            self.ys[lo:hi] = math(self.xs[lo:hi], tensors_of(e))         # [n, H]
-
-    def combine(self) -> Tensor:
-        """Weighted sum over each token's k experts -> [T, H] (independent of the segments' order)."""
-        out = torch.empty_like(self.ys)
-        out[self.order] = self.ys * self.ws.unsqueeze(-1)                # [T*k, H] back in pair order
-        return out.view(self.T, self.k, -1).sum(1)
+def combine(y: Tensor, weights: Tensor) -> Tensor:
+    """y [T*k, H] in pair order, weights [T, k] -> [T, H]: weighted sum over each token's k experts."""
+    T, k = weights.shape
+    return (y.view(T, k, -1) * weights.to(y.dtype).unsqueeze(-1)).sum(1)
 
 
 class ExpertStore:
-    """Common part: counters and the residency/run interface."""
+    """Common part: device counters and the residency/run interface."""
     kind = "base"
 
     def __init__(self, math: ExpertMath, layers: dict[int, dict[str, Tensor]], num_experts: int,
                  device: torch.device):
         self.math, self.num_experts, self.device = math, num_experts, torch.device(device)
         self.layer_ids = tuple(sorted(layers))
+        self.row = {l: i for i, l in enumerate(self.layer_ids)}
         self.expert_bytes = {l: expert_bytes(w) for l, w in layers.items()}
         self.reset_counters()
 
     def reset_counters(self) -> None:
-        self.counters = {l: dict.fromkeys(COUNTERS, 0) for l in self.layer_ids}
-        for c in self.counters.values():
-            c["wait_s"] = 0.0
+        self.tally = torch.zeros(len(self.layer_ids), 3, dtype=torch.long, device=self.device)  # [L, 3]
+        self.cells = {l: self.tally[i].unbind(0) for i, l in enumerate(self.layer_ids)}  # (hits, misses, loads)
+        self.passes = dict.fromkeys(self.layer_ids, 0)
+        self.wait_s = dict.fromkeys(self.layer_ids, 0.0)
+
+    def _wait_seconds(self) -> dict[int, float]:
+        return dict(self.wait_s)
 
     def stats(self) -> dict:
-        total = {name: sum(c[name] for c in self.counters.values()) for name in COUNTERS}
+        """Counters per layer and in total (reads the device tally: call it after a step, not inside)."""
+        tally, waits = self.tally.tolist(), self._wait_seconds()
+        layers = {}
+        for l in self.layer_ids:
+            hits, misses, loads = tally[self.row[l]]
+            layers[l] = {"loads": loads, "bytes": loads * self.expert_bytes[l], "hits": hits, "misses": misses,
+                         "wait_s": waits[l], "passes": self.passes[l]}
+        total = {name: sum(c[name] for c in layers.values()) for name in COUNTERS}
         events = total["hits"] + total["misses"]
         total["hit_rate"] = total["hits"] / events if events else None
-        return {"kind": self.kind, "total": total, "layers": {l: dict(c) for l, c in self.counters.items()}}
+        return {"kind": self.kind, "total": total, "layers": layers}
 
     def resident(self, layer: int) -> Tensor:
         raise NotImplementedError
@@ -135,7 +213,7 @@ class ExpertStore:
         raise NotImplementedError
 
     def _check_layer(self, layer: int) -> None:
-        if layer not in self.counters:
+        if layer not in self.row:
             raise KeyError(f"layer {layer} has no experts; MoE layers: {list(self.layer_ids)}")
 
 
@@ -151,21 +229,22 @@ class ResidentStore(ExpertStore):
 
     def __init__(self, math, layers, num_experts, device):
         super().__init__(math, layers, num_experts, device)
-        self.weights = {l: {n: t.to(device) for n, t in w.items()} for l, w in _drain(layers)}
+        self.weights = {l: grouped_weights(math.dense({n: t.to(device) for n, t in w.items()}))
+                        for l, w in _drain(layers)}
+        self.ones = torch.ones(num_experts, dtype=torch.bool, device=self.device)
 
     def resident(self, layer: int) -> Tensor:
         self._check_layer(layer)
-        return torch.ones(self.num_experts, dtype=torch.bool, device=self.device)
+        return self.ones
 
     def run(self, layer: int, x: Tensor, ids: Tensor, weights: Tensor) -> Tensor:
         self._check_layer(layer)
-        d = Dispatch(x, ids, weights, self.num_experts)
-        lw = self.weights[layer]
-        d.compute(self.math, d.segments, lambda e: {n: t[e] for n, t in lw.items()})
-        c = self.counters[layer]
-        c["hits"] += len(d.segments)
-        c["passes"] += 1
-        return d.combine()                                               # [T, H]
+        flat = ids.reshape(-1)                                           # [T*k]
+        y, counts = experts_by_group(self.math, x, flat, ids.shape[1], self.num_experts, self.weights[layer],
+                                     gathers_per_pair(x, flat.shape[0], self.num_experts))
+        self.cells[layer][_HITS].add_(counts.count_nonzero())
+        self.passes[layer] += 1
+        return combine(y, weights)                                       # [T, H]
 
 
 class OffloadedStore(ExpertStore):
@@ -173,74 +252,136 @@ class OffloadedStore(ExpertStore):
 
     def __init__(self, math, layers, num_experts, device, slots: int):
         super().__init__(math, layers, num_experts, device)
-        self.slots = slots
-        pin = self.device.type == "cuda"
-        self.pool = {l: {n: torch.empty((slots, *t.shape[1:]), dtype=t.dtype, device=self.device)
-                         for n, t in w.items()} for l, w in layers.items()}
-        self.host = {l: {n: (t.pin_memory() if pin else t.contiguous()) for n, t in w.items()}
-                     for l, w in _drain(layers)}
-        self.slot_of = {l: [-1] * num_experts for l in self.layer_ids}     # expert -> slot or -1
-        self.expert_in = {l: [-1] * slots for l in self.layer_ids}        # slot -> expert or -1
-        self.last_use = {l: [-1] * slots for l in self.layer_ids}         # slot -> LRU clock
-        self.clock = 0
+        E, X, dev = num_experts, slots, self.device
+        self.slots, self.cuda = slots, dev.type == "cuda"
+        self.pool, self.stage, self.host, self.operands = {}, {}, {}, {}
+        for l, w in _drain(layers):
+            dense = math.dense({n: t[:1] for n, t in w.items()})        # one expert, for shapes only
+            # X slots + 1 zero slot (the group of pairs outside the current wave)
+            self.pool[l] = {n: torch.zeros((X + 1, *t.shape[1:]), dtype=t.dtype, device=dev) for n, t in dense.items()}
+            self.stage[l] = {n: (self.pool[l][n] if n in self.pool[l] else
+                                 torch.zeros((X + 1, *t.shape[1:]), dtype=t.dtype, device=dev)) for n, t in w.items()}
+            self.host[l] = {n: (t.pin_memory() if self.cuda else t.contiguous()) for n, t in w.items()}
+            self.operands[l] = grouped_weights(self.pool[l])
+        long = dict(dtype=torch.long, device=dev)
+        self.slot_of = {l: torch.full((E + 1,), -1, **long) for l in self.layer_ids}     # expert -> slot | -1
+        self.expert_in = {l: torch.full((X + 1,), -1, **long) for l in self.layer_ids}   # slot -> expert | -1
+        self.last_use = {l: torch.full((X + 1,), -1, **long) for l in self.layer_ids}    # slot -> LRU clock
+        self.arange_e, self.arange_x = torch.arange(E, **long), torch.arange(X, **long)
+        self.clock = 0                                  # advances by E per wave; a wave stamps clock + rank
+        self.copy_stream = torch.cuda.Stream(dev) if self.cuda else None
+        self.events: dict[int, list] = {l: [] for l in self.layer_ids}
+
+    def reset_counters(self) -> None:
+        super().reset_counters()
+        self.events = {l: [] for l in self.layer_ids}
+
+    def _wait_seconds(self) -> dict[int, float]:
+        if not self.cuda:
+            return dict(self.wait_s)
+        torch.cuda.synchronize(self.device)
+        return {l: sum(a.elapsed_time(b) for a, b in ev) / 1e3 for l, ev in self.events.items()}
 
     def resident(self, layer: int) -> Tensor:
         self._check_layer(layer)
-        return torch.tensor([s >= 0 for s in self.slot_of[layer]], dtype=torch.bool, device=self.device)
+        return self.slot_of[layer][:self.num_experts] >= 0
 
     def stats(self) -> dict:
         return {**super().stats(), "slots": self.slots}
 
     def run(self, layer: int, x: Tensor, ids: Tensor, weights: Tensor) -> Tensor:
         self._check_layer(layer)
-        d = Dispatch(x, ids, weights, self.num_experts)
-        slot_of, c = self.slot_of[layer], self.counters[layer]
-        segments = sorted(d.segments, key=lambda g: slot_of[g[0]] < 0)  # resident first, then by id
-        hits = sum(slot_of[e] >= 0 for e, _, _ in segments)
-        c["hits"] += hits
-        c["misses"] += len(segments) - hits
-        c["passes"] += 1
-        pool = self.pool[layer]
-        for start in range(0, len(segments), self.slots):
-            wave = segments[start:start + self.slots]
-            self._admit(layer, [e for e, _, _ in wave])
-            d.compute(self.math, wave, lambda e: {n: t[slot_of[e]] for n, t in pool.items()})
-        return d.combine()                                               # [T, H]
+        E, X, k = self.num_experts, self.slots, ids.shape[1]
+        flat = ids.reshape(-1)                                           # [P] P = T*k
+        used = torch.zeros(E, dtype=torch.bool, device=x.device).index_fill_(0, flat, True)   # [E]
+        slot_of = self.slot_of[layer]
+        res = slot_of[:E] >= 0                                           # [E] resident at pass start
+        cells = self.cells[layer]
+        cells[_HITS].add_((used & res).sum())
+        cells[_MISSES].add_((used & ~res).sum())
+        self.passes[layer] += 1
+        # processing order: used experts, resident first, then by id; rank = position in that order
+        order = torch.argsort(torch.where(used, (~res).long() * E + self.arange_e, 2 * E + self.arange_e))
+        rank = torch.empty_like(order).index_copy_(0, order, self.arange_e)   # [E]
+        wave_of = rank // X                                              # [E]
+        y = torch.zeros(flat.shape[0], x.shape[1], dtype=x.dtype, device=x.device)   # [P, H]
+        per_pair = gathers_per_pair(x, flat.shape[0], E)
+        for w in range(self._num_waves(used, flat.shape[0])):
+            in_wave = used & (wave_of == w)                              # [E]
+            self._admit(layer, in_wave, order, rank)
+            group = torch.where(in_wave[flat], slot_of[flat], X)        # [P] slot, or the zero slot X
+            y += experts_by_group(self.math, x, group, k, X + 1, self.operands[layer], per_pair)[0]
+        return combine(y, weights)                                       # [T, H]
 
-    def _admit(self, layer: int, wave: list[int]) -> None:
-        """Make every expert of the wave resident (loading misses), and mark them most recently used."""
+    def _num_waves(self, used: Tensor, pairs: int) -> int:
+        """Waves of this pass: exact on CPU (reading the union costs nothing), an upper bound on CUDA (no
+        host sync; a wave without experts changes nothing)."""
+        if self.cuda:
+            return math.ceil(min(pairs, self.num_experts) / self.slots)
+        return math.ceil(int(used.sum()) / self.slots)
+
+    def _admit(self, layer: int, in_wave: Tensor, order: Tensor, rank: Tensor) -> None:
+        """Make every expert of the wave resident (loading misses) and stamp them most recently used.
+
+        The m-th miss (in processing order) takes the m-th victim: free slots by index, then the slots
+        whose expert the wave does not need, least recently used first."""
+        E, X = self.num_experts, self.slots
         slot_of, expert_in, last_use = self.slot_of[layer], self.expert_in[layer], self.last_use[layer]
-        needed = set(wave)
-        for e in wave:
-            if slot_of[e] < 0:
-                s = self._victim(layer, needed)
-                if expert_in[s] >= 0:
-                    slot_of[expert_in[s]] = -1
-                self._load(layer, e, s)
-                slot_of[e], expert_in[s] = s, e
-            self.clock += 1
-            last_use[slot_of[e]] = self.clock
+        miss = in_wave & (slot_of[:E] < 0)                               # [E]
+        held = expert_in[:X]                                             # [X]
+        free = held < 0
+        needed = ~free & in_wave[held.clamp_min(0)]
+        big = 1 << 62
+        victims = torch.argsort(torch.where(free, self.arange_x - big, torch.where(needed, big, last_use[:X])))
+        m = (miss[order].cumsum(0) - 1)[rank]                            # [E] index among the wave's misses
+        new_slot = victims[m.clamp(0, X - 1)]                            # [E] (meaningful where miss)
+        incoming = torch.full_like(expert_in, -1).index_put_((torch.where(miss, new_slot, X),), self.arange_e)
+        replaced = incoming[:X] >= 0                                     # [X]
+        evicted = torch.where(replaced & ~free, held, E)                 # [X] expert leaving, or scratch E
+        slot_of.index_put_((evicted,), torch.full_like(evicted, -1))
+        slot_of.index_put_((torch.where(miss, self.arange_e, E),), new_slot)
+        expert_in[:X] = torch.where(replaced, incoming[:X], held)
+        last_use.index_put_((torch.where(in_wave, slot_of[:E], X),), self.clock + rank)
+        self.clock += E
+        self.cells[layer][_LOADS].add_(miss.sum())
+        self._load(layer, miss, new_slot)
 
-    def _victim(self, layer: int, needed: set[int]) -> int:
-        """A free slot, else the least-recently-used slot whose expert the wave does not need."""
-        expert_in, last_use = self.expert_in[layer], self.last_use[layer]
-        free = [s for s, e in enumerate(expert_in) if e < 0]
-        if free:
-            return free[0]
-        candidates = [s for s, e in enumerate(expert_in) if e not in needed]
-        return min(candidates, key=lambda s: last_use[s])
-
-    def _load(self, layer: int, expert: int, slot: int) -> None:
-        """Copy one expert from host memory into a device slot, synchronously, and count it."""
+    def _load(self, layer: int, miss: Tensor, new_slot: Tensor) -> None:
+        """Copy the missed experts' stored tensors from host memory into their slots (dequantising packed
+        MXFP4 once, into the slot)."""
+        experts = miss.nonzero().flatten()                               # [m] (host sync on CUDA)
+        if self.cuda:
+            pairs = list(zip(experts.tolist(), new_slot[experts].tolist()))
+            if not pairs:
+                return
+            main = torch.cuda.current_stream(self.device)
+            self.copy_stream.wait_stream(main)
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            with torch.cuda.stream(self.copy_stream):
+                start.record()
+                for n, buf in self.stage[layer].items():
+                    for e, s in pairs:
+                        buf[s].copy_(self.host[layer][n][e], non_blocking=True)
+                self._dequantize(layer, torch.tensor([s for _, s in pairs], device=self.device))
+                end.record()
+            main.wait_stream(self.copy_stream)
+            self.events[layer].append((start, end))
+            return
+        if experts.numel() == 0:
+            return
         t0 = time.perf_counter()
-        for n, buf in self.pool[layer].items():
-            buf[slot].copy_(self.host[layer][n][expert], non_blocking=True)
-        if self.device.type == "cuda":
-            torch.cuda.synchronize(self.device)
-        c = self.counters[layer]
-        c["wait_s"] += time.perf_counter() - t0
-        c["loads"] += 1
-        c["bytes"] += self.expert_bytes[layer]
+        slots = new_slot[experts]
+        for n, buf in self.stage[layer].items():
+            buf.index_copy_(0, slots, self.host[layer][n].index_select(0, experts))
+        self._dequantize(layer, slots)
+        self.wait_s[layer] += time.perf_counter() - t0
+
+    def _dequantize(self, layer: int, slots: Tensor) -> None:
+        stage, pool = self.stage[layer], self.pool[layer]
+        for name, blocks, scales in _PACKED:
+            if blocks in stage:
+                pool[name].index_copy_(0, slots, mxfp4.dequantize(stage[blocks][slots], stage[scales][slots],
+                                                                  self.math.dtype))
 
 
 def validate_store_args(kind: str, slots: int | None, num_experts: int) -> None:

@@ -47,14 +47,19 @@ class TreeShape:
 
 
 def ancestor_mask(parents: Tensor) -> Tensor:
-    """bool [T, T]: mask[i, j] is True when j is i or an ancestor of i. parents [T], parents[0] == -1."""
-    plist = parents.tolist()
-    T = len(plist)
-    mask = torch.zeros(T, T, dtype=torch.bool)
-    for i, p in enumerate(plist):
-        if p >= 0:
-            mask[i] = mask[p]
-        mask[i, i] = True
+    """bool [T, T]: mask[i, j] is True when j is i or an ancestor of i. parents [T], parents[0] == -1.
+
+    Built on the host, one vectorised step per tree level (every node's ancestor at distance d)."""
+    par = parents.cpu()
+    T = par.numel()
+    mask = torch.eye(T, dtype=torch.bool)
+    rows, anc = torch.arange(T), par
+    for _ in range(T):
+        live = anc >= 0
+        if not bool(live.any()):
+            break
+        mask[rows[live], anc[live]] = True
+        anc = torch.where(live, par[anc.clamp_min(0)], -1)
     return mask.to(parents.device)
 
 

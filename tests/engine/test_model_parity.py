@@ -190,11 +190,14 @@ def test_mxfp4_checkpoint_matches_transformers_with_dequantised_experts(tmp_path
     assert set(reference) <= set(hf.state_dict())
     hf.load_state_dict(reference, strict=False)
     ours = MoEModel.from_pretrained(tmp_path)
-    assert ours.store.weights[0]["w1_blocks"].dtype == torch.uint8        # kept packed
+    assert {t.dtype for t in ours.store.weights[0].values()} == {torch.float32}   # dequantised once
+    off = MoEModel.from_pretrained(tmp_path, store="offloaded", slots=3)
+    assert off.store.host[0]["w1_blocks"].dtype == torch.uint8           # offloaded: host keeps it packed
     ids = _prompt(12, 96, seed=9)
     with torch.no_grad():
         ref = hf(ids[None]).logits[0]
     torch.testing.assert_close(_ours(ours, ids), ref, atol=1e-5, rtol=1e-5)
+    assert torch.equal(_ours(off, ids), _ours(ours, ids))
 
 
 def test_clear_errors(tmp_path):

@@ -135,3 +135,43 @@ def test_model_offloaded_equals_resident(make, tmp_path):
     stats = offloaded.store.stats()
     assert stats["kind"] == "offloaded" and stats["slots"] == 3 and stats["total"]["loads"] > 0
     assert set(stats["layers"]) == set(offloaded.config.moe_layer_ids)
+
+
+@pytest.mark.parametrize("kind", ["swiglu", "clamped_swiglu", "mxfp4"])
+@pytest.mark.parametrize("n_tokens", [1, 12])
+def test_per_pair_and_grouped_paths_match_the_definition(kind, n_tokens):
+    """E=64: one token's k pairs take the gathered per-pair path, twelve tokens the grouped matmul."""
+    from acceptmoe.engine.store import gathers_per_pair
+    E64, math = 64, _math(kind)
+    g = torch.Generator().manual_seed(7)
+    layer = {"w1": torch.randn(E64, 2 * I, H, generator=g) * 0.2, "w2": torch.randn(E64, H, I, generator=g) * 0.2}
+    if kind != "swiglu":
+        layer["b1"], layer["b2"] = torch.randn(E64, 2 * I, generator=g), torch.randn(E64, H, generator=g)
+    if kind == "mxfp4":
+        for n in ("w1", "w2"):
+            layer[f"{n}_blocks"], layer[f"{n}_scales"] = mxfp4.quantize(layer.pop(n))
+    copy = lambda: {0: {n: t.clone() for n, t in layer.items()}}                  # noqa: E731
+    resident = make_store("resident", math, copy(), E64, "cpu")
+    offloaded = make_store("offloaded", math, copy(), E64, "cpu", slots=5)
+    x = torch.randn(n_tokens, H, generator=g)
+    ids = torch.rand(n_tokens, E64, generator=g).topk(K, dim=-1).indices
+    weights = torch.rand(n_tokens, K, generator=g).softmax(-1)
+    assert gathers_per_pair(x, n_tokens * K, E64) == (n_tokens == 1)
+    y = resident.run(0, x, ids, weights)
+    torch.testing.assert_close(y, _dense_reference(math, layer, x, ids, weights))
+    assert torch.equal(offloaded.run(0, x, ids, weights), y)
+
+
+def test_resident_pass_is_a_fixed_op_sequence_whatever_the_experts_used():
+    """The same aten operations run whether a pass's pairs use one expert or all of them (no per-expert
+    loop): two grouped matmuls."""
+    from acceptmoe.experiments.bench.engine_speed import AtenCounter
+    store = make_store("resident", _math("clamped_swiglu"), _layers("clamped_swiglu"), E, "cpu")
+    x = torch.randn(T, H)
+    weights = torch.full((T, K), 0.5)
+    counts = []
+    for ids in (torch.zeros(T, K, dtype=torch.long), torch.arange(T * K).view(T, K) % E):
+        with AtenCounter() as c:
+            store.run(0, x, ids, weights)
+        counts.append(dict(c.ops))
+    assert counts[0] == counts[1] and counts[0].get("aten._grouped_mm") == 2

@@ -1,8 +1,12 @@
 """Benchmark: our engine against transformers on the same target, side by side in one run, plus a profile.
 
-- Vanilla AR (ours) vs transformers' greedy `generate` with a static-free default cache: output tokens/s.
+- Vanilla AR (ours) vs transformers' greedy `generate` with its default cache: output tokens/s.
 - Standard SD and AcceptMoE (ours, EAGLE-3 tree): output tokens/s and tau. transformers' assisted
-  generation needs a causal-LM assistant; an EAGLE-3 head is not one, so no transformers SD row exists.
+  generation needs a causal-LM assistant; an EAGLE-3 head is not one, so vanilla AR is the only method
+  transformers can match.
+- aten operations dispatched per target step (`AtenCounter`, a TorchDispatchMode): a hardware-independent
+  proxy for GPU kernel launches. Per decode step for AR, per verify step including its drafting for SD;
+  measured as the difference between two generations of different lengths, so the prefill cancels.
 - Where the time goes in one Standard SD and one AcceptMoE generation (cProfile, cumulative per component).
 
 Every generation produces exactly `--tokens` tokens (EOS ignored) and the same prompts are used for every
@@ -20,8 +24,10 @@ from pathlib import Path
 
 import torch
 
-from acceptmoe.methods import B0_METHOD, BASELINE, REFERENCE, Variant
+from torch.utils._python_dispatch import TorchDispatchMode
+
 from acceptmoe.commands import command, parser
+from acceptmoe.methods import B0_METHOD, BASELINE, REFERENCE, Variant
 
 # profile components: (label, file suffix, function names); cumulative time of the outermost calls
 COMPONENTS = (
@@ -46,7 +52,8 @@ def time_ours(engine, prompts, variant: Variant, tokens: int) -> tuple[float, fl
     total_t, total_n, taus = 0.0, 0, []
     for ids in prompts:
         t0 = time.perf_counter()
-        gen = engine.generate(ids, variant, tokens, ignore_eos=True, trace_layers=False)
+        gen = engine.generate(ids, variant, tokens, ignore_eos=True,
+                              trace_layers=False)
         total_t += time.perf_counter() - t0
         total_n += len(gen.tokens)
         taus.append(gen.mean_accept_length)
@@ -65,6 +72,53 @@ def time_transformers(model, prompts, tokens: int) -> float:
     return total_n / total_t
 
 
+class AtenCounter(TorchDispatchMode):
+    """Counts aten operations dispatched while active (every op, views included), by name."""
+
+    def __init__(self):
+        super().__init__()
+        self.ops: dict[str, int] = {}
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        name = str(func.overloadpacket)
+        self.ops[name] = self.ops.get(name, 0) + 1
+        return func(*args, **(kwargs or {}))
+
+    @property
+    def total(self) -> int:
+        return sum(self.ops.values())
+
+
+def aten_ops_per_step(run, short: int = 8, long: int = 24) -> float:
+    """aten ops per step of `run(tokens) -> steps`: (ops(long) - ops(short)) / (steps(long) - steps(short)),
+    after one warm-up run (tables built on first use are not per-step work)."""
+    run(short)
+    counts = []
+    for n in (short, long):
+        with AtenCounter() as c:
+            steps = run(n)
+        counts.append((c.total, steps))
+    (o1, s1), (o2, s2) = counts
+    return (o2 - o1) / max(s2 - s1, 1)
+
+
+def ours_ops(engine, ids, variant: Variant) -> float:
+    def run(n):
+        gen = engine.generate(ids, variant, n, ignore_eos=True,
+                              trace_layers=False)
+        return len(gen.accept_lengths)
+    return aten_ops_per_step(run)
+
+
+def transformers_ops(model, ids) -> float:
+    x = torch.tensor([ids])
+
+    def run(n):
+        model.generate(x, max_new_tokens=n, min_new_tokens=n, do_sample=False, eos_token_id=None, pad_token_id=0)
+        return n
+    return aten_ops_per_step(run)
+
+
 def profile_components(fn) -> tuple[float, dict[str, float]]:
     """(total seconds, cumulative seconds per component) of one call of fn under cProfile."""
     prof = cProfile.Profile()
@@ -81,7 +135,7 @@ def profile_components(fn) -> tuple[float, dict[str, float]]:
     return total, out
 
 
-@command("bench-engine", "our engine vs transformers on the tiny model (tokens/s, tau) and where the time goes")
+@command("bench-engine", "our engine vs transformers on the tiny model: tokens/s, tau, aten ops per step, where the time goes")
 def main(argv: list[str] | None = None) -> int:
     p = parser("bench-engine")
     p.add_argument("--model", default="models/tiny", help="folder with target/ and draft/")
@@ -104,22 +158,39 @@ def main(argv: list[str] | None = None) -> int:
     steps = TreeShape().num_steps
     commitment = (CommitmentTable.load(a.commitment).p_hat if a.commitment
                   else tuple([1.0] + [0.8 ** d for d in range(1, steps + 1)]))
-    variants = [Variant(m).bind(commitment=commitment) for m in (REFERENCE, BASELINE, B0_METHOD)]
-    rows = {"transformers generate (greedy)": [], **{f"ours {v.name}": [] for v in variants}}
+    hf_name = "transformers generate (greedy)"
+    ops = {hf_name: transformers_ops(hf, prompts[0])}
+    ar, sd, am = (Variant(m).bind(commitment=commitment) for m in (REFERENCE, BASELINE, B0_METHOD))
+    k_ar, k_sd, k_am = (f"ours {v.name}" for v in (ar, sd, am))
+    rows = {hf_name: [], k_ar: [], k_sd: [], k_am: []}
+    for v in (ar, sd, am):
+        ops[f"ours {v.name}"] = ours_ops(engine, prompts[0], v)
     taus: dict[str, float] = {}
     for _ in range(a.repeats):
         rows["transformers generate (greedy)"].append(time_transformers(hf, prompts, a.tokens))
-        for v in variants:
+        for v in (ar, sd, am):
             tps, tau = time_ours(engine, prompts, v, a.tokens)
             rows[f"ours {v.name}"].append(tps)
             taus[f"ours {v.name}"] = tau
     base = statistics.median(rows["transformers generate (greedy)"])
     print(f"{a.prompts} prompts x {a.tokens} tokens, CPU {a.threads} thread(s), median of {a.repeats} runs\n")
-    print("| engine | tokens/s | vs transformers | tau |\n|---|---:|---:|---:|")
+    print("| engine | tokens/s | vs transformers | tau | aten ops / target step |\n|---|---:|---:|---:|---:|")
     for name, vals in rows.items():
         med = statistics.median(vals)
-        print(f"| {name} | {med:.1f} | {med / base:.2f}x | {taus.get(name, 1.0):.2f} |")
-    for v in variants[1:]:
+        print(f"| {name} | {med:.1f} | {med / base:.2f}x | {taus.get(name, 1.0):.2f} | {ops[name]:.0f} |")
+    print("\ntransformers has no EAGLE-3 speculative decoding (assisted generation needs a causal-LM draft), "
+          "so vanilla AR is the only method it matches.\naten ops per step: per decode step (AR), per verify "
+          "step including its drafting (SD), prefill excluded.")
+    med = {name: statistics.median(vals) for name, vals in rows.items()}
+    print("\ntargets (tiny world, CPU):")
+    for label, value, goal in (
+            (f"{ar.name} aten ops / decode step <= 300", ops[k_ar], ops[k_ar] <= 300),
+            (f"{sd.name} aten ops / verify step <= 1000", ops[k_sd], ops[k_sd] <= 1000),
+            (f"{ar.name} >= 2x transformers", med[k_ar] / base, med[k_ar] >= 2 * base),
+            (f"{sd.name} >= 1.2x {ar.name}", med[k_sd] / med[k_ar], med[k_sd] >= 1.2 * med[k_ar]),
+            (f"{am.name} >= {sd.name}", med[k_am] / med[k_sd], med[k_am] >= med[k_sd])):
+        print(f"  {label:<44} {value:8.2f}  {'met' if goal else 'missed'}")
+    for v in (sd, am):
         total, parts = profile_components(lambda: time_ours(engine, prompts[:1], v, a.tokens))
         print(f"\nwhere the time goes, one {v.name} generation ({total:.2f} s under cProfile, cumulative; "
               f"components nest inside the target forward):")

@@ -1,0 +1,378 @@
+"""`./reproduce.sh gpu-check`: check and time the engine on one CUDA GPU, run as is, in at most 10 minutes.
+
+Checks, each with a verdict (PASS / FAIL / SKIP):
+- kernel:   the fused verifier kernel equals the reference (`BlockSelector`, `prune_batched`, `route`) on
+            bf16 router logits with deliberate ties at and inside the top-k boundary, every method;
+- parity:   logits of small random Qwen3-MoE and GPT-OSS checkpoints against transformers, fp32 and bf16;
+- graphs:   CUDA-graph replay equals eager, where the engine captures graphs (SKIP otherwise);
+- lossless: Standard SD = Vanilla AR token for token on the tiny world, resident and offloaded;
+- pinned:   the offloaded store's host weights are pinned and its loads are counted and timed.
+Then a timing table: decode step, verify step, selection per layer and aten operations per step, on the
+tiny world and on a random MoE with Qwen3-30B-A3B's layer shape (hidden 2048, 128 experts, top-8, expert
+width 768; 4 layers, bf16). Writes `<out>/gpu_check.json` next to `<out>/gpu_check.md` (the table).
+
+Every check takes a device, so its CPU side runs in the tests (the kernel under TRITON_INTERPRET=1); the
+command itself needs CUDA and says so in one `error:` line (exit 2) without it.
+
+    ./reproduce.sh gpu-check [--model models/tiny --out results/gpu-check]
+"""
+from __future__ import annotations
+
+import json
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+from acceptmoe.commands import command, parser
+from acceptmoe.methods import B0_METHOD, BASELINE, REFERENCE, Variant
+
+METHODS = ("standard-sd", "count-b", "moe-spec", "acceptmoe-b", "acceptmoe")
+P_HAT = (1.0, 0.8, 0.64, 0.512, 0.41, 0.33)
+QWEN3_SMALL = dict(vocab_size=96, hidden_size=64, intermediate_size=80, moe_intermediate_size=32,
+                   num_hidden_layers=3, num_attention_heads=4, num_key_value_heads=2, head_dim=16,
+                   num_experts=8, num_experts_per_tok=2, norm_topk_prob=True, eos_token_id=[1, 2])
+GPT_OSS_SMALL = dict(vocab_size=96, hidden_size=64, intermediate_size=32, num_hidden_layers=3,
+                     num_attention_heads=4, num_key_value_heads=2, head_dim=16, num_local_experts=8,
+                     num_experts_per_tok=2, sliding_window=4, eos_token_id=3,
+                     layer_types=["sliding_attention", "full_attention", "sliding_attention"])
+# Qwen3-30B-A3B's MoE layer shape, 4 layers
+QWEN3_30B_LAYERS = dict(hidden_size=2048, moe_intermediate_size=768, num_experts=128, num_experts_per_tok=8,
+                        num_hidden_layers=4, num_attention_heads=32, num_key_value_heads=4, head_dim=128,
+                        vocab_size=4096, intermediate_size=6144)
+
+
+def verdict(ok: bool | None) -> str:
+    return "SKIP" if ok is None else ("PASS" if ok else "FAIL")
+
+
+# ----- kernel = reference on tied bf16 logits -----
+def tied_logits(T: int, E: int, k: int, gen: torch.Generator, ties: bool = True) -> torch.Tensor:
+    """bf16 router logits [T, E] with ties: every second row ties its k-th and (k+1)-th largest (the top-k
+    boundary), every third row its two largest (order inside the top-k). ties=False: distinct values."""
+    if not ties:
+        return (torch.randperm(T * E, generator=gen).view(T, E).float() / 64 - T * E / 128).to(torch.bfloat16)
+    z = torch.randn(T, E, generator=gen) * 2
+    order = z.argsort(-1, descending=True)                                   # [T, E]
+    rows = torch.arange(T)
+    b = rows[rows % 2 == 0]
+    z[b, order[b, k]] = z[b, order[b, k - 1]]
+    t = rows[rows % 3 == 0]
+    z[t, order[t, 1]] = z[t, order[t, 0]]
+    return z.to(torch.bfloat16)
+
+
+def random_block(T: int, gen: torch.Generator, max_depth: int = 5):
+    """BlockInfo of a random draft tree of T nodes at most max_depth levels deep, topologically ordered."""
+    from acceptmoe.methods import BlockInfo
+    parents, depth = [-1], [0]
+    for _ in range(1, T):
+        shallow = [p for p in range(len(parents)) if depth[p] < max_depth]
+        p = shallow[int(torch.randint(len(shallow), (1,), generator=gen))]
+        parents.append(p)
+        depth.append(depth[p] + 1)
+    return BlockInfo.from_parents(parents)
+
+
+def check_kernel(device, T: int = 64, E: int = 128, k: int = 8, seed: int = 0, ties: bool = True) -> dict:
+    """Fused kernel vs reference on tied bf16 logits (ties=False: tie-free ones): every method, both router
+    kinds, with and without residency pruning. Eligible sets and routed ids exactly (in order), weights
+    to 1e-6."""
+    from acceptmoe.kernels import FusedVerifier
+    from acceptmoe.methods import BlockSelector, Router, SelectorConfig, get_method, prune_batched, route
+    gen = torch.Generator().manual_seed(seed)
+    device = torch.device(device)
+    cases, bad_rows, rows = [], 0, 0
+    for kind in ("softmax_topk", "topk_softmax"):
+        router = Router(kind, k, renormalize=True)
+        for method in METHODS:
+            for prune in ((False, True) if method != "standard-sd" else (False,)):
+                block = random_block(T, gen)
+                logits = tied_logits(T, E, k, gen, ties).to(device)
+                resident = (torch.rand(E, generator=gen) < 0.5).to(device) if prune else None
+                fixed = get_method(method).sizing == "fixed"
+                cfg = SelectorConfig(budget=max(k, E // 4) if fixed else None, p_hat=P_HAT)
+                sel = BlockSelector(method, block, router, cfg, E, device)(logits)
+                eligible = prune_batched(sel, resident, cfg, k) if prune else sel.eligible
+                ids, weights = route(logits, eligible, router)
+                kernel = FusedVerifier(method, router, cfg, E, device)
+                alpha, n = kernel.block_inputs([block])
+                out = kernel(logits[None], alpha, n, resident)
+                row_bad = (out.ids[0] != ids).any(-1) | ~torch.isclose(out.weights[0], weights, atol=1e-6).all(-1)
+                same_set = bool(torch.equal(out.eligible[0], eligible))
+                cases.append({"router": kind, "method": method, "prune": prune, "same_eligible": same_set,
+                              "rows_differing": int(row_bad.sum())})
+                bad_rows += int(row_bad.sum()) + (0 if same_set else T)
+                rows += T
+    ok = bad_rows == 0
+    return {"check": "kernel", "verdict": verdict(ok), "shape": [T, E, k], "ties": ties, "rows": rows,
+            "rows_differing": bad_rows, "cases": cases}
+
+
+# ----- parity with transformers -----
+def random_checkpoint(kind: str, folder: Path, seed: int = 0):
+    """A small random Qwen3-MoE ("qwen3_moe") or GPT-OSS ("gpt_oss") checkpoint saved to folder, with router
+    weights spread (no near-ties) and, for GPT-OSS, expert weights and sinks large enough to matter."""
+    from transformers import GptOssConfig, GptOssForCausalLM, Qwen3MoeConfig, Qwen3MoeForCausalLM
+    torch.manual_seed(seed)
+    if kind == "qwen3_moe":
+        model = Qwen3MoeForCausalLM(Qwen3MoeConfig(**QWEN3_SMALL)).eval()
+    else:
+        model = GptOssForCausalLM(GptOssConfig(**GPT_OSS_SMALL)).eval()
+    with torch.no_grad():
+        for layer in model.model.layers:
+            router = getattr(layer.mlp, "gate", None) or getattr(layer.mlp, "router", None)
+            router.weight.normal_(0.0, 0.5)
+            if kind == "gpt_oss":
+                layer.mlp.experts.gate_up_proj.normal_(0.0, 1.0)
+                layer.mlp.experts.gate_up_proj_bias.normal_(0.0, 1.0)
+                layer.mlp.experts.down_proj_bias.normal_(0.0, 0.1)
+                layer.self_attn.sinks.normal_(0.0, 2.0)
+    model.save_pretrained(folder)
+    return model
+
+
+def check_parity(device, folder: Path, tokens: int = 24) -> dict:
+    """Our logits vs transformers' on the same random checkpoints: relative max error (to max |logit|)
+    <= 1e-4 in fp32 and <= 0.1 in bf16 (both sides in that dtype), plus top-1 agreement."""
+    from acceptmoe.engine.model import MoEModel
+    device, rows, ok = torch.device(device), [], True
+    for kind in ("qwen3_moe", "gpt_oss"):
+        hf = random_checkpoint(kind, Path(folder) / kind)
+        ids = torch.randint(0, 96, (tokens,), generator=torch.Generator().manual_seed(1))
+        for dtype, tol in ((torch.float32, 1e-4), (torch.bfloat16, 0.1)):
+            ours = MoEModel.from_pretrained(Path(folder) / kind, device=device, dtype=dtype)
+            logits, _ = ours.forward(ids.to(device), torch.arange(tokens, device=device),
+                                     ours.new_cache(tokens), 0)
+            with torch.no_grad():
+                ref = hf.to(device=device, dtype=dtype)(ids[None].to(device)).logits[0].float()
+            rel = float((logits - ref).abs().max() / ref.abs().max())
+            top1 = float((logits.argmax(-1) == ref.argmax(-1)).float().mean())
+            rows.append({"model": kind, "dtype": str(dtype)[6:], "rel_max_err": rel, "top1_agree": top1,
+                         "tolerance": tol})
+            ok &= rel <= tol
+    return {"check": "parity", "verdict": verdict(ok), "rows": rows}
+
+
+# ----- CUDA graphs -----
+def check_graphs(device) -> dict:
+    """Replay = eager where the engine captures CUDA graphs; SKIP where it has none (or on CPU)."""
+    try:
+        from acceptmoe.engine import graphs  # noqa: F401
+    except ImportError:
+        return {"check": "graphs", "verdict": "SKIP", "reason": "the engine captures no CUDA graphs"}
+    if torch.device(device).type != "cuda":
+        return {"check": "graphs", "verdict": "SKIP", "reason": "CUDA graphs need CUDA"}
+    return graphs.check(device)
+
+
+# ----- lossless on the tiny world -----
+def check_lossless(engines: dict, prompts: list[list[int]], tokens: int) -> dict:
+    """Standard SD (resident and offloaded) = Vanilla AR (resident), token for token."""
+    rows, ok = [], True
+    for i, ids in enumerate(prompts):
+        ar = engines["resident"].generate(ids, Variant(REFERENCE), tokens, ignore_eos=True).tokens
+        for store, eng in engines.items():
+            sd = eng.generate(ids, Variant(BASELINE), tokens, ignore_eos=True, trace_layers=False)
+            same = sd.tokens == ar
+            rows.append({"prompt": i, "store": store, "equal": same, "tau": sd.mean_accept_length})
+            ok &= same
+    return {"check": "lossless", "verdict": verdict(ok), "tokens": tokens, "rows": rows}
+
+
+def check_pinned(engine) -> dict:
+    """The offloaded store's host weights are pinned (CUDA), and a generation's loads are counted and timed."""
+    store = engine.model.store
+    tensors = [t for layer in store.host.values() for t in layer.values()]
+    s = store.stats()["total"]
+    pinned = all(t.is_pinned() for t in tensors) if store.cuda else None
+    gbps = s["bytes"] / s["wait_s"] / 1e9 if s["wait_s"] > 0 else None
+    ok = None if pinned is None else (pinned and s["loads"] > 0 and s["wait_s"] > 0)
+    return {"check": "pinned", "verdict": verdict(ok), "pinned": pinned, "loads": s["loads"], "bytes": s["bytes"],
+            "wait_s": s["wait_s"], "load_gb_per_s": gbps, "hit_rate": s["hit_rate"]}
+
+
+# ----- timing -----
+def timed(fn, device, repeats: int = 20, warmup: int = 3) -> float:
+    """Median milliseconds of fn() (CUDA events on CUDA)."""
+    device = torch.device(device)
+    for _ in range(warmup):
+        fn()
+    out = []
+    for _ in range(repeats):
+        if device.type == "cuda":
+            a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            a.record()
+            fn()
+            b.record()
+            b.synchronize()
+            out.append(a.elapsed_time(b))
+        else:
+            t0 = time.perf_counter()
+            fn()
+            out.append(1e3 * (time.perf_counter() - t0))
+    return statistics.median(out)
+
+
+def aten_ops(fn) -> int:
+    from acceptmoe.experiments.bench.engine_speed import AtenCounter
+    with AtenCounter() as c:
+        fn()
+    return c.total
+
+
+def random_model(shape: dict, device, dtype=torch.bfloat16, seed: int = 0):
+    """A MoEModel with random weights built in memory (no checkpoint): Qwen3-MoE config `shape`."""
+    from acceptmoe.engine.config import ModelConfig
+    from acceptmoe.engine.model import MoEModel, _build_skeleton
+    from acceptmoe.engine.store import ExpertMath, make_store
+    from torch import nn
+    raw = dict(model_type="qwen3_moe", architectures=["Qwen3MoeForCausalLM"], rms_norm_eps=1e-6,
+               rope_theta=1e6, max_position_embeddings=4096, norm_topk_prob=True, eos_token_id=2,
+               torch_dtype="bfloat16", **shape)
+    cfg = ModelConfig.from_dict(raw, ())
+    torch.manual_seed(seed)
+    device = torch.device(device)
+    state = {n: (torch.ones(p.shape) if n.endswith("norm.weight") else torch.randn(p.shape) * 0.02)
+             for n, p in _build_skeleton(nn.Module(), cfg).named_parameters()}
+    E, H, I = cfg.num_experts, cfg.hidden_size, shape["moe_intermediate_size"]
+    experts = {l: {"w1": torch.randn(E, 2 * I, H, device=device, dtype=dtype) * 0.02,
+                   "w2": torch.randn(E, H, I, device=device, dtype=dtype) * 0.02} for l in cfg.moe_layer_ids}
+    store = make_store("resident", ExpertMath(cfg.expert_activation, dtype), experts, E, device)
+    return MoEModel(cfg, store, state, device, dtype)
+
+
+def time_layer_shape(device, shape: dict = QWEN3_30B_LAYERS, dtype=torch.bfloat16, context: int = 256,
+                     tree_tokens: int = 64, repeats: int = 20) -> list[dict]:
+    """Decode step, verify step (natural and AcceptMoE routing), selection per layer, aten ops per step,
+    on a random model of `shape` after a `context`-token prefill."""
+    from acceptmoe.engine.engine import VERIFIER_BACKENDS
+    from acceptmoe.engine.tree import DraftTree
+    from acceptmoe.methods import SelectorConfig
+    device = torch.device(device)
+    model = random_model(shape, device, dtype)
+    cache = model.new_cache(context + tree_tokens + 1)
+    gen = torch.Generator().manual_seed(0)
+    V = model.config.vocab_size
+    prompt = torch.randint(0, V, (context,), generator=gen).to(device)
+    model.forward(prompt, torch.arange(context, device=device), cache, 0)
+    block = random_block(tree_tokens, gen)
+    tree = DraftTree.from_parents(torch.randint(0, V, (tree_tokens,), generator=gen), block.parents, context)
+    tok, pos, mask = tree.tokens.to(device), tree.positions.to(device), tree.mask.to(device)
+    one, at = torch.randint(0, V, (1,), generator=gen).to(device), torch.tensor([context], device=device)
+    backend = VERIFIER_BACKENDS["triton" if device.type == "cuda" else "torch"]
+    verifier = backend("acceptmoe", block, model.router, SelectorConfig(p_hat=P_HAT), model.config.num_experts,
+                       device, False)
+
+    def policy(layer, logits):
+        out = verifier(logits, None)
+        return out.ids, out.weights
+
+    decode = lambda: model.forward(one, at, cache, context)                                    # noqa: E731
+    verify = lambda: model.forward(tok, pos, cache, context, mask=mask)                        # noqa: E731
+    verify_acc = lambda: model.forward(tok, pos, cache, context, mask=mask, policy=policy)    # noqa: E731
+    logits = torch.randn(tree_tokens, model.config.num_experts, generator=gen).to(device)
+    select = lambda: verifier(logits, None)                                                    # noqa: E731
+    L = model.config.num_layers
+    return [
+        {"step": "decode step (1 token)", "ms": timed(decode, device, repeats), "aten_ops": aten_ops(decode)},
+        {"step": f"verify step ({tree_tokens} tokens, natural routing)", "ms": timed(verify, device, repeats),
+         "aten_ops": aten_ops(verify)},
+        {"step": f"verify step ({tree_tokens} tokens, AcceptMoE)", "ms": timed(verify_acc, device, repeats),
+         "aten_ops": aten_ops(verify_acc)},
+        {"step": f"selection + routing, one layer ({L} layers)", "ms": timed(select, device, repeats),
+         "aten_ops": aten_ops(select)},
+    ]
+
+
+def time_tiny(engine, prompts: list[list[int]], tokens: int) -> list[dict]:
+    """Median target-step time (drafting included for SD), tokens/s, tau and aten ops per step."""
+    from acceptmoe.experiments.bench.engine_speed import ours_ops
+    rows = []
+    for method in (REFERENCE, BASELINE, B0_METHOD):
+        variant = Variant(method).bind(commitment=P_HAT)
+        steps, n, wall, taus = [], 0, 0.0, []
+        for ids in prompts:
+            t0 = engine.clock()
+            g = engine.generate(ids, variant, tokens, ignore_eos=True, trace_layers=False)
+            wall += engine.clock() - t0
+            steps += g.step_times
+            n += len(g.tokens)
+            taus.append(g.mean_accept_length)
+        rows.append({"step": f"tiny {method} step", "ms": 1e3 * statistics.median(steps), "tokens_per_s": n / wall,
+                     "tau": statistics.mean(taus), "aten_ops": ours_ops(engine, prompts[0], variant)})
+    return rows
+
+
+def table(results: dict) -> str:
+    lines = ["| check | verdict |", "|---|---|"]
+    lines += [f"| {c['check']} | {c['verdict']} |" for c in results["checks"]]
+    lines += ["", "| workload | step | ms | aten ops / step | tokens/s | tau |", "|---|---|---:|---:|---:|---:|"]
+    for workload, rows in results["timing"].items():
+        for r in rows:
+            tps = f"{r['tokens_per_s']:.1f}" if "tokens_per_s" in r else ""
+            tau = f"{r['tau']:.2f}" if "tau" in r else ""
+            lines.append(f"| {workload} | {r['step']} | {r['ms']:.3f} | {r['aten_ops']:.0f} | {tps} | {tau} |")
+    return "\n".join(lines)
+
+
+def run_all(device, model_dir: Path, out: Path, prompts: int = 4, tokens: int = 32,
+            layer_shape: dict = QWEN3_30B_LAYERS, kernel_shape: tuple[int, int, int] = (64, 128, 8)) -> dict:
+    """Every check and the timing table on `device`; writes gpu_check.json and gpu_check.md under out."""
+    from transformers import AutoTokenizer
+
+    from acceptmoe.engine import load_engine
+    from acceptmoe.engine.store import _NATIVE
+    from acceptmoe.experiments.bench.engine_speed import tiny_prompts
+    device = torch.device(device)
+    out.mkdir(parents=True, exist_ok=True)
+    results: dict = {"device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
+                     "torch": torch.__version__, "checks": [], "timing": {}}
+
+    def record(check: dict) -> None:
+        results["checks"].append(check)
+        print(f"{check['check']:<9} {check['verdict']}", flush=True)
+
+    record(check_kernel(device, *kernel_shape))
+    with tempfile.TemporaryDirectory() as tmp:
+        record(check_parity(device, Path(tmp)))
+    record(check_graphs(device))
+    engines = {"resident": load_engine(model_dir, device=device)}
+    E = engines["resident"].model.config.num_experts
+    engines["offloaded"] = load_engine(model_dir, device=device, store="offloaded", slots=max(1, E // 4))
+    ids = tiny_prompts(AutoTokenizer.from_pretrained(model_dir / "target"), prompts)
+    engines["offloaded"].model.store.reset_counters()
+    record(check_lossless(engines, ids, tokens))
+    record(check_pinned(engines["offloaded"]))
+    results["timing"]["tiny world"] = time_tiny(engines["resident"], ids, tokens)
+    del engines
+    shape_name = "random MoE, Qwen3-30B-A3B layer shape x4"
+    results["timing"][shape_name] = time_layer_shape(device, layer_shape)
+    results["grouped_mm_native"] = {f"{d}/{str(t)[6:]}": v for (d, t), v in _NATIVE.items()}
+    (out / "gpu_check.json").write_text(json.dumps(results, indent=1) + "\n")
+    (out / "gpu_check.md").write_text(table(results) + "\n")
+    return results
+
+
+@command("gpu-check", "check and time the engine and kernel on one CUDA GPU (at most 10 minutes; JSON + table)")
+def main(argv: list[str] | None = None) -> int:
+    p = parser("gpu-check")
+    p.add_argument("--model", default="models/tiny", help="folder with target/ and draft/ (the tiny world)")
+    p.add_argument("--out", default="results/gpu-check", help="folder for gpu_check.json and gpu_check.md")
+    a = p.parse_args(argv)
+    if not torch.cuda.is_available():
+        print("error: gpu-check needs a CUDA GPU and this machine has none (torch.cuda.is_available() is False); "
+              "run it on a machine with one and the CUDA build of torch", file=sys.stderr, flush=True)
+        return 2
+    t0 = time.perf_counter()
+    results = run_all(torch.device("cuda"), Path(a.model), Path(a.out))
+    print("\n" + table(results))
+    print(f"\n{time.perf_counter() - t0:.0f} s; wrote {Path(a.out) / 'gpu_check.json'} and gpu_check.md")
+    return 1 if any(c["verdict"] == "FAIL" for c in results["checks"]) else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

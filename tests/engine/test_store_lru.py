@@ -1,0 +1,86 @@
+"""The offloaded store's device-side LRU keeps the host-side definition exactly: the same loads, hits,
+misses, bytes and residency as a plain Python LRU (below) on random routings, and the counters and tokens
+recorded on the tiny world before the store moved to the device (data/offloaded_counters.json)."""
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from acceptmoe.methods import Variant
+
+from acceptmoe.engine import load_engine
+from acceptmoe.engine.store import ExpertMath, make_store
+
+DATA = Path(__file__).parent / "data" / "offloaded_counters.json"
+ROOT = Path(__file__).parents[2]
+
+
+class PlainLRU:
+    """The definition: per pass, used experts in order (resident first, then by id), waves of at most X;
+    a miss takes a free slot (lowest index) or evicts the least-recently-used expert the wave does not need."""
+
+    def __init__(self, E: int, X: int):
+        self.X, self.slot_of, self.expert_in, self.last_use = X, [-1] * E, [-1] * X, [-1] * X
+        self.clock = self.hits = self.misses = self.loads = 0
+
+    def run(self, ids: list[int]) -> None:
+        used = sorted(set(ids), key=lambda e: (self.slot_of[e] < 0, e))
+        hits = sum(self.slot_of[e] >= 0 for e in used)
+        self.hits, self.misses = self.hits + hits, self.misses + len(used) - hits
+        for start in range(0, len(used), self.X):
+            wave = used[start:start + self.X]
+            for e in wave:
+                if self.slot_of[e] < 0:
+                    free = [s for s, x in enumerate(self.expert_in) if x < 0]
+                    s = free[0] if free else min((s for s, x in enumerate(self.expert_in) if x not in wave),
+                                                 key=lambda s: self.last_use[s])
+                    if self.expert_in[s] >= 0:
+                        self.slot_of[self.expert_in[s]] = -1
+                    self.slot_of[e], self.expert_in[s] = s, e
+                    self.loads += 1
+                self.clock += 1
+                self.last_use[self.slot_of[e]] = self.clock
+
+
+@pytest.mark.parametrize("E, X, k, seed", [(8, 1, 2, 0), (8, 3, 2, 1), (16, 5, 4, 2), (16, 16, 4, 3), (32, 7, 3, 4)])
+def test_device_lru_equals_the_plain_lru(E, X, k, seed):
+    H, I = 8, 4
+    g = torch.Generator().manual_seed(seed)
+    layers = {0: {"w1": torch.randn(E, 2 * I, H, generator=g), "w2": torch.randn(E, H, I, generator=g)}}
+    store = make_store("offloaded", ExpertMath("swiglu", torch.float32), layers, E, "cpu", slots=X)
+    plain = PlainLRU(E, X)
+    for p in range(40):
+        T = int(torch.randint(1, 7, (1,), generator=g))
+        hot = torch.randint(0, E, (1,), generator=g)                     # skewed routing: some reuse
+        logits = torch.randn(T, E, generator=g)
+        logits[:, hot] += 2.0
+        ids = logits.topk(k, dim=-1).indices
+        store.run(0, torch.randn(T, H, generator=g), ids, torch.full((T, k), 1.0 / k))
+        plain.run(ids.flatten().tolist())
+        c = store.stats()["layers"][0]
+        assert (c["hits"], c["misses"], c["loads"]) == (plain.hits, plain.misses, plain.loads)
+        assert store.resident(0).tolist() == [s >= 0 for s in plain.slot_of]
+        assert store.slot_of[0][:E].tolist() == plain.slot_of
+
+
+def test_tiny_world_counters_and_tokens_as_recorded():
+    """Counters, final residency and tokens of the offloaded tiny world equal those recorded with the
+    host-side store on the same prompts (every method, two pool sizes)."""
+    ref = json.loads(DATA.read_text())
+    torch.set_num_threads(1)
+    engines = {}
+    for run in ref["runs"]:
+        eng = engines.get(run["slots"]) or engines.setdefault(
+            run["slots"], load_engine(ROOT / ref["model"], store="offloaded", slots=run["slots"]))
+        eng.model.store.reset_counters()
+        p_hat = (1.0, 0.8, 0.64, 0.512, 0.41, 0.33)
+        gen = eng.generate(run["prompt"], Variant(run["method"]).bind(commitment=p_hat), ref["max_new_tokens"],
+                           ignore_eos=ref["ignore_eos"], trace_layers=False)
+        s = eng.model.store.stats()
+        where = f"{run['method']} slots={run['slots']} prompt={run['prompt'][:3]}"
+        assert gen.tokens == run["tokens"], where
+        assert {k: s["total"][k] for k in run["total"]} == run["total"], where
+        assert {str(l): {k: c[k] for k in run["total"]} for l, c in s["layers"].items()} == run["layers"], where
+        assert {str(l): eng.model.store.resident(l).nonzero().flatten().tolist()
+                for l in eng.model.store.layer_ids} == run["resident"], where
