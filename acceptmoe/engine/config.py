@@ -23,11 +23,13 @@ from pathlib import Path
 
 import torch
 
+from acceptmoe.errors import UserError
+
 ARCHS = ("qwen3_moe", "gpt_oss")
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
-class CheckpointError(ValueError):
+class CheckpointError(UserError, ValueError):
     """A checkpoint that cannot be loaded; the message names the problem and the fix."""
 
 

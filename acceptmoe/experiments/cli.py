@@ -68,9 +68,10 @@ def _user_errors() -> tuple[type[BaseException], ...]:
     from acceptmoe.engine.config import CheckpointError
     from acceptmoe.engine.eagle3 import DraftMismatchError
     from acceptmoe.experiments.runs import ConfigKeyError
+    from acceptmoe.errors import UserError
     from acceptmoe.methods import ConfigError, TreeError, UnknownMethodError
-    return (ConfigError, ConfigKeyError, UnknownMethodError, TreeError, CheckpointError, DraftMismatchError,
-            DataError, FileNotFoundError)
+    return (UserError, ConfigError, ConfigKeyError, UnknownMethodError, TreeError, CheckpointError,
+            DraftMismatchError, DataError, FileNotFoundError)
 
 
 def parser(name: str, description: str) -> argparse.ArgumentParser:

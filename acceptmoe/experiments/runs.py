@@ -27,6 +27,8 @@ from typing import Any, Iterator
 
 import yaml
 
+from acceptmoe.errors import UserError
+
 REPO = Path(__file__).resolve().parents[2]
 
 
@@ -99,7 +101,10 @@ def config_hash(config: Any) -> str:
 
 
 def environment() -> dict:
-    """Git commit and dirty flag, Python and package versions, device name."""
+    """Git commit and dirty flag, Python and package versions, device name, and the code sandbox's
+    isolation on this machine (what is in force and what fell back)."""
+    from acceptmoe.evals.sandbox import isolation
+
     def git(*args: str) -> str:
         try:
             return subprocess.run(["git", *args], cwd=REPO, capture_output=True, text=True, timeout=10).stdout.strip()
@@ -115,7 +120,7 @@ def environment() -> dict:
     device = torch.cuda.get_device_name(0) if torch.cuda.is_available() else f"cpu ({platform.processor() or platform.machine()})"
     return {"git_commit": git("rev-parse", "HEAD"), "git_dirty": bool(git("status", "--porcelain")),
             "python": sys.version.split()[0], "platform": platform.platform(), "packages": versions,
-            "device": device, "torch_threads": torch.get_num_threads()}
+            "device": device, "torch_threads": torch.get_num_threads(), "sandbox": isolation().record()}
 
 
 @dataclasses.dataclass
@@ -161,6 +166,10 @@ def write_json(path: Path, obj: Any) -> None:
     os.replace(tmp, path)
 
 
+class SampleLogError(UserError, ValueError):
+    """A damaged `samples.jsonl`; the message names the file, the line and the fix."""
+
+
 class SampleLog:
     """Append-only JSONL of finished units, each with a unique `key`; resumable, never duplicating rows."""
 
@@ -179,9 +188,14 @@ class SampleLog:
         for i, line in enumerate(complete, start=1):
             if not line.strip():
                 continue
-            row = json.loads(line)
-            if "key" not in row:
-                raise ValueError(f"{self.path}:{i}: row without a 'key'; this file is not a sample log")
+            try:
+                row = json.loads(line)
+            except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+                raise SampleLogError(f"{self.path}:{i}: damaged row ({exc}); delete that line (its unit is "
+                                     "computed again when the run resumes) or start a fresh run") from exc
+            if not isinstance(row, dict) or "key" not in row:
+                raise SampleLogError(f"{self.path}:{i}: row without a 'key'; this file is not a sample log: "
+                                     "delete that line or start a fresh run")
             self._rows[row["key"]] = row
 
     def __contains__(self, key: str) -> bool:

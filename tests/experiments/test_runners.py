@@ -98,6 +98,37 @@ def test_b0_with_fewer_prompts_than_the_rule_records_it():
         b0_runner.decide_b0([_trace(0, [[3]]), _trace(2, [[3]])], B0Config(resamples=50))
 
 
+# ----- sample log -----
+@pytest.mark.parametrize("damage", ["middle", "torn-then-newline", "not-a-row"])
+def test_a_damaged_sample_log_is_one_user_error_naming_file_and_line(tmp_path, damage):
+    from acceptmoe.errors import UserError
+
+    path = tmp_path / "samples.jsonl"
+    log = SampleLog(path)
+    for i in range(3):
+        log.append(f"k{i}", {"value": i})
+    lines = path.read_text().splitlines(keepends=True)
+    if damage == "middle":
+        lines[1] = lines[1][:10] + "\x00garbage" + lines[1][10:]
+        line = 2
+    elif damage == "torn-then-newline":
+        lines.append('{"key": "k3", "val\n')
+        line = 4
+    else:
+        lines.insert(1, "[1, 2]\n")
+        line = 2
+    path.write_text("".join(lines))
+    with pytest.raises(UserError, match=f"{path}:{line}: .*delete that line"):
+        SampleLog(path)
+
+
+def test_a_torn_last_line_without_newline_is_dropped(tmp_path):
+    path = tmp_path / "samples.jsonl"
+    SampleLog(path).append("k0", {"value": 0})
+    path.write_text(path.read_text() + '{"key": "k1", "va')
+    assert [r["key"] for r in SampleLog(path)] == ["k0"]
+
+
 # ----- trace log -----
 def test_trace_log_drops_torn_partial_and_unfinished_traces(tmp_path):
     path = tmp_path / "t.jsonl"
