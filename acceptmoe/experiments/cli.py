@@ -27,6 +27,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "fig5": ("acceptmoe.experiments.fig5", "Figure 5: sweep, pruning on vs off, fetch-stall share"),
     "calibration-study": ("acceptmoe.experiments.calibration_study",
                           "beta sensitivity, on-policy p_hat, B0 from training-split traces"),
+    "bench-sandbox": ("acceptmoe.experiments.bench.sandbox_overhead",
+                      "grading overhead of the code sandbox per program, with the isolation in force"),
     "bench-engine": ("acceptmoe.experiments.bench.engine_speed",
                      "our engine vs transformers on the tiny model (tokens/s, tau) and where the time goes"),
     "train-tiny": ("acceptmoe.tiny.train_tiny",

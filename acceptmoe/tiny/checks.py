@@ -40,12 +40,12 @@ def mbpp_program(example: dict, reply: str) -> str:
     return example["test_setup_code"] + "\n" + reply + "\n" + "\n".join(example["test_list"]) + "\n"
 
 
-def run_program(source: str, timeout_s: float = 5.0) -> bool:
+def run_program(source: str, timeout_s: float = 10.0) -> bool:
     """True when `source` passes in the sandbox within the timeout."""
     return run_programs([source], timeout_s, workers=1)[0]
 
 
-def run_programs(sources: list[str], timeout_s: float = 5.0, workers: int = 2) -> list[bool]:
+def run_programs(sources: list[str], timeout_s: float = 10.0, workers: int = 2) -> list[bool]:
     limits = sandbox.Limits(timeout_s=timeout_s)
     return [r.passed for r in sandbox.run_many(sources, limits, workers)]
 

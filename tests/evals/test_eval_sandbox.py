@@ -2,6 +2,7 @@
 must end as a non-pass without harm. The attack classes against isolation are in test_eval_sandbox_attacks."""
 import os
 import shutil
+import signal
 import socket
 import tempfile
 import textwrap
@@ -95,8 +96,8 @@ def test_endless_programs_time_out_promptly(loop):
 
 def test_the_cpu_limit_stops_a_program_that_ignores_sigxcpu():
     res = run("import signal\nsignal.signal(signal.SIGXCPU, signal.SIG_IGN)\nwhile True:\n    pass",
-              Limits(timeout_s=30, cpu_s=1))
-    assert res.status == "timeout" and res.duration_s < 20
+              Limits(timeout_s=300, cpu_s=1))
+    assert res.status == "timeout" and res.returncode == -signal.SIGKILL and res.duration_s < 250
 
 
 @pytest.mark.parametrize("bomb", ["x = bytearray(8 << 30)", "x = [0] * (1 << 31)",
@@ -118,12 +119,12 @@ def test_no_new_processes_or_threads(spawn):
 
 
 def test_writing_a_large_file_hits_the_file_size_limit():
-    res = run("open('big.bin', 'wb').write(b'x' * (32 << 20))", Limits(timeout_s=3, file_mb=4))
+    res = run("open('big.bin', 'wb').write(b'x' * (32 << 20))", Limits(timeout_s=60, file_mb=4))
     assert res.status == "error" and "File too large" in res.stderr
 
 
 def test_output_is_truncated():
-    res = run("print('y' * 100_000)", Limits(timeout_s=3, output_chars=1000))
+    res = run("print('y' * 100_000)", Limits(timeout_s=60, output_chars=1000))
     assert res.passed and len(res.stdout) < 1100 and "characters cut" in res.stdout
 
 
@@ -265,7 +266,7 @@ def test_no_network_even_to_localhost(mode):
 def test_the_run_survives_a_hostile_batch_and_keeps_order():
     programs = ["assert True", "while True:\n    pass", "import os\nos._exit(0)", "x = bytearray(8 << 30)",
                 "print('last')"]
-    results = run_many(programs, Limits(timeout_s=1.5, cpu_s=2), workers=2)
+    results = run_many(programs, Limits(timeout_s=60, cpu_s=2), workers=2)
     assert [r.status for r in results] == ["passed", "timeout", "failed", "error", "passed"]
     assert results[-1].stdout == "last\n"
 

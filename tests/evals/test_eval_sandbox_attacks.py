@@ -214,7 +214,7 @@ def test_the_python_installation_is_read_only():
 
 NEIGHBOUR = """
     import os, time
-    time.sleep(4)
+    time.sleep(6)
     print(os.listdir("."))
 """
 
