@@ -25,6 +25,7 @@ import secrets
 import sys
 import sysconfig
 import threading
+from functools import lru_cache
 from pathlib import Path
 
 # Uids handed to programs when the harness runs as root: a random block of 1024 in 0x70000000..0x7fffffff,
@@ -55,13 +56,14 @@ class UidPool:
             self._busy.discard(uid)
 
 
-def python_runtime() -> tuple[str, str, list[str]]:
+@lru_cache(maxsize=1)
+def python_runtime() -> tuple[str, str, tuple[str, ...]]:
     """(interpreter, installation prefix, its site-packages folders): the base interpreter, never a venv's."""
     exe = os.path.realpath(getattr(sys, "_base_executable", None) or sys.executable)
     prefix = os.path.realpath(sys.base_prefix)
     site = {os.path.realpath(sysconfig.get_path(k, vars={"base": prefix, "platbase": prefix}))
             for k in ("purelib", "platlib")}
-    return exe, prefix, sorted(p for p in site if os.path.isdir(p))
+    return exe, prefix, tuple(sorted(p for p in site if os.path.isdir(p)))
 
 
 def _inside(path: str, root: str) -> bool:

@@ -14,6 +14,7 @@ from acceptmoe.experiments import b0 as b0_runner
 from acceptmoe.experiments import table1, tables
 from acceptmoe.experiments.config import (B0Config, ConfigKeyError, Table1ConfigError, load_table1_config)
 from acceptmoe.experiments.tracelog import TraceLog
+from acceptmoe.evals.sandbox import isolation
 from acceptmoe.experiments.runs import SampleLog
 from acceptmoe.engine.trace import Trace, load_traces
 
@@ -166,6 +167,8 @@ def test_table1_end_to_end_files_and_structure(full_run, capsys):
     run = full_run
     for name in ("config.json", "samples.jsonl", "summary.json", *table1.OUTPUTS):
         assert (run / name).is_file(), name
+    sandbox = json.loads((run / "config.json").read_text())["environment"]["sandbox"]
+    assert sandbox == isolation().record()  # what the code sandbox could enforce here, fallbacks included
     rows = list(SampleLog(run / "samples.jsonl"))
     assert len(rows) == 2 * 2 * 6 and len({r["key"] for r in rows}) == len(rows)
     for task in world.TASKS:
