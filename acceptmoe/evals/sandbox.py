@@ -304,7 +304,9 @@ def isolation() -> Isolation:
             fallbacks.append("no network namespace: sockets are only disabled inside Python")
         iso = Isolation("netns" if launcher else "socket-patch", uid, launcher or (), "shared", "rlimit", root)
     if not root:
-        fallbacks.append("the harness is not root: programs run under the caller's uid")
+        fallbacks.append("the harness is not root: programs run under the caller's uid" + (
+            " (each still in its own namespaces)" if iso.filesystem == "private" else
+            ", so they can change the caller's files and signal its processes"))
     try:
         _cgroups()
         problem = _probe(replace(iso, memory="cgroup"))
@@ -313,8 +315,9 @@ def isolation() -> Isolation:
     if problem is None:
         iso = replace(iso, memory="cgroup")
     else:
-        fallbacks.append(f"no memory cgroup ({problem}): memory is bounded by RLIMIT_AS, the tmpfs sizes and "
-                         f"{OPEN_FILES} open files x Limits.file_mb")
+        held = "the tmpfs sizes" if iso.filesystem == "private" else "RLIMIT_FSIZE per file on the host's disk"
+        fallbacks.append(f"no memory cgroup ({problem}): memory is bounded by RLIMIT_AS over every mapping, "
+                         f"{held}, and {OPEN_FILES} open files x Limits.file_mb of unmapped memfds")
     iso = replace(iso, fallbacks=tuple(fallbacks))
     if fallbacks:
         warnings.warn(f"sandbox: {iso.describe()}", RuntimeWarning, stacklevel=2)
