@@ -107,6 +107,36 @@ def bwrap_args(bwrap: str, tmp_bytes: int, hide: tuple[str, ...] = ()) -> list[s
     return args
 
 
+# ------------------------------------------------------------------------------------------------- seccomp
+
+# (AUDIT_ARCH_*, memfd_create, memfd_secret) per machine, from the kernel's uapi headers.
+_SYSCALLS = {"x86_64": (0xC000003E, 319, 447), "aarch64": (0xC00000B7, 279, 447)}
+
+
+def no_memfd_filter() -> bytes | None:
+    """A classic-BPF seccomp program (struct sock_filter[]) that refuses memfd_create and memfd_secret
+    with EPERM, and every syscall of another ABI (i386 via int 0x80, x32), allowing the rest; None on a
+    machine not listed in _SYSCALLS. Without a memory cgroup, memfds are memory that RLIMIT_AS does not
+    see once unmapped; without them a program's unmapped storage is bounded by its tmpfs sizes."""
+    import platform
+    import struct
+    known = _SYSCALLS.get(platform.machine())
+    if known is None:
+        return None
+    arch, memfd_create, memfd_secret = known
+    ld, jeq, jge, ret = 0x20, 0x15, 0x35, 0x06  # BPF_LD|W|ABS, BPF_JMP|JEQ|K, BPF_JMP|JGE|K, BPF_RET|K
+    allow, deny = 0x7FFF0000, 0x00050000 | 1     # SECCOMP_RET_ALLOW, SECCOMP_RET_ERRNO | EPERM
+    program = [(ld, 0, 0, 4),                    # 0: A = seccomp_data.arch
+               (jeq, 0, 5, arch),                # 1: another ABI -> 7
+               (ld, 0, 0, 0),                    # 2: A = seccomp_data.nr
+               (jge, 3, 0, 0x40000000),          # 3: x32 syscall numbers -> 7
+               (jeq, 2, 0, memfd_create),        # 4: -> 7
+               (jeq, 1, 0, memfd_secret),        # 5: -> 7
+               (ret, 0, 0, allow),               # 6
+               (ret, 0, 0, deny)]                # 7
+    return b"".join(struct.pack("=HBBI", *insn) for insn in program)
+
+
 # ------------------------------------------------------------------------------------------------ cgroup v2
 
 def _cgroup2_mount() -> str | None:

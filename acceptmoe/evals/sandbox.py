@@ -22,8 +22,9 @@ environment: without bubblewrap the program shares the host's filesystem (a fres
 deleted afterwards, plus `/tmp` and `/dev/shm`, where files can outlive it until that removal) and PID
 namespace, and the network is cut by `unshare --net` where possible, else by replacing `socket.socket`
 (weaker). Without a delegated memory controller, memory is bounded by RLIMIT_AS (every mapping, memfds
-included), the two tmpfs sizes, SysV shared memory of the program's IPC namespace capped at one tmpfs
-size, and at most OPEN_FILES x `Limits.file_mb` of memfd contents that are not mapped.
+included), the two tmpfs sizes and SysV shared memory of the program's IPC namespace capped at one
+tmpfs size; memfds, which hold memory RLIMIT_AS no longer sees once unmapped, are refused by a seccomp
+filter (`confine.no_memfd_filter`; on machines it does not know, at most OPEN_FILES x `Limits.file_mb`).
 
 A program passes only if it runs to its end: after the program returns, the bootstrap writes a random
 per-run token to stdout and exits 0. A program that calls `os._exit(0)` or `sys.exit(0)` before its
@@ -114,13 +115,23 @@ def _keep_stdlib_reachable():
                         search[j] = new + entry[len(old):]
     sys.path_importer_cache.clear()
     return ctypes.CDLL(None).prctl
+def _seccomp(blob):
+    # Install a seccomp filter (PR_SET_NO_NEW_PRIVS = 38, PR_SET_SECCOMP = 22, SECCOMP_MODE_FILTER = 2).
+    import ctypes
+    class Prog(ctypes.Structure):
+        _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
+    buf = ctypes.create_string_buffer(blob, len(blob))
+    prog = Prog(len(blob) // 8, ctypes.addressof(buf))
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(38, 1, 0, 0, 0) or libc.prctl(22, 2, ctypes.byref(prog), 0, 0):
+        raise OSError(ctypes.get_errno(), "seccomp filter refused")
 def _limit(kind, soft, hard):
     # Never above the inherited hard limit (an unprivileged process cannot raise it).
     current = resource.getrlimit(kind)[1]
     if current != resource.RLIM_INFINITY:
         soft, hard = min(soft, current), min(hard, current)
     resource.setrlimit(kind, (soft, hard))
-def _setup(mem, cpu, fsize, nofile, uid, patch, reach, shm_pages):
+def _setup(mem, cpu, fsize, nofile, uid, patch, reach, shm_pages, seccomp):
     if shm_pages >= 0:  # SysV shared memory of the program's own IPC namespace, total in pages
         with open("/proc/sys/kernel/shmall", "w") as f:
             f.write(str(shm_pages))
@@ -139,10 +150,12 @@ def _setup(mem, cpu, fsize, nofile, uid, patch, reach, shm_pages):
     _limit(resource.RLIMIT_NPROC, 0, 0)
     if patch:
         _block_sockets()
+    if seccomp != "-":
+        _seccomp(bytes.fromhex(seccomp))
 def _main():
     mem, cpu, fsize, nofile, uid, patch, reach, shm_pages, control = (int(a) for a in sys.argv[1:10])
     nonce, _, source = sys.stdin.buffer.read().partition(b"\n")
-    _setup(mem, cpu, fsize, nofile, uid, patch, reach, shm_pages)
+    _setup(mem, cpu, fsize, nofile, uid, patch, reach, shm_pages, sys.argv[10])
     _write(control, b"ready")  # the parent's proof that the limits are in force; closed before the program
     os.close(control)
     namespace = {"__name__": "__main__", "__builtins__": __builtins__}
@@ -246,6 +259,7 @@ class SandboxError(RuntimeError):
 
 
 _UIDS = confine.UidPool()
+_NO_MEMFD = confine.no_memfd_filter()
 
 
 @lru_cache(maxsize=1)
@@ -316,8 +330,10 @@ def isolation() -> Isolation:
         iso = replace(iso, memory="cgroup")
     else:
         held = "the tmpfs sizes" if iso.filesystem == "private" else "RLIMIT_FSIZE per file on the host's disk"
-        fallbacks.append(f"no memory cgroup ({problem}): memory is bounded by RLIMIT_AS over every mapping, "
-                         f"{held}, and {OPEN_FILES} open files x Limits.file_mb of unmapped memfds")
+        memfds = ("memfd_create refused" if _NO_MEMFD else
+                  f"up to {OPEN_FILES} open files x Limits.file_mb of unmapped memfds")
+        fallbacks.append(f"no memory cgroup ({problem}): memory is bounded by RLIMIT_AS over every mapping and "
+                         f"{held}; {memfds}")
     iso = replace(iso, fallbacks=tuple(fallbacks))
     if fallbacks:
         warnings.warn(f"sandbox: {iso.describe()}", RuntimeWarning, stacklevel=2)
@@ -364,7 +380,8 @@ def _command(limits: Limits, iso: Isolation, uid: int, control_fd: int, cgroup: 
     private = iso.filesystem == "private"
     args = [limits.memory_mb << 20, limits.cpu_seconds(), limits.file_mb << 20, OPEN_FILES, uid,
             int(iso.network == "socket-patch"), int(uid >= 0 and not private),
-            (limits.tmp_mb << 20) // os.sysconf("SC_PAGE_SIZE") if private and os.geteuid() == 0 else -1, control_fd]
+            (limits.tmp_mb << 20) // os.sysconf("SC_PAGE_SIZE") if private and os.geteuid() == 0 else -1, control_fd,
+            _NO_MEMFD.hex() if iso.memory == "rlimit" and _NO_MEMFD else "-"]
     if private:
         exe = confine.python_runtime()[0]
         prefix = confine.bwrap_args(iso.launcher[0], limits.tmp_mb << 20, _HIDDEN)

@@ -5,6 +5,7 @@ Attacks that only a private filesystem and PID namespace contain are skipped, wi
 bubblewrap does not work (`isolation().fallbacks` says why); the project's scripts install it.
 """
 import os
+import platform
 import signal
 import socket
 import subprocess
@@ -105,6 +106,9 @@ def test_memfds_cannot_hold_memory_beyond_the_budget():
     """, limits=Limits(timeout_s=60.0, memory_mb=256, file_mb=4, tmp_mb=16))
     if isolation().memory == "cgroup":
         bound = 256  # all of it is charged to the program's cgroup
+    elif confine.no_memfd_filter() is not None:
+        bound = 0  # memfd_create refused by the seccomp filter
+        assert attack.stdout == "0 PermissionError\n", attack
     else:
         bound = OPEN_FILES * 4  # each memfd below RLIMIT_FSIZE, at most RLIMIT_NOFILE of them
     if attack.status == "error":  # killed by the memory cgroup before it could report
@@ -112,6 +116,17 @@ def test_memfds_cannot_hold_memory_beyond_the_budget():
     else:
         assert int(attack.stdout.split()[0]) <= bound, attack
 
+
+
+@pytest.mark.skipif(isolation().memory != "rlimit" or platform.machine() != "x86_64",
+                    reason="the seccomp filter is used on x86_64 without a memory cgroup")
+def test_the_seccomp_filter_also_covers_other_syscall_abis():
+    attack, = graded("""
+        import ctypes
+        libc = ctypes.CDLL(None, use_errno=True)
+        print(libc.syscall(0x40000000 | 319, b"x", 0), ctypes.get_errno())  # x32 memfd_create
+    """)
+    assert attack.passed and attack.stdout == "-1 1\n", attack  # EPERM from the filter, not ENOSYS
 
 def test_sysv_shared_memory_is_bounded_and_gone_after_the_program():
     attack, check = graded("""
