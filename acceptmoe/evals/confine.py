@@ -1,5 +1,6 @@
-"""How a sandboxed program is confined: the bubblewrap command line, the memory cgroup, the uid pool and
-the removal of whatever a program leaves on the host. `sandbox` decides which of these the machine allows.
+"""How a sandboxed program is confined: the bubblewrap command line, the memory cgroup (or, without one,
+a seccomp filter against memfds), the uid pool and the removal of whatever a program leaves on the host.
+`sandbox` decides which of these the machine allows.
 
 Why bubblewrap (`bwrap`): it is one small, audited binary packaged by every major distribution (Debian,
 Ubuntu, Fedora, Arch; `apt-get install bubblewrap`), built for exactly this job (Flatpak runs untrusted

@@ -211,7 +211,7 @@ class Isolation:
     launcher: the command prefix that creates the namespaces (bwrap's path when filesystem is "private").
     filesystem: "private" (bubblewrap: own PID, mount, IPC and UTS namespaces, see the module docstring)
         or "shared" (the host's filesystem and PID namespace, with a fresh working folder).
-    memory: "cgroup" (a cgroup v2 leaf per program) or "rlimit" (RLIMIT_AS, tmpfs sizes, NOFILE x FSIZE).
+    memory: "cgroup" (a cgroup v2 leaf per program) or "rlimit" (RLIMIT_AS, tmpfs sizes, memfds refused).
     uid_per_program: programs running at the same time get distinct uids.
     fallbacks: what this machine could not provide, and why.
     """
