@@ -376,15 +376,21 @@ def _make_workdir(uid: int) -> tuple[str, str]:
     return outer, workdir
 
 
-def _command(limits: Limits, iso: Isolation, uid: int, control_fd: int, cgroup: str | None) -> list[str]:
+def _command(limits: Limits, iso: Isolation, uid: int, control_fd: int, cgroup: str | None,
+             filter_fd: int | None) -> list[str]:
+    """The child's command line. The seccomp filter (without a memory cgroup) is installed by bubblewrap
+    from `filter_fd`, else by the bootstrap (which then has to load ctypes)."""
     private = iso.filesystem == "private"
+    in_bootstrap = iso.memory == "rlimit" and _NO_MEMFD is not None and filter_fd is None
     args = [limits.memory_mb << 20, limits.cpu_seconds(), limits.file_mb << 20, OPEN_FILES, uid,
             int(iso.network == "socket-patch"), int(uid >= 0 and not private),
             (limits.tmp_mb << 20) // os.sysconf("SC_PAGE_SIZE") if private and os.geteuid() == 0 else -1, control_fd,
-            _NO_MEMFD.hex() if iso.memory == "rlimit" and _NO_MEMFD else "-"]
+            _NO_MEMFD.hex() if in_bootstrap else "-"]
     if private:
         exe = confine.python_runtime()[0]
         prefix = confine.bwrap_args(iso.launcher[0], limits.tmp_mb << 20, _HIDDEN)
+        if filter_fd is not None:
+            prefix += ["--seccomp", str(filter_fd)]
     else:
         exe, prefix = sys.executable, list(iso.launcher)
     cmd = [*prefix, exe, "-I", "-S", "-B", "-c", _BOOTSTRAP, *map(str, args)]
@@ -419,18 +425,25 @@ def _run(payload: bytes, limits: Limits, iso: Isolation, uid: int) -> ExecResult
     outer, workdir = (None, "/") if private else _make_workdir(uid)
     cgroup = _cgroups().create(f"run-{nonce[:12].decode()}", limits.memory_mb << 20) if iso.memory == "cgroup" else None
     control_r, control_w = os.pipe()
+    filter_fd = None
+    if private and iso.memory == "rlimit" and _NO_MEMFD is not None:
+        filter_fd, filter_w = os.pipe()
+        os.write(filter_w, _NO_MEMFD)  # 64 bytes: fits the pipe's buffer
+        os.close(filter_w)
+    passed_fds = (control_w,) if filter_fd is None else (control_w, filter_fd)
     notes = []
     try:
         with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
             start = time.monotonic()
             try:
-                proc = subprocess.Popen(_command(limits, iso, uid, control_w, cgroup), cwd=workdir,
+                proc = subprocess.Popen(_command(limits, iso, uid, control_w, cgroup, filter_fd), cwd=workdir,
                                         env=clean_env("/tmp" if private else workdir), stdin=subprocess.PIPE,
-                                        stdout=out, stderr=err, start_new_session=True, pass_fds=(control_w,))
+                                        stdout=out, stderr=err, start_new_session=True, pass_fds=passed_fds)
             except OSError as exc:
                 raise SandboxError(f"the sandbox could not start a program ({iso.describe()}): {exc}") from exc
             finally:
-                os.close(control_w)
+                for fd in passed_fds:
+                    os.close(fd)
             timed_out = _wait(proc, nonce + b"\n" + payload, limits.timeout_s)
             duration = time.monotonic() - start
             ready = os.read(control_r, 16) == b"ready"
