@@ -25,6 +25,7 @@ import os
 import secrets
 import sys
 import sysconfig
+import tempfile
 import threading
 from functools import lru_cache
 from pathlib import Path
@@ -234,6 +235,20 @@ class MemoryCgroups:
 
 
 # ----------------------------------------------------------------------------------- removing leftovers
+
+
+def make_workdir(uid: int) -> tuple[str, str]:
+    """(folder to delete, working directory) on the host, for the shared filesystem. When programs run
+    under another uid, their working directory sits inside a root-owned folder that can be traversed but
+    not listed."""
+    outer = tempfile.mkdtemp(prefix="acceptmoe-sandbox-")
+    if uid < 0:
+        return outer, outer
+    os.chmod(outer, 0o711)
+    workdir = tempfile.mkdtemp(prefix="run-", dir=outer)
+    os.chown(workdir, uid, uid)
+    return outer, workdir
+
 
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 

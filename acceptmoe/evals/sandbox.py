@@ -363,19 +363,6 @@ def _status(returncode: int, passed_token: bool, timed_out: bool) -> str:
     return "failed"  # AssertionError, exit() before the end, os._exit(n), lost stdout
 
 
-def _make_workdir(uid: int) -> tuple[str, str]:
-    """(folder to delete, working directory) on the host, for the shared filesystem. When programs run
-    under another uid, their working directory sits inside a root-owned folder that can be traversed but
-    not listed."""
-    outer = tempfile.mkdtemp(prefix="acceptmoe-sandbox-")
-    if uid < 0:
-        return outer, outer
-    os.chmod(outer, 0o711)
-    workdir = tempfile.mkdtemp(prefix="run-", dir=outer)
-    os.chown(workdir, uid, uid)
-    return outer, workdir
-
-
 def _command(limits: Limits, iso: Isolation, uid: int, control_fd: int, cgroup: str | None,
              filter_fd: int | None) -> list[str]:
     """The child's command line. The seccomp filter (without a memory cgroup) is installed by bubblewrap
@@ -422,7 +409,7 @@ def run_program(source: str, limits: Limits = Limits(), iso: Isolation | None = 
 def _run(payload: bytes, limits: Limits, iso: Isolation, uid: int) -> ExecResult:
     private = iso.filesystem == "private"
     nonce = secrets.token_hex(16).encode()
-    outer, workdir = (None, "/") if private else _make_workdir(uid)
+    outer, workdir = (None, "/") if private else confine.make_workdir(uid)
     cgroup = _cgroups().create(f"run-{nonce[:12].decode()}", limits.memory_mb << 20) if iso.memory == "cgroup" else None
     control_r, control_w = os.pipe()
     filter_fd = None

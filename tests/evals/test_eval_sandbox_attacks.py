@@ -51,7 +51,7 @@ def test_files_in_tmp_dev_shm_and_var_tmp_do_not_survive_the_program():
         for folder in ("/tmp", "/dev/shm", "/var/tmp", "."):
             open(folder + "/{name}", "w").write("payload")
         print("planted")
-    """, checks=(f"""
+    """, checks=("""
         import os
         for folder in ("/tmp", "/dev/shm", "/var/tmp", "."):
             assert os.listdir(folder) == [], (folder, os.listdir(folder))
