@@ -276,8 +276,9 @@ def _probe(iso: Isolation, program: str = "pass") -> str | None:
     """None if `program` passes under `iso`, else why not."""
     try:
         res = run_program(program, Limits(timeout_s=60), iso)
-    except (SandboxError, OSError) as exc:
-        return str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+    except (SandboxError, OSError) as exc:  # the end of the message holds the launcher's own complaint
+        lines = [line for line in str(exc).splitlines() if line.strip()]
+        return lines[-1][-200:] if lines else type(exc).__name__
     return None if res.passed else f"a trivial program ended as {res.status}: {res.stderr.strip()[-300:]}"
 
 
@@ -452,7 +453,7 @@ def _run(payload: bytes, limits: Limits, iso: Isolation, uid: int) -> ExecResult
     returncode = proc.returncode
     if not ready and not timed_out:
         raise SandboxError(f"the sandbox could not start a program (exit status {returncode}, isolation "
-                           f"{iso.describe()}): {stderr.decode('utf-8', 'replace')[-2000:]}")
+                           f"{iso.describe()}):\n{stderr.decode('utf-8', 'replace')[-2000:]}")
     if private and 128 < returncode < 128 + 65:
         returncode = 128 - returncode  # bubblewrap reports death by signal N as 128 + N
     token = b"\n" + nonce + b"\n"
