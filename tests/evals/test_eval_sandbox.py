@@ -300,6 +300,8 @@ def test_a_process_that_cannot_be_set_up_is_an_error_of_the_sandbox_not_a_verdic
     broken = Isolation("netns", isolation().run_as_uid, ("false",))
     with pytest.raises(SandboxError, match="could not start a program"):
         run_program("assert True", LIMITS, broken)
+    with pytest.raises(SandboxError, match="could not start a program"):  # a batch stops loudly, too
+        run_many(["assert True", "assert False"], LIMITS, workers=2, iso=broken)
 
 
 def test_exit_codes_of_the_program_are_not_mistaken_for_setup_failures():
