@@ -160,9 +160,9 @@ def _own_cgroup() -> str | None:
 
 class MemoryCgroups:
     """Per-program cgroup v2 leaves under one folder of this process, with memory.max (no swap),
-    pids.max and memory.oom.group, so everything a program's processes map or store in tmpfs or memfds
-    is charged to it. `open()` raises OSError (with the reason) where the machine does not delegate the
-    memory controller to us."""
+    memory.oom.group and, where offered, pids.max, so everything a program's processes map or store in
+    tmpfs or memfds is charged to it. `open()` raises OSError (with the reason) where the machine does
+    not delegate the memory controller to us."""
 
     def __init__(self, base: str):
         self.base = base
@@ -175,12 +175,12 @@ class MemoryCgroups:
         # The nearest folder, from our own cgroup up to the mount's root, whose children get the memory
         # controller and in which we may create folders (a cgroup holding processes cannot enable
         # controllers for its children, so our own cgroup only qualifies if it already does).
-        path = Path(mount + own)
+        path = Path(os.path.normpath(mount + own))  # a cgroup namespace may show '/..' above its root
         for folder in [path, *path.parents]:
             if not _inside(str(folder), mount):
                 break
             enabled = (folder / "cgroup.subtree_control").read_text().split()
-            if "memory" in enabled and "pids" in enabled and os.access(folder, os.W_OK):
+            if "memory" in enabled and os.access(folder, os.W_OK):
                 break
         else:
             folder = None
@@ -190,8 +190,10 @@ class MemoryCgroups:
                           f"offers {available or 'no controllers'})")
         base = folder / f"acceptmoe-sandbox-{os.getpid()}-{secrets.token_hex(3)}"
         base.mkdir()
+        offered = (base / "cgroup.controllers").read_text().split()
         try:
-            (base / "cgroup.subtree_control").write_text("+memory +pids")
+            wanted = " ".join(f"+{c}" for c in ("memory", "pids") if c in offered)
+            (base / "cgroup.subtree_control").write_text(wanted)
         except OSError:
             base.rmdir()
             raise
