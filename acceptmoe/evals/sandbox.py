@@ -63,7 +63,6 @@ from pathlib import Path
 
 from acceptmoe.evals import confine
 
-NOBODY_UID = 65534
 OPEN_FILES = 32  # RLIMIT_NOFILE of a program
 
 STATUSES = ("passed", "failed", "error", "timeout")
