@@ -26,11 +26,24 @@ ensure_env() {  # $1: pip extras to install, e.g. "test" or "eval"
   fi
 }
 
+ensure_bwrap() {  # bubblewrap gives the code sandbox its namespaces (acceptmoe/evals/confine.py)
+  command -v bwrap >/dev/null 2>&1 && return 0
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+    echo "[reproduce] installing bubblewrap for the code sandbox" >&2
+    { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq bubblewrap; } >/dev/null 2>&1 \
+      || echo "[reproduce] could not install bubblewrap: the code sandbox falls back (it says how)" >&2
+  else
+    echo "[reproduce] bubblewrap (bwrap) is missing: install it (sudo apt-get install bubblewrap, or your" \
+         "distribution's package) for the full code sandbox; until then it falls back (it says how)" >&2
+  fi
+}
+
 sub="${1:---help}"
 case "$sub" in
   test)
     shift
     ensure_env test
+    ensure_bwrap
     exec "$PY" -m pytest -q "$@"
     ;;
   -h|--help|help)
@@ -40,6 +53,7 @@ case "$sub" in
   *)
     shift
     ensure_env eval
+    ensure_bwrap
     exec "$PY" -m acceptmoe "$sub" "$@"
     ;;
 esac

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
+
 from acceptmoe.errors import UserError
 
 ARCHS = ("qwen3_moe", "gpt_oss")

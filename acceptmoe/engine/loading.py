@@ -15,7 +15,7 @@ import json
 from pathlib import Path
 
 import torch
-from safetensors import safe_open
+from safetensors import SafetensorError, safe_open
 from torch import Tensor
 
 from .config import CheckpointError, ModelConfig
@@ -29,10 +29,14 @@ class Checkpoint:
         index = folder / "model.safetensors.index.json"
         single = folder / "model.safetensors"
         if index.is_file():
-            weight_map = json.loads(index.read_text())["weight_map"]
+            try:
+                weight_map = json.loads(index.read_text())["weight_map"]
+            except (json.JSONDecodeError, KeyError, TypeError) as exc:
+                raise CheckpointError(f"{index} is damaged ({type(exc).__name__}: {exc}); restore it from the "
+                                      "checkpoint's source or save the checkpoint again") from exc
             self.file_of = {name: folder / f for name, f in weight_map.items()}
         elif single.is_file():
-            with safe_open(single, "pt") as f:
+            with _open(single) as f:
                 self.file_of = {name: single for name in f.keys()}
         else:
             raise CheckpointError(f"{folder} has no model.safetensors or model.safetensors.index.json; "
@@ -51,11 +55,26 @@ class Checkpoint:
                                   "Qwen3-MoE / GPT-OSS checkpoint of the architecture its config.json names?")
         path = self.file_of[name]
         if path not in self._handles:
-            self._handles[path] = safe_open(path, "pt")
-        return self._handles[path].get_tensor(name)
+            self._handles[path] = _open(path)
+        try:
+            return self._handles[path].get_tensor(name)
+        except SafetensorError as exc:
+            raise _damaged(path, exc) from exc
 
     def close(self) -> None:
         self._handles.clear()
+
+
+def _damaged(path: Path, exc: Exception) -> CheckpointError:
+    return CheckpointError(f"{path} is not a readable safetensors file ({exc}): it is truncated or corrupted; "
+                           "download or save the checkpoint again")
+
+
+def _open(path: Path):
+    try:
+        return safe_open(path, "pt")
+    except SafetensorError as exc:
+        raise _damaged(path, exc) from exc
 
 
 def expert_weights(ckpt: Checkpoint, cfg: ModelConfig, layer: int, dtype: torch.dtype) -> dict[str, Tensor]:

@@ -1,34 +1,51 @@
-"""Run model-written Python programs in a separate, limited process and report pass or fail.
+"""Run model-written Python programs in a confined, limited process and report pass or fail.
 
-Each program runs in a fresh interpreter (`python -I -S -B`: isolated mode, no site-packages, so neither
-the repository nor the virtual environment is importable) whose working directory is a new temporary
-folder, deleted afterwards, with an environment that holds none of the caller's variables. A small
-trusted bootstrap in the child reads the program from stdin, applies resource limits (address space, CPU
-time, file size, no core files), drops root privileges to `nobody` when the caller is root, forbids new
-processes and threads (RLIMIT_NPROC = 0), then executes the program. Network: the child is started in a
-new, empty network namespace (`unshare --net`) when the machine allows it; otherwise the bootstrap
-replaces `socket.socket` with a stub that raises (weaker: a determined program can get around it).
-`isolation()` says which measures are in force. The parent enforces a wall-clock timeout and kills the
-whole process group.
+Each program runs in a fresh interpreter (`python -I -S -B`: isolated mode, no site-packages) with an
+environment that holds none of the caller's variables. Where the machine allows (see `isolation()`):
+
+- bubblewrap (`confine.bwrap_args`; why bubblewrap: `confine`'s docstring) gives the program its own PID,
+  mount, network, IPC and UTS namespaces: it sees and signals only its own processes, has no network and
+  no reachable path-addressed socket, and sees only `/usr`, the Python installation (read-only) and its
+  private, size-limited tmpfs mounts (`/tmp` = working directory, `/var/tmp`, `/dev/shm`), which vanish
+  with it. The repository, results, virtual environment and home folders do not exist there.
+- when the harness runs as root, every program running at the same time gets its own unprivileged uid
+  (`confine.UidPool`), so programs cannot signal, trace or write to each other or to outside processes.
+- a cgroup v2 leaf per program (`confine.MemoryCgroups`) charges everything it maps or stores (heap,
+  memfds, tmpfs files) against `Limits.memory_mb`, with no swap; its processes are killed together.
+
+A small trusted bootstrap in the child reads the program from stdin, applies resource limits (address
+space, CPU time, file size, open files, no core files), drops root privileges to the program's uid,
+forbids new processes and threads (RLIMIT_NPROC = 0), then executes the program.
+
+Fallbacks, each named by `isolation().fallbacks`, warned about once per process and recorded with a run's
+environment: without bubblewrap the program shares the host's filesystem (a fresh working folder that is
+deleted afterwards, plus `/tmp` and `/dev/shm`, where files can outlive it until that removal) and PID
+namespace, and the network is cut by `unshare --net` where possible, else by replacing `socket.socket`
+(weaker). Without a delegated memory controller, memory is bounded by RLIMIT_AS (every mapping, memfds
+included), the two tmpfs sizes and SysV shared memory of the program's IPC namespace capped at one
+tmpfs size; memfds, which hold memory RLIMIT_AS no longer sees once unmapped, are refused by a seccomp
+filter (`confine.no_memfd_filter`; on machines it does not know, at most OPEN_FILES x `Limits.file_mb`).
 
 A program passes only if it runs to its end: after the program returns, the bootstrap writes a random
 per-run token to stdout and exits 0. A program that calls `os._exit(0)` or `sys.exit(0)` before its
 tests ran never prints the token and counts as failed. Before running the program the bootstrap reports
 "ready" on a private pipe (closed before the program starts); without it the run raises SandboxError,
-so a broken sandbox is never recorded as a failing program.
+so a broken sandbox is never recorded as a failing program. Problems caused by the program itself (text
+that is not UTF-8, leftovers the harness cannot remove) are that program's "error", with the cause in
+its stderr; they never stop a batch.
 
 Statuses: passed; failed (an assertion failed, or the program exited before its end); error (any other
 exception, e.g. SyntaxError, NameError, MemoryError, a refused fork, or death by a signal such as
-SIGXFSZ); timeout (wall clock or CPU limit).
+SIGXFSZ, or the memory cgroup's kill); timeout (wall clock or CPU limit). Under bubblewrap a death by
+signal N reaches the harness as exit status 128 + N and is read back as that signal.
 
-What it cannot do: stop a program from reading world-readable files (the repository included), from
-writing where `nobody` may write (e.g. /tmp, below RLIMIT_FSIZE per file), or, when the caller is not
-root, from writing the caller's own files. Python-level tricks inside the child (inspecting the
-bootstrap's frame for the token) are not defended against: this guards against broken and careless
-code, not against a targeted attack.
+What it does not defend against: Python-level tricks inside the child (inspecting the bootstrap's frame
+for the token): the verdict is the program's own exit, so a targeted attack on the grading itself is out
+of scope here.
 """
 from __future__ import annotations
 
+import atexit
 import math
 import os
 import secrets
@@ -40,16 +57,23 @@ import tempfile
 import time
 import warnings
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, field, replace
 from functools import lru_cache
+from pathlib import Path
 
-NOBODY_UID = 65534
+from acceptmoe.evals import confine
+
+OPEN_FILES = 32  # RLIMIT_NOFILE of a program
 
 STATUSES = ("passed", "failed", "error", "timeout")
 
 # The bootstrap exits 1 on AssertionError, 2 on any other exception, 3 on SystemExit, 4 if the pass token
 # could not be written, 0 after writing it.
 _EXIT_EXCEPTION = 2
+
+# Host folders covered by an empty tmpfs should they lie inside a folder bound into the sandbox.
+_HIDDEN = tuple(os.path.realpath(p) for p in (Path(__file__).resolve().parents[2], sys.prefix,
+                                               os.path.expanduser("~")))
 
 _BOOTSTRAP = r'''
 import os, sys, resource
@@ -90,30 +114,47 @@ def _keep_stdlib_reachable():
                         search[j] = new + entry[len(old):]
     sys.path_importer_cache.clear()
     return ctypes.CDLL(None).prctl
+def _seccomp(blob):
+    # Install a seccomp filter (PR_SET_NO_NEW_PRIVS = 38, PR_SET_SECCOMP = 22, SECCOMP_MODE_FILTER = 2).
+    import ctypes
+    class Prog(ctypes.Structure):
+        _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
+    buf = ctypes.create_string_buffer(blob, len(blob))
+    prog = Prog(len(blob) // 8, ctypes.addressof(buf))
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(38, 1, 0, 0, 0) or libc.prctl(22, 2, ctypes.byref(prog), 0, 0):
+        raise OSError(ctypes.get_errno(), "seccomp filter refused")
 def _limit(kind, soft, hard):
     # Never above the inherited hard limit (an unprivileged process cannot raise it).
     current = resource.getrlimit(kind)[1]
     if current != resource.RLIM_INFINITY:
         soft, hard = min(soft, current), min(hard, current)
     resource.setrlimit(kind, (soft, hard))
-def _setup(mem, cpu, fsize, uid, patch):
+def _setup(mem, cpu, fsize, nofile, uid, patch, reach, shm_pages, seccomp):
+    if shm_pages >= 0:  # SysV shared memory of the program's own IPC namespace, total in pages
+        with open("/proc/sys/kernel/shmall", "w") as f:
+            f.write(str(shm_pages))
     _limit(resource.RLIMIT_CORE, 0, 0)
     _limit(resource.RLIMIT_AS, mem, mem)
     _limit(resource.RLIMIT_CPU, cpu, cpu + 1)
     _limit(resource.RLIMIT_FSIZE, fsize, fsize)
+    _limit(resource.RLIMIT_NOFILE, nofile, nofile)
     if uid >= 0:
-        prctl = _keep_stdlib_reachable()
+        prctl = _keep_stdlib_reachable() if reach else None
         os.setgroups([])
         os.setgid(uid)
         os.setuid(uid)
-        prctl(4, 1, 0, 0, 0)
+        if prctl:
+            prctl(4, 1, 0, 0, 0)
     _limit(resource.RLIMIT_NPROC, 0, 0)
     if patch:
         _block_sockets()
+    if seccomp != "-":
+        _seccomp(bytes.fromhex(seccomp))
 def _main():
-    mem, cpu, fsize, uid, patch, control = (int(a) for a in sys.argv[1:7])
+    mem, cpu, fsize, nofile, uid, patch, reach, shm_pages, control = (int(a) for a in sys.argv[1:10])
     nonce, _, source = sys.stdin.buffer.read().partition(b"\n")
-    _setup(mem, cpu, fsize, uid, patch)
+    _setup(mem, cpu, fsize, nofile, uid, patch, reach, shm_pages, sys.argv[10])
     _write(control, b"ready")  # the parent's proof that the limits are in force; closed before the program
     os.close(control)
     namespace = {"__name__": "__main__", "__builtins__": __builtins__}
@@ -145,13 +186,15 @@ _main()
 
 @dataclass(frozen=True)
 class Limits:
-    """Per-program limits. `cpu_s` defaults to the wall-clock timeout rounded up, plus one second."""
+    """Per-program limits. `cpu_s` defaults to the wall-clock timeout rounded up, plus one second.
+    `tmp_mb`: size of each private tmpfs (`/tmp`, `/dev/shm`) under bubblewrap."""
 
     timeout_s: float = 20.0
     memory_mb: int = 1024
     cpu_s: int | None = None
     file_mb: int = 16
     output_chars: int = 4000
+    tmp_mb: int = 64
 
     def cpu_seconds(self) -> int:
         return self.cpu_s if self.cpu_s is not None else math.ceil(self.timeout_s) + 1
@@ -159,20 +202,40 @@ class Limits:
 
 @dataclass(frozen=True)
 class Isolation:
-    """How the child is separated from the machine.
+    """How programs are separated from the machine and from each other.
 
     network: "netns" (new empty network namespace) or "socket-patch" (socket constructors raise).
-    run_as_uid: the uid the program runs under (root callers drop to nobody), or None for the caller's.
-    launcher: the command prefix that creates the namespaces (empty for socket-patch).
+    run_as_uid: the uid programs run under (the first of the pool when uid_per_program), or None for the
+        caller's uid.
+    launcher: the command prefix that creates the namespaces (bwrap's path when filesystem is "private").
+    filesystem: "private" (bubblewrap: own PID, mount, IPC and UTS namespaces, see the module docstring)
+        or "shared" (the host's filesystem and PID namespace, with a fresh working folder).
+    memory: "cgroup" (a cgroup v2 leaf per program) or "rlimit" (RLIMIT_AS, tmpfs sizes, memfds refused).
+    uid_per_program: programs running at the same time get distinct uids.
+    fallbacks: what this machine could not provide, and why.
     """
 
     network: str
     run_as_uid: int | None
     launcher: tuple[str, ...]
+    filesystem: str = "shared"
+    memory: str = "rlimit"
+    uid_per_program: bool = False
+    fallbacks: tuple[str, ...] = field(default=())
 
     def describe(self) -> str:
-        who = f"uid {self.run_as_uid}" if self.run_as_uid is not None else "the caller's uid"
-        return f"network={self.network}, runs as {who}, launcher={' '.join(self.launcher) or '-'}"
+        if self.run_as_uid is None:
+            who = "the caller's uid"
+        else:
+            who = f"uids from {self.run_as_uid}, one per program" if self.uid_per_program else f"uid {self.run_as_uid}"
+        text = (f"filesystem={self.filesystem}, pid/ipc={'own' if self.filesystem == 'private' else 'shared'}, "
+                f"network={self.network}, memory={self.memory}, runs as {who}, "
+                f"launcher={os.path.basename(self.launcher[0]) if self.launcher else '-'}")
+        return text + "".join(f"; fallback: {f}" for f in self.fallbacks)
+
+    def record(self) -> dict:
+        """A JSON-able summary, stored with each run's environment."""
+        return {**asdict(self), "launcher": list(self.launcher), "fallbacks": list(self.fallbacks)}
 
 
 @dataclass(frozen=True)
@@ -190,6 +253,34 @@ class ExecResult:
         return self.status == "passed"
 
 
+class SandboxError(RuntimeError):
+    """The sandbox could not set up a program's process (a problem of the machine, not of the program)."""
+
+
+_UIDS = confine.UidPool()
+_NO_MEMFD = confine.no_memfd_filter()
+
+
+@lru_cache(maxsize=1)
+def _cgroups() -> confine.MemoryCgroups:
+    groups = confine.MemoryCgroups.open()
+    atexit.register(groups.close)
+    return groups
+
+
+_PROBE_NAMESPACES = "import os\nassert os.getpid() < 16 and not os.path.exists('/etc'), 'namespaces not in force'\n"
+
+
+def _probe(iso: Isolation, program: str = "pass") -> str | None:
+    """None if `program` passes under `iso`, else why not."""
+    try:
+        res = run_program(program, Limits(timeout_s=60), iso)
+    except (SandboxError, OSError) as exc:  # the end of the message holds the launcher's own complaint
+        lines = [line for line in str(exc).splitlines() if line.strip()]
+        return lines[-1][-200:] if lines else type(exc).__name__
+    return None if res.passed else f"a trivial program ended as {res.status}: {res.stderr.strip()[-300:]}"
+
+
 def _launcher_works(launcher: tuple[str, ...]) -> bool:
     try:
         done = subprocess.run([*launcher, sys.executable, "-I", "-S", "-c", "pass"], capture_output=True,
@@ -201,15 +292,52 @@ def _launcher_works(launcher: tuple[str, ...]) -> bool:
 
 @lru_cache(maxsize=1)
 def isolation() -> Isolation:
-    """Detect, once per process, the strongest isolation this machine allows."""
-    uid = NOBODY_UID if os.geteuid() == 0 else None
-    if shutil.which("unshare"):
-        candidates = [("unshare", "--net")] if uid is not None else []
+    """Detect, once per process, the strongest isolation this machine allows (see the module docstring);
+    warn once about every fallback."""
+    root = os.geteuid() == 0
+    uid = _UIDS.first if root else None
+    fallbacks: list[str] = []
+    iso = None
+    bwrap = shutil.which("bwrap")
+    if bwrap:
+        candidate = Isolation("netns", uid, (bwrap,), "private", "rlimit", root)
+        problem = _probe(candidate, _PROBE_NAMESPACES)
+        if problem is None:
+            iso = candidate
+        else:
+            fallbacks.append(f"bubblewrap does not work here ({problem}): programs share the host's filesystem "
+                             f"and PID namespace")
+    else:
+        fallbacks.append("bubblewrap is not installed (`apt-get install bubblewrap`): programs share the host's "
+                         "filesystem and PID namespace")
+    if iso is None:
+        candidates = [("unshare", "--net")] if root else []
         candidates.append(("unshare", "--user", "--net"))
-        for launcher in candidates:
-            if _launcher_works(launcher):
-                return Isolation("netns", uid, launcher)
-    return Isolation("socket-patch", uid, ())
+        launcher = next((c for c in candidates if shutil.which("unshare") and _launcher_works(c)), None)
+        if launcher is None:
+            fallbacks.append("no network namespace: sockets are only disabled inside Python")
+        iso = Isolation("netns" if launcher else "socket-patch", uid, launcher or (), "shared", "rlimit", root)
+    if not root:
+        fallbacks.append("the harness is not root: programs run under the caller's uid" + (
+            " (each still in its own namespaces)" if iso.filesystem == "private" else
+            ", so they can change the caller's files and signal its processes"))
+    try:
+        _cgroups()
+        problem = _probe(replace(iso, memory="cgroup"))
+    except OSError as exc:
+        problem = str(exc)
+    if problem is None:
+        iso = replace(iso, memory="cgroup")
+    else:
+        held = "the tmpfs sizes" if iso.filesystem == "private" else "RLIMIT_FSIZE per file on the host's disk"
+        memfds = ("memfd_create refused" if _NO_MEMFD else
+                  f"up to {OPEN_FILES} open files x Limits.file_mb of unmapped memfds")
+        fallbacks.append(f"no memory cgroup ({problem}): memory is bounded by RLIMIT_AS over every mapping and "
+                         f"{held}; {memfds}")
+    iso = replace(iso, fallbacks=tuple(fallbacks))
+    if fallbacks:
+        warnings.warn(f"sandbox: {iso.describe()}", RuntimeWarning, stacklevel=2)
+    return iso
 
 
 def clean_env(workdir: str) -> dict[str, str]:
@@ -235,78 +363,107 @@ def _status(returncode: int, passed_token: bool, timed_out: bool) -> str:
     return "failed"  # AssertionError, exit() before the end, os._exit(n), lost stdout
 
 
-def _make_workdir(iso: Isolation) -> tuple[str, str]:
-    """(folder to delete, working directory). When programs run as nobody, their working directory sits
-    inside a root-owned folder that can be traversed but not listed, so concurrent programs (same uid)
-    cannot find each other's directories."""
-    outer = tempfile.mkdtemp(prefix="acceptmoe-sandbox-")
-    if iso.run_as_uid is None:
-        return outer, outer
-    os.chmod(outer, 0o711)
-    workdir = tempfile.mkdtemp(prefix="run-", dir=outer)
-    os.chown(workdir, iso.run_as_uid, iso.run_as_uid)
-    return outer, workdir
+def _command(limits: Limits, iso: Isolation, uid: int, control_fd: int, cgroup: str | None,
+             filter_fd: int | None) -> list[str]:
+    """The child's command line. The seccomp filter (without a memory cgroup) is installed by bubblewrap
+    from `filter_fd`, else by the bootstrap (which then has to load ctypes)."""
+    private = iso.filesystem == "private"
+    in_bootstrap = iso.memory == "rlimit" and _NO_MEMFD is not None and filter_fd is None
+    args = [limits.memory_mb << 20, limits.cpu_seconds(), limits.file_mb << 20, OPEN_FILES, uid,
+            int(iso.network == "socket-patch"), int(uid >= 0 and not private),
+            (limits.tmp_mb << 20) // os.sysconf("SC_PAGE_SIZE") if private and os.geteuid() == 0 else -1, control_fd,
+            _NO_MEMFD.hex() if in_bootstrap else "-"]
+    if private:
+        exe = confine.python_runtime()[0]
+        prefix = confine.bwrap_args(iso.launcher[0], limits.tmp_mb << 20, _HIDDEN)
+        if filter_fd is not None:
+            prefix += ["--seccomp", str(filter_fd)]
+    else:
+        exe, prefix = sys.executable, list(iso.launcher)
+    cmd = [*prefix, exe, "-I", "-S", "-B", "-c", _BOOTSTRAP, *map(str, args)]
+    if cgroup is not None:  # enter the program's cgroup before anything else starts
+        cmd = ["/bin/sh", "-c", 'echo $$ > "$0" && exec "$@"', os.path.join(cgroup, "cgroup.procs"), *cmd]
+    return cmd
 
 
-def _remove_workdir(workdir: str) -> None:
-    def retry_writable(func, path, _exc):
-        os.chmod(os.path.dirname(path), 0o700)
-        if os.path.isdir(path) and not os.path.islink(path):
-            os.chmod(path, 0o700)
-        func(path)
-
-    try:
-        shutil.rmtree(workdir, onerror=retry_writable)
-    except OSError as exc:
-        warnings.warn(f"sandbox folder {workdir} could not be removed fully: {exc}", RuntimeWarning)
-
-
-class SandboxError(RuntimeError):
-    """The sandbox could not set up a program's process (a problem of the machine, not of the program)."""
-
-
-def _command(limits: Limits, iso: Isolation, control_fd: int) -> list[str]:
-    args = [limits.memory_mb << 20, limits.cpu_seconds(), limits.file_mb << 20,
-            -1 if iso.run_as_uid is None else iso.run_as_uid, int(iso.network == "socket-patch"), control_fd]
-    return [*iso.launcher, sys.executable, "-I", "-S", "-B", "-c", _BOOTSTRAP, *map(str, args)]
+def _refused(cause: str) -> ExecResult:
+    return ExecResult(status="error", duration_s=0.0, returncode=None, stdout="", stderr=f"[sandbox] {cause}\n")
 
 
 def run_program(source: str, limits: Limits = Limits(), iso: Isolation | None = None) -> ExecResult:
     """Run one program in the sandbox and classify the outcome (see module docstring). Raises
     SandboxError if the process could not be set up (never a verdict on the program)."""
     iso = iso or isolation()
+    try:
+        payload = source.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        return _refused(f"the program is not valid UTF-8 text: {exc}")
+    uid = _UIDS.acquire() if iso.uid_per_program else (-1 if iso.run_as_uid is None else iso.run_as_uid)
+    try:
+        return _run(payload, limits, iso, uid)
+    finally:
+        if iso.uid_per_program:
+            _UIDS.release(uid)
+
+
+def _run(payload: bytes, limits: Limits, iso: Isolation, uid: int) -> ExecResult:
+    private = iso.filesystem == "private"
     nonce = secrets.token_hex(16).encode()
-    outer, workdir = _make_workdir(iso)
+    outer, workdir = (None, "/") if private else confine.make_workdir(uid)
+    cgroup = _cgroups().create(f"run-{nonce[:12].decode()}", limits.memory_mb << 20) if iso.memory == "cgroup" else None
     control_r, control_w = os.pipe()
+    filter_fd = None
+    if private and iso.memory == "rlimit" and _NO_MEMFD is not None:
+        filter_fd, filter_w = os.pipe()
+        os.write(filter_w, _NO_MEMFD)  # 64 bytes: fits the pipe's buffer
+        os.close(filter_w)
+    passed_fds = (control_w,) if filter_fd is None else (control_w, filter_fd)
+    notes = []
     try:
         with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
             start = time.monotonic()
             try:
-                proc = subprocess.Popen(_command(limits, iso, control_w), cwd=workdir, env=clean_env(workdir),
-                                        stdin=subprocess.PIPE, stdout=out, stderr=err, start_new_session=True,
-                                        pass_fds=(control_w,))
+                proc = subprocess.Popen(_command(limits, iso, uid, control_w, cgroup, filter_fd), cwd=workdir,
+                                        env=clean_env("/tmp" if private else workdir), stdin=subprocess.PIPE,
+                                        stdout=out, stderr=err, start_new_session=True, pass_fds=passed_fds)
+            except OSError as exc:
+                raise SandboxError(f"the sandbox could not start a program ({iso.describe()}): {exc}") from exc
             finally:
-                os.close(control_w)
-            timed_out = _wait(proc, nonce + b"\n" + source.encode("utf-8"), limits.timeout_s)
+                for fd in passed_fds:
+                    os.close(fd)
+            timed_out = _wait(proc, nonce + b"\n" + payload, limits.timeout_s)
             duration = time.monotonic() - start
             ready = os.read(control_r, 16) == b"ready"
+            if cgroup is not None and confine.MemoryCgroups.oom_killed(cgroup):
+                notes.append(f"killed: the program's processes exceeded {limits.memory_mb} MiB (memory cgroup)")
             out.seek(0)
             err.seek(0)
             stdout, stderr = out.read(), err.read()
     finally:
         os.close(control_r)
-        _remove_workdir(outer)
+        if cgroup is not None:
+            confine.MemoryCgroups.remove(cgroup)
+        if outer is not None:
+            try:
+                confine.remove_tree(outer)
+            except OSError as exc:  # the program's leftovers: its failure, not the run's
+                notes.append(f"its files could not be removed: {exc!r}")
+                warnings.warn(f"sandbox folder {outer} could not be removed fully: {exc}", RuntimeWarning)
+    returncode = proc.returncode
     if not ready and not timed_out:
-        raise SandboxError(f"the sandbox could not start a program (exit status {proc.returncode}, isolation "
-                           f"{iso.describe()}): {stderr.decode('utf-8', 'replace')[-2000:]}")
+        raise SandboxError(f"the sandbox could not start a program (exit status {returncode}, isolation "
+                           f"{iso.describe()}):\n{stderr.decode('utf-8', 'replace')[-2000:]}")
+    if private and 128 < returncode < 128 + 65:
+        returncode = 128 - returncode  # bubblewrap reports death by signal N as 128 + N
     token = b"\n" + nonce + b"\n"
     passed_token = stdout.endswith(token)
     if passed_token:
         stdout = stdout[: -len(token)]
-    return ExecResult(status=_status(proc.returncode, passed_token, timed_out), duration_s=duration,
-                      returncode=proc.returncode,
+    status = "error" if notes else _status(returncode, passed_token, timed_out)
+    stderr_text = _truncate(stderr.decode("utf-8", "replace"), limits.output_chars)
+    return ExecResult(status=status, duration_s=duration, returncode=returncode,
                       stdout=_truncate(stdout.decode("utf-8", "replace"), limits.output_chars),
-                      stderr=_truncate(stderr.decode("utf-8", "replace"), limits.output_chars))
+                      stderr=stderr_text + "".join(f"\n[sandbox] {n}\n" for n in notes))
 
 
 def _wait(proc: subprocess.Popen, payload: bytes, timeout_s: float) -> bool:

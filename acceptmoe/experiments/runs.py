@@ -22,6 +22,8 @@ from pathlib import Path
 from typing import Any, Iterator
 
 
+from acceptmoe.errors import UserError
+
 REPO = Path(__file__).resolve().parents[2]
 
 
@@ -43,12 +45,9 @@ def config_hash(config: Any) -> str:
 
 
 def environment() -> dict:
-    """Git commit and dirty flag, Python and package versions, device name."""
-    def git(*args: str) -> str:
-        try:
-            return subprocess.run(["git", *args], cwd=REPO, capture_output=True, text=True, timeout=10).stdout.strip()
-        except (OSError, subprocess.SubprocessError):
-            return ""
+    """Git commit and dirty flag, Python and package versions, device name, and the code sandbox's
+    isolation on this machine (what is in force and what fell back)."""
+    from acceptmoe.evals.sandbox import isolation
     versions = {}
     for pkg in ("acceptmoe", "torch", "triton", "transformers", "numpy", "math-verify", "sglang"):
         try:
@@ -57,9 +56,8 @@ def environment() -> dict:
             versions[pkg] = None
     import torch
     device = torch.cuda.get_device_name(0) if torch.cuda.is_available() else f"cpu ({platform.processor() or platform.machine()})"
-    return {"git_commit": git("rev-parse", "HEAD"), "git_dirty": bool(git("status", "--porcelain")),
-            "python": sys.version.split()[0], "platform": platform.platform(), "packages": versions,
-            "device": device, "torch_threads": torch.get_num_threads()}
+    return {**code_state(), "python": sys.version.split()[0], "platform": platform.platform(), "packages": versions,
+            "device": device, "torch_threads": torch.get_num_threads(), "sandbox": isolation().record()}
 
 
 @dataclasses.dataclass
@@ -113,10 +111,16 @@ def atomic_write(path: Path, data: bytes) -> None:
     os.replace(tmp, path)
 
 
+def _git(*args: str) -> str:
+    try:
+        return subprocess.run(["git", *args], cwd=REPO, capture_output=True, text=True, timeout=10).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return ""
+
+
 def code_state() -> dict:
     """The code a run is made with: git commit and whether the tree has uncommitted changes."""
-    env = environment()
-    return {"git_commit": env["git_commit"], "git_dirty": env["git_dirty"]}
+    return {"git_commit": _git("rev-parse", "HEAD"), "git_dirty": bool(_git("status", "--porcelain"))}
 
 
 def record_resume(run: "Run") -> None:
@@ -133,6 +137,10 @@ def unit_key(*parts: object) -> str:
     return "|".join(str(p) for p in parts)
 
 
+class SampleLogError(UserError, ValueError):
+    """A damaged `samples.jsonl`; the message names the file, the line and the fix."""
+
+
 class SampleLog:
     """Append-only JSONL of finished units, each with a unique `key`; resumable, never duplicating rows."""
 
@@ -147,13 +155,18 @@ class SampleLog:
         lines = raw.split(b"\n")
         complete, tail = lines[:-1], lines[-1]
         if tail:  # a torn last line from a crash mid-write: drop it and rewrite the file without it
-            self.path.write_bytes(b"\n".join(complete) + (b"\n" if complete else b""))
+            atomic_write(self.path, b"\n".join(complete) + (b"\n" if complete else b""))
         for i, line in enumerate(complete, start=1):
             if not line.strip():
                 continue
-            row = json.loads(line)
-            if "key" not in row:
-                raise ValueError(f"{self.path}:{i}: row without a 'key'; this file is not a sample log")
+            try:
+                row = json.loads(line)
+            except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+                raise SampleLogError(f"{self.path}:{i}: damaged row ({exc}); delete that line (its unit is "
+                                     "computed again when the run resumes) or start a fresh run") from exc
+            if not isinstance(row, dict) or "key" not in row:
+                raise SampleLogError(f"{self.path}:{i}: row without a 'key'; this file is not a sample log: "
+                                     "delete that line or start a fresh run")
             self._rows[row["key"]] = row
 
     def __contains__(self, key: str) -> bool:

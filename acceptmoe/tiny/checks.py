@@ -1,15 +1,13 @@
 """Self-contained answer checks for the tiny tasks (the project's full scorers live in acceptmoe.evals).
 
 gsm: the last `#### N` equals the answer; math: math_verify on the reply's boxed answer; code: the
-program runs in a fresh Python subprocess with a timeout and exits 0.
+program passes in the project's sandbox (acceptmoe.evals.sandbox), like every program a model writes.
 """
 from __future__ import annotations
 
-import os
 import re
-import subprocess
-import sys
-from concurrent.futures import ThreadPoolExecutor
+
+from acceptmoe.evals import sandbox
 
 GSM_RE = re.compile(r"####\s*(-?[0-9][0-9,]*(?:\.[0-9]+)?)")
 
@@ -42,23 +40,18 @@ def mbpp_program(example: dict, reply: str) -> str:
     return example["test_setup_code"] + "\n" + reply + "\n" + "\n".join(example["test_list"]) + "\n"
 
 
-def run_program(source: str, timeout_s: float = 5.0) -> bool:
-    """True when `source` exits 0 in a fresh isolated interpreter within the timeout."""
-    try:
-        done = subprocess.run([sys.executable, "-I", "-S", "-c", source], capture_output=True,
-                              timeout=timeout_s, env={"PATH": os.environ.get("PATH", "")})
-    except subprocess.TimeoutExpired:
-        return False
-    return done.returncode == 0
+def run_program(source: str, timeout_s: float = 10.0) -> bool:
+    """True when `source` passes in the sandbox within the timeout."""
+    return run_programs([source], timeout_s, workers=1)[0]
 
 
-def run_programs(sources: list[str], timeout_s: float = 5.0, workers: int = 2) -> list[bool]:
-    with ThreadPoolExecutor(max_workers=workers) as pool:
-        return list(pool.map(lambda s: run_program(s, timeout_s), sources))
+def run_programs(sources: list[str], timeout_s: float = 10.0, workers: int = 2) -> list[bool]:
+    limits = sandbox.Limits(timeout_s=timeout_s)
+    return [r.passed for r in sandbox.run_many(sources, limits, workers)]
 
 
 def score(family: str, examples: list[dict], replies: list[str]) -> list[bool]:
-    """One verdict per (example, reply) pair; code families run their programs in subprocesses."""
+    """One verdict per (example, reply) pair; code families run their programs in the sandbox."""
     if len(examples) != len(replies):
         raise ValueError(f"{len(examples)} examples but {len(replies)} replies: pass one reply per example")
     pairs = list(zip(examples, replies))

@@ -223,3 +223,22 @@ def test_clear_errors(tmp_path):
     (tmp_path / "m" / "config.json").write_text(json.dumps({**cfg, "num_hidden_layers": 4}))
     with pytest.raises(CheckpointError, match="no tensor 'model.layers.3"):
         MoEModel.from_pretrained(tmp_path / "m")
+
+
+@pytest.mark.parametrize("damage", ["truncated", "corrupted", "empty"])
+def test_a_damaged_safetensors_file_is_a_user_error_naming_it(tmp_path, damage):
+    from acceptmoe.errors import UserError
+
+    tiny_qwen3_moe(tmp_path / "m")
+    weights = tmp_path / "m" / "model.safetensors"
+    raw = weights.read_bytes()
+    if damage == "truncated":
+        raw = raw[: len(raw) // 2]
+    elif damage == "corrupted":
+        raw = raw[:8] + b"#" * 64 + raw[72:]  # inside the JSON header
+    else:
+        raw = b""
+    weights.write_bytes(raw)
+    with pytest.raises(UserError, match=f"{weights}.*truncated or corrupted.*again") as info:
+        MoEModel.from_pretrained(tmp_path / "m")
+    assert isinstance(info.value, CheckpointError)

@@ -18,6 +18,7 @@ from acceptmoe.experiments.config import B0Config, ConfigKeyError, Table1Config,
 def load_table1_config(preset, overrides=None):
     return load_experiment(Table1Config, preset, overrides)
 from acceptmoe.experiments.tracelog import TraceLog
+from acceptmoe.evals.sandbox import isolation
 from acceptmoe.experiments.runs import SampleLog
 from acceptmoe.engine.trace import Trace, load_traces
 
@@ -120,6 +121,37 @@ def test_b0_with_fewer_prompts_than_the_rule_records_it():
         b0_runner.decide_b0([_trace(0, [[3]]), _trace(2, [[3]])], B0Config(resamples=50))
 
 
+# ----- sample log -----
+@pytest.mark.parametrize("damage", ["middle", "torn-then-newline", "not-a-row"])
+def test_a_damaged_sample_log_is_one_user_error_naming_file_and_line(tmp_path, damage):
+    from acceptmoe.errors import UserError
+
+    path = tmp_path / "samples.jsonl"
+    log = SampleLog(path)
+    for i in range(3):
+        log.append(f"k{i}", {"value": i})
+    lines = path.read_text().splitlines(keepends=True)
+    if damage == "middle":
+        lines[1] = lines[1][:10] + "\x00garbage" + lines[1][10:]
+        line = 2
+    elif damage == "torn-then-newline":
+        lines.append('{"key": "k3", "val\n')
+        line = 4
+    else:
+        lines.insert(1, "[1, 2]\n")
+        line = 2
+    path.write_text("".join(lines))
+    with pytest.raises(UserError, match=f"{path}:{line}: .*delete that line"):
+        SampleLog(path)
+
+
+def test_a_torn_last_line_without_newline_is_dropped(tmp_path):
+    path = tmp_path / "samples.jsonl"
+    SampleLog(path).append("k0", {"value": 0})
+    path.write_text(path.read_text() + '{"key": "k1", "va')
+    assert [r["key"] for r in SampleLog(path)] == ["k0"]
+
+
 # ----- trace log -----
 def test_trace_log_drops_torn_partial_and_unfinished_traces(tmp_path):
     path = tmp_path / "t.jsonl"
@@ -157,6 +189,8 @@ def test_table1_end_to_end_files_and_structure(full_run, capsys):
     run = full_run
     for name in ("config.json", "samples.jsonl", "summary.json", *table1.OUTPUTS):
         assert (run / name).is_file(), name
+    sandbox = json.loads((run / "config.json").read_text())["environment"]["sandbox"]
+    assert sandbox == isolation().record()  # what the code sandbox could enforce here, fallbacks included
     rows = list(SampleLog(run / "samples.jsonl"))
     assert len(rows) == 2 * 2 * 6 and len({r["key"] for r in rows}) == len(rows)
     for task in world.TASKS:

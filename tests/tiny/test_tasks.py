@@ -88,6 +88,14 @@ def test_code_check_timeout():
     assert checks.run_program("assert 1 == 1") is True
 
 
+def test_code_checks_run_model_code_in_the_sandbox():
+    import os
+
+    if os.geteuid() != 0:
+        pytest.skip("the sandbox's uid drop is only visible when the harness runs as root")
+    assert checks.run_program("import os\nassert os.getuid() != 0 and not os.path.exists('/root/.ssh')") is True
+
+
 def test_mixed_stream_follows_the_weights():
     import itertools
 
