@@ -316,6 +316,16 @@ def _jsonable(d: dict) -> dict:
     return {k: list(v) if isinstance(v, tuple) else v for k, v in d.items()}
 
 
+def check_device(device: str | torch.device) -> None:
+    """A device this machine has; otherwise one user error naming what to pass instead."""
+    dev = torch.device(device)
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise UserError(f"device {str(device)!r}: this machine has no CUDA GPU (or torch was built without CUDA); "
+                        f"use device cpu (presets: `device: cpu`; lm-eval: --device cpu)")
+    if dev.type == "cuda" and dev.index is not None and dev.index >= torch.cuda.device_count():
+        raise UserError(f"device {str(device)!r}: only {torch.cuda.device_count()} CUDA device(s) here")
+
+
 def load_engine(path: str | Path | None = None, device: str | torch.device = "cpu", dtype=None,
                 store: str = "resident", slots: int | None = None, target: str | Path | None = None,
                 draft: str | Path | None = None, backend: str = "auto", tree: TreeShape = TreeShape(),
@@ -324,6 +334,7 @@ def load_engine(path: str | Path | None = None, device: str | torch.device = "cp
 
     dtype None = the target checkpoint's dtype; the draft runs in the target's dtype."""
     from .model import MoEModel
+    check_device(device)
     if path is not None:
         if target is not None or draft is not None:
             raise ValueError("give either path (with target/ and draft/) or target= and draft=, not both")

@@ -1,0 +1,158 @@
+"""An lm-evaluation-harness model backend: any generative lm-eval task under any method, on any engine.
+
+    ./reproduce.sh lm-eval --model acceptmoe \
+        --model_args target=models/tiny/target,draft=models/tiny/draft,method=acceptmoe,commitment=p_hat.json \
+        --tasks gsm8k --apply_chat_template --limit 50
+
+    import acceptmoe.experiments.lm_eval_model                    # registers "acceptmoe" with lm-eval
+    lm_eval.simple_evaluate(model="acceptmoe", model_args="method=standard-sd", tasks=[...])
+
+lm-eval 0.4.13 discovers models only through its own registry (no entry points), so the `lm-eval` command
+registers this backend and then runs lm-eval's own command line unchanged; importing this module does the
+same for the Python API. Only `generate_until` is implemented (greedy, through `EngineBackend.generate`);
+log-likelihood requests are refused with a clear error. Beside lm-eval's metrics the backend reports tau
+(output tokens per target step) and the mean set size over blocks and layers, per method, at the end.
+
+model_args: target, draft (folders or hub ids), method (a registry name), budget (fixed-size methods),
+commitment (a CommitmentTable JSON: p_hat) or p_hat (e.g. "1.0;0.8;0.6"), prune (true/false), engine
+(native | sglang), device, dtype, tree ("5;10;64": num_steps;topk;num_draft_tokens), max_gen_toks.
+"""
+from __future__ import annotations
+
+import sys
+
+from lm_eval.api.model import LM
+from lm_eval.api.registry import register_model
+
+from acceptmoe.commands import command
+from acceptmoe.engine.tree import TreeShape
+from acceptmoe.errors import UserError
+from acceptmoe.methods import CommitmentTable, Variant, get_method
+
+from .engines import open_backend
+from .prompts import load_tokenizer, resolve_checkpoint
+from .rows import TraceStats
+
+NAME = "acceptmoe"
+
+
+def _numbers(text, kind=float) -> tuple:
+    return tuple(kind(x) for x in str(text).replace(";", " ").split())
+
+
+def _flag(value) -> bool | None:
+    if value is None or isinstance(value, bool):
+        return value
+    if str(value).lower() in ("true", "1", "yes", "on"):
+        return True
+    if str(value).lower() in ("false", "0", "no", "off"):
+        return False
+    raise UserError(f"prune={value!r}: give true or false")
+
+
+@register_model(NAME)
+class AcceptMoELM(LM):
+    """Greedy generation with one `Variant` of a target + EAGLE-3 draft pair."""
+
+    def __init__(self, target: str = "models/tiny/target", draft: str = "models/tiny/draft",
+                 method: str = "acceptmoe", budget: int | None = None, commitment: str | None = None,
+                 p_hat: str | None = None, prune=None, engine: str = "native", device: str = "cpu",
+                 dtype: str = "float32", tree: str = "5;10;64", max_gen_toks: int = 256, batch_size=1,
+                 **unused) -> None:
+        super().__init__()
+        if unused:
+            raise UserError(f"unknown model_args {sorted(unused)}; valid: target, draft, method, budget, commitment, "
+                            f"p_hat, prune, engine, device, dtype, tree, max_gen_toks")
+        spec = get_method(method)
+        if commitment is not None and p_hat is not None:
+            raise UserError("give commitment (a CommitmentTable JSON) or p_hat, not both")
+        phat = CommitmentTable.load(commitment).p_hat if commitment else (_numbers(p_hat) if p_hat else None)
+        if spec.needs_commitment and phat is None:
+            raise UserError(f"method {method} needs p_hat: pass commitment=<table.json> (./reproduce.sh calibrate "
+                            f"writes one) or p_hat=1.0;0.8;...")
+        self.variant = Variant(method, budget=int(budget) if budget is not None else None,
+                               prune=_flag(prune)).bind(commitment=phat)
+        if spec.needs_budget and self.variant.effective_budget is None:
+            raise UserError(f"method {method} needs budget=<B>")
+        target_dir, draft_dir = resolve_checkpoint(target), resolve_checkpoint(draft)
+        self.engine = open_backend(engine, target=target_dir, draft=draft_dir, device=device, dtype=dtype,
+                                   tree=TreeShape(*_numbers(tree, int)))
+        self.tokenizer = load_tokenizer(target_dir)
+        self.max_gen_toks = int(max_gen_toks)
+        self.batch_size = int(batch_size)
+        self.stats = {"generations": 0, "output_tokens": 0, "steps": 0, "set_size_sum": 0.0, "block_layers": 0}
+        INSTANCES.append(self)
+
+    # ----- chat templates (lm-eval's --apply_chat_template) -----
+    @property
+    def tokenizer_name(self) -> str:
+        return self.tokenizer.name_or_path.replace("/", "__")
+
+    def chat_template(self, chat_template: bool | str = False) -> str | None:
+        return self.tokenizer.chat_template
+
+    def apply_chat_template(self, chat_history: list[dict[str, str]], add_generation_prompt: bool = True) -> str:
+        return self.tokenizer.apply_chat_template(chat_history, tokenize=False,
+                                                  add_generation_prompt=add_generation_prompt)
+
+    # ----- requests -----
+    def generate_until(self, requests, disable_tqdm: bool = False) -> list[str]:
+        out = []
+        for req in requests:
+            context, gen_kwargs = req.args
+            until = gen_kwargs.get("until") or []
+            until = [until] if isinstance(until, str) else list(until)
+            if gen_kwargs.get("do_sample") or (gen_kwargs.get("temperature") or 0) > 0:
+                raise UserError("the acceptmoe backend decodes greedily: set do_sample=false, temperature=0")
+            ids = self.tokenizer(context, add_special_tokens=False)["input_ids"]
+            gen = self.engine.generate(ids, self.variant, int(gen_kwargs.get("max_gen_toks", self.max_gen_toks)))
+            text = self.tokenizer.decode(gen.tokens, skip_special_tokens=True)
+            cut = min((i for i in (text.find(s) for s in until if s) if i >= 0), default=len(text))
+            out.append(text[:cut])
+            self._count(gen)
+            self.cache_hook.add_partial("generate_until", (context, gen_kwargs), text[:cut])
+        return out
+
+    def loglikelihood(self, requests):
+        raise UserError("the acceptmoe backend runs generative tasks only (generate_until): speculative "
+                        "decoding verifies generated tokens, it does not score given continuations")
+
+    def loglikelihood_rolling(self, requests):
+        return self.loglikelihood(requests)
+
+    # ----- statistics beside lm-eval's metrics -----
+    def _count(self, gen) -> None:
+        st = TraceStats.of(gen.trace)
+        s = self.stats
+        s["generations"] += 1
+        s["output_tokens"] += sum(gen.accept_lengths)
+        s["steps"] += len(gen.accept_lengths)
+        s["set_size_sum"] += st.set_size_sum
+        s["block_layers"] += st.block_layers
+
+    def summary(self) -> dict:
+        s = self.stats
+        return {"method": self.variant.name, "generations": s["generations"],
+                "tau": s["output_tokens"] / s["steps"] if s["steps"] else None,
+                "mean_set_size": s["set_size_sum"] / s["block_layers"] if s["block_layers"] else None}
+
+
+INSTANCES: list[AcceptMoELM] = []
+
+
+@command("lm-eval", "lm-evaluation-harness with the acceptmoe model backend (--model acceptmoe; lm-eval's options)")
+def main(argv: list[str] | None = None) -> int:
+    from lm_eval.__main__ import cli_evaluate
+    argv = list(sys.argv[1:] if argv is None else argv)
+    saved, sys.argv = sys.argv, ["lm-eval", *argv]
+    try:
+        cli_evaluate()
+    finally:
+        sys.argv = saved
+    for lm in INSTANCES:
+        s = lm.summary()
+        tau = "-" if s["tau"] is None else f"{s['tau']:.2f}"
+        size = "-" if s["mean_set_size"] is None else f"{s['mean_set_size']:.1f}"
+        print(f"acceptmoe {s['method']}: {s['generations']} generations, tau {tau} output tokens per target "
+              f"step, mean set size {size} experts per layer")
+    return 0

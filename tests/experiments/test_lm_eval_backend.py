@@ -1,0 +1,78 @@
+"""The lm-eval model backend on the tiny world: lm-eval's own command line, a local GSM8K-style task (offline
+json data, lm-eval's regex filter and exact_match), Standard SD equal to Vanilla AR, AcceptMoE with a p_hat."""
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from acceptmoe.errors import UserError
+
+ROOT = Path(__file__).parents[2]
+TASK = """task: tiny_gsm_local
+dataset_path: json
+dataset_kwargs:
+  data_files:
+    test: {data}
+test_split: test
+output_type: generate_until
+doc_to_text: "{{{{question}}}}"
+doc_to_target: "{{{{answer}}}}"
+generation_kwargs: {{until: [], do_sample: false, max_gen_toks: 96}}
+filter_list:
+  - name: strict-match
+    filter:
+      - {{function: regex, regex_pattern: "#### (\\\\-?[0-9\\\\.\\\\,]+)"}}
+      - {{function: take_first}}
+metric_list:
+  - {{metric: exact_match, aggregation: mean, higher_is_better: true, ignore_case: true, ignore_punctuation: false,
+     regexes_to_ignore: [",", "\\\\$", "(?s).*#### ", "\\\\.$"]}}
+"""
+
+
+@pytest.fixture(scope="module")
+def task_dir(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("lm_eval_task")
+    rows = (ROOT / "models/tiny/data/tiny-gsm-test.jsonl").read_text().splitlines()[:3]
+    (folder / "gsm.jsonl").write_text("\n".join(rows) + "\n")
+    (folder / "tiny_gsm.yaml").write_text(TASK.format(data=folder / "gsm.jsonl"))
+    os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
+    return folder
+
+
+def run(task_dir: Path, out: Path, model_args: str) -> dict:
+    from acceptmoe.experiments import lm_eval_model
+    assert lm_eval_model.main(["--model", "acceptmoe", "--model_args", model_args, "--tasks", "tiny_gsm_local",
+                               "--include_path", str(task_dir), "--apply_chat_template", "--device", "cpu",
+                               "--output_path", str(out), "--log_samples"]) == 0
+    (result,) = out.rglob("results_*.json")
+    samples = [json.loads(line) for f in out.rglob("samples_*.jsonl") for line in f.read_text().splitlines()]
+    return {"metrics": json.loads(result.read_text())["results"]["tiny_gsm_local"],
+            "replies": [s["resps"][0][0] for s in sorted(samples, key=lambda s: s["doc_id"])],
+            "summary": lm_eval_model.INSTANCES[-1].summary()}
+
+
+def test_lm_eval_runs_every_method_kind_on_the_tiny_world(task_dir, tmp_path):
+    ar = run(task_dir, tmp_path / "ar", "method=vanilla-ar")
+    sd = run(task_dir, tmp_path / "sd", "method=standard-sd")
+    am = run(task_dir, tmp_path / "am", "method=acceptmoe,p_hat=1.0;0.8;0.64;0.5;0.4;0.3")
+    assert sd["replies"] == ar["replies"] and len(ar["replies"]) == 3            # lossless
+    assert sd["metrics"]["exact_match,strict-match"] == ar["metrics"]["exact_match,strict-match"] >= 2 / 3
+    assert all("####" in r for r in ar["replies"])
+    assert sd["summary"]["tau"] > 1.5 and sd["summary"]["mean_set_size"] == 128.0
+    assert am["summary"]["tau"] > 1.5 and 8 <= am["summary"]["mean_set_size"] < 128
+
+
+def test_bad_model_args_are_clear_errors():
+    from acceptmoe.experiments.lm_eval_model import AcceptMoELM
+    with pytest.raises(UserError, match="needs p_hat"):
+        AcceptMoELM(method="acceptmoe")
+    with pytest.raises(UserError, match="unknown model_args"):
+        AcceptMoELM(method="standard-sd", colour="red")
+    with pytest.raises(UserError, match="no CUDA GPU"):
+        AcceptMoELM(method="standard-sd", device="cuda")
+    lm = AcceptMoELM(method="standard-sd")
+    with pytest.raises(UserError, match="generative tasks only"):
+        lm.loglikelihood([])
