@@ -55,3 +55,42 @@ def test_bad_input_is_one_clear_line(args, message):
 def test_bad_model_folder_is_a_clear_error(tmp_path):
     missing = run("bench-engine", "--model", str(tmp_path / "nothing"))
     assert missing.returncode == 2 and "does not exist" in missing.stderr and "Traceback" not in missing.stderr
+
+
+def _preset(tmp_path, edit) -> str:
+    import yaml
+    from pathlib import Path
+    data = yaml.safe_load((Path(__file__).parents[1] / "configs/presets/tiny.yaml").read_text())
+    edit(data)
+    path = tmp_path / "bad.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return str(path)
+
+
+@pytest.mark.parametrize("edit, message", [
+    (lambda d: d.update(threads="two"), "bad.yaml.threads: expected null or int, got 'two' (str)"),
+    (lambda d: d["tree"].update(topk=[10]), "bad.yaml.tree.topk: expected int, got [10] (list)"),
+    (lambda d: d["table1"].update(methods="all"), "bad.yaml:table1.methods: expected a list, got 'all' (str)"),
+    (lambda d: d.pop("models"), "bad.yaml.models: missing required key"),
+    (lambda d: d["models"][0].pop("draft"), "bad.yaml.models[0].draft: missing required key"),
+    (lambda d: d.update(tasks=["tiny-gsm", "tiny-gsn"]), "unknown task 'tiny-gsn'; valid tasks:"),
+    (lambda d: d.update(device="cuda"), "device 'cuda': this machine has no CUDA GPU"),
+])
+def test_bad_presets_are_one_clear_line(tmp_path, edit, message):
+    out = run("table1", "--preset", _preset(tmp_path, edit), "--limit", "1", "--results", str(tmp_path / "r"))
+    assert out.returncode == 2, out.stderr
+    assert out.stderr.startswith("error: ") and message in out.stderr and "Traceback" not in out.stderr, out.stderr
+    assert len(out.stderr.strip().splitlines()) == 1
+
+
+def test_yaml_syntax_and_resume_mistakes_are_one_clear_line(tmp_path):
+    broken = tmp_path / "broken.yaml"
+    broken.write_text("preset: tiny\nmodels: [\n  {name: x\n")
+    cases = [(("table1", "--preset", str(broken)), "broken.yaml:4:1: YAML syntax error"),
+             (("table1", "--resume", str(broken)), "not a run folder"),
+             (("table1", "--resume", str(tmp_path), "--limit", "2"), "--resume continues a run with its frozen "
+                                                                       "config: drop --limit")]
+    for args, message in cases:
+        out = run(*args)
+        assert out.returncode == 2 and message in out.stderr and "Traceback" not in out.stderr, out.stderr
+        assert len(out.stderr.strip().splitlines()) == 1

@@ -25,6 +25,8 @@ from acceptmoe.errors import UserError
 from acceptmoe.experiments.runs import Run, SampleLog, code_state, open_run, record_resume
 
 from .config import ModelSpec, Table1Config, WorldConfig, from_saved, load_experiment
+from acceptmoe.engine.engine import check_device
+
 from .engines import ENGINES, open_backend, opener
 from .prompts import load_tokenizer, resolve_checkpoint
 
@@ -143,6 +145,7 @@ def open_or_resume(command: str, args: argparse.Namespace, load: Callable[[dict]
         return from_saved(saved["config"]), run
     cfg = load(given)
     opener(cfg.world.engine)                       # fail before creating a run folder
+    check_device(cfg.world.device)
     for spec in cfg.world.models:
         resolve_checkpoint(spec.target), resolve_checkpoint(spec.draft)
     return cfg, open_run(command, cfg.world.preset, cfg, root=args.results)

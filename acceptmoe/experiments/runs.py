@@ -17,6 +17,7 @@ import os
 import platform
 import subprocess
 import sys
+import warnings
 from importlib import metadata
 from pathlib import Path
 from typing import Any, Iterator
@@ -44,10 +45,19 @@ def config_hash(config: Any) -> str:
     return hashlib.sha256(blob).hexdigest()[:16]
 
 
+_SAID_SANDBOX: list[bool] = []
+
+
 def environment() -> dict:
     """Git commit and dirty flag, Python and package versions, device name, and the code sandbox's
     isolation on this machine (what is in force and what fell back)."""
     from acceptmoe.evals.sandbox import isolation
+    with warnings.catch_warnings():          # said once on stdout below, and recorded with the run
+        warnings.simplefilter("ignore", RuntimeWarning)
+        iso = isolation()
+    if iso.fallbacks and not _SAID_SANDBOX:
+        print(f"note: code sandbox: {iso.describe()}", flush=True)
+        _SAID_SANDBOX.append(True)
     versions = {}
     for pkg in ("acceptmoe", "torch", "triton", "transformers", "numpy", "math-verify", "sglang"):
         try:
@@ -57,7 +67,7 @@ def environment() -> dict:
     import torch
     device = torch.cuda.get_device_name(0) if torch.cuda.is_available() else f"cpu ({platform.processor() or platform.machine()})"
     return {**code_state(), "python": sys.version.split()[0], "platform": platform.platform(), "packages": versions,
-            "device": device, "torch_threads": torch.get_num_threads(), "sandbox": isolation().record()}
+            "device": device, "torch_threads": torch.get_num_threads(), "sandbox": iso.record()}
 
 
 @dataclasses.dataclass
