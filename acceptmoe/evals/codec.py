@@ -7,8 +7,9 @@ inside the sandboxed harness (to decode inputs and encode return values) and imp
 Encoding (`encode`): None, bool, int, float and str map to JSON scalars (ints beyond 2**53 and
 non-finite floats are tagged so they survive any JSON reader); list maps to a JSON array; every other
 supported type is a one-key JSON object: {"t": [...]} tuple, {"s": [...]} set, {"f": [...]} frozenset,
-{"d": [[key, value], ...]} dict, {"c": [re, im]} complex, {"b": "hex"} bytes, {"i": "hex"} big int,
-{"x": "nan" | "inf" | "-inf"} float. Types are matched exactly (`type(v) is list`, never isinstance),
+{"d": [[key, value], ...]} dict (and collections.defaultdict), {"C": ...} collections.Counter, {"O": ...}
+collections.OrderedDict, {"q": [...]} collections.deque, {"c": [re, im]} complex, {"b": "hex"} bytes,
+{"i": "hex"} big int, {"x": "nan" | "inf" | "-inf"} float. Types are matched exactly (`type(v) is list`, never isinstance),
 so subclasses with their own `__eq__` are not plain data. Anything else, and anything nested deeper than
 MAX_DEPTH, becomes {"o": "<type name>"}, decoded as an `Opaque` value that equals nothing but itself.
 
@@ -22,6 +23,7 @@ value it is compared with.
 Decoding (`decode`) builds only built-in values (and `Opaque`, `Digest`); it never imports, calls or
 evaluates anything taken from the text, so decoding what an untrusted program wrote is safe.
 """
+import collections
 import hashlib
 import json
 import math
@@ -71,9 +73,9 @@ def weight(value, limit):
         total += 1
         if kind is str or kind is bytes:
             total += len(item) // 64
-        elif kind in (list, tuple, set, frozenset):
+        elif kind in (list, tuple, set, frozenset, collections.deque):
             stack.extend(item)
-        elif kind is dict:
+        elif kind in _MAPPINGS:
             stack.extend(item.keys())
             stack.extend(item.values())
     return min(total, limit + 1)
@@ -96,18 +98,20 @@ def _feed(h, value, depth):
     elif kind is str or kind is bytes:
         raw = value.encode("utf-8", "surrogatepass") if kind is str else value
         h.update(b"%s%d:" % (b"s" if kind is str else b"b", len(raw)) + raw)
-    elif kind is list or kind is tuple:
-        h.update(b"%s%d:" % (b"l" if kind is list else b"t", len(value)))
+    elif kind is list or kind is tuple or kind is collections.deque:
+        h.update(b"%s%d:" % ({list: b"l", tuple: b"t"}.get(kind, b"q"), len(value)))
         for item in value:
             _feed(h, item, depth + 1)
-    else:  # set, frozenset, dict: members in sorted order of their digests
-        members = value.items() if kind is dict else ((v,) for v in value)
-        h.update(b"%s%d:" % ({set: b"S", frozenset: b"F", dict: b"D"}[kind], len(value)))
+    else:  # sets and mappings: members in sorted order of their digests
+        members = value.items() if kind in _MAPPINGS else ((v,) for v in value)
+        h.update(b"%s%d:" % (_SET_TAGS.get(kind) or _MAPPINGS[kind].encode(), len(value)))
         for d in sorted("".join(_digest(part, depth + 1) for part in member) for member in members):
             h.update(d.encode())
 
 
-_DIGESTED = (bool, int, float, complex, str, bytes, list, tuple, set, frozenset, dict)
+_MAPPINGS = {dict: "d", collections.defaultdict: "d", collections.Counter: "C", collections.OrderedDict: "O"}
+_SET_TAGS = {set: b"S", frozenset: b"F"}
+_DIGESTED = (bool, int, float, complex, str, bytes, list, tuple, set, frozenset, collections.deque, *_MAPPINGS)
 
 
 def _digest(value, depth=0):
@@ -153,8 +157,10 @@ def encode(value, depth=0):
         return {"t": [encode(v, depth + 1) for v in value]}
     if kind is set or kind is frozenset:
         return {"s" if kind is set else "f": [encode(v, depth + 1) for v in value]}
-    if kind is dict:
-        return {"d": [[encode(k, depth + 1), encode(v, depth + 1)] for k, v in value.items()]}
+    if kind in _MAPPINGS:
+        return {_MAPPINGS[kind]: [[encode(k, depth + 1), encode(v, depth + 1)] for k, v in value.items()]}
+    if kind is collections.deque:
+        return {"q": [encode(v, depth + 1) for v in value]}
     if kind is complex:
         return {"c": [encode(value.real, depth + 1), encode(value.imag, depth + 1)]}
     if kind is bytes:
@@ -185,11 +191,16 @@ def decode(data):
         return set(decode(v) for v in _items(body))
     if tag == "f":
         return frozenset(decode(v) for v in _items(body))
-    if tag == "d":
+    if tag in ("d", "C", "O"):
         pairs = _items(body)
         if not all(type(p) is list and len(p) == 2 for p in pairs):
             raise DecodeError("dict entries must be [key, value] pairs")
-        return {decode(k): decode(v) for k, v in pairs}
+        mapping = {"d": dict, "C": collections.Counter, "O": collections.OrderedDict}[tag]()
+        for k, v in pairs:
+            mapping[decode(k)] = decode(v)
+        return mapping
+    if tag == "q":
+        return collections.deque(decode(v) for v in _items(body))
     if tag == "c":
         parts = [decode(v) for v in _items(body)]
         if len(parts) != 2 or not all(type(p) in (int, float) for p in parts):

@@ -17,17 +17,22 @@ One reply to one problem is graded in three steps:
 The program never sees the expected outputs, and nothing it prints, patches or exits with is a verdict:
 it passes a test set only if the parent receives, for every input, a value equal to the expected one.
 The expected outputs come from the canonical solution run through the same harness in the sandbox, and
-are cached on disk (`cache_dir()`, readable by the caller only) under a hash of everything they depend on.
+are cached on disk (`cache_dir()`, readable by the caller only) under a hash of everything they depend on
+(harness and codec source, Python version, canonical code, inputs).
 Base and plus are separate runs, as in EvalPlus; "plus" passes only when base and plus inputs both pass.
 
 Reused from evalplus 0.3.1 (installed without its dependencies; its light ones are in pyproject.toml):
 `evalplus.sanitize.sanitize`; `evalplus.eval.is_floats` and the special oracles of
 `evalplus.eval._special_oracle`; `evalplus.data.mbpp.mbpp_deserialize_inputs`; the time-limit constants of
-`evalplus.config` (per input: max(1 s, 4 x the canonical solution's time on this machine); per run: their
-sum plus 2 s, at most `limits.timeout_s`, 600 s by default, where EvalPlus caps a run at 60 s: a few
-MBPP+ inputs take the canonical solution minutes on a small machine). Memory: 4 GiB, as EvalPlus. The
+`evalplus.config` (per input: max(1 s, 4 x the canonical solution's time on this machine); per run: twice
+their sum plus 10 s for loading and encoding the values, at most `limits.timeout_s`, 600 s by default,
+where EvalPlus caps a run at 60 s: a few MBPP+ inputs take their canonical solution many seconds on a
+small machine). Memory: 4 GiB, as EvalPlus. The
 comparison of `evalplus.eval.unsafe_execute` is restated in `compare` because there it runs inside the
-untrusted process; tests check both against evalplus's own `untrusted_check`.
+untrusted process; tests check both against evalplus's own `untrusted_check`. One deliberate difference:
+evalplus 0.3.1 fails every find_zero (HumanEval/32) solution, its canonical one included (a `continue`
+after its |poly(xs, x)| <= atol check skips recording the pass; evalplus/evalplus#201); `compare` passes an
+input when that check holds, as intended.
 """
 from __future__ import annotations
 
@@ -47,7 +52,6 @@ from acceptmoe.evals import codec
 from acceptmoe.evals.sandbox import ExecResult, Limits, run_many
 
 EVALPLUS_VERSION = "0.3.1"
-HARNESS_VERSION = "1"
 CACHE_ENV = "ACCEPTMOE_CACHE_DIR"
 RESULT_MARK = "@@acceptmoe-result "
 DATASETS = ("humaneval", "mbpp", "plain")  # whose oracle rules apply; "plain": exact match and float tolerance
@@ -184,12 +188,15 @@ def _run(code, entry_point, inputs, limits):
 '''
 
 
+def _harness() -> str:
+    return f"{Path(codec.__file__).read_text()}\n_MARK = {RESULT_MARK!r}\n{_RUNNER}\n"
+
+
 def harness_program(code: str, entry_point: str, inputs: list, limits_s: list[float]) -> str:
     """The sandboxed program: codec, runner, then the call on the embedded code and inputs."""
-    codec_source = Path(codec.__file__).read_text()
     args = ", ".join([repr(code), repr(entry_point), f"decode(json.loads({codec.dumps(inputs)!r}))",
                       repr([float(s) for s in limits_s])])
-    return f"{codec_source}\n_MARK = {RESULT_MARK!r}\n{_RUNNER}\n_run({args})\n"
+    return f"{_harness()}_run({args})\n"
 
 
 def read_results(result: ExecResult, n_inputs: int) -> SetRun:
@@ -254,7 +261,7 @@ def cache_dir() -> Path:
 
 
 def _cache_key(problem: CodeProblem, name: str, inputs: list) -> str:
-    blob = json.dumps([HARNESS_VERSION, list(sys.version_info[:2]), problem.canonical, problem.entry_point,
+    blob = json.dumps([_harness(), list(sys.version_info[:2]), problem.canonical, problem.entry_point,
                        name, codec.encode(inputs)], separators=(",", ":"))
     return hashlib.sha256(blob.encode()).hexdigest()
 
@@ -383,7 +390,7 @@ def grade_many(problems: list[CodeProblem], codes: list[str], workers: int = 2,
     for p, (problem, code) in enumerate(zip(problems, codes)):
         for name, inputs in problem.test_sets:
             per_input = time_limits(expected[p][name].seconds)
-            run_limits = replace(limits, timeout_s=min(limits.timeout_s, sum(per_input)) + 2.0, cpu_s=None)
+            run_limits = replace(limits, timeout_s=min(limits.timeout_s, 2 * sum(per_input) + 10.0), cpu_s=None)
             jobs.append(Job(harness_program(code, problem.entry_point, inputs, per_input), run_limits, len(inputs)))
             index.append((p, name, inputs))
     sets: list[dict[str, SetVerdict]] = [{} for _ in problems]

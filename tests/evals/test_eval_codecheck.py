@@ -1,5 +1,6 @@
 """EvalPlus-style code grading (acceptmoe.evals.codecheck): the value codec, the sanitiser, the verdict
 decided in the parent (no trick in the program's own process passes), and `__main__` blocks."""
+import collections
 import math
 import textwrap
 
@@ -23,13 +24,23 @@ class SubInt(int):
 @pytest.mark.parametrize("value", [
     None, True, False, 0, -7, 2**53, 2**200, -(2**70), 1.5, -0.0, float("inf"), float("-inf"), "", "naïve \udc80",
     [], [1, [2, (3, 4.5)]], (), ("a",), {1, 2}, frozenset({"x", (1, 2)}), {"a": 1, 2: [3], (1, 2): {4}},
-    complex(1, -2), b"\x00\xff", {"nested": {"d": ({1}, frozenset())}},
+    complex(1, -2), b"\x00\xff", {"nested": {"d": ({1}, frozenset())}}, collections.Counter("abca"),
+    collections.OrderedDict([(2, "b"), (1, "a")]), collections.deque([1, (2,)]),
 ])
 def test_codec_round_trip_keeps_value_and_type(value):
     back = codec.loads(codec.dumps(value))
     assert back == value and type(back) is type(value)
     if isinstance(value, (list, tuple)):
         assert [type(v) for v in back] == [type(v) for v in value]
+
+
+def test_codec_defaultdict_is_a_dict_and_large_values_travel_as_digests():
+    assert codec.loads(codec.dumps(collections.defaultdict(list, {1: [2]}))) == {1: [2]}
+    big = {(i, str(i)) for i in range(codec.MAX_WEIGHT)}
+    same, other = codec.encode_result(set(sorted(big, reverse=True))), codec.encode_result(big | {(-1, "")})
+    assert codec.decode(codec.encode_result(big)) == codec.decode(same) != codec.decode(other)
+    assert codec.decode(codec.encode_result(list(big))) != codec.decode(same)  # a list is not a set
+    assert codec.encode_result([1, 2]) == [1, 2]
 
 
 def test_codec_nan_round_trips():

@@ -124,3 +124,13 @@ def test_tiny_prompt_is_the_question_exactly():
     task = get_task("tiny-gsm")
     ex = task.load(limit=1)[0]
     assert task.messages(ex) == [{"role": "user", "content": ex["question"]}]
+
+
+@pytest.mark.parametrize("name", list(TASK_MODULES))
+def test_code_tasks_name_the_verdicts_their_rows_hold(name):
+    task = get_task(name)
+    expected = {"humaneval": ("base", "plus"), "mbpp": ("base", "plus"), "tiny-humaneval": ("base",),
+                "tiny-mbpp": ("base",)}.get(name, ())
+    assert task.test_sets == expected and task.executes_code == bool(expected)
+    if expected:
+        assert tuple(n for n, _ in task.problem(task.load("test", limit=1)[0]).test_sets) == expected

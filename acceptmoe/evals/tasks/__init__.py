@@ -6,11 +6,13 @@
     extract(example, response) -> str          the answer (text tasks) or sanitised code (code tasks) that is graded
     score(example, response) -> Score          one graded response
     problem(example) -> CodeProblem            code tasks only: entry point, reference solution, test inputs
+    TEST_SETS                                  code tasks only: the verdicts a graded test-split row holds
 
 `Task.score_many` grades a batch; code tasks go through `acceptmoe.evals.codecheck` (EvalPlus's rules,
 the candidate run in the sandbox, its return values compared in this process). A code Score's `correct`
 is the "base" verdict; `details` holds "base" and, where the task has EvalPlus's extra inputs, "plus"
-(base and plus inputs both pass), each with its sandbox status and the first failure.
+(base and plus inputs both pass), each with its sandbox status and the first failure. `Task.test_sets`
+names those verdicts for tables: a sample row's `score_details[name]` is the pass/fail of column `name`.
 Raw GPT-OSS outputs are graded with `response_format="harmony"` (final channel only).
 """
 from __future__ import annotations
@@ -55,6 +57,7 @@ class Task:
     extract: Callable[[dict, str], str]
     score: Callable[[dict, str], Score]
     problem: Callable[[dict], CodeProblem] | None = None
+    test_sets: tuple[str, ...] = ()  # code tasks: ("base",) or ("base", "plus"); "base" is also `correct`
 
     @property
     def executes_code(self) -> bool:
@@ -87,7 +90,7 @@ def code_score(verdict: CodeVerdict) -> Score:
 def _from_module(module: ModuleType) -> Task:
     return Task(name=module.NAME, version=module.VERSION, splits=tuple(module.SPLITS), load=module.load,
                 messages=module.messages, extract=module.extract, score=module.score,
-                problem=getattr(module, "problem", None))
+                problem=getattr(module, "problem", None), test_sets=tuple(getattr(module, "TEST_SETS", ())))
 
 
 def get_task(name: str) -> Task:

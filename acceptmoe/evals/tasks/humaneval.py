@@ -20,6 +20,7 @@ from acceptmoe.evals.tasks import Score, check_split, grade_code, user_message
 NAME = "humaneval"
 VERSION = "2"
 SPLITS = ("test",)
+TEST_SETS = ("base", "plus")
 INSTRUCTION = ("Complete the following Python function. Reply with the complete function, including its "
                "signature and any imports it needs, in a single ```python code block.")
 

@@ -27,6 +27,7 @@ NAME = "mbpp"
 VERSION = "2"
 SPLIT_IDS = {"validation": (511, 600), "train": (601, 974), "prompt": (1, 10)}
 SPLITS = ("test", *SPLIT_IDS)
+TEST_SETS = ("base", "plus")  # test split; the other splits have "base" only
 
 
 def entry_point(code: str, tests: list[str]) -> str | None:

@@ -12,6 +12,7 @@ from acceptmoe.evals.tasks.humaneval import completion_code
 NAME = "tiny-humaneval"
 VERSION = tiny_common.version(2)
 SPLITS = tiny_common.SPLITS
+TEST_SETS = ("base",)
 
 
 def load(split: str = "test", limit: int | None = None) -> list[dict]:
