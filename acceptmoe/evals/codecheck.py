@@ -27,12 +27,16 @@ Reused from evalplus 0.3.1 (installed without its dependencies; its light ones a
 `evalplus.config` (per input: max(1 s, 4 x the canonical solution's time on this machine); per run: twice
 their sum plus 10 s for loading and encoding the values, at most `limits.timeout_s`, 600 s by default,
 where EvalPlus caps a run at 60 s: a few MBPP+ inputs take their canonical solution many seconds on a
-small machine). Memory: 4 GiB, as EvalPlus. The
-comparison of `evalplus.eval.unsafe_execute` is restated in `compare` because there it runs inside the
+small machine). Memory: 4 GiB, as EvalPlus. The comparison of `evalplus.eval.unsafe_execute` is restated in `compare` because there it runs inside the
 untrusted process; tests check both against evalplus's own `untrusted_check`. One deliberate difference:
 evalplus 0.3.1 fails every find_zero (HumanEval/32) solution, its canonical one included (a `continue`
 after its |poly(xs, x)| <= atol check skips recording the pass; evalplus/evalplus#201); `compare` passes an
-input when that check holds, as intended.
+input when that check holds, as intended. Values too large to send (`codec.MAX_WEIGHT`) are compared by
+digest, i.e. exact match without float tolerance or oracles.
+
+Not defended here: reading files the sandbox leaves readable. A program that finds this repository's
+data files could run a canonical solution instead of its own; keeping them out of reach is the sandbox's
+file isolation (see `acceptmoe.evals.sandbox`).
 """
 from __future__ import annotations
 
