@@ -100,6 +100,9 @@ def _feed(h, value, depth):
         h.update(b"%s%d:" % (b"s" if kind is str else b"b", len(raw)) + raw)
     elif kind is list or kind is tuple or kind is collections.deque:
         h.update(b"%s%d:" % ({list: b"l", tuple: b"t"}.get(kind, b"q"), len(value)))
+        if all(type(item) in _SCALARS for item in value):  # fast path: one repr for a flat container
+            h.update(repr(value if kind is not collections.deque else list(value)).encode("utf-8", "surrogatepass"))
+            return
         for item in value:
             _feed(h, item, depth + 1)
     else:  # sets and mappings: members in sorted order of their digests
@@ -111,6 +114,7 @@ def _feed(h, value, depth):
 
 _MAPPINGS = {dict: "d", collections.defaultdict: "d", collections.Counter: "C", collections.OrderedDict: "O"}
 _SET_TAGS = {set: b"S", frozenset: b"F"}
+_SCALARS = (str, int, float, bool, type(None))
 _DIGESTED = (bool, int, float, complex, str, bytes, list, tuple, set, frozenset, collections.deque, *_MAPPINGS)
 
 
