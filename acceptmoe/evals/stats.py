@@ -1,10 +1,18 @@
 """Bootstrap statistics over prompts: intervals for a mean, for a paired difference, and the B0 rule.
 
-All intervals are percentile bootstrap intervals: resample the prompts with replacement `n_resamples`
+Intervals are percentile bootstrap intervals: resample the prompts with replacement `n_resamples`
 times (a fixed seed, numpy's default generator, resamples drawn in fixed-size chunks so memory stays
 small and results depend only on the seed), take the statistic of each resample, and report the
 (1 - confidence)/2 and (1 + confidence)/2 quantiles (numpy's linear interpolation, as scipy's percentile
 method does).
+
+One exception (`paired_bootstrap_diff`): two methods' 0/1 outcomes that agree on every prompt. Every
+resample then gives a difference of 0, a [0, 0] interval that claims certainty. The difference of two
+paired proportions is (n10 - n01) / n, so its size is at most the discordant rate, the share of prompts
+on which they disagree. With 0 discordant prompts out of n, the exact (Clopper-Pearson) upper confidence
+bound for that rate is U = 1 - ((1 - confidence) / 2) ** (1 / n); the interval reported is [-U, U]
+(method "clopper-pearson-discordant", n_resamples 0). It is conservative: its coverage is at least the
+stated confidence whatever the true rates.
 
 B0 (METHOD.md): the mean AcceptMoE set size over every block and layer of the first 50 evaluation
 prompts, rounded to nearest with halves up; if the bootstrap interval of that mean crosses a rounding
@@ -33,6 +41,7 @@ class Interval:
     confidence: float
     n_resamples: int
     seed: int
+    method: str = "percentile-bootstrap"
 
     def as_dict(self) -> dict:
         return dict(self.__dict__)
@@ -103,7 +112,19 @@ def paired_bootstrap_diff(a, b, n_resamples: int = DEFAULT_RESAMPLES, confidence
     a, b = _as_1d(a, "a"), _as_1d(b, "b")
     if a.shape != b.shape:
         raise ValueError(f"paired values need one entry per prompt for both methods: {a.size} vs {b.size}")
+    if np.array_equal(a, b) and np.isin(a, (0.0, 1.0)).all():
+        _check(n_resamples, confidence)
+        bound = no_discordance_bound(a.size, confidence)
+        return Interval(0.0, -bound, bound, int(a.size), confidence, 0, seed, "clopper-pearson-discordant")
     return bootstrap_mean(a - b, n_resamples, confidence, seed)
+
+
+def no_discordance_bound(n: int, confidence: float = 0.95) -> float:
+    """Exact (Clopper-Pearson) upper bound on a rate when 0 of n prompts show it, at the upper tail of a
+    two-sided `confidence` interval: the rate U with P(0 of n | U) = (1 - confidence) / 2."""
+    if n < 1:
+        raise ValueError(f"n must be >= 1, got {n}")
+    return 1.0 - ((1.0 - confidence) / 2.0) ** (1.0 / n)
 
 
 def round_half_up(x: float) -> int:

@@ -1,5 +1,6 @@
-"""Reference solutions pass and wrong ones fail: HumanEval and MBPP programs in the sandbox, MATH500
-solutions under math_verify. The full code checks are marked slow (about a minute on 2 loaded cores)."""
+"""Reference solutions pass and wrong ones fail: HumanEval(+) and MBPP(+) canonical solutions graded by
+EvalPlus's rules (acceptmoe.evals.codecheck), MATH500 solutions under math_verify. The full code checks
+are marked slow (a few minutes on 2 loaded cores the first time, while the expected outputs are cached)."""
 import pytest
 
 from acceptmoe.evals.tasks import get_task
@@ -10,13 +11,12 @@ SAMPLE = slice(0, None, 25)
 def _reference_responses(task_name, examples):
     if task_name == "humaneval":
         return [ex["canonical_solution"] for ex in examples]
-    return [f"```python\n{ex['code']}\n```" for ex in examples]
+    return [f"```python\n{ex['canonical_solution']}\n```" for ex in examples]
 
 
 def _failures(task_name, examples, responses):
     scores = get_task(task_name).score_many(examples, responses, workers=2)
-    return [(ex["id"], s.details["status"], s.details["stderr"][-300:])
-            for ex, s in zip(examples, scores) if not s.correct]
+    return [(ex["id"], s.details) for ex, s in zip(examples, scores) if not (s.correct and s.details["plus"])]
 
 
 @pytest.mark.parametrize("task_name", ["humaneval", "mbpp"])
@@ -26,10 +26,14 @@ def test_reference_solutions_pass_on_a_sample(task_name):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("task_name", ["humaneval", "mbpp"])
-def test_all_reference_solutions_pass(task_name):
-    examples = get_task(task_name).load()
-    assert _failures(task_name, examples, _reference_responses(task_name, examples)) == []
+def test_all_mbpp_solutions_pass_with_stray_top_level_code():
+    """Every MBPP+ problem, base and plus; the reply's stray `print(input())` is sanitised away. One
+    canonical solution fails as a reply, as it does in EvalPlus: Mbpp/630 calls a generator helper, and
+    evalplus's sanitiser keeps only functions with a `return` statement."""
+    examples = get_task("mbpp").load()
+    responses = [f"```python\n{ex['canonical_solution']}\nprint(input())\n```" for ex in examples]
+    failures = _failures("mbpp", examples, responses)
+    assert [(tid, d["base_reason"]) for tid, d in failures] == [("Mbpp/630", "input 0 raised NameError")]
 
 
 @pytest.mark.parametrize("task_name", ["humaneval", "mbpp"])
@@ -47,7 +51,9 @@ def test_math500_reference_solutions_verify():
 
 @pytest.mark.slow
 def test_all_humaneval_solutions_pass_as_fenced_full_functions():
-    """The instruct-model shape: prose, then the whole function (prompt + body) in a fenced block."""
+    """The instruct-model shape: prose, then the whole function (prompt + body) and a `__main__` block in
+    a fenced block; every HumanEval+ problem, base and plus."""
     examples = get_task("humaneval").load()
-    responses = [f"Sure!\n```python\n{ex['prompt']}{ex['canonical_solution']}```\nDone." for ex in examples]
+    main = "\n\nif __name__ == '__main__':\n    import unittest\n    unittest.main()\n"
+    responses = [f"Sure!\n```python\n{ex['prompt']}{ex['canonical_solution']}{main}```\nDone." for ex in examples]
     assert _failures("humaneval", examples, responses) == []

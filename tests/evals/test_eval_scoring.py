@@ -1,11 +1,11 @@
-"""Scorers on hand-written cases: lm-eval GSM8K semantics, math_verify, Harmony, code extraction."""
+"""Scorers on hand-written cases: GSM8K through lm-eval's objects, math_verify, Harmony, code extraction."""
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
 from acceptmoe.evals.extract import extract_code, extract_final_channel, fenced_blocks, response_text
-from acceptmoe.evals.mathcheck import math_equal, parse_gold
-from acceptmoe.evals.tasks import gsm8k
+from acceptmoe.evals.mathcheck import GoldParseError, math_check, math_equal, parse_gold
+from acceptmoe.evals.tasks import get_task, gsm8k
 
 REF = "Natalia sold 48/2 = 24 clips in May.\nNatalia sold 48+24 = 72 clips altogether.\n#### 72"
 
@@ -150,3 +150,22 @@ def test_extract_code_cases():
     assert extract_code("    return a + b\n") == "    return a + b\n"  # a plain completion keeps its indent
     assert extract_code("```bash\nls\n```") == "```bash\nls\n```"  # no Python block: text unchanged
     assert fenced_blocks("```Python\nx\n```") == [("python", "x")]
+
+
+SLOW_GOLD = "+".join(f"\\frac{{x^{{{i}}}}}{{{i + 1}}}" for i in range(200))  # several seconds in math_verify's parser
+
+
+def test_a_gold_parse_timeout_fails_the_sample_not_the_run():
+    verdict = math_check(SLOW_GOLD, "\\boxed{1}", timeout_s=1)
+    assert verdict.correct is False and "timed out after 1 s" in verdict.gold_error and verdict.extracted == "1"
+    with pytest.raises(GoldParseError, match="timed out"):
+        parse_gold(SLOW_GOLD, timeout_s=1)
+
+
+def test_math500_scores_an_unparseable_gold_as_one_failed_sample():
+    task = get_task("math500")
+    good, bad = task.load(limit=2)
+    bad = {**bad, "answer": ""}
+    scores = task.score_many([good, bad], [f"\\boxed{{{good['answer']}}}", "\\boxed{1}"])
+    assert scores[0].correct and "gold_error" not in scores[0].details
+    assert not scores[1].correct and "does not parse" in scores[1].details["gold_error"]

@@ -4,7 +4,7 @@ import pytest
 from scipy import stats as sps
 
 from acceptmoe.evals.stats import (bootstrap_mean, bootstrap_ratio, choose_b0, crosses_rounding_boundary,
-                                   paired_bootstrap_diff, round_half_up, totals_and_counts)
+                                   no_discordance_bound, paired_bootstrap_diff, round_half_up, totals_and_counts)
 
 
 def _scipy_percentile(data, statistic, paired=False):
@@ -57,6 +57,29 @@ def test_ratio_is_a_pooled_mean():
     iv = bootstrap_ratio(totals, counts, n_resamples=2000)
     assert iv.estimate == pytest.approx(90 / 4)
     assert 10 <= iv.low <= iv.estimate <= iv.high <= 30
+
+
+@pytest.mark.parametrize("n", [1, 20, 164, 500])
+def test_pairs_without_disagreement_get_the_exact_clopper_pearson_bound(n):
+    a = np.resize([1.0, 0.0, 1.0], n)
+    iv = paired_bootstrap_diff(a, a.copy(), n_resamples=100)
+    exact = sps.binomtest(0, n).proportion_ci(0.95, method="exact")  # Clopper-Pearson, 0 discordant of n
+    assert iv.method == "clopper-pearson-discordant" and iv.n_resamples == 0 and iv.estimate == 0.0
+    assert iv.high == pytest.approx(exact.high, rel=1e-9) and iv.low == -iv.high and exact.low == 0.0
+    assert no_discordance_bound(n, 0.9) < iv.high  # lower confidence, tighter bound
+
+
+def test_one_disagreement_is_back_to_the_bootstrap():
+    a = np.resize([1.0, 0.0], 50)
+    b = a.copy()
+    b[0] = 1 - b[0]
+    iv = paired_bootstrap_diff(a, b, n_resamples=500)
+    assert iv.method == "percentile-bootstrap" and iv.low < iv.high
+
+
+def test_non_binary_pairs_keep_the_bootstrap():
+    iv = paired_bootstrap_diff([2.5, 3.0], [2.5, 3.0], n_resamples=100)
+    assert iv.method == "percentile-bootstrap" and (iv.low, iv.high) == (0.0, 0.0)
 
 
 def test_constant_data_gives_a_point_interval():

@@ -6,8 +6,8 @@ import pytest
 from acceptmoe.evals.tasks import TASK_MODULES, Score, get_task
 
 REAL_COUNTS = {("gsm8k", "test"): 1319, ("gsm8k", "train"): 7473, ("math500", "test"): 500,
-               ("humaneval", "test"): 164, ("mbpp", "test"): 500, ("mbpp", "validation"): 90,
-               ("mbpp", "train"): 374, ("mbpp", "prompt"): 10}
+               ("humaneval", "test"): 164, ("mbpp", "test"): 378, ("mbpp", "validation"): 90 - 39,
+               ("mbpp", "train"): 374 - 108, ("mbpp", "prompt"): 10 - 7}  # MBPP+ problems leave the other splits
 REAL = ("gsm8k", "math500", "humaneval", "mbpp")
 TINY = ("tiny-gsm", "tiny-math", "tiny-humaneval", "tiny-mbpp")
 
@@ -25,10 +25,14 @@ def test_dataset_counts(name, split):
     assert len({ex["id"] for ex in examples}) == len(examples)
 
 
-def test_mbpp_test_split_is_ids_11_to_510():
-    ids = [ex["task_id"] for ex in get_task("mbpp").load("test")]
-    assert ids == list(range(11, 511))
-    assert all(ex["entry_point"] for ex in get_task("mbpp").load("test"))
+def test_mbpp_test_split_is_mbpp_plus_and_no_other_split_shares_a_problem():
+    test = get_task("mbpp").load("test")
+    assert test[0]["id"] == "Mbpp/2" and test[-1]["id"] == "Mbpp/809"
+    assert all(ex["entry_point"] and ex["text"] and len(ex["test_list"]) == 1 for ex in test)
+    test_ids = {int(ex["id"].split("/")[1]) for ex in test}
+    for split in ("validation", "train", "prompt"):
+        ids = {ex["task_id"] for ex in get_task("mbpp").load(split)}
+        assert ids and not ids & test_ids, split
 
 
 @pytest.mark.parametrize("name", list(TASK_MODULES))
@@ -59,24 +63,31 @@ def test_prompts_carry_the_problem_and_the_answer_format():
     assert ex["prompt"] in get_task("humaneval").messages(ex)[0]["content"]
 
 
-def test_humaneval_programs_for_bodies_and_full_functions():
+def test_humaneval_code_for_bodies_and_full_functions():
     task = get_task("humaneval")
     ex = task.load(limit=1)[0]
     body = ex["canonical_solution"]
     full = ex["prompt"] + body
-    fenced_full = f"Here you go:\n```python\n{full.split('def ', 1)[0]}def {full.split('def ', 1)[1]}```\n"
+    fenced_full = f"Here you go:\n```python\n{full}```\n"
     without_imports = "```python\n" + re.sub(r"^from typing import List\n", "", full) + "```"
-    for response in (body, fenced_full, without_imports):
-        assert task.score(ex, response).correct, response
-    assert not task.score(ex, "    return not True\n").correct
-    assert not task.score(ex, "```python\ndef has_close_elements(numbers, threshold):\n    return False\n```").correct
+    responses = [body, fenced_full, without_imports, "    return not True\n",
+                 "```python\ndef has_close_elements(numbers, threshold):\n    return False\n```"]
+    scores = task.score_many([ex] * len(responses), responses)
+    assert [s.correct for s in scores] == [True, True, True, False, False]
+    assert [s.details["plus"] for s in scores] == [True, True, True, False, False]
+    assert scores[2].extracted.startswith("from typing import List")  # the prompt's import is kept
 
 
-def test_mbpp_program_runs_setup_after_the_code():
+def test_mbpp_non_test_splits_grade_on_their_asserts_inputs():
     task = get_task("mbpp")
-    ex = next(e for e in task.load("test") if e["task_id"] == 367)  # setup builds inputs with the code's class
-    assert ex["test_setup_code"]
-    assert task.score(ex, f"```python\n{ex['code']}\n```").correct
+    train = task.load("train")
+    objects = next(ex for ex in train if ex["task_id"] == 601)  # asserts build Pair objects: not gradable
+    with pytest.raises(ValueError, match="not literals"):
+        task.problem(objects)
+    examples = [ex for ex in train if ex["task_id"] != 601][:3]
+    scores = task.score_many(examples, [f"```python\n{ex['code']}\n```" for ex in examples])
+    assert all(s.correct and "plus" not in s.details for s in scores)
+    assert not task.score(examples[0], "```python\ndef nothing():\n    return 1\n```").correct
 
 
 def test_score_many_checks_lengths():
@@ -113,3 +124,13 @@ def test_tiny_prompt_is_the_question_exactly():
     task = get_task("tiny-gsm")
     ex = task.load(limit=1)[0]
     assert task.messages(ex) == [{"role": "user", "content": ex["question"]}]
+
+
+@pytest.mark.parametrize("name", list(TASK_MODULES))
+def test_code_tasks_name_the_verdicts_their_rows_hold(name):
+    task = get_task(name)
+    expected = {"humaneval": ("base", "plus"), "mbpp": ("base", "plus"), "tiny-humaneval": ("base",),
+                "tiny-mbpp": ("base",)}.get(name, ())
+    assert task.test_sets == expected and task.executes_code == bool(expected)
+    if expected:
+        assert tuple(n for n, _ in task.problem(task.load("test", limit=1)[0]).test_sets) == expected

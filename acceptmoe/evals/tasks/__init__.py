@@ -3,11 +3,16 @@
     NAME, VERSION, SPLITS                      constants (VERSION is recorded with every result)
     load(split="test", limit=None) -> list[dict]   examples, each with a unique "id"
     messages(example) -> list[{"role", "content"}]  the chat prompt (the model's chat template is applied later)
-    extract(example, response) -> str          the answer (text tasks) or code (code tasks) that is graded
+    extract(example, response) -> str          the answer (text tasks) or sanitised code (code tasks) that is graded
     score(example, response) -> Score          one graded response
-    program(example, response) -> str          code tasks only: the full program run in the sandbox
+    problem(example) -> CodeProblem            code tasks only: entry point, reference solution, test inputs
+    TEST_SETS                                  code tasks only: the verdicts a graded test-split row holds
 
-`Task.score_many` grades a batch; for code tasks it runs the programs in the sandbox's worker pool.
+`Task.score_many` grades a batch; code tasks go through `acceptmoe.evals.codecheck` (EvalPlus's rules,
+the candidate run in the sandbox, its return values compared in this process). A code Score's `correct`
+is the "base" verdict; `details` holds "base" and, where the task has EvalPlus's extra inputs, "plus"
+(base and plus inputs both pass), each with its sandbox status and the first failure. `Task.test_sets`
+names those verdicts for tables: a sample row's `score_details[name]` is the pass/fail of column `name`.
 Raw GPT-OSS outputs are graded with `response_format="harmony"` (final channel only).
 """
 from __future__ import annotations
@@ -17,8 +22,9 @@ from dataclasses import dataclass, field
 from types import ModuleType
 from typing import Callable
 
+from acceptmoe.evals.codecheck import CANDIDATE_LIMITS, CodeProblem, CodeVerdict, grade_many
 from acceptmoe.evals.extract import response_text
-from acceptmoe.evals.sandbox import Limits, run_many
+from acceptmoe.evals.sandbox import Limits
 
 TASK_MODULES = {
     "gsm8k": "gsm8k",
@@ -50,35 +56,41 @@ class Task:
     messages: Callable[[dict], list[dict]]
     extract: Callable[[dict, str], str]
     score: Callable[[dict, str], Score]
-    program: Callable[[dict, str], str] | None = None
+    problem: Callable[[dict], CodeProblem] | None = None
+    test_sets: tuple[str, ...] = ()  # code tasks: ("base",) or ("base", "plus"); "base" is also `correct`
 
     @property
     def executes_code(self) -> bool:
-        return self.program is not None
+        return self.problem is not None
 
     def score_many(self, examples: list[dict], responses: list[str], response_format: str = "plain",
-                   workers: int = 2, limits: Limits = Limits()) -> list[Score]:
+                   workers: int = 2, limits: Limits = CANDIDATE_LIMITS) -> list[Score]:
         """Grade responses[i] against examples[i]; code runs `workers` sandboxed programs at a time."""
         if len(examples) != len(responses):
             raise ValueError(f"{len(examples)} examples but {len(responses)} responses")
         texts = [response_text(r, response_format) for r in responses]
-        if self.program is None:
+        if self.problem is None:
             return [self.score(ex, text) for ex, text in zip(examples, texts)]
-        results = run_many([self.program(ex, t) for ex, t in zip(examples, texts)], limits, workers)
-        return [code_score(self.extract(ex, t), res) for ex, t, res in zip(examples, texts, results)]
+        return grade_code(self.problem, self.extract, examples, texts, workers, limits)
 
 
-def code_score(code: str, result) -> Score:
-    """Score of a sandboxed program run (a `sandbox.ExecResult`)."""
-    return Score(correct=result.passed, extracted=code,
-                 details={"status": result.status, "duration_s": round(result.duration_s, 4),
-                          "stderr": result.stderr})
+def grade_code(problem: Callable[[dict], CodeProblem], extract: Callable[[dict, str], str], examples: list[dict],
+               responses: list[str], workers: int = 2, limits: Limits = CANDIDATE_LIMITS) -> list[Score]:
+    """Scores of code responses (plain text, already out of any Harmony wrapper)."""
+    verdicts = grade_many([problem(ex) for ex in examples], [extract(ex, r) for ex, r in zip(examples, responses)],
+                          workers, limits)
+    return [code_score(v) for v in verdicts]
+
+
+def code_score(verdict: CodeVerdict) -> Score:
+    """A code verdict as a Score: `correct` is the base verdict; details hold every test set's verdict."""
+    return Score(correct=verdict.passed("base"), extracted=verdict.code, details=verdict.details())
 
 
 def _from_module(module: ModuleType) -> Task:
     return Task(name=module.NAME, version=module.VERSION, splits=tuple(module.SPLITS), load=module.load,
                 messages=module.messages, extract=module.extract, score=module.score,
-                program=getattr(module, "program", None))
+                problem=getattr(module, "problem", None), test_sets=tuple(getattr(module, "TEST_SETS", ())))
 
 
 def get_task(name: str) -> Task:

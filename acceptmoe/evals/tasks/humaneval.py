@@ -1,49 +1,55 @@
-"""HumanEval (164 problems): pass@1 by running the problem's tests on the completed function.
+"""HumanEval (164 problems) graded as EvalPlus grades HumanEval and HumanEval+ (v0.1.10, the shipped file).
 
 Prompt (our choice, for instruct models): the function signature and docstring in a Python block, with a
-request to return the complete function in one fenced block. The code is the first fenced Python block
-that defines the entry point (else the first Python block, else the whole response, which then counts
-as a plain completion of the body). Program: the original prompt (its imports and helpers), then either
-the body (a completion) or, after a newline, the model's full definition that replaces the docstring-only
-stub; then the test code and `check(entry_point)`.
+request to return the complete function in one fenced block. Code: the first fenced Python block that
+defines the entry point (else the first Python block, else the whole response, which then counts as a
+plain completion of the body), placed after the prompt (its imports and helpers): the body directly, a
+full definition after a newline. Then evalplus's sanitiser keeps the imports, the entry point and what
+it reaches. Grading (acceptmoe.evals.codecheck): the entry point is called on HumanEval+'s `base_input`
+(the original HumanEval tests' inputs) and `plus_input` in the sandbox, and its return values are
+compared here with the canonical solution's. Score.correct is base pass@1 (HumanEval); details["plus"]
+is HumanEval+ (base and plus inputs both pass).
 """
 from __future__ import annotations
 
+from acceptmoe.evals.codecheck import CodeProblem, sanitize
 from acceptmoe.evals.data import read_records, take
 from acceptmoe.evals.extract import defines, extract_code
-from acceptmoe.evals.sandbox import run_program
-from acceptmoe.evals.tasks import Score, check_split, code_score, user_message
+from acceptmoe.evals.tasks import Score, check_split, grade_code, user_message
 
 NAME = "humaneval"
-VERSION = "1"
+VERSION = "2"
 SPLITS = ("test",)
+TEST_SETS = ("base", "plus")
 INSTRUCTION = ("Complete the following Python function. Reply with the complete function, including its "
                "signature and any imports it needs, in a single ```python code block.")
 
 
 def load(split: str = "test", limit: int | None = None) -> list[dict]:
     check_split(NAME, split, SPLITS)
-    return take([{"id": r["task_id"], **r} for r in read_records("humaneval")], limit)
+    return take([{"id": r["task_id"], **r} for r in read_records("humaneval-plus")], limit)
 
 
 def messages(example: dict) -> list[dict]:
     return user_message(f"{INSTRUCTION}\n\n```python\n{example['prompt']}```")
 
 
+def completion_code(prompt: str, code: str, entry_point: str) -> str:
+    """The prompt followed by a body (a plain completion) or, after a newline, a full definition."""
+    return prompt + "\n" + code if defines(code, entry_point) else prompt + code
+
+
 def extract(example: dict, response: str) -> str:
-    return extract_code(response, example["entry_point"])
+    ep = example["entry_point"]
+    return sanitize(completion_code(example["prompt"], extract_code(response, ep), ep), ep)
 
 
-def humaneval_program(prompt: str, code: str, test: str, entry_point: str) -> str:
-    """prompt + code (a body) or prompt + newline + code (a full definition), then tests and check()."""
-    solution = prompt + "\n" + code if defines(code, entry_point) else prompt + code
-    return f"{solution}\n\n{test}\n\ncheck({entry_point})\n"
-
-
-def program(example: dict, response: str) -> str:
-    return humaneval_program(example["prompt"], extract(example, response), example["test"],
-                             example["entry_point"])
+def problem(example: dict) -> CodeProblem:
+    return CodeProblem(task_id=example["id"], entry_point=example["entry_point"],
+                       canonical=example["prompt"] + example["canonical_solution"],
+                       test_sets=(("base", example["base_input"]), ("plus", example["plus_input"])),
+                       dataset="humaneval", atol=float(example["atol"]))
 
 
 def score(example: dict, response: str) -> Score:
-    return code_score(extract(example, response), run_program(program(example, response)))
+    return grade_code(problem, extract, [example], [response])[0]

@@ -2,12 +2,13 @@
 
 Prompt (our choice, the form Qwen and DeepSeek instruct models are evaluated with): the problem followed
 by "Please reason step by step, and put your final answer within \\boxed{}." The response is parsed with
-math_verify's default extraction and compared with `verify(parse(\\boxed{gold}), parse(response))`.
+math_verify's default extraction and compared with `verify(parse(\\boxed{gold}), parse(response))`. A
+gold answer that does not parse within the time limit fails that sample (details["gold_error"]).
 """
 from __future__ import annotations
 
 from acceptmoe.evals.data import read_records, take
-from acceptmoe.evals.mathcheck import math_equal, parse_answer
+from acceptmoe.evals.mathcheck import math_check, parse_answer
 from acceptmoe.evals.tasks import Score, check_split, user_message
 
 NAME = "math500"
@@ -31,8 +32,11 @@ def extract(example: dict, response: str) -> str:
 
 
 def score_against(gold_answer: str, response: str) -> Score:
-    correct, extracted = math_equal(gold_answer, response)
-    return Score(correct=correct, extracted=extracted, details={"target": gold_answer})
+    verdict = math_check(gold_answer, response)
+    details = {"target": gold_answer}
+    if verdict.gold_error:
+        details["gold_error"] = verdict.gold_error
+    return Score(correct=verdict.correct, extracted=verdict.extracted, details=details)
 
 
 def score(example: dict, response: str) -> Score:

@@ -1,24 +1,33 @@
-"""MBPP, full version (974 problems): pass@1 by running the problem's three asserts.
+"""MBPP graded as EvalPlus grades MBPP and MBPP+ (v0.2.0, the shipped file).
 
-Splits as in lm-evaluation-harness and Hugging Face: test = task ids 11-510 (500, the evaluation set),
-validation 511-600, train 601-974, prompt 1-10. Prompt (our choice, lm-eval's wording without few-shot
-examples, for chat models): the task text and the three asserts, asking for the function in a fenced
-block. The code is the first fenced Python block that defines the function the tests call (else the
-first Python block, else the whole response). Program: the code, test_setup_code, the asserts.
+Splits: test = the 378 problems of MBPP+ (ids Mbpp/2 ... Mbpp/809), with EvalPlus's task statement and
+example assert (from its prompt) and its test inputs; validation (511-600), train (601-974) and prompt
+(1-10) = the original MBPP problems in those id ranges that are not MBPP+ problems, so no evaluation
+problem is ever a calibration prompt.
+Prompt (our choice, lm-eval's wording without few-shot examples, for chat models): the task text and its
+asserts, asking for the function in a fenced block. Code: the first fenced Python block that defines the
+function (else the first Python block, else the whole response), sanitised by evalplus.
+Grading (acceptmoe.evals.codecheck): test-split problems call the function on MBPP+'s `base_input` (the
+original MBPP tests' inputs) and `plus_input` in the sandbox and compare the return values here with the
+canonical solution's by EvalPlus's MBPP rules. Score.correct is base pass@1 (MBPP); details["plus"] is
+MBPP+ (base and plus inputs both pass). Problems of the other splits have one base set: the literal
+arguments of their asserts, compared with the original reference code's outputs (3 of those 320
+problems call the function on objects built in the assert; grading them raises ValueError).
 """
 from __future__ import annotations
 
 import re
 
+from acceptmoe.evals.codecheck import CodeProblem, assert_inputs, mbpp_plus_inputs, sanitize
 from acceptmoe.evals.data import read_records, take
 from acceptmoe.evals.extract import extract_code
-from acceptmoe.evals.sandbox import run_program
-from acceptmoe.evals.tasks import Score, check_split, code_score, user_message
+from acceptmoe.evals.tasks import Score, check_split, grade_code, user_message
 
 NAME = "mbpp"
-VERSION = "1"
-SPLIT_IDS = {"test": (11, 510), "validation": (511, 600), "train": (601, 974), "prompt": (1, 10)}
-SPLITS = tuple(SPLIT_IDS)
+VERSION = "2"
+SPLIT_IDS = {"validation": (511, 600), "train": (601, 974), "prompt": (1, 10)}
+SPLITS = ("test", *SPLIT_IDS)
+TEST_SETS = ("base", "plus")  # test split; the other splits have "base" only
 
 
 def entry_point(code: str, tests: list[str]) -> str | None:
@@ -29,10 +38,24 @@ def entry_point(code: str, tests: list[str]) -> str | None:
     return None
 
 
+def plus_ids() -> set[int]:
+    return {int(r["task_id"].split("/")[1]) for r in read_records("mbpp-plus")}
+
+
+def _plus_example(record: dict) -> dict:
+    lines = record["prompt"].strip().strip('"').strip().splitlines()
+    tests = [line for line in lines if line.startswith("assert")]
+    text = " ".join(line for line in lines if not line.startswith("assert"))
+    return {"id": record["task_id"], "text": text, "test_list": tests, **record}
+
+
 def load(split: str = "test", limit: int | None = None) -> list[dict]:
     check_split(NAME, split, SPLITS)
+    if split == "test":
+        return take([_plus_example(r) for r in read_records("mbpp-plus")], limit)
     lo, hi = SPLIT_IDS[split]
-    records = [r for r in read_records("mbpp") if lo <= r["task_id"] <= hi]
+    excluded = plus_ids()
+    records = [r for r in read_records("mbpp") if lo <= r["task_id"] <= hi and r["task_id"] not in excluded]
     return take([{"id": f"mbpp/{r['task_id']}", "entry_point": entry_point(r["code"], r["test_list"]), **r}
                  for r in records], limit)
 
@@ -45,18 +68,21 @@ def messages(example: dict) -> list[dict]:
 
 
 def extract(example: dict, response: str) -> str:
-    return extract_code(response, example.get("entry_point"))
+    return sanitize(extract_code(response, example["entry_point"]), example["entry_point"])
 
 
-def mbpp_program(setup: str, code: str, tests: list[str]) -> str:
-    """The code, then test_setup_code (it builds inputs with the code's classes, e.g. task 367), then
-    the asserts."""
-    return f"{code}\n\n{setup}\n" + "\n".join(tests) + "\n"
-
-
-def program(example: dict, response: str) -> str:
-    return mbpp_program(example["test_setup_code"], extract(example, response), example["test_list"])
+def problem(example: dict) -> CodeProblem:
+    if "base_input" in example:
+        tid = example["task_id"]
+        return CodeProblem(task_id=tid, entry_point=example["entry_point"],
+                           canonical=example["prompt"] + example["canonical_solution"],
+                           test_sets=(("base", mbpp_plus_inputs(tid, example["base_input"])),
+                                      ("plus", mbpp_plus_inputs(tid, example["plus_input"]))),
+                           dataset="mbpp", atol=float(example["atol"]))
+    canonical = f"{example['code']}\n"
+    return CodeProblem(task_id=example["id"], entry_point=example["entry_point"], canonical=canonical,
+                       test_sets=(("base", assert_inputs(example["test_list"], example["entry_point"])),))
 
 
 def score(example: dict, response: str) -> Score:
-    return code_score(extract(example, response), run_program(program(example, response)))
+    return grade_code(problem, extract, [example], [response])[0]

@@ -5,7 +5,13 @@ from __future__ import annotations
 from acceptmoe.evals.tasks import check_split, user_message
 from acceptmoe.evals import generators as tiny
 
-VERSION = f"1+tiny{tiny.TASKS_VERSION}"
+
+def version(grading: int) -> str:
+    """A tiny task's version: its grading version and the generators' TASKS_VERSION."""
+    return f"{grading}+tiny{tiny.TASKS_VERSION}"
+
+
+VERSION = version(1)
 SPLITS = ("test", "train")
 SEED = 0
 

@@ -1,16 +1,18 @@
-"""tiny-humaneval: the tiny world's function completions (acceptmoe.evals.generators), graded exactly like
-HumanEval: the question is the signature and docstring, the reply the indented body; the program is
-prompt + body + test + check(entry_point), run in the sandbox."""
+"""tiny-humaneval: the tiny world's function completions (acceptmoe.evals.generators), graded like
+HumanEval base: the question is the signature and docstring, the reply the indented body; prompt + body
+is sanitised, called in the sandbox on the inputs of the hidden asserts in `test`, and its return values
+are compared here with those of prompt + reference (acceptmoe.evals.codecheck)."""
 from __future__ import annotations
 
+from acceptmoe.evals.codecheck import CodeProblem, assert_inputs, sanitize
 from acceptmoe.evals.extract import extract_code
-from acceptmoe.evals.sandbox import run_program
-from acceptmoe.evals.tasks import Score, code_score, tiny_common
-from acceptmoe.evals.tasks.humaneval import humaneval_program
+from acceptmoe.evals.tasks import Score, grade_code, tiny_common
+from acceptmoe.evals.tasks.humaneval import completion_code
 
 NAME = "tiny-humaneval"
-VERSION = tiny_common.VERSION
+VERSION = tiny_common.version(2)
 SPLITS = tiny_common.SPLITS
+TEST_SETS = ("base",)
 
 
 def load(split: str = "test", limit: int | None = None) -> list[dict]:
@@ -21,13 +23,16 @@ messages = tiny_common.messages
 
 
 def extract(example: dict, response: str) -> str:
-    return extract_code(response, example["entry_point"])
+    ep = example["entry_point"]
+    return sanitize(completion_code(example["prompt"], extract_code(response, ep), ep), ep)
 
 
-def program(example: dict, response: str) -> str:
-    return humaneval_program(example["prompt"], extract(example, response), example["test"],
-                             example["entry_point"])
+def problem(example: dict) -> CodeProblem:
+    asserts = [line for line in example["test"].splitlines() if line.strip().startswith("assert")]
+    return CodeProblem(task_id=example["id"], entry_point=example["entry_point"],
+                       canonical=example["prompt"] + example["reference"] + "\n",
+                       test_sets=(("base", assert_inputs(asserts, example["entry_point"])),))
 
 
 def score(example: dict, response: str) -> Score:
-    return code_score(extract(example, response), run_program(program(example, response)))
+    return grade_code(problem, extract, [example], [response])[0]

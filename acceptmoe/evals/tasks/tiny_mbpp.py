@@ -1,16 +1,18 @@
-"""tiny-mbpp: the tiny world's task-text-plus-asserts problems (acceptmoe.evals.generators), graded exactly
-like MBPP: the reply is a whole function (plain code); the program is the code, test_setup_code and the
-asserts, run in the sandbox."""
+"""tiny-mbpp: the tiny world's task-text-plus-asserts problems (acceptmoe.evals.generators), graded like
+MBPP base: the reply (a whole function, plain code) is sanitised, called in the sandbox on the inputs of
+the three asserts, and its return values are compared here with the reference's
+(acceptmoe.evals.codecheck)."""
 from __future__ import annotations
 
+from acceptmoe.evals.codecheck import CodeProblem, assert_inputs, sanitize
 from acceptmoe.evals.extract import extract_code
-from acceptmoe.evals.sandbox import run_program
-from acceptmoe.evals.tasks import Score, code_score, tiny_common
-from acceptmoe.evals.tasks.mbpp import entry_point, mbpp_program
+from acceptmoe.evals.tasks import Score, grade_code, tiny_common
+from acceptmoe.evals.tasks.mbpp import entry_point
 
 NAME = "tiny-mbpp"
-VERSION = tiny_common.VERSION
+VERSION = tiny_common.version(2)
 SPLITS = tiny_common.SPLITS
+TEST_SETS = ("base",)
 
 
 def load(split: str = "test", limit: int | None = None) -> list[dict]:
@@ -22,12 +24,13 @@ messages = tiny_common.messages
 
 
 def extract(example: dict, response: str) -> str:
-    return extract_code(response, example.get("entry_point"))
+    return sanitize(extract_code(response, example["entry_point"]), example["entry_point"])
 
 
-def program(example: dict, response: str) -> str:
-    return mbpp_program(example["test_setup_code"], extract(example, response), example["test_list"])
+def problem(example: dict) -> CodeProblem:
+    return CodeProblem(task_id=example["id"], entry_point=example["entry_point"], canonical=example["reference"] + "\n",
+                       test_sets=(("base", assert_inputs(example["test_list"], example["entry_point"])),))
 
 
 def score(example: dict, response: str) -> Score:
-    return code_score(extract(example, response), run_program(program(example, response)))
+    return grade_code(problem, extract, [example], [response])[0]
