@@ -19,6 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from acceptmoe.evals.stats import bootstrap_mean, paired_bootstrap_diff
+from acceptmoe.evals.tasks import get_task
 from acceptmoe.experiments.runs import SampleLog
 from acceptmoe.methods import BASELINE, METHODS, REFERENCE
 from acceptmoe.commands import command, parser
@@ -29,6 +30,7 @@ from .config import BootstrapConfig, Table1Config, from_saved
 from acceptmoe.errors import UserError
 
 OUTPUTS = ("table1.md", "table1.csv", "table1.tex")
+PLUS = "+"        # the task suffix of a pair graded on EvalPlus's extra tests
 
 
 class NothingToTabulate(UserError, ValueError):
@@ -42,6 +44,7 @@ class Table1:
     means: dict[str, dict]        # method -> mean accuracy, rel. change vs AR, mean diff vs SD and interval
     b0: dict[str, dict]           # "model|task" -> saved B0 decision
     incomplete: list[str]         # pairs with fewer finished prompts than evaluation prompts
+    plus: list[dict]              # HumanEval+ / MBPP+ records (same replies graded on the plus tests)
 
 
 def methods_of(cfg: Table1Config) -> list[str]:
@@ -128,7 +131,7 @@ def build_table1(run_dir: str | Path) -> Table1:
     cfg = from_saved(Table1Config, json.loads((run_dir / "config.json").read_text())["config"])
     methods, paths = methods_of(cfg), RunPaths(run_dir)
     grouped = group_rows(SampleLog(paths.samples))
-    records, aligned, b0s, incomplete = [], {}, {}, []
+    records, aligned, b0s, incomplete, plus = [], {}, {}, [], []
     for spec in cfg.world.models:
         for task in cfg.world.tasks:
             by_method = grouped.get((spec.name, task), {})
@@ -145,7 +148,11 @@ def build_table1(run_dir: str | Path) -> Table1:
             rows = {m: [by_method[m][i] for i in ids] for m in methods}
             aligned[(spec.name, task)] = rows
             records += pair_records(spec.name, task, rows, cfg.world.bootstrap, b0)
-    return Table1(cfg, records, mean_records(records, aligned, methods, cfg.world.bootstrap), b0s, incomplete)
+            if "plus" in get_task(task).test_sets:            # HumanEval+ / MBPP+: the same replies, more tests
+                plus_rows = {m: [{**r, "correct": bool(r["score_details"]["plus"])} for r in rs]
+                             for m, rs in rows.items()}
+                plus += pair_records(spec.name, task + PLUS, plus_rows, cfg.world.bootstrap, b0)
+    return Table1(cfg, records, mean_records(records, aligned, methods, cfg.world.bootstrap), b0s, incomplete, plus)
 
 
 # ----- rendering -----
@@ -207,6 +214,17 @@ def b0_rows(t: Table1) -> tuple[list[str], list[list[str]]]:
     return header, rows
 
 
+def plus_rows(t: Table1) -> tuple[list[str], list[list[str]]]:
+    methods = methods_of(t.cfg)
+    header = ["Model", "Task"] + [METHODS[m].label for m in methods]
+    rows = []
+    for pair in dict.fromkeys((r["model"], r["task"]) for r in t.plus):
+        recs = {r["method"]: r for r in t.plus if (r["model"], r["task"]) == pair}
+        rows.append([*pair] + [fmt(recs[m]["accuracy"]) + ("" if m == BASELINE else f" ({recs[m]['diff_vs_standard_sd']:+.1f})")
+                               for m in methods])
+    return header, rows
+
+
 def _pairs(t: Table1) -> list[tuple[str, str]]:
     return list(dict.fromkeys((r["model"], r["task"]) for r in t.records))
 
@@ -226,6 +244,11 @@ def render_markdown(t: Table1) -> str:
         h4, r4 = b0_rows(t)
         parts.append(render.markdown(h4, r4, f"B0: mean AcceptMoE set size with its {conf} bootstrap interval "
                                              f"over prompts, rounded half up (from traces only)"))
+    if t.plus:
+        h5, r5 = plus_rows(t)
+        parts.append(render.markdown(h5, r5, "EvalPlus: the same replies graded on HumanEval+ / MBPP+ (base + plus "
+                                             "tests), accuracy (%) and difference from Standard SD (pp). The paper's "
+                                             "HumanEval and MBPP numbers compare with the base rows above"))
     if t.incomplete:
         parts.append("Incomplete pairs (table uses prompts finished by every method): " + "; ".join(t.incomplete) + "\n")
     return "\n".join(parts)
@@ -241,7 +264,7 @@ def render_latex(t: Table1) -> str:
 
 def csv_records(t: Table1) -> list[dict]:
     keys = list(t.records[0]) + ["rel_change_vs_vanilla_ar"] if t.records else []
-    out = [{k: r.get(k) for k in keys} for r in t.records]
+    out = [{k: r.get(k) for k in keys} for r in t.records + t.plus]
     for m, mean in t.means.items():
         out.append({k: None for k in keys} | {"model": "mean", "task": "all", "method": m, "n": mean["pairs"],
                                              **{k: v for k, v in mean.items() if k in keys}})

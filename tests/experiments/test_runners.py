@@ -242,9 +242,10 @@ def test_interrupted_run_resumes_to_the_same_table(setup, full_run, monkeypatch)
 
 
 # ----- the table's arithmetic on synthetic saved results -----
-def _saved_run(tmp_path: Path, correct: dict[str, list[int]], drop: tuple[str, int] | None = None) -> Path:
+def _saved_run(tmp_path: Path, correct: dict[str, list[int]], drop: tuple[str, int] | None = None,
+               tasks: tuple[str, ...] = ("tiny-gsm", "tiny-mbpp"), plus: dict | None = None) -> Path:
     from acceptmoe.experiments.runs import open_run
-    cfg = load_table1_config("tiny", {"world.tasks": ["tiny-gsm", "tiny-mbpp"], "methods": list(correct),
+    cfg = load_table1_config("tiny", {"world.tasks": list(tasks), "methods": list(correct),
                                       "limit": 4, "world.bootstrap.resamples": 200})
     run = open_run("table1", "tiny", cfg, root=tmp_path)
     log = SampleLog(run.path / "samples.jsonl")
@@ -254,9 +255,11 @@ def _saved_run(tmp_path: Path, correct: dict[str, list[int]], drop: tuple[str, i
                 if (method, i) == drop and task == "tiny-mbpp":
                     continue
                 key = f"tiny|{task}|{task}/{i}|{method}"
+                details = {"base": bool(c), "plus": bool((plus or correct)[method][i])}
                 log.append(key, {"model": "tiny", "task": task, "method": method, "example_id": f"{task}/{i}",
                                  "index": i, "correct": bool(c), "accepted": 6, "steps": 2, "set_size_sum": 30.0,
-                                 "block_layers": 2, "routed_union_sum": 20.0, "budget": None})
+                                 "block_layers": 2, "routed_union_sum": 20.0, "budget": None,
+                                 "score_details": details})
     return run.path
 
 
@@ -272,6 +275,19 @@ def test_table_means_relative_change_and_paired_differences(tmp_path):
     assert t.means["acceptmoe"]["diff_low"] <= -25 <= t.means["acceptmoe"]["diff_high"]
     md = table1.write_table1(run)
     assert "-25.0 [" in md and "| Mean (unweighted)" in md
+
+
+def test_evalplus_tasks_get_plus_rows_from_the_same_replies(tmp_path):
+    correct = {"standard-sd": [1, 1, 1, 0], "acceptmoe": [1, 1, 0, 0]}
+    plus = {"standard-sd": [1, 0, 1, 0], "acceptmoe": [1, 0, 0, 0]}
+    run = _saved_run(tmp_path, correct, tasks=("humaneval", "tiny-gsm"), plus=plus)
+    t = table1.build_table1(run)
+    base = {(r["task"], r["method"]): r["accuracy"] for r in t.records}
+    extra = {(r["task"], r["method"]): r["accuracy"] for r in t.plus}
+    assert base[("humaneval", "standard-sd")] == 75 and extra[("humaneval+", "standard-sd")] == 50
+    assert extra[("humaneval+", "acceptmoe")] == 25 and ("tiny-gsm+", "acceptmoe") not in extra
+    assert t.means["standard-sd"]["pairs"] == 2                      # the mean is over base pairs only
+    assert "HumanEval+ / MBPP+" in table1.write_table1(run)
 
 
 def test_table_of_a_partial_run_uses_prompts_every_method_finished(tmp_path):
