@@ -5,12 +5,11 @@
     gen = engine.generate(prompt_ids, method="acceptmoe", commitment=table, tree=TreeShape(5, 10, 64))
 """
 from .eagle3 import DraftMismatchError, Eagle3Draft, Eagle3Drafter
-from .engine import Engine, Generation, TorchVerifier, VerifyOut, load_engine, register_verifier_backend
+from .engine import Engine, Generation, load_engine
 from .trace import Trace, commitment_table, load_traces, save_traces
 from .tree import DraftTree, TreeShape
 
 __all__ = [
-    "DraftMismatchError", "DraftTree", "Eagle3Draft", "Eagle3Drafter", "Engine", "Generation", "TorchVerifier",
-    "Trace", "TreeShape", "VerifyOut", "commitment_table", "load_engine", "load_traces",
-    "register_verifier_backend", "save_traces",
+    "DraftMismatchError", "DraftTree", "Eagle3Draft", "Eagle3Drafter", "Engine", "Generation", "Trace",
+    "TreeShape", "commitment_table", "load_engine", "load_traces", "save_traces",
 ]

@@ -12,7 +12,7 @@ import sys
 # name -> (module with a `main(argv) -> int`, one-line description)
 COMMANDS: dict[str, tuple[str, str]] = {
     "bench-select": ("acceptmoe.experiments.bench.select_latency",
-                     "selection + routing latency per layer (torch reference vs batched path)"),
+                     "selection + routing latency per layer (torch reference vs the batched verifier)"),
     "bench-kernel": ("acceptmoe.experiments.bench.kernel_table", "the verifier kernel compiled for sm_90 and sm_120: registers, spills, SASS, fp64"),
     "bench-copy": ("acceptmoe.experiments.bench.expert_copy", "one expert load (host copy / H2D) vs one expert's compute, per shape"),
     "table1": ("acceptmoe.experiments.table1",

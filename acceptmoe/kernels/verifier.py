@@ -3,7 +3,7 @@
 Shapes (B verification blocks padded to T tokens, E experts, router top-k K):
 
     logits     [B, T, E]  fp32 | fp16 | bf16 router logits of one layer (math is fp32)
-    alpha      [B, T]     fp32 commitment weights (`acceptmoe.methods.commitment_weights`), commitment methods only
+    alpha      [B, T]     fp32 commitment weights (`acceptmoe.methods.commitment_weights`; zeros otherwise)
     num_tokens [B]        int  valid tokens per block (a prefix of T; the rest is padding, ignored by selection)
     resident   [E] | [B, E] bool  the layer's resident experts before the pass (enables residency pruning)
     ->
@@ -16,23 +16,23 @@ Shapes (B verification blocks padded to T tokens, E experts, router top-k K):
 One program handles one block: softmax over experts, natural top-k per token (ties: lower index), the
 method's score summed over the block's valid tokens, the root anchor, sizing (fixed budget or effective
 rank), optional residency-aware pruning, then constrained top-k per token. Ranking is pairwise over the
-experts, exactly as `acceptmoe.methods.batched.rank_desc`; effective rank and pruning run in fp64 as in
-`effective_rank_batched` and `prune_batched`. Fixed shapes, no host synchronisation: safe to capture in a
+experts, the rule of `acceptmoe.methods.topk` (value descending, ties to the lower index); block scores are
+fixed-point sums (`acceptmoe.methods.selectors.block_sum`); effective rank and pruning run in fp64 as in
+the torch backend (`batched.py`). Fixed shapes, no host synchronisation: safe to capture in a
 CUDA graph. Every method-dependent choice is a `tl.constexpr` enum, so each method compiles its own code.
 """
 from __future__ import annotations
 
 from enum import IntEnum
-from typing import NamedTuple, Sequence
 
 import torch
 import triton
 import triton.language as tl
 from torch import Tensor
 
-from acceptmoe.methods import METHODS, BlockInfo, MethodSpec, Router, SelectorConfig, Selection, commitment_weights
-from acceptmoe.methods.config import check_for_method
-from acceptmoe.methods.registry import get_method
+from acceptmoe.methods import Router, SelectorConfig
+
+from .verify import Verifier, VerifierInputError, VerifierOutput
 
 
 class Score(IntEnum):
@@ -140,25 +140,33 @@ def _prune(eligible, u, anchor, resident, offs_e, rho, min_set):
 
 
 @triton.jit
-def _select(probs, member, r_gate, r_demand, alpha, valid, e_in, offs_t, offs_e, budget, tolerance,
+def _block_sum(terms, vmask, scale, unit):
+    """fp32 [BE]: the valid tokens' terms [BT, BE] in fixed point (multiples of unit = 1 / scale), summed
+    exactly in int32 (`acceptmoe.methods.selectors.block_sum`)."""
+    q = tl.where(vmask, (terms * scale).to(tl.int32), 0)                                 # [BT, BE]
+    return tl.sum(q, axis=0).to(tl.float32) * unit
+
+
+@triton.jit
+def _select(probs, member, r_gate, r_demand, alpha, valid, e_in, offs_t, offs_e, budget, tolerance, scale, unit,
             SCORE: tl.constexpr, SIZING: tl.constexpr):
     """eligible [BE], utility [BE] fp32, anchor [BE] of one block from its per-token gates [BT, BE]."""
     vmask = valid[:, None]                                                               # [BT, 1]
     no_anchor = offs_e < 0                                                               # [BE] all False
     if SCORE == 0:    # GATE_MASS (standard-sd): S = all experts
-        utility = tl.sum(tl.where(vmask, r_demand, 0.0), axis=0)
+        utility = _block_sum(r_demand, vmask, scale, unit)
         eligible, anchor = e_in, no_anchor
     elif SCORE == 1:  # VOTES, ties by gate mass
-        utility = tl.sum(tl.where(vmask & member, 1.0, 0.0), axis=0)
-        mass = tl.sum(tl.where(vmask, r_gate, 0.0), axis=0)
+        utility = _block_sum(tl.where(member, 1.0, 0.0), vmask, scale, unit)
+        mass = _block_sum(r_gate, vmask, scale, unit)
         eligible = e_in & (_rank_desc(utility, mass, e_in, offs_e, True) < budget)
         anchor = no_anchor
     elif SCORE == 2:  # ROUTER_MASS (moe-spec)
-        utility = tl.sum(tl.where(vmask, probs, 0.0), axis=0)
+        utility = _block_sum(probs, vmask, scale, unit)
         eligible = e_in & (_rank_desc(utility, utility, e_in, offs_e, False) < budget)
         anchor = no_anchor
     else:             # COMMITMENT: anchor A = K_root; the rest ranked by utility, anchors last
-        utility = tl.sum(tl.where(vmask, alpha[:, None] * r_demand, 0.0), axis=0)         # [BE]
+        utility = _block_sum(alpha[:, None] * r_demand, vmask, scale, unit)              # [BE]
         anchor = tl.sum((member & (offs_t[:, None] == 0)).to(tl.int32), axis=0) > 0      # [BE]
         rank = _rank_desc(tl.where(anchor, -1.0, utility), utility, e_in, offs_e, False)
         if SIZING == 1:   # FIXED: B - |A| more experts
@@ -173,7 +181,7 @@ def _select(probs, member, r_gate, r_demand, alpha, valid, e_in, offs_t, offs_e,
 def _verifier_kernel(
     logits_ptr, alpha_ptr, ntok_ptr, resident_ptr, params_ptr,
     eligible_ptr, utility_ptr, anchor_ptr, ids_ptr, weights_ptr,
-    T, E, budget, min_set,
+    T, E, budget, min_set, scale, unit,
     s_lb, s_lt, s_le, s_ab, s_at, s_rb, s_re,
     K: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_E: tl.constexpr, BLOCK_K: tl.constexpr,
     SCORE: tl.constexpr, SIZING: tl.constexpr, ROUTER: tl.constexpr, DEMAND: tl.constexpr,
@@ -209,7 +217,7 @@ def _verifier_kernel(
     rho = tl.load(params_ptr)                                                            # fp64
     tolerance = tl.load(params_ptr + 1)                                                  # fp64
     eligible, utility, anchor = _select(probs, member, r_gate, r_demand, alpha, valid, e_in, offs_t, offs_e,
-                                        budget, tolerance, SCORE, SIZING)
+                                        budget, tolerance, scale, unit, SCORE, SIZING)
     if PRUNE == 1:    # NONRESIDENT
         resident = tl.load(resident_ptr + b * s_rb + offs_e * s_re, mask=e_in, other=1)
         eligible = _prune(eligible, utility, anchor, resident, offs_e, rho, min_set)
@@ -228,27 +236,10 @@ def _verifier_kernel(
 
 # ----------------------------------------------------------------------------------------------- wrapper
 
-LOGIT_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 MAX_TILE = 1 << 16  # elements of one block's [T, E] tile (and of the [E, E] ranking tile)
 
 _SCORES = {"votes": Score.VOTES, "router-mass": Score.ROUTER_MASS, "commitment": Score.COMMITMENT}
 _SIZINGS = {"all": Sizing.ALL, "fixed": Sizing.FIXED, "self": Sizing.SELF}
-
-
-class KernelInputError(ValueError):
-    """An input the verifier kernel cannot take; the message names the tensor and the fix."""
-
-
-class VerifierOutput(NamedTuple):
-    eligible: Tensor  # bool [B, E]
-    utility: Tensor   # fp32 [B, E]
-    anchor: Tensor    # bool [B, E]
-    ids: Tensor       # int64 [B, T, K]
-    weights: Tensor   # fp32 [B, T, K]
-
-    @property
-    def selection(self) -> Selection:
-        return Selection(self.eligible, self.utility, self.anchor)
 
 
 def router_mode(router: Router) -> RouterMode:
@@ -257,29 +248,16 @@ def router_mode(router: Router) -> RouterMode:
     return RouterMode.SOFTMAX_TOPK_RENORM if router.renormalize else RouterMode.SOFTMAX_TOPK_RAW
 
 
-class FusedVerifier:
-    """One method's fused select-and-route for one layer width E; call once per MoE layer.
+class TritonVerifier(Verifier):
+    """The Triton backend of `make_verifier`: one launch per MoE layer, one program per block.
 
-    Construction validates the method, router and config (host side, once). `block_inputs` turns the
-    verification blocks into device tensors (alpha, num_tokens) once per verification step. `__call__`
-    only checks shapes, allocates the outputs and launches: no host synchronisation, CUDA-graph safe
-    (construct the verifier before capture: it copies rho and the rank tolerance to the device once).
-    A layer's call: `out = verifier(logits[B, T, E], alpha, num_tokens, store_resident_mask[E])`, then
-    `out.ids`, `out.weights` feed the expert store and `out.selection` the trace.
-    """
+    Construction copies rho and the rank tolerance to the device once (make it before a CUDA-graph
+    capture); a call only allocates the outputs and launches. On CPU it runs under TRITON_INTERPRET=1."""
 
     def __init__(self, method: str, router: Router, cfg: SelectorConfig, num_experts: int,
                  device: torch.device | str = "cuda"):
-        self.spec: MethodSpec = get_method(method)
-        if not self.spec.speculates:
-            raise KernelInputError(f"method {method!r} does not speculate, so it has no verifier kernel; "
-                                   f"use one of: {', '.join(n for n, s in METHODS.items() if s.speculates)}")
-        check_for_method(cfg, self.spec, router, num_experts, max_depth=0)
-        self.router, self.cfg, self.num_experts = router, cfg, num_experts
-        self.device = torch.device(device)
-        # Pruning never leaves fewer than k experts (the anchor already guarantees it where there is one).
-        self.min_set = max(cfg.prune_min_set, router.top_k)
-        self.params = torch.tensor([cfg.prune_rho, cfg.rank_tolerance], dtype=torch.float64, device=device)
+        super().__init__(method, router, cfg, num_experts, device)
+        self.params = torch.tensor([cfg.prune_rho, cfg.rank_tolerance], dtype=torch.float64, device=self.device)
         self.meta = dict(
             K=router.top_k,
             SCORE=int(_SCORES.get(self.spec.score, Score.GATE_MASS)),
@@ -288,106 +266,32 @@ class FusedVerifier:
             DEMAND=int(Demand.SOFTMAX if cfg.demand_score == "softmax" else Demand.GATE),
         )
 
-    @property
-    def needs_alpha(self) -> bool:
-        return self.meta["SCORE"] == Score.COMMITMENT
+    def _check(self, logits: Tensor, resident: Tensor | None) -> None:
+        super()._check(logits, resident)
+        _, T, E = logits.shape
+        block_e = triton.next_power_of_2(E)
+        if triton.next_power_of_2(T) * block_e > MAX_TILE or block_e * block_e > MAX_TILE:
+            raise VerifierInputError(f"a block of T={T} tokens and E={E} experts exceeds the kernel's tile of "
+                                     f"{MAX_TILE} elements; use the torch backend or smaller blocks")
 
-    def block_inputs(self, blocks: Sequence[BlockInfo], pad_to: int | None = None) -> tuple[Tensor, Tensor]:
-        """alpha fp32 [B, T] (zeros for non-commitment methods and padding) and num_tokens int32 [B]; T = pad_to
-        or the longest block."""
-        T = pad_to or max(b.num_tokens for b in blocks)
-        check_for_method(self.cfg, self.spec, self.router, self.num_experts, max(b.max_depth for b in blocks))
-        alpha = torch.zeros(len(blocks), T, dtype=torch.float32)
-        for i, b in enumerate(blocks):
-            if b.num_tokens > T:
-                raise KernelInputError(f"block {i} has {b.num_tokens} tokens, more than the padded T={T}")
-            if self.needs_alpha:
-                alpha[i, : b.num_tokens] = commitment_weights(b, self.cfg)
-        lengths = torch.tensor([b.num_tokens for b in blocks], dtype=torch.int32)
-        return alpha.to(self.device), lengths.to(self.device)
-
-    def __call__(self, logits: Tensor, alpha: Tensor | None = None, num_tokens: Tensor | None = None,
-                 resident: Tensor | None = None) -> VerifierOutput:
-        """logits [B, T, E]; alpha fp32 [B, T]; num_tokens int [B] (None: all T); resident bool [E] or [B, E]."""
-        B, T, E = self._check(logits, alpha, num_tokens, resident)
-        dev = logits.device
-        if num_tokens is None:
-            num_tokens = torch.full((B,), T, dtype=torch.int32, device=dev)
-        num_tokens = num_tokens.contiguous()
-        K = self.router.top_k
+    def _run(self, logits: Tensor, resident: Tensor | None) -> VerifierOutput:
+        B, T, E = logits.shape
+        dev, K = logits.device, self.router.top_k
         out = VerifierOutput(
+            ids=torch.empty(B, T, K, dtype=torch.int64, device=dev),
+            weights=torch.empty(B, T, K, dtype=torch.float32, device=dev),
             eligible=torch.empty(B, E, dtype=torch.bool, device=dev),
             utility=torch.empty(B, E, dtype=torch.float32, device=dev),
-            anchor=torch.empty(B, E, dtype=torch.bool, device=dev),
-            ids=torch.empty(B, T, K, dtype=torch.int64, device=dev),
-            weights=torch.empty(B, T, K, dtype=torch.float32, device=dev))
-        alpha_arg = alpha if alpha is not None else logits                     # never read without COMMITMENT
+            anchor=torch.empty(B, E, dtype=torch.bool, device=dev))
         res = resident.view(torch.uint8) if resident is not None else out.eligible.view(torch.uint8)
         res_b, res_e = (0, res.stride(0)) if res.dim() == 1 else res.stride()
         block_t, block_e = triton.next_power_of_2(T), triton.next_power_of_2(E)
         _verifier_kernel[(B,)](
-            logits, alpha_arg, num_tokens, res, self.params,
+            logits, self.alpha, self.num_tokens, res, self.params,
             out.eligible.view(torch.uint8), out.utility, out.anchor.view(torch.uint8), out.ids, out.weights,
-            T, E, self.cfg.budget or E, self.min_set,
-            *logits.stride(), *(alpha.stride() if alpha is not None else (0, 0)), res_b, res_e,
+            T, E, self.cfg.budget or E, self.min_set, float(2 ** self.cfg.score_bits), 2.0 ** -self.cfg.score_bits,
+            *logits.stride(), *self.alpha.stride(), res_b, res_e,
             BLOCK_T=block_t, BLOCK_E=block_e, BLOCK_K=triton.next_power_of_2(K),
             PRUNE=int(Prune.NONRESIDENT if resident is not None else Prune.OFF),
             num_warps=4 if block_t * block_e <= 2048 else 8, **self.meta)
         return out
-
-    def _check(self, logits: Tensor, alpha: Tensor | None, num_tokens: Tensor | None,
-               resident: Tensor | None) -> tuple[int, int, int]:
-        if logits.dim() != 3 or min(logits.shape[:2]) < 1 or logits.shape[2] != self.num_experts:
-            raise KernelInputError(f"logits must be [B, T, E] with B, T >= 1 and E={self.num_experts}, "
-                                   f"got {tuple(logits.shape)}")
-        if logits.device != self.params.device:
-            raise KernelInputError(f"logits are on {logits.device} but the verifier was built for "
-                                   f"{self.params.device}: build FusedVerifier(..., device={str(logits.device)!r})")
-        if logits.dtype not in LOGIT_DTYPES:
-            raise KernelInputError(f"logits dtype {logits.dtype} is not supported; use one of {LOGIT_DTYPES}")
-        B, T, E = logits.shape
-        block_e = triton.next_power_of_2(E)
-        if triton.next_power_of_2(T) * block_e > MAX_TILE or block_e * block_e > MAX_TILE:
-            raise KernelInputError(f"a block of T={T} tokens and E={E} experts exceeds the kernel's tile of "
-                                   f"{MAX_TILE} elements; split the blocks into smaller launches")
-        _check_tensor("alpha", alpha, (B, T), (torch.float32,), logits.device, required=self.needs_alpha,
-                      why=f"method {self.spec.name!r} weights tokens by commitment: pass commitment_weights")
-        _check_tensor("num_tokens", num_tokens, (B,), (torch.int32, torch.int64), logits.device)
-        if resident is not None and resident.dim() == 1:
-            _check_tensor("resident", resident, (E,), (torch.bool,), logits.device)
-        else:
-            _check_tensor("resident", resident, (B, E), (torch.bool,), logits.device)
-        return B, T, E
-
-
-def _check_tensor(name: str, x: Tensor | None, shape: tuple, dtypes: tuple, device: torch.device,
-                  required: bool = False, why: str = "") -> None:
-    if x is None:
-        if required:
-            raise KernelInputError(f"{name} is required: {why}")
-        return
-    if tuple(x.shape) != shape:
-        raise KernelInputError(f"{name} must have shape {shape}, got {tuple(x.shape)}")
-    if x.dtype not in dtypes:
-        raise KernelInputError(f"{name} dtype must be one of {dtypes}, got {x.dtype}")
-    if x.device != device:
-        raise KernelInputError(f"{name} is on {x.device} but logits are on {device}: move it to {device}")
-
-
-def fused_select_route(method: str, logits: Tensor, alpha: Tensor | None, router: Router, cfg: SelectorConfig,
-                       resident: Tensor | None = None, num_tokens: Tensor | None = None
-                       ) -> tuple[Selection, Tensor, Tensor]:
-    """The kernel behind `BlockSelector` + `prune_batched` + `route`, for logits [T, E] or [B, T, E].
-
-    alpha: commitment weights [T] or [B, T] (None for methods without commitment); resident: bool [E] or
-    [B, E]. Returns (Selection with eligible [(B,) E], ids [(B,) T, K] int64, weights [(B,) T, K] fp32).
-    Builds a `FusedVerifier` per call (a host-to-device copy): for CUDA graphs keep one `FusedVerifier`."""
-    single = logits.dim() == 2
-    if single:
-        logits = logits.unsqueeze(0)
-        alpha = alpha.unsqueeze(0) if alpha is not None else None
-    verifier = FusedVerifier(method, router, cfg, logits.shape[-1], logits.device)
-    out = verifier(logits, alpha, num_tokens, resident)
-    if single:
-        out = VerifierOutput(*(x.squeeze(0) for x in out))
-    return out.selection, out.ids, out.weights

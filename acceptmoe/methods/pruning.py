@@ -1,9 +1,9 @@
 """Residency-aware pruning (AcceptMoE under expert offloading), per block and layer: the reference.
 
 H is the layer's resident set before the pass, A the anchor. C = S \\ H \\ A sorted by ascending utility
-(ties: higher expert index first, the reverse of the ranking order). Remove the longest prefix D of C with
-sum_{e in D} u_e <= rho * sum_{e in S} u_e and |S| - |D| >= s_min. With everything resident, C is empty
-and S is unchanged.
+(ties: higher expert index first), i.e. the ranking order of `topk.order_desc` walked from its end.
+Remove the longest prefix D of C with sum_{e in D} u_e <= rho * sum_{e in S} u_e and |S| - |D| >= s_min.
+With everything resident, C is empty and S is unchanged.
 """
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from torch import Tensor
 
 from .config import SelectorConfig
 from .selectors import Selection
+from .topk import order_desc
 
 
 def prune_nonresident(sel: Selection, resident: Tensor, cfg: SelectorConfig, min_size: int = 0) -> Tensor:
@@ -22,9 +23,9 @@ def prune_nonresident(sel: Selection, resident: Tensor, cfg: SelectorConfig, min
     u = sel.utility.tolist()
     budget = cfg.prune_rho * float(sel.utility[sel.eligible].double().sum())
     size = int(sel.eligible.sum())
-    candidates = [e for e in range(len(u)) if sel.eligible[e] and not resident[e] and not sel.anchor[e]]
+    candidates = {e for e in range(len(u)) if sel.eligible[e] and not resident[e] and not sel.anchor[e]}
     removed_mass = 0.0
-    for e in sorted(candidates, key=lambda e: (u[e], -e)):
+    for e in (e for e in reversed(order_desc(sel.utility).tolist()) if e in candidates):
         if size - 1 < max(cfg.prune_min_set, min_size) or removed_mass + u[e] > budget:
             break
         removed_mass += u[e]

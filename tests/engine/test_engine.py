@@ -8,7 +8,8 @@ import pytest
 import torch
 
 from acceptmoe.engine import DraftTree, Eagle3Drafter, Engine, Trace, TreeShape, load_engine
-from acceptmoe.engine.engine import TorchVerifier, register_verifier_backend
+from acceptmoe.kernels import register_backend
+from acceptmoe.kernels.batched import TorchVerifier
 from acceptmoe.engine.trace import commitment_table, load_traces, save_traces
 from acceptmoe.methods import CommitmentTable, ConfigError
 from spec_checkpoints import EXPERTS, TOP_K, cached_target, make_draft, one_thread
@@ -118,22 +119,19 @@ def test_full_budget_methods_equal_standard_sd(engine, reference, monkeypatch, m
 def test_acceptmoe_sets_hold_the_anchor(engine, reference, monkeypatch):
     seen = []
 
-    def capture(*args):
-        verifier = TorchVerifier(*args)
-
-        def run(logits, resident):
-            out = verifier(logits, resident)
+    class Capture(TorchVerifier):
+        def _run(self, logits, resident):
+            out = super()._run(logits, resident)
             seen.append(out)
             return out
-        return run
-    register_verifier_backend("capture-test", capture)
+    register_backend("capture-test", Capture)
     eng = Engine(engine.model, engine.draft, backend="capture-test")
     use_oracle(monkeypatch, len(PROMPTS[1]), reference[1])
     gen = eng.generate(PROMPTS[1], "acceptmoe", max_new_tokens=12, ignore_eos=True, tree=SMALL, commitment=P_HAT)
     assert len(gen.tokens) == 12 and seen
-    for out in seen:
+    for out in seen:                                                         # one block per pass: B = 1
         assert not (out.anchor & ~out.eligible).any() and int(out.anchor.sum()) == TOP_K
-        assert bool(out.eligible[out.ids].all()) and int(out.eligible.sum()) >= TOP_K
+        assert bool(out.eligible[0][out.ids[0]].all()) and int(out.eligible.sum()) >= TOP_K
     for b in gen.trace.blocks:
         assert all(a == TOP_K <= s <= n for a, s, n in zip(b.layers["anchor_size"], b.layers["set_size"],
                                                              b.layers["natural_union"]))
@@ -247,7 +245,7 @@ def test_load_engine_from_one_folder(draft_dir, tmp_path, reference):
     assert isinstance(CommitmentTable(max_depth=1).proposed, list)
 
 
-@pytest.mark.parametrize("method, kw", [("acceptmoe", {}), ("count-b", {"budget": 8})])
+@pytest.mark.parametrize("method, kw", [("acceptmoe", {}), ("count-b", {"budget": 8}), ("standard-sd", {})])
 def test_triton_backend_gives_torch_tokens(engine, method, kw):
     """The fused kernel (Triton interpreter on CPU) behind the engine's verifier hook."""
     pytest.importorskip("triton")
@@ -256,3 +254,14 @@ def test_triton_backend_gives_torch_tokens(engine, method, kw):
     a, b = fused.generate(PROMPTS[1], method, **args), engine.generate(PROMPTS[1], method, **args)
     assert a.tokens == b.tokens
     assert [blk.layers for blk in a.trace.blocks] == [blk.layers for blk in b.trace.blocks]
+
+
+def test_tracing_standard_sd_does_not_change_its_routing(engine, reference):
+    """Standard SD routes with `router.natural` whether or not its layers are traced through the verifier."""
+    args = dict(max_new_tokens=9, ignore_eos=True, tree=SMALL)
+    traced = engine.generate(PROMPTS[1], "standard-sd", trace_layers=True, **args)
+    untraced = engine.generate(PROMPTS[1], "standard-sd", trace_layers=False, **args)
+    assert traced.tokens == untraced.tokens == reference[1][:9]
+    assert all(s == EXPERTS for b in traced.trace.blocks for s in b.layers["set_size"])
+    assert all(r == n for b in traced.trace.blocks
+               for r, n in zip(b.layers["routed_union"], b.layers["natural_union"]))
