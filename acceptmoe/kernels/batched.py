@@ -12,7 +12,7 @@ from torch import Tensor
 
 from acceptmoe.methods import Router, SelectorConfig, Selection
 from acceptmoe.methods.routing import route_in
-from acceptmoe.methods.selectors import block_sum
+from acceptmoe.methods.fixed import LOG2_BITS, block_sum, effective_rank, rank_guard, rho_fixed, to_fixed
 from acceptmoe.methods.topk import order_desc, rank_desc
 
 from .verify import Verifier, VerifierOutput
@@ -43,31 +43,23 @@ def select_batched(spec, router: Router, cfg: SelectorConfig, logits: Tensor, al
     if sizing == "fixed":
         n = cfg.budget - anchor.sum(-1)                                                # [B]
     else:
-        n = effective_rank_batched(u, ~anchor & (u > 0), cfg.rank_tolerance)           # [B]
+        n = effective_rank(to_fixed(u, cfg.score_bits), ~anchor & (u > 0), rank_guard(cfg.rank_tolerance))
     return Selection(anchor | (rank < n[..., None]), u, anchor)
 
 
-def effective_rank_batched(u: Tensor, candidates: Tensor, tolerance: float) -> Tensor:
-    """n_er [...] long over the positive-demand candidates of u [..., E]; 0 where there are none."""
-    d = torch.where(candidates, u.double(), 0.0)                                       # [..., E]
-    q = d / d.sum(-1, keepdim=True).clamp_min(torch.finfo(torch.float64).tiny)
-    h = -torch.where(candidates, q * q.clamp_min(1e-300).log(), 0.0).sum(-1)          # [...]
-    n = torch.ceil(torch.exp(h) * (1.0 - tolerance)).long()
-    count = candidates.sum(-1)
-    return torch.where(count > 0, n.clamp(min=1).minimum(count), 0)
-
-
 def prune_batched(sel: Selection, resident: Tensor, cfg: SelectorConfig, min_size: int = 0) -> Tensor:
-    """Residency-aware pruning of eligible [..., E]; the rule of `acceptmoe.methods.prune_nonresident`."""
-    u = sel.utility.double()                                                           # [..., E]
+    """Residency-aware pruning of eligible [..., E]; the rule of `acceptmoe.methods.prune_nonresident`,
+    on the scores' fixed-point integers (`acceptmoe.methods.fixed`)."""
+    U = to_fixed(sel.utility, cfg.score_bits)                                          # [..., E] int64
     cand = sel.eligible & ~resident & ~sel.anchor                                      # [..., E]
     order = order_desc(sel.utility).flip(-1)                                           # ascending u, ties: higher index
-    u_sorted = torch.where(cand.gather(-1, order), u.gather(-1, order), 0.0)          # [..., E]
-    prefix_mass = torch.zeros_like(u).scatter(-1, order, u_sorted.cumsum(-1))         # [..., E]
-    prefix_count = torch.zeros_like(order).scatter(-1, order, cand.gather(-1, order).long().cumsum(-1))
-    budget = cfg.prune_rho * torch.where(sel.eligible, u, 0.0).sum(-1, keepdim=True)
+    walked = torch.where(cand.gather(-1, order), U.gather(-1, order), 0)               # [..., E] walking order
+    prefix_mass = torch.zeros_like(U).scatter(-1, order, walked.cumsum(-1))
+    prefix_count = torch.zeros_like(U).scatter(-1, order, cand.gather(-1, order).long().cumsum(-1))
+    total = torch.where(sel.eligible, U, 0).sum(-1, keepdim=True)
     size = sel.eligible.sum(-1, keepdim=True)
-    drop = cand & (prefix_mass <= budget) & (size - prefix_count >= max(cfg.prune_min_set, min_size))
+    fits = (prefix_mass << LOG2_BITS) <= rho_fixed(cfg.prune_rho) * total
+    drop = cand & fits & (size - prefix_count >= max(cfg.prune_min_set, min_size))
     return sel.eligible & ~drop
 
 

@@ -13,12 +13,13 @@ from .config import ConfigError, SelectorConfig
 from .pruning import prune_nonresident
 from .registry import METHODS, MethodSpec, UnknownMethodError, get_method
 from .routing import ROUTER_KINDS, Router, route
-from .selectors import Selection, commitment_weights, effective_rank_size, guarded_ceil, select
+from .fixed import block_sum
+from .selectors import Selection, commitment_weights, effective_rank_size, select
 from .topk import order_desc, rank_desc, topk
 from .tree import BlockInfo, TreeError
 
 __all__ = [
-    "BlockInfo", "CommitmentTable", "ConfigError", "METHODS", "MethodSpec", "ROUTER_KINDS", "Router",
+    "BlockInfo", "CommitmentTable", "block_sum", "ConfigError", "METHODS", "MethodSpec", "ROUTER_KINDS", "Router",
     "SelectorConfig", "Selection", "TreeError", "UnknownMethodError", "commitment_weights", "effective_rank_size",
-    "get_method", "guarded_ceil", "order_desc", "prune_nonresident", "rank_desc", "route", "select", "topk",
+    "get_method", "order_desc", "prune_nonresident", "rank_desc", "route", "select", "topk",
 ]

@@ -5,8 +5,10 @@ Fields where the paper is silent are our choices and are documented here:
   probability restricted to K_t.
 - `rank_tolerance`: relative guard on the effective-rank ceiling, n_er = ceil(exp(H) * (1 - tol)), so an
   effective rank that exceeds an integer only by float error (exp(H) = 3.0000001) gives that integer.
+  Evaluated in fixed point: log2 with 16 fractional bits, the guard rounded to 2^-16 (`fixed.py`).
 - `prune_rho`, `prune_min_set`: residency-aware pruning's rerouting budget (fraction of the set's utility
-  that may be removed) and minimum set size. Defaults 0.1 and 16; swept in the pruning ablation.
+  that may be removed) and minimum set size. Defaults 0.1 and 16; swept in the pruning ablation. rho is
+  applied as a multiple of 2^-16 (round(rho * 2^16) / 2^16) so the budget test is exact integer arithmetic.
 - `score_bits`: every block score (votes, router mass, gate mass, commitment utility) is a sum over the
   block's tokens of per-token terms in [0, 1], each truncated to a multiple of 2^-score_bits (fixed
   point). Integer sums are exact and do not depend on the order of summation, so every backend (torch,

@@ -3,7 +3,8 @@
 Each selector maps one layer's router logits for one verification block, logits [T, E], to a `Selection`:
 the eligible set S (bool [E]), the score it ranked by (`utility`, fp32 [E]) and the root anchor (bool [E]).
 Every score is a `block_sum` over the block's tokens: per-token terms truncated to multiples of
-2^-score_bits and added exactly, so any backend obtains the same numbers whatever its summation order.
+2^-score_bits and added exactly, so any backend obtains the same numbers whatever its summation order;
+sizing runs on those integers (`fixed.py`).
 Ranking is always by score descending, ties by a secondary score where the method has one, then by the
 lower expert index: the project's one rule, `topk.order_desc`. The batched verifier
 (`acceptmoe.kernels.make_verifier`, torch and Triton backends) computes the same sets for many blocks at
@@ -11,13 +12,13 @@ once and must agree exactly with these functions.
 """
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import torch
 from torch import Tensor
 
 from .config import SelectorConfig, check_for_method
+from .fixed import block_sum, effective_rank, rank_guard, to_fixed
 from .registry import get_method, register_selector, selector_for
 from .routing import Router
 from .topk import order_desc
@@ -45,13 +46,6 @@ def select(method: str, logits: Tensor, block: BlockInfo, router: Router, cfg: S
     return selector_for(method)(logits, block, router, cfg)
 
 
-def block_sum(terms: Tensor, bits: int) -> Tensor:
-    """fp32 [..., E]: sum over tokens (dim -2) of terms [..., T, E] in [0, 1], each truncated to a multiple of
-    2^-bits; the integer sum is exact, so the result does not depend on the order of summation."""
-    q = (terms.float() * float(2 ** bits)).to(torch.int32)                 # [..., T, E] fixed point
-    return q.sum(-2).float() * float(2.0 ** -bits)
-
-
 def commitment_weights(block: BlockInfo, cfg: SelectorConfig) -> Tensor:
     """alpha_t = p_hat[d_t]^beta * N[d_t]^level_exponent, fp32 [T]; the root (d = 0, N_0 = 1) gets 1."""
     p = torch.tensor(cfg.p_hat, dtype=torch.float64)[block.depth]      # [T]
@@ -59,21 +53,11 @@ def commitment_weights(block: BlockInfo, cfg: SelectorConfig) -> Tensor:
     return (p.pow(cfg.beta) * n.pow(cfg.level_exponent)).float()
 
 
-def effective_rank_size(demand: Tensor, tolerance: float) -> int:
-    """n_er = ceil(exp(H(q))) for q = demand / sum(demand) over positive demand; 0 when there is none.
-
-    The ceiling is guarded: ceil(exp(H) * (1 - tolerance)), clamped to [1, number of positive entries]."""
-    d = demand[demand > 0].double()
-    if d.numel() == 0:
-        return 0
-    q = d / d.sum()
-    h = float(-(q * q.log()).sum())
-    return max(1, min(guarded_ceil(math.exp(h), tolerance), d.numel()))
-
-
-def guarded_ceil(x: float, tolerance: float) -> int:
-    """ceil(x * (1 - tolerance)): 3.0000001 -> 3 (float error), 3.01 -> 4, for tolerance = 1e-4."""
-    return math.ceil(x * (1.0 - tolerance))
+def effective_rank_size(demand: Tensor, cfg: SelectorConfig) -> int:
+    """n_er: the effective rank exp(H(q)) of q = demand / sum(demand) over positive demand, guarded and
+    rounded up (n >= exp(H) * (1 - rank_tolerance)), in [1, number of positive entries]; 0 without any.
+    Evaluated in fixed point on the block scores' integers (`fixed.effective_rank`)."""
+    return int(effective_rank(to_fixed(demand, cfg.score_bits), demand > 0, rank_guard(cfg.rank_tolerance)))
 
 
 def _best(n: int, primary: Tensor, secondary: Tensor | None = None, exclude: Tensor | None = None) -> Tensor:
@@ -130,5 +114,5 @@ def select_acceptmoe_b(logits: Tensor, block: BlockInfo, router: Router, cfg: Se
 def select_acceptmoe(logits: Tensor, block: BlockInfo, router: Router, cfg: SelectorConfig) -> Selection:
     """S = A plus the top n_er non-anchor experts by u_e, n_er the effective rank of the residual demand."""
     u, anchor = commitment_utility(logits, block, router, cfg)
-    n = effective_rank_size(u[~anchor], cfg.rank_tolerance)
+    n = effective_rank_size(u.masked_fill(anchor, 0.0), cfg)
     return Selection(anchor | _best(n, u, exclude=anchor), u, anchor)

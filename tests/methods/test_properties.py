@@ -172,14 +172,14 @@ def test_concentrated_demand_gives_smaller_set_than_diffuse(n, share, seed):
     diffuse = torch.rand(n, generator=gen) * 0.1 + 1.0                         # near-uniform
     concentrated = diffuse.clone()
     concentrated[0] = diffuse[1:].sum() * (1 + 10 / share)                   # one expert dominates
-    assert effective_rank_size(concentrated, 1e-4) < effective_rank_size(diffuse, 1e-4)
+    assert effective_rank_size(concentrated, SelectorConfig()) < effective_rank_size(diffuse, SelectorConfig())
 
 
 @settings(max_examples=60, deadline=None)
 @given(st.integers(1, 128))
 def test_uniform_demand_over_n_experts_has_rank_n(n):
-    assert effective_rank_size(torch.full((n,), 0.37), 1e-4) == n
-    assert effective_rank_size(torch.zeros(n), 1e-4) == 0
+    assert effective_rank_size(torch.full((n,), 0.37), SelectorConfig()) == n
+    assert effective_rank_size(torch.zeros(n), SelectorConfig()) == 0
 
 
 @st.composite
@@ -205,7 +205,7 @@ def test_pruning_rules(case):
     assert not (kept & ~sel.eligible).any()                                  # only removes
     assert not (removed & (sel.anchor | resident)).any()                     # never anchors or residents
     u = sel.utility.double()
-    assert float(u[removed].sum()) <= cfg.prune_rho * float(u[sel.eligible].sum()) + 1e-9
+    assert float(u[removed].sum()) <= cfg.prune_rho * float(u[sel.eligible].sum()) * (1 + 1e-4) + 1e-6
     assert int(kept.sum()) >= min(cfg.prune_min_set, int(sel.eligible.sum()))
     cand = sel.eligible & ~resident & ~sel.anchor
     if removed.any() and (cand & kept).any():                                # removed = lowest prefix
