@@ -6,7 +6,7 @@ wrapper would launch with), bound and specialised by Triton's own JIT binder for
 `triton.compile`, and the cubin is read with the `cuobjdump` that ships in the Triton wheel.
 
     launch = capture_launch(verifier_module, "_verifier_kernel", lambda: verifier(logits))
-    stats = compile_stats(launch, arch=120)       # registers, stack, local (spill) bytes, SASS counts
+    stats = compile_stats(launch, arch=120)       # registers, stack, spill bytes, SASS counts
 
 Run it in a process where TRITON_INTERPRET is unset: under the interpreter `@triton.jit` builds an
 interpreted function that cannot be compiled.
@@ -89,8 +89,9 @@ def _bin(tool: str) -> str:
 @dataclass(frozen=True)
 class KernelStats:
     registers: int
-    stack: int            # bytes of stack frame
-    local: int            # bytes of local memory (spills land here)
+    stack: int            # bytes of stack (cuobjdump; includes the frames of called subroutines)
+    local: int            # bytes of local memory
+    spill: int            # bytes of spill stores + loads (ptxas -v on the same PTX)
     sass: int             # SASS instructions
     fp64: int             # fp64 SASS instructions
     shuffles: int         # SHFL instructions (warp reductions)
@@ -98,10 +99,22 @@ class KernelStats:
 
     @property
     def spills(self) -> bool:
-        return self.local > 0 or self.stack > 0
+        return self.spill > 0 or self.local > 0
 
 
-def cubin_stats(cubin: bytes) -> KernelStats:
+def ptxas_spill_bytes(ptx: str, arch: int) -> int:
+    """Spill store + load bytes that the wheel's ptxas reports for the PTX on sm_<arch>a."""
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "kernel.ptx"
+        path.write_text(ptx)
+        target = re.search(r"^\.target\s+(\w+)", ptx, re.M).group(1)
+        tool = "ptxas-blackwell" if arch >= 100 else "ptxas"
+        log = subprocess.run([_bin(tool), "-v", f"-arch={target}", str(path), "-o", str(Path(tmp) / "k.cubin")],
+                             capture_output=True, text=True, check=True).stderr
+    return sum(int(n) for n in re.findall(r"(\d+) bytes spill (?:stores|loads)", log))
+
+
+def cubin_stats(cubin: bytes, spill: int = 0) -> KernelStats:
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "kernel.cubin"
         path.write_bytes(cubin)
@@ -114,9 +127,10 @@ def cubin_stats(cubin: bytes) -> KernelStats:
     ops = [op for i in instrs if (op := re.sub(r"^@!?U?P\w+\s+", "", i).split()[0]) != "NOP"]
     is_fp64 = lambda op: op.split(".")[0] in _FP64_OPS or "F64" in op or "64H" in op
     return KernelStats(
-        registers=field("REG"), stack=field("STACK"), local=field("LOCAL"), shared=field("SHARED"),
+        registers=field("REG"), stack=field("STACK"), local=field("LOCAL"), spill=spill, shared=field("SHARED"),
         sass=len(ops), fp64=sum(map(is_fp64, ops)), shuffles=sum(op.startswith("SHFL") for op in ops))
 
 
 def compile_stats(launch: Launch, arch: int) -> KernelStats:
-    return cubin_stats(compile_launch(launch, arch).asm["cubin"])
+    kernel = compile_launch(launch, arch)
+    return cubin_stats(kernel.asm["cubin"], ptxas_spill_bytes(kernel.asm["ptx"], arch))

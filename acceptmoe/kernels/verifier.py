@@ -7,19 +7,25 @@ Shapes (B verification blocks padded to T tokens, E experts, router top-k K):
     num_tokens [B]        int  valid tokens per block (a prefix of T; the rest is padding, ignored by selection)
     resident   [E] | [B, E] bool  the layer's resident experts before the pass (enables residency pruning)
     ->
+    ids        [B, T, K]  int64 constrained top-k inside S, best first (Eq. 2)
+    weights    [B, T, K]  fp32  their gating weights (router semantics of `acceptmoe.methods.routing`)
     eligible   [B, E]     bool  the final set S (after pruning, when a resident mask is given)
     utility    [B, E]     fp32  the score the method ranked by (votes, router mass, commitment utility, gate mass)
     anchor     [B, E]     bool  the root's natural top-k (commitment methods), else all False
-    ids        [B, T, K]  int64 constrained top-k inside S, best first (Eq. 2)
-    weights    [B, T, K]  fp32  their gating weights (router semantics of `acceptmoe.methods.routing`)
 
-One program handles one block: softmax over experts, natural top-k per token (ties: lower index), the
-method's score summed over the block's valid tokens, the root anchor, sizing (fixed budget or effective
-rank), optional residency-aware pruning, then constrained top-k per token. Ranking is pairwise over the
-experts, the rule of `acceptmoe.methods.topk` (value descending, ties to the lower index); block scores are
-fixed-point sums (`acceptmoe.methods.selectors.block_sum`); effective rank and pruning run in fp64 as in
-the torch backend (`batched.py`). Fixed shapes, no host synchronisation: safe to capture in a
-CUDA graph. Every method-dependent choice is a `tl.constexpr` enum, so each method compiles its own code.
+One program handles one block, in two passes over chunks of TC tokens (so registers do not grow with T):
+pass 1 takes each token's softmax and natural top-k and adds the method's per-token terms to the block
+scores, pass 2 routes every token inside the final set. In between, on [E] vectors: the root anchor,
+ranking, sizing (fixed budget or effective rank) and optional residency-aware pruning.
+
+Exactly the reference's rules (`acceptmoe.methods`), with no fp64 and no E x E tile:
+- every ranking is one integer key per expert (orderable float bits, then 65535 - index), so value
+  descending, ties to the lower index (`methods.topk`) is a plain integer order: a token's top-k is K
+  max-reductions, a block's top-n is `tl.sort` and one threshold;
+- block scores are fixed-point sums in int32 (`methods.fixed.block_sum`); effective rank and the pruning
+  budget are the integer arithmetic of `methods.fixed` (log2 by repeated squaring, rho in 2^-16 units).
+Fixed shapes, no host synchronisation: safe to capture in a CUDA graph. Every method-dependent choice is a
+`tl.constexpr` enum, so each method compiles only its own code.
 """
 from __future__ import annotations
 
@@ -31,6 +37,7 @@ import triton.language as tl
 from torch import Tensor
 
 from acceptmoe.methods import Router, SelectorConfig
+from acceptmoe.methods.fixed import log2_fixed, rank_guard, rho_fixed
 
 from .verify import Verifier, VerifierInputError, VerifierOutput
 
@@ -65,178 +72,289 @@ class Prune(IntEnum):
     NONRESIDENT = 1  # residency-aware pruning of non-resident, non-anchor experts
 
 
-@triton.jit
-def _topk(z, avail, offs_e, offs_k, K: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_K: tl.constexpr):
-    """Per-row top-K of z [BT, BE] among `avail` [BT, BE]: member [BT, BE], ids [BT, BK], values [BT, BK].
+# The enums by name inside the kernel (Triton reads only constexpr globals).
+GATE_MASS, VOTES, ROUTER_MASS, COMMITMENT = (tl.constexpr(int(x)) for x in Score)
+ALL, FIXED, SELF = (tl.constexpr(int(x)) for x in Sizing)
+SOFTMAX_TOPK_RENORM, SOFTMAX_TOPK_RAW, TOPK_SOFTMAX = (tl.constexpr(int(x)) for x in RouterMode)
+GATE, SOFTMAX = (tl.constexpr(int(x)) for x in Demand)
+NONRESIDENT = tl.constexpr(int(Prune.NONRESIDENT))
+IDX_BITS = tl.constexpr(16)     # a key's low bits hold 65535 - expert index: ties go to the lower index
+LOG2_BITS = tl.constexpr(16)    # acceptmoe.methods.fixed.LOG2_BITS
 
-    Largest value first; ties go to the lower expert index."""
-    BLOCK_E: tl.constexpr = z.shape[1]
-    member = tl.zeros(z.shape, dtype=tl.int1)
-    ids = tl.zeros((BLOCK_T, BLOCK_K), dtype=tl.int32)
-    vals = tl.full((BLOCK_T, BLOCK_K), float("-inf"), dtype=tl.float32)
-    for i in tl.static_range(K):
-        open_ = avail & (member == 0)                                                   # [BT, BE]
-        best = tl.max(tl.where(open_, z, float("-inf")), axis=1)                         # [BT]
-        hit = open_ & (z == best[:, None])                                               # [BT, BE]
-        idx = tl.min(tl.where(hit, offs_e[None, :], BLOCK_E), axis=1)                    # [BT]
-        member = member | (offs_e[None, :] == idx[:, None])
-        ids = tl.where(offs_k[None, :] == i, idx[:, None], ids)
-        vals = tl.where(offs_k[None, :] == i, best[:, None], vals)
-    return member, ids, vals
+
+@triton.jit
+def _lowest(KEY64: tl.constexpr):
+    """The smallest key (never selected)."""
+    if KEY64:
+        low = tl.full((), 1, tl.int64) << 63
+    else:
+        low = tl.full((), 1, tl.int32) << 31
+    return low
+
+
+@triton.jit
+def _logit_keys(raw, e_ok, offs_e, KEY64: tl.constexpr):
+    """Keys [TC, BE] of raw logits (int64 for fp32, int32 for fp16/bf16): orderable float bits, then
+    65535 - e. -0.0 ranks as 0.0; experts outside e_ok get the lowest key."""
+    if KEY64:
+        bits = tl.where(raw == 0.0, 0, raw.to(tl.int32, bitcast=True))
+        key = (bits ^ ((bits >> 31) & 0x7FFFFFFF)).to(tl.int64)
+    else:
+        bits = tl.where(raw == 0.0, 0, raw.to(tl.int16, bitcast=True).to(tl.int32))
+        key = bits ^ ((bits >> 15) & 0x7FFF)
+    key = (key << IDX_BITS) | (65535 - offs_e)[None, :]
+    return tl.where(e_ok, key, _lowest(KEY64))
+
+
+@triton.jit
+def _key_logit(key, LOGIT: tl.constexpr, KEY64: tl.constexpr):
+    """The fp32 logit a key of `_logit_keys` was made from."""
+    ordered = key >> IDX_BITS
+    if KEY64:
+        bits = (ordered ^ ((ordered >> 31) & 0x7FFFFFFF)).to(tl.int32)
+        value = bits.to(tl.float32, bitcast=True)
+    else:
+        bits = (ordered ^ ((ordered >> 15) & 0x7FFF)).to(tl.int16)
+        value = bits.to(LOGIT, bitcast=True).to(tl.float32)
+    return value
+
+
+@triton.jit
+def _topk(keys, offs_k, K: tl.constexpr, KEY64: tl.constexpr, SLOTS: tl.constexpr):
+    """Per-row top-K of unique keys [TC, BE], one max-reduction per place: the K-th key [TC] (membership is
+    keys >= it) and, if SLOTS, the keys of places 0..K-1 [TC, BK], best first."""
+    low = _lowest(KEY64)
+    last = tl.max(keys, axis=1)                                                          # [TC]
+    slots = tl.where(offs_k[None, :] == 0, last[:, None], low)                           # [TC, BK]
+    for i in tl.static_range(1, K):
+        last = tl.max(tl.where(keys < last[:, None], keys, low), axis=1)
+        if SLOTS:
+            slots = tl.where(offs_k[None, :] == i, last[:, None], slots)
+    return last, slots
 
 
 @triton.jit
 def _slot_weights(vals, row_max, row_sum, ROUTER: tl.constexpr):
-    """Gating weights [BT, BK] of the chosen logits vals [BT, BK] (unused slots hold -inf)."""
-    if ROUTER == 1:  # SOFTMAX_TOPK_RAW: the unmasked softmax probability
+    """Gating weights [TC, BK] of the chosen logits vals [TC, BK] (unused places hold -inf)."""
+    if ROUTER == SOFTMAX_TOPK_RAW:   # the unmasked softmax probability
         weights = tl.exp(vals - row_max[:, None]) / row_sum[:, None]
-    else:            # renormalised over the chosen k (equal for masking before or after the softmax)
-        ex = tl.exp(vals - tl.max(vals, axis=1)[:, None])                                # [BT, BK]
+    else:                            # renormalised over the chosen k (equal for masking before or after the softmax)
+        ex = tl.exp(vals - tl.max(vals, axis=1)[:, None])                               # [TC, BK]
         weights = ex / tl.sum(ex, axis=1)[:, None]
     return weights
 
 
 @triton.jit
-def _rank_desc(primary, secondary, e_in, offs_e, HAS_SECONDARY: tl.constexpr):
-    """rank [BE] int32, 0 = best: primary desc, then secondary desc, then lower index (padding never beats)."""
-    p_i, p_j = primary[:, None], primary[None, :]                                        # [i, j]
-    beats = p_j > p_i
-    tie = p_j == p_i
-    if HAS_SECONDARY:
-        s_i, s_j = secondary[:, None], secondary[None, :]
-        beats = beats | (tie & (s_j > s_i))
-        tie = tie & (s_j == s_i)
-    beats = (beats | (tie & (offs_e[None, :] < offs_e[:, None]))) & e_in[None, :]
-    return tl.sum(beats.to(tl.int32), axis=1)
+def _chunk(logits_ptr, b, rows, e_in, offs_e, T, s_lb, s_lt, s_le, KEY64: tl.constexpr):
+    """One chunk of a block's logits: keys [TC, BE], fp32 logits [TC, BE] (-inf outside E), row max and sum."""
+    t_in = rows < T
+    ptrs = logits_ptr + b * s_lb + rows[:, None].to(tl.int64) * s_lt + offs_e[None, :] * s_le
+    raw = tl.load(ptrs, mask=t_in[:, None] & e_in[None, :], other=0.0)
+    keys = _logit_keys(raw, e_in[None, :], offs_e, KEY64)
+    z = tl.where(e_in[None, :], raw.to(tl.float32), float("-inf"))                       # [TC, BE]
+    row_max = tl.max(z, axis=1)
+    row_sum = tl.sum(tl.exp(z - row_max[:, None]), axis=1)
+    return keys, z, row_max, row_sum
 
 
 @triton.jit
-def _effective_rank(u, cand, tolerance):
-    """n_er = ceil(exp(H(q)) * (1 - tol)) over the candidates of u [BE], clamped to [1, count]; 0 if none."""
-    d = tl.where(cand, u.to(tl.float64), 0.0)                                            # [BE]
-    total = tl.maximum(tl.sum(d, axis=0), 2.2250738585072014e-308)
-    q = d / total
-    h = -tl.sum(tl.where(cand, q * tl.log(tl.maximum(q, 1e-300)), 0.0), axis=0)
-    n = tl.ceil(tl.exp(h) * (1.0 - tolerance)).to(tl.int32)
+def _route_chunk(keys, row_max, row_sum, ids_ptr, weights_ptr, b, rows, offs_k, T,
+                 K: tl.constexpr, ROUTER: tl.constexpr, LOGIT: tl.constexpr, KEY64: tl.constexpr):
+    """Top-K of the (already masked) keys of one chunk, stored as ids [TC, K] and weights [TC, K]."""
+    _, slots = _topk(keys, offs_k, K, KEY64, True)                                      # [TC, BK]
+    ids = 65535 - (slots & 65535).to(tl.int64)
+    weights = _slot_weights(_key_logit(slots, LOGIT, KEY64), row_max, row_sum, ROUTER)
+    out = (b * T + rows[:, None]) * K + offs_k[None, :]                                  # [TC, BK]
+    k_mask = (rows < T)[:, None] & (offs_k[None, :] < K)
+    tl.store(ids_ptr + out, ids, mask=k_mask)
+    tl.store(weights_ptr + out, weights, mask=k_mask)
+
+
+@triton.jit
+def _gates(z, member, row_max, row_sum, ROUTER: tl.constexpr, DEMAND: tl.constexpr):
+    """Natural gating weights r [TC, BE] (zero outside K_t): the model's own (r_gate) and the demand
+    score's (r_demand), and the full softmax probs, as `Router.gates`."""
+    probs = tl.exp(z - row_max[:, None]) / row_sum[:, None]                              # [TC, BE]
+    if ROUTER == SOFTMAX_TOPK_RAW:
+        r_gate = tl.where(member, probs, 0.0)
+    elif ROUTER == SOFTMAX_TOPK_RENORM:
+        chosen = tl.where(member, probs, 0.0)
+        r_gate = chosen / tl.sum(chosen, axis=1)[:, None]
+    else:                            # TOPK_SOFTMAX: softmax over the chosen logits
+        chosen = tl.where(member, tl.exp(z - row_max[:, None]), 0.0)
+        r_gate = chosen / tl.sum(chosen, axis=1)[:, None]
+    if DEMAND == SOFTMAX:
+        r_demand = tl.where(member, probs, 0.0)
+    else:
+        r_demand = r_gate
+    return r_gate, r_demand, probs
+
+
+@triton.jit
+def _fixed(terms, valid, scale):
+    """int32 [BE]: the valid rows' terms [TC, BE] in [0, 1] truncated to multiples of 1 / scale, summed
+    (`acceptmoe.methods.fixed.block_sum`)."""
+    return tl.sum(tl.where(valid[:, None], (terms * scale).to(tl.int32), 0), axis=0)
+
+
+@triton.jit
+def _top_n(key, n, KEY64: tl.constexpr):
+    """bool [BE]: the n largest of the unique keys [BE] (never the lowest key); none when n <= 0."""
+    low = _lowest(KEY64)
+    ranked = tl.sort(key, descending=True)                                               # [BE]
+    pos = tl.arange(0, key.shape[0])
+    threshold = tl.max(tl.where(pos == n - 1, ranked, low), axis=0)
+    return (key >= threshold) & (key != low) & (n > 0)
+
+
+@triton.jit
+def _score_keys(score, offs_e):
+    """int64 keys [BE] of non-negative fp32 scores: score descending, then lower index."""
+    return (score.to(tl.int32, bitcast=True).to(tl.int64) << IDX_BITS) | (65535 - offs_e)
+
+
+@triton.jit
+def _log2_fixed(x):
+    """int64: log2(x) * 2^16 for integers 1 <= x < 2^31 (`acceptmoe.methods.fixed.log2_fixed`)."""
+    e = x * 0
+    e = tl.where((x >> (e + 16)) > 0, e + 16, e)
+    e = tl.where((x >> (e + 8)) > 0, e + 8, e)
+    e = tl.where((x >> (e + 4)) > 0, e + 4, e)
+    e = tl.where((x >> (e + 2)) > 0, e + 2, e)
+    e = tl.where((x >> (e + 1)) > 0, e + 1, e)
+    m = x << (30 - e)                                                                    # Q1.30 mantissa
+    out = e << LOG2_BITS
+    for j in tl.static_range(LOG2_BITS):
+        m = (m * m) >> 30
+        top = m >= (tl.full((), 1, tl.int64) << 31)
+        m = tl.where(top, m >> 1, m)
+        out = out | (top.to(tl.int64) << (LOG2_BITS - 1 - j))
+    return out
+
+
+@triton.jit
+def _effective_rank(U, cand, log2_n, e_in, guard):
+    """n_er: the smallest n >= 1 with S (log2 n + guard) >= S log2 S - sum U log2 U over the candidates'
+    fixed-point demand U [BE] int64, clamped to their count; 0 without candidates (`methods.fixed`).
+    log2_n [BE]: log2_fixed(1..E), for the set sizes n = 1..E (e_in)."""
+    U = tl.where(cand, U, 0)
+    S = tl.sum(U, axis=0)
+    weighted = tl.sum(U * _log2_fixed(tl.maximum(U, 1)), axis=0)
+    entropy = S * _log2_fixed(tl.maximum(S, 1)) - weighted                               # S * H2 in 2^-16 units
+    short = e_in & (S * (log2_n + guard) < entropy)
     count = tl.sum(cand.to(tl.int32), axis=0)
-    return tl.where(count > 0, tl.minimum(tl.maximum(n, 1), count), 0)
+    n = tl.minimum(tl.sum(short.to(tl.int32), axis=0) + 1, count)
+    return tl.where(count > 0, n, 0)
 
 
 @triton.jit
-def _prune(eligible, u, anchor, resident, offs_e, rho, min_set):
-    """S minus the longest ascending-utility prefix of non-resident, non-anchor members that fits the
-    rerouting budget rho * sum_S u and keeps |S| >= min_set (ties: higher index first); fp64 like the reference."""
-    cand = eligible & (resident == 0) & (anchor == 0)                                    # [BE]
-    u64 = u.to(tl.float64)
-    u_i, u_j = u64[:, None], u64[None, :]                                                # [i, j]
-    before = (u_j < u_i) | ((u_j == u_i) & (offs_e[None, :] >= offs_e[:, None]))        # j at or before i
-    before = before & cand[None, :] & cand[:, None]
-    prefix_mass = tl.sum(tl.where(before, u_j, 0.0), axis=1)                             # [BE]
-    prefix_count = tl.sum(before.to(tl.int32), axis=1)
-    budget = rho * tl.sum(tl.where(eligible, u64, 0.0), axis=0)
+def _prune(eligible, utility, anchor, resident, offs_e, scale, rho_q, min_set):
+    """S minus the longest ascending-utility prefix (ties: higher index first) of non-resident, non-anchor
+    members with 2^16 * sum U <= rho_q * sum_S U that keeps |S| >= min_set, in integers (`methods.fixed`)."""
+    cand = eligible & (resident == 0) & (anchor == 0)                                     # [BE]
+    high = ~(tl.full((), 1, tl.int64) << 63)
+    key = tl.where(cand, _score_keys(utility, offs_e), high)                            # ascending walk order
+    walked = tl.sort(key)                                                                # candidates first
+    in_walk = walked != high
+    u_walked = tl.where(in_walk, (walked >> IDX_BITS).to(tl.int32), 0).to(tl.float32, bitcast=True)
+    prefix = tl.cumsum((u_walked * scale).to(tl.int64), axis=0)                          # [BE] fixed point
+    total = tl.sum(tl.where(eligible, (utility * scale).to(tl.int64), 0), axis=0)
     size = tl.sum(eligible.to(tl.int32), axis=0)
-    drop = cand & (prefix_mass <= budget) & (size - prefix_count >= min_set)
-    return eligible & (drop == 0)
-
-
-@triton.jit
-def _block_sum(terms, vmask, scale, unit):
-    """fp32 [BE]: the valid tokens' terms [BT, BE] in fixed point (multiples of unit = 1 / scale), summed
-    exactly in int32 (`acceptmoe.methods.selectors.block_sum`)."""
-    q = tl.where(vmask, (terms * scale).to(tl.int32), 0)                                 # [BT, BE]
-    return tl.sum(q, axis=0).to(tl.float32) * unit
-
-
-@triton.jit
-def _select(probs, member, r_gate, r_demand, alpha, valid, e_in, offs_t, offs_e, budget, tolerance, scale, unit,
-            SCORE: tl.constexpr, SIZING: tl.constexpr):
-    """eligible [BE], utility [BE] fp32, anchor [BE] of one block from its per-token gates [BT, BE]."""
-    vmask = valid[:, None]                                                               # [BT, 1]
-    no_anchor = offs_e < 0                                                               # [BE] all False
-    if SCORE == 0:    # GATE_MASS (standard-sd): S = all experts
-        utility = _block_sum(r_demand, vmask, scale, unit)
-        eligible, anchor = e_in, no_anchor
-    elif SCORE == 1:  # VOTES, ties by gate mass
-        utility = _block_sum(tl.where(member, 1.0, 0.0), vmask, scale, unit)
-        mass = _block_sum(r_gate, vmask, scale, unit)
-        eligible = e_in & (_rank_desc(utility, mass, e_in, offs_e, True) < budget)
-        anchor = no_anchor
-    elif SCORE == 2:  # ROUTER_MASS (moe-spec)
-        utility = _block_sum(probs, vmask, scale, unit)
-        eligible = e_in & (_rank_desc(utility, utility, e_in, offs_e, False) < budget)
-        anchor = no_anchor
-    else:             # COMMITMENT: anchor A = K_root; the rest ranked by utility, anchors last
-        utility = _block_sum(alpha[:, None] * r_demand, vmask, scale, unit)              # [BE]
-        anchor = tl.sum((member & (offs_t[:, None] == 0)).to(tl.int32), axis=0) > 0      # [BE]
-        rank = _rank_desc(tl.where(anchor, -1.0, utility), utility, e_in, offs_e, False)
-        if SIZING == 1:   # FIXED: B - |A| more experts
-            n = budget - tl.sum(anchor.to(tl.int32), axis=0)
-        else:             # SELF: effective rank of the residual demand
-            n = _effective_rank(utility, e_in & (anchor == 0) & (utility > 0), tolerance)
-        eligible = e_in & (anchor | (rank < n))
-    return eligible, utility, anchor
+    pos = tl.arange(0, key.shape[0])
+    fits = in_walk & ((prefix << LOG2_BITS) <= rho_q * total) & (size - (pos + 1) >= min_set)
+    dropped = tl.sum(fits.to(tl.int32), axis=0)                                          # a prefix of the walk
+    last = tl.max(tl.where(pos < dropped, walked, 0), axis=0)
+    return eligible & ~(cand & (key <= last) & (dropped > 0))
 
 
 @triton.jit
 def _verifier_kernel(
-    logits_ptr, alpha_ptr, ntok_ptr, resident_ptr, params_ptr,
+    logits_ptr, alpha_ptr, ntok_ptr, resident_ptr, log2_ptr,
     eligible_ptr, utility_ptr, anchor_ptr, ids_ptr, weights_ptr,
-    T, E, budget, min_set, scale, unit,
+    T, E, budget, min_set, rho_q, guard, scale, unit,
     s_lb, s_lt, s_le, s_ab, s_at, s_rb, s_re,
-    K: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_E: tl.constexpr, BLOCK_K: tl.constexpr,
+    K: tl.constexpr, TC: tl.constexpr, BLOCK_E: tl.constexpr, BLOCK_K: tl.constexpr,
     SCORE: tl.constexpr, SIZING: tl.constexpr, ROUTER: tl.constexpr, DEMAND: tl.constexpr,
     PRUNE: tl.constexpr,
 ):
+    LOGIT: tl.constexpr = logits_ptr.dtype.element_ty
+    KEY64: tl.constexpr = LOGIT == tl.float32
+    NATURAL: tl.constexpr = (SIZING == ALL) and (PRUNE != NONRESIDENT)   # S = all experts: route in pass 1
     b = tl.program_id(0).to(tl.int64)
-    offs_t = tl.arange(0, BLOCK_T)
+    offs_c = tl.arange(0, TC)
     offs_e = tl.arange(0, BLOCK_E)
     offs_k = tl.arange(0, BLOCK_K)
-    t_in, e_in = offs_t < T, offs_e < E
-    valid = t_in & (offs_t < tl.load(ntok_ptr + b))                                      # [BT]
-    ptrs = logits_ptr + b * s_lb + offs_t[:, None].to(tl.int64) * s_lt + offs_e[None, :] * s_le
-    z = tl.load(ptrs, mask=t_in[:, None] & e_in[None, :], other=0.0).to(tl.float32)
-    z = tl.where(e_in[None, :], z, float("-inf"))                                        # [BT, BE]
+    e_in = offs_e < E
+    n_valid = tl.load(ntok_ptr + b)
 
-    row_max = tl.max(z, axis=1)                                                          # [BT]
-    ex = tl.exp(z - row_max[:, None])
-    row_sum = tl.sum(ex, axis=1)
-    probs = ex / row_sum[:, None]                                                        # [BT, BE]
-    rows = offs_t[:, None] >= 0                                                          # [BT, 1] all True
-    member, _, _ = _topk(z, e_in[None, :] & rows, offs_e, offs_k, K, BLOCK_T, BLOCK_K)  # natural K_t
-    if ROUTER == 1:   # SOFTMAX_TOPK_RAW: the unmasked softmax probability
-        r_gate = tl.where(member, probs, 0.0)
-    else:             # renormalised over K_t
-        r_gate = tl.where(member, ex / tl.sum(tl.where(member, ex, 0.0), axis=1)[:, None], 0.0)
-    if DEMAND == 1:   # SOFTMAX
-        r_demand = tl.where(member, probs, 0.0)
+    # pass 1: per-token softmax and natural top-k; the block's fixed-point scores and the root anchor
+    primary = tl.zeros((BLOCK_E,), dtype=tl.int32)                                       # [BE] scores
+    secondary = tl.zeros((BLOCK_E,), dtype=tl.int32)                                     # count-b: gate mass
+    anchor = offs_e < 0                                                                  # [BE] all False
+    for t0 in range(0, T, TC):
+        rows = t0 + offs_c
+        valid = (rows < T) & (rows < n_valid)
+        keys, z, row_max, row_sum = _chunk(logits_ptr, b, rows, e_in, offs_e, T, s_lb, s_lt, s_le, KEY64)
+        if NATURAL:                  # the natural top-k is the routing
+            _route_chunk(keys, row_max, row_sum, ids_ptr, weights_ptr, b, rows, offs_k, T, K, ROUTER, LOGIT, KEY64)
+        kth, _ = _topk(keys, offs_k, K, KEY64, False)
+        member = keys >= kth[:, None]                                                    # natural K_t
+        r_gate, r_demand, probs = _gates(z, member, row_max, row_sum, ROUTER, DEMAND)
+        if SCORE == GATE_MASS:
+            primary += _fixed(r_demand, valid, scale)
+        elif SCORE == VOTES:
+            primary += tl.sum(tl.where(valid[:, None] & member, 1, 0), axis=0)
+            secondary += _fixed(r_gate, valid, scale)
+        elif SCORE == ROUTER_MASS:
+            primary += _fixed(probs, valid, scale)
+        else:                        # COMMITMENT
+            alpha = tl.load(alpha_ptr + b * s_ab + rows * s_at, mask=valid, other=0.0)
+            primary += _fixed(alpha[:, None] * r_demand, valid, scale)
+            anchor = anchor | (tl.max(tl.where(member & (rows == 0)[:, None], 1, 0), axis=0) > 0)
+
+    # the set S on [E] vectors
+    if SCORE == VOTES:
+        utility = primary.to(tl.float32)
     else:
-        r_demand = r_gate
-    alpha = tl.zeros((BLOCK_T,), dtype=tl.float32)
-    if SCORE == 3:    # COMMITMENT
-        alpha = tl.load(alpha_ptr + b * s_ab + offs_t * s_at, mask=valid, other=0.0)
-    rho = tl.load(params_ptr)                                                            # fp64
-    tolerance = tl.load(params_ptr + 1)                                                  # fp64
-    eligible, utility, anchor = _select(probs, member, r_gate, r_demand, alpha, valid, e_in, offs_t, offs_e,
-                                        budget, tolerance, scale, unit, SCORE, SIZING)
-    if PRUNE == 1:    # NONRESIDENT
+        utility = primary.to(tl.float32) * unit
+    if SIZING == ALL:
+        eligible = e_in
+    elif SCORE == VOTES:             # votes desc, then gate mass desc, then lower index
+        mass_bits = (secondary.to(tl.float32) * unit).to(tl.int32, bitcast=True).to(tl.int64)
+        key = (primary.to(tl.int64) << 47) | (mass_bits << IDX_BITS) | (65535 - offs_e)
+        eligible = e_in & _top_n(tl.where(e_in, key, _lowest(True)), budget, True)
+    elif SCORE == ROUTER_MASS:
+        eligible = e_in & _top_n(tl.where(e_in, _score_keys(utility, offs_e), _lowest(True)), budget, True)
+    else:                            # COMMITMENT: A plus the best non-anchor experts
+        if SIZING == FIXED:
+            n = budget - tl.sum(anchor.to(tl.int32), axis=0)
+        else:
+            log2_n = tl.load(log2_ptr + offs_e, mask=e_in, other=0)                       # log2 of 1..E
+            n = _effective_rank((utility * scale).to(tl.int64), e_in & ~anchor & (utility > 0), log2_n, e_in,
+                                guard)
+        rest = tl.where(e_in & ~anchor, _score_keys(utility, offs_e), _lowest(True))
+        eligible = e_in & (anchor | _top_n(rest, n, True))
+    if PRUNE == NONRESIDENT:
         resident = tl.load(resident_ptr + b * s_rb + offs_e * s_re, mask=e_in, other=1)
-        eligible = _prune(eligible, utility, anchor, resident, offs_e, rho, min_set)
-
-    _, ids, vals = _topk(z, eligible[None, :] & rows, offs_e, offs_k, K, BLOCK_T, BLOCK_K)  # inside S
-    weights = _slot_weights(vals, row_max, row_sum, ROUTER)                              # [BT, BK]
+        eligible = _prune(eligible, utility, anchor, resident, offs_e, scale, rho_q, min_set)
     out_e = b * E + offs_e
     tl.store(eligible_ptr + out_e, eligible.to(tl.int8), mask=e_in)
     tl.store(utility_ptr + out_e, utility, mask=e_in)
     tl.store(anchor_ptr + out_e, anchor.to(tl.int8), mask=e_in)
-    out_k = (b * T + offs_t[:, None]) * K + offs_k[None, :]                              # [BT, BK]
-    k_mask = t_in[:, None] & (offs_k[None, :] < K)
-    tl.store(ids_ptr + out_k, ids.to(tl.int64), mask=k_mask)
-    tl.store(weights_ptr + out_k, weights, mask=k_mask)
+
+    # pass 2: route every token inside S
+    if not NATURAL:
+        for t0 in range(0, T, TC):
+            rows = t0 + offs_c
+            keys, _, row_max, row_sum = _chunk(logits_ptr, b, rows, e_in, offs_e, T, s_lb, s_lt, s_le, KEY64)
+            keys = tl.where(eligible[None, :], keys, _lowest(KEY64))
+            _route_chunk(keys, row_max, row_sum, ids_ptr, weights_ptr, b, rows, offs_k, T, K, ROUTER, LOGIT, KEY64)
 
 
 # ----------------------------------------------------------------------------------------------- wrapper
 
-MAX_TILE = 1 << 16  # elements of one block's [T, E] tile (and of the [E, E] ranking tile)
+MAX_EXPERTS = 1 << 12   # experts per layer the key layout and the [E] vectors allow
+CHUNK = 2048            # elements of one [TC, E] chunk of logits (TC tokens at a time)
 
 _SCORES = {"votes": Score.VOTES, "router-mass": Score.ROUTER_MASS, "commitment": Score.COMMITMENT}
 _SIZINGS = {"all": Sizing.ALL, "fixed": Sizing.FIXED, "self": Sizing.SELF}
@@ -249,15 +367,16 @@ def router_mode(router: Router) -> RouterMode:
 
 
 class TritonVerifier(Verifier):
-    """The Triton backend of `make_verifier`: one launch per MoE layer, one program per block.
-
-    Construction copies rho and the rank tolerance to the device once (make it before a CUDA-graph
-    capture); a call only allocates the outputs and launches. On CPU it runs under TRITON_INTERPRET=1."""
+    """The Triton backend of `make_verifier`: one launch per MoE layer, one program per block (blocks run on
+    several SMs). A call only allocates the outputs and launches. On CPU it runs under TRITON_INTERPRET=1."""
 
     def __init__(self, method: str, router: Router, cfg: SelectorConfig, num_experts: int,
                  device: torch.device | str = "cuda"):
         super().__init__(method, router, cfg, num_experts, device)
-        self.params = torch.tensor([cfg.prune_rho, cfg.rank_tolerance], dtype=torch.float64, device=self.device)
+        # log2_fixed(n) for the set sizes n = 1..E the effective rank compares against
+        self.log2_n = log2_fixed(torch.arange(1, num_experts + 1)).to(self.device)
+        self.fixed = dict(rho_q=rho_fixed(cfg.prune_rho), guard=rank_guard(cfg.rank_tolerance),
+                          scale=float(2 ** cfg.score_bits), unit=2.0 ** -cfg.score_bits)
         self.meta = dict(
             K=router.top_k,
             SCORE=int(_SCORES.get(self.spec.score, Score.GATE_MASS)),
@@ -268,11 +387,15 @@ class TritonVerifier(Verifier):
 
     def _check(self, logits: Tensor, resident: Tensor | None) -> None:
         super()._check(logits, resident)
-        _, T, E = logits.shape
+        if logits.shape[2] > MAX_EXPERTS:
+            raise VerifierInputError(f"E={logits.shape[2]} experts exceed the kernel's {MAX_EXPERTS}; "
+                                     f"use the torch backend")
+
+    def launch_config(self, T: int, E: int) -> dict:
+        """Tile sizes and warps of a launch for blocks of T tokens and E experts."""
         block_e = triton.next_power_of_2(E)
-        if triton.next_power_of_2(T) * block_e > MAX_TILE or block_e * block_e > MAX_TILE:
-            raise VerifierInputError(f"a block of T={T} tokens and E={E} experts exceeds the kernel's tile of "
-                                     f"{MAX_TILE} elements; use the torch backend or smaller blocks")
+        return dict(TC=min(triton.next_power_of_2(T), max(1, CHUNK // block_e)), BLOCK_E=block_e,
+                    BLOCK_K=triton.next_power_of_2(self.router.top_k), num_warps=8)
 
     def _run(self, logits: Tensor, resident: Tensor | None) -> VerifierOutput:
         B, T, E = logits.shape
@@ -285,13 +408,12 @@ class TritonVerifier(Verifier):
             anchor=torch.empty(B, E, dtype=torch.bool, device=dev))
         res = resident.view(torch.uint8) if resident is not None else out.eligible.view(torch.uint8)
         res_b, res_e = (0, res.stride(0)) if res.dim() == 1 else res.stride()
-        block_t, block_e = triton.next_power_of_2(T), triton.next_power_of_2(E)
         _verifier_kernel[(B,)](
-            logits, self.alpha, self.num_tokens, res, self.params,
+            logits, self.alpha, self.num_tokens, res, self.log2_n,
             out.eligible.view(torch.uint8), out.utility, out.anchor.view(torch.uint8), out.ids, out.weights,
-            T, E, self.cfg.budget or E, self.min_set, float(2 ** self.cfg.score_bits), 2.0 ** -self.cfg.score_bits,
-            *logits.stride(), *self.alpha.stride(), res_b, res_e,
-            BLOCK_T=block_t, BLOCK_E=block_e, BLOCK_K=triton.next_power_of_2(K),
+            T, E, self.cfg.budget or E, self.min_set, **self.fixed,
+            s_lb=logits.stride(0), s_lt=logits.stride(1), s_le=logits.stride(2),
+            s_ab=self.alpha.stride(0), s_at=self.alpha.stride(1), s_rb=res_b, s_re=res_e,
             PRUNE=int(Prune.NONRESIDENT if resident is not None else Prune.OFF),
-            num_warps=4 if block_t * block_e <= 2048 else 8, **self.meta)
+            **self.launch_config(T, E), **self.meta)
         return out

@@ -2,8 +2,9 @@
 
 For every method x router x logit dtype x pruning x T, the launch the wrapper makes is captured (no GPU
 needed), compiled for sm_90 (H100/H200) and sm_120 (RTX 5090 / RTX PRO 6000) with `triton.compile`, and
-the cubin is read with the Triton wheel's `cuobjdump`: registers, stack and local (spill) bytes, SASS
-instructions, fp64 SASS instructions and shuffles. Run without TRITON_INTERPRET.
+the cubin is read with the Triton wheel's `cuobjdump`: registers, stack and local bytes, spill bytes (the
+wheel's `ptxas -v` on the same PTX), SASS instructions, fp64 SASS instructions and shuffles. Run without
+TRITON_INTERPRET.
 
     ./reproduce.sh bench-kernel [--archs 90 120] [--tokens 16 64 128] [--routers qwen3 gpt-oss qwen3-e256]
 """
@@ -49,7 +50,8 @@ def variants(routers, dtypes, tokens) -> list[Variant]:
 
 
 def launch_of(v: Variant):
-    """The launch the batched verifier's Triton backend makes for one layer of one block of T tokens."""
+    """The launch the Triton verifier backend makes for one layer of one block of T tokens."""
+    from acceptmoe.kernels import make_verifier
     from acceptmoe.kernels import verifier as module
     from acceptmoe.kernels.offline import capture_launch
     from acceptmoe.methods import BlockInfo, Router, SelectorConfig
@@ -60,10 +62,9 @@ def launch_of(v: Variant):
     block = BlockInfo.from_parents([-1] + [(t - 1) // 4 for t in range(1, v.tokens)])   # bushy, depth <= 4
     logits = torch.zeros(1, v.tokens, E, dtype=DTYPES[v.dtype])
     resident = torch.zeros(E, dtype=torch.bool) if v.prune else None
-    verifier = module.FusedVerifier(v.method, router, cfg, E, "cpu")
-    alpha, num_tokens = verifier.block_inputs([block])
-    return capture_launch(module, "_verifier_kernel",
-                          lambda: verifier(logits, alpha if verifier.needs_alpha else None, num_tokens, resident))
+    verifier = make_verifier("triton", v.method, router, cfg, E, "cpu")
+    verifier.prepare([block])
+    return capture_launch(module, "_verifier_kernel", lambda: verifier(logits, resident))
 
 
 def measure(args: tuple[Variant, int]) -> dict:
@@ -85,17 +86,17 @@ def run(archs, routers, dtypes, tokens, jobs: int) -> list[dict]:
 
 
 def format_table(rows: list[dict]) -> str:
-    lines = ["| arch | router | method | dtype | prune | T | warps | regs | stack B | local B | SASS | fp64 | SHFL |",
-             "|---|---|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    lines = ["| arch | router | method | dtype | prune | T | warps | regs | stack B | local B | spill B | SASS | fp64 "
+             "| SHFL |", "|---|---|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for r in rows:
         v, s = r["variant"], r["stats"]
         lines.append(f"| sm_{r['arch']} | {v.router} | {v.method} | {v.dtype} | {'on' if v.prune else 'off'} | "
-                     f"{v.tokens} | {r['num_warps']} | {s.registers} | {s.stack} | {s.local} | {s.sass} | "
+                     f"{v.tokens} | {r['num_warps']} | {s.registers} | {s.stack} | {s.local} | {s.spill} | {s.sass} | "
                      f"{s.fp64} | {s.shuffles} |")
     spills = sum(r["stats"].spills for r in rows)
     fp64 = sum(r["stats"].fp64 > 0 for r in rows)
     worst = max(rows, key=lambda r: r["stats"].sass)
-    lines += ["", f"{len(rows)} variants: {spills} with stack or local bytes (spills), {fp64} with fp64 SASS; "
+    lines += ["", f"{len(rows)} variants: {spills} spilling (spill or local bytes), {fp64} with fp64 SASS; "
                   f"most SASS: {worst['stats'].sass} ({worst['variant']}, sm_{worst['arch']})"]
     return "\n".join(lines)
 
