@@ -354,7 +354,7 @@ def _verifier_kernel(
 # ----------------------------------------------------------------------------------------------- wrapper
 
 MAX_EXPERTS = 1 << 12   # experts per layer the key layout and the [E] vectors allow
-CHUNK = 2048            # elements of one [TC, E] chunk of logits (TC tokens at a time)
+WARPS = 8               # one token of a chunk per warp: a token's reductions over E stay inside its warp
 
 _SCORES = {"votes": Score.VOTES, "router-mass": Score.ROUTER_MASS, "commitment": Score.COMMITMENT}
 _SIZINGS = {"all": Sizing.ALL, "fixed": Sizing.FIXED, "self": Sizing.SELF}
@@ -394,8 +394,8 @@ class TritonVerifier(Verifier):
     def launch_config(self, T: int, E: int) -> dict:
         """Tile sizes and warps of a launch for blocks of T tokens and E experts."""
         block_e = triton.next_power_of_2(E)
-        return dict(TC=min(triton.next_power_of_2(T), max(1, CHUNK // block_e)), BLOCK_E=block_e,
-                    BLOCK_K=triton.next_power_of_2(self.router.top_k), num_warps=8)
+        return dict(TC=min(triton.next_power_of_2(T), WARPS), BLOCK_E=block_e,
+                    BLOCK_K=triton.next_power_of_2(self.router.top_k), num_warps=WARPS)
 
     def _run(self, logits: Tensor, resident: Tensor | None) -> VerifierOutput:
         B, T, E = logits.shape
