@@ -9,6 +9,7 @@ ids must agree exactly, utilities and weights to 1e-6.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import pytest
@@ -273,3 +274,87 @@ def test_ties_go_to_the_lower_expert_index():
             assert out.eligible[:12].all() and not out.eligible[12:].any()
             assert torch.equal(out.ids, torch.arange(4).expand(7, 4))
             assert torch.allclose(out.weights, torch.full((7, 4), 0.25))
+
+
+# --- the kernel's integer sizing and pruning on adversarial inputs -------------------------------------
+
+import triton  # noqa: E402
+import triton.language as tl  # noqa: E402
+
+from acceptmoe.kernels.verifier import _effective_rank, _prune  # noqa: E402
+from acceptmoe.methods import Selection, effective_rank_size  # noqa: E402
+from acceptmoe.methods.fixed import log2_fixed, rank_guard, rho_fixed  # noqa: E402
+
+
+@triton.jit
+def _sizing_probe(u_ptr, cand_ptr, elig_ptr, anchor_ptr, res_ptr, log2_ptr, n_ptr, kept_ptr,
+                  E, guard, scale, rho_q, min_set, BE: tl.constexpr):
+    offs = tl.arange(0, BE)
+    e_in = offs < E
+    u = tl.load(u_ptr + offs, mask=e_in, other=0.0)
+    cand = e_in & (tl.load(cand_ptr + offs, mask=e_in, other=0) != 0)
+    log2_n = tl.load(log2_ptr + offs, mask=e_in, other=0)
+    tl.store(n_ptr, _effective_rank((u * scale).to(tl.int64), cand, log2_n, e_in, guard))
+    eligible = e_in & (tl.load(elig_ptr + offs, mask=e_in, other=0) != 0)
+    anchor = tl.load(anchor_ptr + offs, mask=e_in, other=0) != 0
+    resident = tl.load(res_ptr + offs, mask=e_in, other=1)
+    kept = _prune(eligible, u, anchor, resident, offs, scale, rho_q, min_set)
+    tl.store(kept_ptr + offs, kept.to(tl.int8), mask=e_in)
+
+
+def kernel_sizing(u, eligible, anchor, resident, cfg, min_set):
+    """(n_er over u > 0, pruned set) from the kernel's own `_effective_rank` and `_prune`."""
+    E = u.numel()
+    n, kept = torch.zeros(1, dtype=torch.int32), torch.zeros(E, dtype=torch.int8)
+    as_u8 = lambda m: m.to(torch.uint8)
+    _sizing_probe[(1,)](u, as_u8(u > 0), as_u8(eligible), as_u8(anchor), as_u8(resident),
+                        log2_fixed(torch.arange(1, E + 1)), n, kept, E, rank_guard(cfg.rank_tolerance),
+                        float(2 ** cfg.score_bits), rho_fixed(cfg.prune_rho), min_set,
+                        BE=triton.next_power_of_2(E))
+    return int(n), kept.bool()
+
+
+def on_grid(x: list[float]) -> torch.Tensor:
+    """Block scores are multiples of 2^-22 (`block_sum`)."""
+    return torch.tensor([round(v * 2**22) / 2**22 for v in x], dtype=torch.float32)
+
+
+def boundary_demands() -> list[torch.Tensor]:
+    """Demand whose effective rank sits at the guarded ceiling's boundary (exp(H) = n * 2^(guard / 2^16),
+    the fixed-point form of n / (1 - tol)), just below, at and just above it, plus huge, single and tied
+    demand."""
+    out = []
+    for n in (2, 3, 7):
+        for rel in (-1e-5, -1e-6, -1e-8, 0.0, 1e-8, 1e-6, 1e-5):
+            target = n * 2 ** (rank_guard(1e-4) / 2**16) * (1 + rel)
+            lo, hi = 0.0, 1.0 / (n + 1)
+            for _ in range(100):                                # small (n+1)-th expert's share
+                mid = (lo + hi) / 2
+                q = [(1 - mid) / n] * n + [mid]
+                rank = math.exp(-sum(x * math.log(x) for x in q if x > 0))
+                lo, hi = (mid, hi) if rank < target else (lo, mid)
+            out.append(on_grid([(1 - lo) / n * 37.0] * n + [lo * 37.0]))
+    out += [on_grid([300.0, 200.0, 100.0, 50.0]), on_grid([2.0**-22]), on_grid([0.25] * 9 + [0.0] * 3)]
+    return out
+
+
+@pytest.mark.parametrize("i", range(len(boundary_demands())))
+def test_kernel_effective_rank_is_the_reference_at_boundaries(i):
+    u = boundary_demands()[i]
+    cfg = SelectorConfig()
+    everything = torch.ones(u.numel(), dtype=torch.bool)
+    n, _ = kernel_sizing(u, everything, ~everything, everything, cfg, 0)
+    assert n == effective_rank_size(u, cfg)
+
+
+@pytest.mark.parametrize("rho, min_set", [(0.25, 0), (0.5, 3), (0.1, 0), (1.0, 2), (0.0, 0)])
+def test_kernel_pruning_is_the_reference_at_the_budget(rho, min_set):
+    """Utilities whose prefix sums hit rho * total exactly (rho in 2^-16 units), ties, anchors, residents."""
+    u = on_grid([1.0, 1.0, 2.0, 4.0, 8.0, 0.5, 0.5, 3.0, 0.0, 16.0])
+    eligible = torch.tensor([1, 1, 1, 1, 1, 1, 1, 1, 1, 0], dtype=torch.bool)
+    anchor = torch.tensor([0, 0, 0, 0, 1, 0, 0, 0, 0, 0], dtype=torch.bool)
+    resident = torch.tensor([0, 0, 0, 0, 0, 0, 0, 1, 0, 0], dtype=torch.bool)
+    cfg = SelectorConfig(prune_rho=rho, prune_min_set=min_set)
+    _, kept = kernel_sizing(u, eligible, anchor, resident, cfg, min_set)
+    want = prune_nonresident(Selection(eligible, u, anchor), resident, cfg)
+    assert torch.equal(kept, want), (kept, want)
