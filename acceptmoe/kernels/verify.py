@@ -69,7 +69,8 @@ class Verifier:
         self.num_tokens: Tensor | None = None   # int32 [B]
 
     def prepare(self, blocks: BlockInfo | Sequence[BlockInfo], pad_to: int | None = None) -> None:
-        """Bind one verification step's blocks (padded to T = pad_to or the longest block)."""
+        """Bind one verification step's blocks (padded to T = pad_to or the longest block). Steps of the same
+        shape reuse the same device buffers, so a captured CUDA graph sees each step's values."""
         blocks = [blocks] if isinstance(blocks, BlockInfo) else list(blocks)
         if not blocks:
             raise VerifierInputError("prepare needs at least one verification block")
@@ -81,8 +82,12 @@ class Verifier:
                 raise VerifierInputError(f"block {i} has {b.num_tokens} tokens, more than the padded T={T}")
             if self.spec.needs_commitment:
                 alpha[i, : b.num_tokens] = commitment_weights(b, self.cfg)
-        self.alpha = alpha.to(self.device)
-        self.num_tokens = torch.tensor([b.num_tokens for b in blocks], dtype=torch.int32).to(self.device)
+        num_tokens = torch.tensor([b.num_tokens for b in blocks], dtype=torch.int32)
+        if self.alpha is not None and self.alpha.shape == alpha.shape:    # same buffers: CUDA-graph replay
+            self.alpha.copy_(alpha)
+            self.num_tokens.copy_(num_tokens)
+        else:
+            self.alpha, self.num_tokens = alpha.to(self.device), num_tokens.to(self.device)
 
     def __call__(self, logits: Tensor, resident: Tensor | None = None) -> VerifierOutput:
         """logits [B, T, E] of one MoE layer; resident bool [E] or [B, E] (the pool before the pass) or None."""
