@@ -390,6 +390,10 @@ class TritonVerifier(Verifier):
         if logits.shape[2] > MAX_EXPERTS:
             raise VerifierInputError(f"E={logits.shape[2]} experts exceed the kernel's {MAX_EXPERTS}; "
                                      f"use the torch backend")
+        max_tokens = (1 << (31 - self.cfg.score_bits)) - 1                 # int32 fixed-point block sums
+        if logits.shape[1] > max_tokens:
+            raise VerifierInputError(f"blocks of T={logits.shape[1]} tokens exceed {max_tokens} (int32 sums of "
+                                     f"score_bits={self.cfg.score_bits} fixed point); lower score_bits or split")
 
     def launch_config(self, T: int, E: int) -> dict:
         """Tile sizes and warps of a launch for blocks of T tokens and E experts."""
