@@ -13,8 +13,8 @@ Fields where the paper is silent are our choices and are documented here:
   block's tokens of per-token terms in [0, 1], each truncated to a multiple of 2^-score_bits (fixed
   point). Integer sums are exact and do not depend on the order of summation, so every backend (torch,
   the Triton kernel, any GPU) ranks the same scores and breaks the same ties. 22 bits keep a block of
-  up to 511 tokens within the kernel's int32 sums; the truncation error (< 2.4e-7 per token) is far below the gap between
-  experts that matter.
+  up to 511 tokens within the kernel's int32 sums; the truncation error (< 2.4e-7 per token) is far
+  below the gap between experts that matter.
 """
 from __future__ import annotations
 
