@@ -103,7 +103,7 @@ def _logit_keys(raw, e_ok, offs_e, KEY64: tl.constexpr):
         bits = tl.where(raw == 0.0, 0, raw.to(tl.int16, bitcast=True).to(tl.int32))
         key = bits ^ ((bits >> 15) & 0x7FFF)
     key = (key << IDX_BITS) | (65535 - offs_e)[None, :]
-    return tl.where(e_ok, key, _lowest(KEY64))
+    return tl.where(e_ok, key, tl.full((), 1, key.dtype) << (key.dtype.primitive_bitwidth - 1))   # lowest
 
 
 @triton.jit
@@ -120,10 +120,10 @@ def _key_logit(key, LOGIT: tl.constexpr, KEY64: tl.constexpr):
 
 
 @triton.jit
-def _topk(keys, offs_k, K: tl.constexpr, KEY64: tl.constexpr, SLOTS: tl.constexpr):
+def _topk(keys, offs_k, K: tl.constexpr, SLOTS: tl.constexpr):
     """Per-row top-K of unique keys [TC, BE], one max-reduction per place: the K-th key [TC] (membership is
     keys >= it) and, if SLOTS, the keys of places 0..K-1 [TC, BK], best first."""
-    low = _lowest(KEY64)
+    low = tl.full((), 1, keys.dtype) << (keys.dtype.primitive_bitwidth - 1)                # the lowest key
     last = tl.max(keys, axis=1)                                                          # [TC]
     slots = tl.where(offs_k[None, :] == 0, last[:, None], low)                           # [TC, BK]
     for i in tl.static_range(1, K):
@@ -161,7 +161,7 @@ def _chunk(logits_ptr, b, rows, e_in, offs_e, T, s_lb, s_lt, s_le, KEY64: tl.con
 def _route_chunk(keys, row_max, row_sum, ids_ptr, weights_ptr, b, rows, offs_k, T,
                  K: tl.constexpr, ROUTER: tl.constexpr, LOGIT: tl.constexpr, KEY64: tl.constexpr):
     """Top-K of the (already masked) keys of one chunk, stored as ids [TC, K] and weights [TC, K]."""
-    _, slots = _topk(keys, offs_k, K, KEY64, True)                                      # [TC, BK]
+    _, slots = _topk(keys, offs_k, K, True)                                      # [TC, BK]
     ids = 65535 - (slots & 65535).to(tl.int64)
     weights = _slot_weights(_key_logit(slots, LOGIT, KEY64), row_max, row_sum, ROUTER)
     out = (b * T + rows[:, None]) * K + offs_k[None, :]                                  # [TC, BK]
@@ -297,7 +297,7 @@ def _verifier_kernel(
         keys, z, row_max, row_sum = _chunk(logits_ptr, b, rows, e_in, offs_e, T, s_lb, s_lt, s_le, KEY64)
         if NATURAL:                  # the natural top-k is the routing
             _route_chunk(keys, row_max, row_sum, ids_ptr, weights_ptr, b, rows, offs_k, T, K, ROUTER, LOGIT, KEY64)
-        kth, _ = _topk(keys, offs_k, K, KEY64, False)
+        kth, _ = _topk(keys, offs_k, K, False)
         member = keys >= kth[:, None]                                                    # natural K_t
         r_gate, r_demand, probs = _gates(z, member, row_max, row_sum, ROUTER, DEMAND)
         if SCORE == GATE_MASS:
@@ -344,10 +344,11 @@ def _verifier_kernel(
 
     # pass 2: route every token inside S
     if not NATURAL:
+        outside = _lowest(KEY64)
         for t0 in range(0, T, TC):
             rows = t0 + offs_c
             keys, _, row_max, row_sum = _chunk(logits_ptr, b, rows, e_in, offs_e, T, s_lb, s_lt, s_le, KEY64)
-            keys = tl.where(eligible[None, :], keys, _lowest(KEY64))
+            keys = tl.where(eligible[None, :], keys, outside)
             _route_chunk(keys, row_max, row_sum, ids_ptr, weights_ptr, b, rows, offs_k, T, K, ROUTER, LOGIT, KEY64)
 
 
