@@ -11,6 +11,7 @@ TRITON_INTERPRET.
 from __future__ import annotations
 
 import os
+import sys
 import time
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
@@ -39,14 +40,10 @@ class Variant:
 
 
 def variants(routers, dtypes, tokens) -> list[Variant]:
-    out = []
-    for router in routers:
-        for method in METHODS:
-            for dtype in dtypes:
-                for prune in ((False,) if method == "standard-sd" else (False, True)):
-                    for T in tokens:
-                        out.append(Variant(method, router, dtype, prune, T))
-    return out
+    """Every combination, the most telling first (T in the given order outermost), so a partial run is useful."""
+    return [Variant(method, router, dtype, prune, T)
+            for T in tokens for router in routers for dtype in dtypes for method in METHODS
+            for prune in ((False,) if method == "standard-sd" else (False, True))]
 
 
 def launch_of(v: Variant):
@@ -77,27 +74,33 @@ def measure(args: tuple[Variant, int]) -> dict:
             "compile_s": time.perf_counter() - t0}
 
 
-def run(archs, routers, dtypes, tokens, jobs: int) -> list[dict]:
-    work = [(v, arch) for arch in archs for v in variants(routers, dtypes, tokens)]
-    if jobs <= 1:
-        return [measure(w) for w in work]
-    with ProcessPoolExecutor(jobs) as pool:
-        return list(pool.map(measure, work))
+def run(archs, routers, dtypes, tokens, jobs: int, on_row=None) -> list[dict]:
+    work = [(v, arch) for v in variants(routers, dtypes, tokens) for arch in archs]
+    rows = []
+    with ProcessPoolExecutor(max(1, jobs)) as pool:
+        for row in pool.map(measure, work):
+            rows.append(row)
+            if on_row is not None:
+                on_row(row)
+    return rows
+
+
+def format_row(r: dict) -> str:
+    v, s = r["variant"], r["stats"]
+    return (f"| sm_{r['arch']} | {v.router} | {v.method} | {v.dtype} | {'on' if v.prune else 'off'} | "
+            f"{v.tokens} | {r['num_warps']} | {s.registers} | {s.stack} | {s.local} | {s.spill} | {s.sass} | "
+            f"{s.fp64} | {s.shuffles} |")
 
 
 def format_table(rows: list[dict]) -> str:
     lines = ["| arch | router | method | dtype | prune | T | warps | regs | stack B | local B | spill B | SASS | fp64 "
              "| SHFL |", "|---|---|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
-    for r in rows:
-        v, s = r["variant"], r["stats"]
-        lines.append(f"| sm_{r['arch']} | {v.router} | {v.method} | {v.dtype} | {'on' if v.prune else 'off'} | "
-                     f"{v.tokens} | {r['num_warps']} | {s.registers} | {s.stack} | {s.local} | {s.spill} | {s.sass} | "
-                     f"{s.fp64} | {s.shuffles} |")
+    lines += [format_row(r) for r in rows]
     spills = sum(r["stats"].spills for r in rows)
     fp64 = sum(r["stats"].fp64 > 0 for r in rows)
-    worst = max(rows, key=lambda r: r["stats"].sass)
-    lines += ["", f"{len(rows)} variants: {spills} spilling (spill or local bytes), {fp64} with fp64 SASS; "
-                  f"most SASS: {worst['stats'].sass} ({worst['variant']}, sm_{worst['arch']})"]
+    worst = max(rows, key=lambda r: r["stats"].sass, default=None)
+    lines += ["", f"{len(rows)} variants: {spills} spilling (spill or local bytes), {fp64} with fp64 SASS"
+              + (f"; most SASS: {worst['stats'].sass} ({worst['variant']}, sm_{worst['arch']})" if worst else "")]
     return "\n".join(lines)
 
 
@@ -112,7 +115,8 @@ def main(argv: list[str] | None = None) -> int:
     if os.environ.get("TRITON_INTERPRET", "0") not in ("", "0"):
         p.error("TRITON_INTERPRET is set: unset it, the kernel is compiled for real GPU targets")
     t0 = time.perf_counter()
-    rows = run(a.archs, a.routers, a.dtypes, a.tokens, a.jobs)
+    rows = run(a.archs, a.routers, a.dtypes, a.tokens, a.jobs,
+               on_row=lambda r: print(format_row(r), file=sys.stderr, flush=True))
     print(format_table(rows))
     print(f"compiled in {time.perf_counter() - t0:.0f} s")
     return 0
