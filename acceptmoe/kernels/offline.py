@@ -92,6 +92,7 @@ class KernelStats:
     stack: int            # bytes of stack (cuobjdump; includes the frames of called subroutines)
     local: int            # bytes of local memory
     spill: int            # bytes of spill stores + loads (ptxas -v on the same PTX)
+    local_ops: int        # local-memory instructions (STL, LDL) in the SASS: spills or stack arrays
     sass: int             # SASS instructions
     fp64: int             # fp64 SASS instructions
     shuffles: int         # SHFL instructions (warp reductions)
@@ -99,7 +100,7 @@ class KernelStats:
 
     @property
     def spills(self) -> bool:
-        return self.spill > 0 or self.local > 0
+        return self.spill > 0 or self.local > 0 or self.local_ops > 0
 
 
 def ptxas_spill_bytes(ptx: str, arch: int) -> int:
@@ -128,7 +129,8 @@ def cubin_stats(cubin: bytes, spill: int = 0) -> KernelStats:
     is_fp64 = lambda op: op.split(".")[0] in _FP64_OPS or "F64" in op or "64H" in op
     return KernelStats(
         registers=field("REG"), stack=field("STACK"), local=field("LOCAL"), spill=spill, shared=field("SHARED"),
-        sass=len(ops), fp64=sum(map(is_fp64, ops)), shuffles=sum(op.startswith("SHFL") for op in ops))
+        sass=len(ops), fp64=sum(map(is_fp64, ops)), shuffles=sum(op.startswith("SHFL") for op in ops),
+        local_ops=sum(op.split(".")[0] in ("STL", "LDL") for op in ops))
 
 
 def compile_stats(launch: Launch, arch: int) -> KernelStats:

@@ -3,8 +3,8 @@
 For every method x router x logit dtype x pruning x T, the launch the wrapper makes is captured (no GPU
 needed), compiled for sm_90 (H100/H200) and sm_120 (RTX 5090 / RTX PRO 6000) with `triton.compile`, and
 the cubin is read with the Triton wheel's `cuobjdump`: registers, stack and local bytes, spill bytes (the
-wheel's `ptxas -v` on the same PTX), SASS instructions, fp64 SASS instructions and shuffles. Run without
-TRITON_INTERPRET.
+wheel's `ptxas -v` on the same PTX), local-memory instructions (STL/LDL) in the SASS, SASS instructions,
+fp64 SASS instructions and shuffles. Run without TRITON_INTERPRET.
 
     ./reproduce.sh bench-kernel [--archs 90 120] [--tokens 16 64 128] [--routers qwen3 gpt-oss qwen3-e256]
 """
@@ -88,18 +88,19 @@ def run(archs, routers, dtypes, tokens, jobs: int, on_row=None) -> list[dict]:
 def format_row(r: dict) -> str:
     v, s = r["variant"], r["stats"]
     return (f"| sm_{r['arch']} | {v.router} | {v.method} | {v.dtype} | {'on' if v.prune else 'off'} | "
-            f"{v.tokens} | {r['num_warps']} | {s.registers} | {s.stack} | {s.local} | {s.spill} | {s.sass} | "
+            f"{v.tokens} | {r['num_warps']} | {s.registers} | {s.stack} | {s.local} | {s.spill} | "
+            f"{s.local_ops} | {s.sass} | "
             f"{s.fp64} | {s.shuffles} |")
 
 
 def format_table(rows: list[dict]) -> str:
-    lines = ["| arch | router | method | dtype | prune | T | warps | regs | stack B | local B | spill B | SASS | fp64 "
-             "| SHFL |", "|---|---|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    lines = ["| arch | router | method | dtype | prune | T | warps | regs | stack B | local B | spill B | STL/LDL "
+             "| SASS | fp64 | SHFL |", "|---|---|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     lines += [format_row(r) for r in rows]
     spills = sum(r["stats"].spills for r in rows)
     fp64 = sum(r["stats"].fp64 > 0 for r in rows)
     worst = max(rows, key=lambda r: r["stats"].sass, default=None)
-    lines += ["", f"{len(rows)} variants: {spills} spilling (spill or local bytes), {fp64} with fp64 SASS"
+    lines += ["", f"{len(rows)} variants: {spills} spilling (spill or local bytes, STL/LDL), {fp64} with fp64 SASS"
               + (f"; most SASS: {worst['stats'].sass} ({worst['variant']}, sm_{worst['arch']})" if worst else "")]
     return "\n".join(lines)
 
