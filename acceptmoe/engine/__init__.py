@@ -10,13 +10,11 @@ The engine knows nothing of tokenization, tasks or run folders: it maps token id
 """
 from .backend import EngineBackend
 from .eagle3 import DraftMismatchError, Eagle3Draft, Eagle3Drafter
-from .engine import Engine, Generation, TorchVerifier, VerifyOut, load_engine, register_verifier_backend
+from .engine import Engine, Generation, load_engine
 from .trace import Trace, commitment_table, load_traces, save_traces
 from .tree import DraftTree, TreeShape
 
 __all__ = [
-    "EngineBackend",
-    "DraftMismatchError", "DraftTree", "Eagle3Draft", "Eagle3Drafter", "Engine", "Generation", "TorchVerifier",
-    "Trace", "TreeShape", "VerifyOut", "commitment_table", "load_engine", "load_traces",
-    "register_verifier_backend", "save_traces",
+    "DraftMismatchError", "DraftTree", "Eagle3Draft", "Eagle3Drafter", "Engine", "EngineBackend", "Generation",
+    "Trace", "TreeShape", "commitment_table", "load_engine", "load_traces", "save_traces",
 ]

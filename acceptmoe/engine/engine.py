@@ -6,16 +6,16 @@
 
 Every method shares one loop. `vanilla-ar` decodes one token per target step with natural routing. The
 speculative methods draft an EAGLE-2 tree with the EAGLE-3 head, then run one target pass over root +
-draft nodes with the tree mask. In that pass every MoE layer's routing goes through a verifier: the
-method's eligible set S for the block (`BlockSelector`), residency-aware pruning of S against the expert
-pool (`prune_batched`; AcceptMoE under the offloaded store by default), then constrained top-k (`route`).
-`standard-sd` verifies with natural routing. Acceptance is greedy: the longest root path whose tokens are
+draft nodes with the tree mask. In that pass every MoE layer's routing goes through the batched verifier
+(`acceptmoe.kernels.make_verifier`): the method's eligible set S for the block, residency-aware pruning of
+S against the expert pool (AcceptMoE under the offloaded store by default), then constrained top-k.
+`standard-sd` verifies with natural routing (`router.natural`, the same function plain decoding uses). Acceptance is greedy: the longest root path whose tokens are
 the target's argmax, plus the bonus token; the KV cache keeps the accepted path and the drafter is fed the
 accepted tokens with the target's features.
 
-Verifier backends (the hook point for the fused kernel): `torch`, the reference above on any device;
-`triton`, the fused kernel of `acceptmoe.kernels` (one launch per layer, no host sync); and any backend
-registered with `register_verifier_backend`. `backend="auto"` takes `triton` on CUDA, else `torch`.
+Verifier backends (`Engine(backend=...)`): `torch` (tensor code on any device), `triton` (the fused kernel,
+one launch per layer, no host sync), any name registered with `acceptmoe.kernels.register_backend`, and
+`auto` = `triton` on CUDA, else `torch`.
 """
 from __future__ import annotations
 
@@ -24,14 +24,14 @@ import functools
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, NamedTuple, Sequence
+from typing import Sequence
 
 import torch
 from torch import Tensor
 
 from acceptmoe.errors import UserError
-from acceptmoe.methods import (BlockInfo, BlockSelector, MethodSpec, Router, SelectorConfig, Variant, prune_batched,
-                               route)
+from acceptmoe.kernels import Verifier, VerifierOutput, make_verifier, resolve_backend
+from acceptmoe.methods import MethodSpec, Router, SelectorConfig, Variant
 from acceptmoe.methods.config import check_for_method
 
 from .eagle3 import Eagle3Draft, Eagle3Drafter
@@ -39,69 +39,11 @@ from .trace import Trace
 from .tree import DraftTree, TreeShape
 
 
-class VerifyOut(NamedTuple):
-    ids: Tensor        # [T, k] long
-    weights: Tensor    # [T, k] fp32
-    eligible: Tensor   # [E] bool, the final set S
-    utility: Tensor    # [E] fp32, the method's score
-    anchor: Tensor     # [E] bool
-
-
-class TorchVerifier:
-    """Reference verifier for one block: BlockSelector, optional prune_batched, then route (Eq. 2)."""
-
-    def __init__(self, method: str, block: BlockInfo, router: Router, cfg: SelectorConfig, num_experts: int,
-                 device: torch.device, prune: bool):
-        self.selector = BlockSelector(method, block, router, cfg, num_experts, device)
-        self.router, self.cfg, self.prune = router, cfg, prune
-
-    def __call__(self, logits: Tensor, resident: Tensor | None) -> VerifyOut:
-        """logits [T, E]; resident [E] bool (the pool before the pass) when pruning, else None."""
-        sel = self.selector(logits)
-        eligible = prune_batched(sel, resident, self.cfg, self.router.top_k) if self.prune else sel.eligible
-        ids, weights = route(logits, eligible, self.router)
-        return VerifyOut(ids, weights, eligible, sel.utility, sel.anchor)
-
-
-class TritonVerifier:
-    """The fused Triton kernel (`acceptmoe.kernels.FusedVerifier`) behind the same per-block interface.
-
-    On CPU it runs only under TRITON_INTERPRET=1 (tests); on CUDA it is the default (`backend="auto"`)."""
-
-    def __init__(self, method: str, block: BlockInfo, router: Router, cfg: SelectorConfig, num_experts: int,
-                 device: torch.device, prune: bool):
-        self.kernel = _fused_verifier(method, router, cfg, num_experts, device)
-        self.alpha, self.num_tokens = self.kernel.block_inputs([block])          # [1, T], [1]
-        self.prune = prune
-
-    def __call__(self, logits: Tensor, resident: Tensor | None) -> VerifyOut:
-        out = self.kernel(logits[None], self.alpha, self.num_tokens, resident if self.prune else None)
-        return VerifyOut(out.ids[0], out.weights[0], out.eligible[0], out.utility[0], out.anchor[0])
-
-
 @functools.lru_cache(maxsize=32)
-def _fused_verifier(method: str, router: Router, cfg: SelectorConfig, num_experts: int, device: torch.device):
-    """One kernel object per method and config (its construction copies parameters to the device)."""
-    from acceptmoe.kernels import FusedVerifier
-    return FusedVerifier(method, router, cfg, num_experts, device)
-
-
-VerifierFactory = Callable[[str, BlockInfo, Router, SelectorConfig, int, torch.device, bool],
-                           Callable[[Tensor, "Tensor | None"], VerifyOut]]
-VERIFIER_BACKENDS: dict[str, VerifierFactory] = {"torch": TorchVerifier, "triton": TritonVerifier}
-
-
-def register_verifier_backend(name: str, factory: VerifierFactory) -> None:
-    """Make a verifier backend available to `Engine(backend=name)`."""
-    VERIFIER_BACKENDS[name] = factory
-
-
-def _resolve_backend(backend: str, device: torch.device) -> VerifierFactory:
-    if backend == "auto":
-        backend = "triton" if device.type == "cuda" else "torch"
-    if backend not in VERIFIER_BACKENDS:
-        raise ValueError(f"unknown verifier backend {backend!r}; registered: {', '.join(VERIFIER_BACKENDS)}")
-    return VERIFIER_BACKENDS[backend]
+def _verifier(backend: str, method: str, router: Router, cfg: SelectorConfig, num_experts: int,
+              device: torch.device) -> Verifier:
+    """One batched verifier per backend, method and config (prepared again at every verification step)."""
+    return make_verifier(backend, method, router, cfg, num_experts, device)
 
 
 @dataclass
@@ -150,7 +92,7 @@ class Engine:
         self.num_experts: int = model.config.num_experts
         self.device = torch.device(model.device)
         self.eos_token_ids: set[int] = set(model.config.eos_token_ids)
-        self.verifier_factory = _resolve_backend(backend, self.device)
+        self.backend = resolve_backend(backend, self.device)
         if draft is not None:
             draft.bind(model)
 
@@ -220,7 +162,7 @@ class Engine:
         from importlib import metadata
         return {"engine": self.name, "version": metadata.version("acceptmoe"), "device": str(self.device),
                 "dtype": str(self.model.dtype).removeprefix("torch."), "store": self.model.store.kind,
-                "verifier": getattr(self.verifier_factory, "__name__", str(self.verifier_factory)),
+                "verifier": self.backend,
                 "tree": dataclasses.asdict(self.tree)}
 
     # ----- the loop -----
@@ -261,19 +203,24 @@ class Engine:
         return output
 
     def _policy(self, tree: DraftTree, st: _State, rows: list[Tensor] | None):
-        """The verification pass's routing policy, or None for natural routing without a trace."""
+        """The verification pass's routing policy, or None for natural routing without a trace.
+
+        A restricting method routes inside its verifier's set S; Standard SD routes naturally
+        (`router.natural`, as plain decoding does) and calls the verifier only for the trace."""
         if not st.spec.restricts and rows is None:
             return None
-        verifier = self.verifier_factory(st.spec.name, tree.block, self.router, st.cfg, self.num_experts,
-                                         self.device, st.prune)
+        verifier = _verifier(self.backend, st.spec.name, self.router, st.cfg, self.num_experts, self.device)
+        verifier.prepare([tree.block])
         store = self.model.store
 
         def policy(layer: int, logits: Tensor) -> tuple[Tensor, Tensor]:
             resident = store.resident(layer).to(logits.device) if st.prune else None
-            out = verifier(logits, resident)
+            out = verifier(logits[None], resident)                                  # B = 1
+            natural = self.router.natural(logits) if rows is not None or not st.spec.restricts else None
+            ids, weights = (out.ids[0], out.weights[0]) if st.spec.restricts else natural
             if rows is not None:
-                rows.append(_layer_stats(layer, logits, out, self.router))
-            return out.ids, out.weights
+                rows.append(_layer_stats(layer, natural[0], ids, out))
+            return ids, weights
         return policy
 
     def _commit(self, st: _State, new: list[int]) -> int:
@@ -299,17 +246,17 @@ class Engine:
         return time.perf_counter()
 
 
-def _layer_stats(layer: int, logits: Tensor, out: VerifyOut, router: Router) -> Tensor:
-    """fp64 [6] in trace.LAYER_FIELDS order, computed on the device (no host sync)."""
-    E = logits.shape[-1]
-    nat_ids, _ = router.natural(logits)                                            # [T, k]
-    union = lambda ids: torch.zeros(E, dtype=torch.bool, device=logits.device).scatter(0, ids.flatten(), True).sum()
-    u = out.utility.double()
+def _layer_stats(layer: int, natural_ids: Tensor, ids: Tensor, out: VerifierOutput) -> Tensor:
+    """fp64 [6] in trace.LAYER_FIELDS order from one block's natural ids [T, k], routed ids [T, k] and its
+    verifier output (B = 1), computed on the device (no host sync)."""
+    E, dev = out.eligible.shape[-1], ids.device
+    union = lambda x: torch.zeros(E, dtype=torch.bool, device=dev).scatter(0, x.flatten(), True).sum()
+    eligible, u = out.eligible[0], out.utility[0].double()
     total = u.sum()
-    kept = torch.where(total > 0, (u * out.eligible).sum() / total.clamp_min(1e-300), 1.0)
-    return torch.stack([torch.tensor(float(layer), dtype=torch.float64, device=logits.device),
-                        out.eligible.sum().double(), out.anchor.sum().double(), union(nat_ids).double(),
-                        union(out.ids).double(), kept])
+    kept = torch.where(total > 0, (u * eligible).sum() / total.clamp_min(1e-300), 1.0)
+    return torch.stack([torch.tensor(float(layer), dtype=torch.float64, device=dev),
+                        eligible.sum().double(), out.anchor[0].sum().double(), union(natural_ids).double(),
+                        union(ids).double(), kept])
 
 
 def _jsonable(d: dict) -> dict:

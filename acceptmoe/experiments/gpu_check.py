@@ -1,7 +1,7 @@
 """`./reproduce.sh gpu-check`: check and time the engine on one CUDA GPU, run as is, in at most 10 minutes.
 
 Checks, each with a verdict (PASS / FAIL / SKIP):
-- kernel:   the fused verifier kernel equals the reference (`BlockSelector`, `prune_batched`, `route`) on
+- kernel:   the fused verifier kernel equals the reference (`select`, `prune_nonresident`, `route`) on
             bf16 router logits with deliberate ties at and inside the top-k boundary, every method;
 - parity:   logits of small random Qwen3-MoE and GPT-OSS checkpoints against transformers, fp32 and bf16;
 - graphs:   CUDA-graph replay equals eager, where the engine captures graphs (SKIP otherwise);
@@ -81,26 +81,26 @@ def check_kernel(device, T: int = 64, E: int = 128, k: int = 8, seed: int = 0, t
     """Fused kernel vs reference on tied bf16 logits (ties=False: tie-free ones): every method, both router
     kinds, with and without residency pruning. Eligible sets and routed ids exactly (in order), weights
     to 1e-6."""
-    from acceptmoe.kernels import FusedVerifier
-    from acceptmoe.methods import BlockSelector, Router, SelectorConfig, get_method, prune_batched, route
+    from acceptmoe.kernels import make_verifier
+    from acceptmoe.methods import Router, SelectorConfig, get_method, prune_nonresident, route, select
     gen = torch.Generator().manual_seed(seed)
     device = torch.device(device)
     cases, bad_rows, rows = [], 0, 0
     for kind in ("softmax_topk", "topk_softmax"):
         router = Router(kind, k, renormalize=True)
         for method in METHODS:
-            for prune in ((False, True) if method != "standard-sd" else (False,)):
+            for prune in ((False, True) if get_method(method).restricts else (False,)):
                 block = random_block(T, gen)
                 logits = tied_logits(T, E, k, gen, ties).to(device)
                 resident = (torch.rand(E, generator=gen) < 0.5).to(device) if prune else None
                 fixed = get_method(method).sizing == "fixed"
                 cfg = SelectorConfig(budget=max(k, E // 4) if fixed else None, p_hat=P_HAT)
-                sel = BlockSelector(method, block, router, cfg, E, device)(logits)
-                eligible = prune_batched(sel, resident, cfg, k) if prune else sel.eligible
+                sel = select(method, logits, block, router, cfg)                     # the readable reference
+                eligible = prune_nonresident(sel, resident, cfg, k) if prune else sel.eligible
                 ids, weights = route(logits, eligible, router)
-                kernel = FusedVerifier(method, router, cfg, E, device)
-                alpha, n = kernel.block_inputs([block])
-                out = kernel(logits[None], alpha, n, resident)
+                kernel = make_verifier("triton", method, router, cfg, E, device)
+                kernel.prepare([block])
+                out = kernel(logits[None], resident)
                 row_bad = (out.ids[0] != ids).any(-1) | ~torch.isclose(out.weights[0], weights, atol=1e-6).all(-1)
                 same_set = bool(torch.equal(out.eligible[0], eligible))
                 cases.append({"router": kind, "method": method, "prune": prune, "same_eligible": same_set,
@@ -249,8 +249,8 @@ def time_layer_shape(device, shape: dict = QWEN3_30B_LAYERS, dtype=torch.bfloat1
                      tree_tokens: int = 64, repeats: int = 20) -> list[dict]:
     """Decode step, verify step (natural and AcceptMoE routing), selection per layer, aten ops per step,
     on a random model of `shape` after a `context`-token prefill."""
-    from acceptmoe.engine.engine import VERIFIER_BACKENDS
     from acceptmoe.engine.tree import DraftTree
+    from acceptmoe.kernels import make_verifier
     from acceptmoe.methods import SelectorConfig
     device = torch.device(device)
     model = random_model(shape, device, dtype)
@@ -263,19 +263,19 @@ def time_layer_shape(device, shape: dict = QWEN3_30B_LAYERS, dtype=torch.bfloat1
     tree = DraftTree.from_parents(torch.randint(0, V, (tree_tokens,), generator=gen), block.parents, context)
     tok, pos, mask = tree.tokens.to(device), tree.positions.to(device), tree.mask.to(device)
     one, at = torch.randint(0, V, (1,), generator=gen).to(device), torch.tensor([context], device=device)
-    backend = VERIFIER_BACKENDS["triton" if device.type == "cuda" else "torch"]
-    verifier = backend("acceptmoe", block, model.router, SelectorConfig(p_hat=P_HAT), model.config.num_experts,
-                       device, False)
+    verifier = make_verifier("auto", "acceptmoe", model.router, SelectorConfig(p_hat=P_HAT), model.config.num_experts,
+                             device)
+    verifier.prepare([block])
 
     def policy(layer, logits):
-        out = verifier(logits, None)
-        return out.ids, out.weights
+        out = verifier(logits[None], None)
+        return out.ids[0], out.weights[0]
 
     decode = lambda: model.forward(one, at, cache, context)                                    # noqa: E731
     verify = lambda: model.forward(tok, pos, cache, context, mask=mask)                        # noqa: E731
     verify_acc = lambda: model.forward(tok, pos, cache, context, mask=mask, policy=policy)    # noqa: E731
     logits = torch.randn(tree_tokens, model.config.num_experts, generator=gen).to(device)
-    select = lambda: verifier(logits, None)                                                    # noqa: E731
+    select = lambda: verifier(logits[None], None)                                              # noqa: E731
     L = model.config.num_layers
     return [
         {"step": "decode step (1 token)", "ms": timed(decode, device, repeats), "aten_ops": aten_ops(decode)},

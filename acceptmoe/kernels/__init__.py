@@ -1,10 +1,11 @@
-"""The Triton verifier kernel: fused expert selection and constrained top-k routing, one launch per MoE layer."""
-from .verifier import (
-    Demand, FusedVerifier, KernelInputError, Prune, RouterMode, Score, Sizing, VerifierOutput, fused_select_route,
-    router_mode,
-)
+"""The batched verifier: one interface (`make_verifier`), two backends (torch, the fused Triton kernel).
 
-__all__ = [
-    "Demand", "FusedVerifier", "KernelInputError", "Prune", "RouterMode", "Score", "Sizing", "VerifierOutput",
-    "fused_select_route", "router_mode",
-]
+    verifier = make_verifier("auto", method, router, cfg, num_experts, device)
+    verifier.prepare(blocks)                # per verification step
+    out = verifier(logits, resident)        # per MoE layer: logits [B, T, E] -> ids, weights, eligible, ...
+"""
+from .verify import (BACKENDS, Verifier, VerifierInputError, VerifierOutput, make_verifier, register_backend,
+                     resolve_backend)
+
+__all__ = ["BACKENDS", "Verifier", "VerifierInputError", "VerifierOutput", "make_verifier", "register_backend",
+           "resolve_backend"]

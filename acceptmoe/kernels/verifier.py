@@ -3,37 +3,43 @@
 Shapes (B verification blocks padded to T tokens, E experts, router top-k K):
 
     logits     [B, T, E]  fp32 | fp16 | bf16 router logits of one layer (math is fp32)
-    alpha      [B, T]     fp32 commitment weights (`acceptmoe.methods.commitment_weights`), commitment methods only
+    alpha      [B, T]     fp32 commitment weights (`acceptmoe.methods.commitment_weights`; zeros otherwise)
     num_tokens [B]        int  valid tokens per block (a prefix of T; the rest is padding, ignored by selection)
     resident   [E] | [B, E] bool  the layer's resident experts before the pass (enables residency pruning)
     ->
+    ids        [B, T, K]  int64 constrained top-k inside S, best first (Eq. 2)
+    weights    [B, T, K]  fp32  their gating weights (router semantics of `acceptmoe.methods.routing`)
     eligible   [B, E]     bool  the final set S (after pruning, when a resident mask is given)
     utility    [B, E]     fp32  the score the method ranked by (votes, router mass, commitment utility, gate mass)
     anchor     [B, E]     bool  the root's natural top-k (commitment methods), else all False
-    ids        [B, T, K]  int64 constrained top-k inside S, best first (Eq. 2)
-    weights    [B, T, K]  fp32  their gating weights (router semantics of `acceptmoe.methods.routing`)
 
-One program handles one block: softmax over experts, natural top-k per token (ties: lower index), the
-method's score summed over the block's valid tokens, the root anchor, sizing (fixed budget or effective
-rank), optional residency-aware pruning, then constrained top-k per token. Ranking is pairwise over the
-experts, exactly as `acceptmoe.methods.batched.rank_desc`; effective rank and pruning run in fp64 as in
-`effective_rank_batched` and `prune_batched`. Fixed shapes, no host synchronisation: safe to capture in a
-CUDA graph. Every method-dependent choice is a `tl.constexpr` enum, so each method compiles its own code.
+One program handles one block, in two passes over chunks of TC tokens (so registers do not grow with T):
+pass 1 takes each token's softmax and natural top-k and adds the method's per-token terms to the block
+scores, pass 2 routes every token inside the final set. In between, on [E] vectors: the root anchor,
+ranking, sizing (fixed budget or effective rank) and optional residency-aware pruning.
+
+Exactly the reference's rules (`acceptmoe.methods`), with no fp64 and no E x E tile:
+- every ranking is one integer key per expert (orderable float bits, then 65535 - index), so value
+  descending, ties to the lower index (`methods.topk`) is a plain integer order: a token's top-k is K
+  max-reductions, a block's top-n is `tl.sort` and one threshold;
+- block scores are fixed-point sums in int32 (`methods.fixed.block_sum`); effective rank and the pruning
+  budget are the integer arithmetic of `methods.fixed` (log2 by repeated squaring, rho in 2^-16 units).
+Fixed shapes, no host synchronisation: safe to capture in a CUDA graph. Every method-dependent choice is a
+`tl.constexpr` enum, so each method compiles only its own code.
 """
 from __future__ import annotations
 
 from enum import IntEnum
-from typing import NamedTuple, Sequence
 
 import torch
 import triton
 import triton.language as tl
 from torch import Tensor
 
-from acceptmoe.methods import METHODS, BlockInfo, MethodSpec, Router, SelectorConfig, Selection, commitment_weights
-from acceptmoe.methods.config import check_for_method
-from acceptmoe.methods.registry import get_method
-from acceptmoe.errors import UserError
+from acceptmoe.methods import Router, SelectorConfig
+from acceptmoe.methods.fixed import log2_fixed, rank_guard, rho_fixed
+
+from .verify import Verifier, VerifierInputError, VerifierOutput
 
 
 class Score(IntEnum):
@@ -66,190 +72,294 @@ class Prune(IntEnum):
     NONRESIDENT = 1  # residency-aware pruning of non-resident, non-anchor experts
 
 
-@triton.jit
-def _topk(z, avail, offs_e, offs_k, K: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_K: tl.constexpr):
-    """Per-row top-K of z [BT, BE] among `avail` [BT, BE]: member [BT, BE], ids [BT, BK], values [BT, BK].
+# The enums by name inside the kernel (Triton reads only constexpr globals).
+GATE_MASS, VOTES, ROUTER_MASS, COMMITMENT = (tl.constexpr(int(x)) for x in Score)
+ALL, FIXED, SELF = (tl.constexpr(int(x)) for x in Sizing)
+SOFTMAX_TOPK_RENORM, SOFTMAX_TOPK_RAW, TOPK_SOFTMAX = (tl.constexpr(int(x)) for x in RouterMode)
+GATE, SOFTMAX = (tl.constexpr(int(x)) for x in Demand)
+NONRESIDENT = tl.constexpr(int(Prune.NONRESIDENT))
+IDX_BITS = tl.constexpr(16)     # a key's low bits hold 65535 - expert index: ties go to the lower index
+LOG2_BITS = tl.constexpr(16)    # acceptmoe.methods.fixed.LOG2_BITS
 
-    Largest value first; ties go to the lower expert index."""
-    BLOCK_E: tl.constexpr = z.shape[1]
-    member = tl.zeros(z.shape, dtype=tl.int1)
-    ids = tl.zeros((BLOCK_T, BLOCK_K), dtype=tl.int32)
-    vals = tl.full((BLOCK_T, BLOCK_K), float("-inf"), dtype=tl.float32)
-    for i in tl.static_range(K):
-        open_ = avail & (member == 0)                                                   # [BT, BE]
-        best = tl.max(tl.where(open_, z, float("-inf")), axis=1)                         # [BT]
-        hit = open_ & (z == best[:, None])                                               # [BT, BE]
-        idx = tl.min(tl.where(hit, offs_e[None, :], BLOCK_E), axis=1)                    # [BT]
-        member = member | (offs_e[None, :] == idx[:, None])
-        ids = tl.where(offs_k[None, :] == i, idx[:, None], ids)
-        vals = tl.where(offs_k[None, :] == i, best[:, None], vals)
-    return member, ids, vals
+
+@triton.jit
+def _lowest(KEY64: tl.constexpr):
+    """The smallest key (never selected)."""
+    if KEY64:
+        low = tl.full((), 1, tl.int64) << 63
+    else:
+        low = tl.full((), 1, tl.int32) << 31
+    return low
+
+
+@triton.jit
+def _logit_keys(raw, e_ok, offs_e, KEY64: tl.constexpr):
+    """Keys [TC, BE] of raw logits (int64 for fp32, int32 for fp16/bf16): orderable float bits, then
+    65535 - e. -0.0 ranks as 0.0; experts outside e_ok get the lowest key."""
+    if KEY64:
+        bits = tl.where(raw == 0.0, 0, raw.to(tl.int32, bitcast=True))
+        key = (bits ^ ((bits >> 31) & 0x7FFFFFFF)).to(tl.int64)
+    else:
+        bits = tl.where(raw == 0.0, 0, raw.to(tl.int16, bitcast=True).to(tl.int32))
+        key = bits ^ ((bits >> 15) & 0x7FFF)
+    key = (key << IDX_BITS) | (65535 - offs_e)[None, :]
+    return tl.where(e_ok, key, tl.full((), 1, key.dtype) << (key.dtype.primitive_bitwidth - 1))   # lowest
+
+
+@triton.jit
+def _key_logit(key, LOGIT: tl.constexpr, KEY64: tl.constexpr):
+    """The fp32 logit a key of `_logit_keys` was made from."""
+    ordered = key >> IDX_BITS
+    if KEY64:
+        bits = (ordered ^ ((ordered >> 31) & 0x7FFFFFFF)).to(tl.int32)
+        value = bits.to(tl.float32, bitcast=True)
+    else:
+        bits = (ordered ^ ((ordered >> 15) & 0x7FFF)).to(tl.int16)
+        value = bits.to(LOGIT, bitcast=True).to(tl.float32)
+    return value
+
+
+@triton.jit
+def _topk(keys, offs_k, K: tl.constexpr, SLOTS: tl.constexpr):
+    """Per-row top-K of unique keys [TC, BE], one max-reduction per place: the K-th key [TC] (membership is
+    keys >= it) and, if SLOTS, the keys of places 0..K-1 [TC, BK], best first."""
+    low = tl.full((), 1, keys.dtype) << (keys.dtype.primitive_bitwidth - 1)                # the lowest key
+    last = tl.max(keys, axis=1)                                                          # [TC]
+    slots = tl.where(offs_k[None, :] == 0, last[:, None], low)                           # [TC, BK]
+    for i in tl.static_range(1, K):
+        last = tl.max(tl.where(keys < last[:, None], keys, low), axis=1)
+        if SLOTS:
+            slots = tl.where(offs_k[None, :] == i, last[:, None], slots)
+    return last, slots
 
 
 @triton.jit
 def _slot_weights(vals, row_max, row_sum, ROUTER: tl.constexpr):
-    """Gating weights [BT, BK] of the chosen logits vals [BT, BK] (unused slots hold -inf)."""
-    if ROUTER == 1:  # SOFTMAX_TOPK_RAW: the unmasked softmax probability
+    """Gating weights [TC, BK] of the chosen logits vals [TC, BK] (unused places hold -inf)."""
+    if ROUTER == SOFTMAX_TOPK_RAW:   # the unmasked softmax probability
         weights = tl.exp(vals - row_max[:, None]) / row_sum[:, None]
-    else:            # renormalised over the chosen k (equal for masking before or after the softmax)
-        ex = tl.exp(vals - tl.max(vals, axis=1)[:, None])                                # [BT, BK]
+    else:                            # renormalised over the chosen k (equal for masking before or after the softmax)
+        ex = tl.exp(vals - tl.max(vals, axis=1)[:, None])                               # [TC, BK]
         weights = ex / tl.sum(ex, axis=1)[:, None]
     return weights
 
 
 @triton.jit
-def _rank_desc(primary, secondary, e_in, offs_e, HAS_SECONDARY: tl.constexpr):
-    """rank [BE] int32, 0 = best: primary desc, then secondary desc, then lower index (padding never beats)."""
-    p_i, p_j = primary[:, None], primary[None, :]                                        # [i, j]
-    beats = p_j > p_i
-    tie = p_j == p_i
-    if HAS_SECONDARY:
-        s_i, s_j = secondary[:, None], secondary[None, :]
-        beats = beats | (tie & (s_j > s_i))
-        tie = tie & (s_j == s_i)
-    beats = (beats | (tie & (offs_e[None, :] < offs_e[:, None]))) & e_in[None, :]
-    return tl.sum(beats.to(tl.int32), axis=1)
+def _chunk(logits_ptr, b, rows, e_in, offs_e, T, s_lb, s_lt, s_le, KEY64: tl.constexpr):
+    """One chunk of a block's logits: keys [TC, BE], fp32 logits [TC, BE] (-inf outside E), row max and sum."""
+    t_in = rows < T
+    ptrs = logits_ptr + b * s_lb + rows[:, None].to(tl.int64) * s_lt + offs_e[None, :] * s_le
+    raw = tl.load(ptrs, mask=t_in[:, None] & e_in[None, :], other=0.0)
+    keys = _logit_keys(raw, e_in[None, :], offs_e, KEY64)
+    z = tl.where(e_in[None, :], raw.to(tl.float32), float("-inf"))                       # [TC, BE]
+    row_max = tl.max(z, axis=1)
+    row_sum = tl.sum(tl.exp(z - row_max[:, None]), axis=1)
+    return keys, z, row_max, row_sum
 
 
 @triton.jit
-def _effective_rank(u, cand, tolerance):
-    """n_er = ceil(exp(H(q)) * (1 - tol)) over the candidates of u [BE], clamped to [1, count]; 0 if none."""
-    d = tl.where(cand, u.to(tl.float64), 0.0)                                            # [BE]
-    total = tl.maximum(tl.sum(d, axis=0), 2.2250738585072014e-308)
-    q = d / total
-    h = -tl.sum(tl.where(cand, q * tl.log(tl.maximum(q, 1e-300)), 0.0), axis=0)
-    n = tl.ceil(tl.exp(h) * (1.0 - tolerance)).to(tl.int32)
+def _route_chunk(keys, row_max, row_sum, ids_ptr, weights_ptr, b, rows, offs_k, T,
+                 K: tl.constexpr, ROUTER: tl.constexpr, LOGIT: tl.constexpr, KEY64: tl.constexpr):
+    """Top-K of the (already masked) keys of one chunk, stored as ids [TC, K] and weights [TC, K]."""
+    _, slots = _topk(keys, offs_k, K, True)                                      # [TC, BK]
+    ids = 65535 - (slots & 65535).to(tl.int64)
+    weights = _slot_weights(_key_logit(slots, LOGIT, KEY64), row_max, row_sum, ROUTER)
+    out = (b * T + rows[:, None]) * K + offs_k[None, :]                                  # [TC, BK]
+    k_mask = (rows < T)[:, None] & (offs_k[None, :] < K)
+    tl.store(ids_ptr + out, ids, mask=k_mask)
+    tl.store(weights_ptr + out, weights, mask=k_mask)
+
+
+@triton.jit
+def _gates(z, member, row_max, row_sum, ROUTER: tl.constexpr, DEMAND: tl.constexpr):
+    """Natural gating weights r [TC, BE] (zero outside K_t): the model's own (r_gate) and the demand
+    score's (r_demand), and the full softmax probs, as `Router.gates`."""
+    probs = tl.exp(z - row_max[:, None]) / row_sum[:, None]                              # [TC, BE]
+    if ROUTER == SOFTMAX_TOPK_RAW:
+        r_gate = tl.where(member, probs, 0.0)
+    elif ROUTER == SOFTMAX_TOPK_RENORM:
+        chosen = tl.where(member, probs, 0.0)
+        r_gate = chosen / tl.sum(chosen, axis=1)[:, None]
+    else:                            # TOPK_SOFTMAX: softmax over the chosen logits
+        chosen = tl.where(member, tl.exp(z - row_max[:, None]), 0.0)
+        r_gate = chosen / tl.sum(chosen, axis=1)[:, None]
+    if DEMAND == SOFTMAX:
+        r_demand = tl.where(member, probs, 0.0)
+    else:
+        r_demand = r_gate
+    return r_gate, r_demand, probs
+
+
+@triton.jit
+def _fixed(terms, valid, scale):
+    """int32 [BE]: the valid rows' terms [TC, BE] in [0, 1] truncated to multiples of 1 / scale, summed
+    (`acceptmoe.methods.fixed.block_sum`)."""
+    return tl.sum(tl.where(valid[:, None], (terms * scale).to(tl.int32), 0), axis=0)
+
+
+@triton.jit
+def _top_n(key, n, KEY64: tl.constexpr):
+    """bool [BE]: the n largest of the unique keys [BE] (never the lowest key); none when n <= 0."""
+    low = _lowest(KEY64)
+    ranked = tl.sort(key, descending=True)                                               # [BE]
+    pos = tl.arange(0, key.shape[0])
+    threshold = tl.max(tl.where(pos == n - 1, ranked, low), axis=0)
+    return (key >= threshold) & (key != low) & (n > 0)
+
+
+@triton.jit
+def _score_keys(score, offs_e):
+    """int64 keys [BE] of non-negative fp32 scores: score descending, then lower index."""
+    return (score.to(tl.int32, bitcast=True).to(tl.int64) << IDX_BITS) | (65535 - offs_e)
+
+
+@triton.jit
+def _log2_fixed(x):
+    """int64: log2(x) * 2^16 for integers 1 <= x < 2^31 (`acceptmoe.methods.fixed.log2_fixed`)."""
+    e = x * 0
+    e = tl.where((x >> (e + 16)) > 0, e + 16, e)
+    e = tl.where((x >> (e + 8)) > 0, e + 8, e)
+    e = tl.where((x >> (e + 4)) > 0, e + 4, e)
+    e = tl.where((x >> (e + 2)) > 0, e + 2, e)
+    e = tl.where((x >> (e + 1)) > 0, e + 1, e)
+    m = x << (30 - e)                                                                    # Q1.30 mantissa
+    out = e << LOG2_BITS
+    for j in tl.static_range(LOG2_BITS):
+        m = (m * m) >> 30
+        top = m >= (tl.full((), 1, tl.int64) << 31)
+        m = tl.where(top, m >> 1, m)
+        out = out | (top.to(tl.int64) << (LOG2_BITS - 1 - j))
+    return out
+
+
+@triton.jit
+def _effective_rank(U, cand, log2_n, e_in, guard):
+    """n_er: the smallest n >= 1 with S (log2 n + guard) >= S log2 S - sum U log2 U over the candidates'
+    fixed-point demand U [BE] int64, clamped to their count; 0 without candidates (`methods.fixed`).
+    log2_n [BE]: log2_fixed(1..E), for the set sizes n = 1..E (e_in)."""
+    U = tl.where(cand, U, 0)
+    S = tl.sum(U, axis=0)
+    weighted = tl.sum(U * _log2_fixed(tl.maximum(U, 1)), axis=0)
+    entropy = S * _log2_fixed(tl.maximum(S, 1)) - weighted                               # S * H2 in 2^-16 units
+    short = e_in & (S * (log2_n + guard) < entropy)
     count = tl.sum(cand.to(tl.int32), axis=0)
-    return tl.where(count > 0, tl.minimum(tl.maximum(n, 1), count), 0)
+    n = tl.minimum(tl.sum(short.to(tl.int32), axis=0) + 1, count)
+    return tl.where(count > 0, n, 0)
 
 
 @triton.jit
-def _prune(eligible, u, anchor, resident, offs_e, rho, min_set):
-    """S minus the longest ascending-utility prefix of non-resident, non-anchor members that fits the
-    rerouting budget rho * sum_S u and keeps |S| >= min_set (ties: higher index first); fp64 like the reference."""
-    cand = eligible & (resident == 0) & (anchor == 0)                                    # [BE]
-    u64 = u.to(tl.float64)
-    u_i, u_j = u64[:, None], u64[None, :]                                                # [i, j]
-    before = (u_j < u_i) | ((u_j == u_i) & (offs_e[None, :] >= offs_e[:, None]))        # j at or before i
-    before = before & cand[None, :] & cand[:, None]
-    prefix_mass = tl.sum(tl.where(before, u_j, 0.0), axis=1)                             # [BE]
-    prefix_count = tl.sum(before.to(tl.int32), axis=1)
-    budget = rho * tl.sum(tl.where(eligible, u64, 0.0), axis=0)
+def _prune(eligible, utility, anchor, resident, offs_e, scale, rho_q, min_set):
+    """S minus the longest ascending-utility prefix (ties: higher index first) of non-resident, non-anchor
+    members with 2^16 * sum U <= rho_q * sum_S U that keeps |S| >= min_set, in integers (`methods.fixed`)."""
+    cand = eligible & (resident == 0) & (anchor == 0)                                     # [BE]
+    high = ~(tl.full((), 1, tl.int64) << 63)
+    key = tl.where(cand, _score_keys(utility, offs_e), high)                            # ascending walk order
+    walked = tl.sort(key)                                                                # candidates first
+    in_walk = walked != high
+    u_walked = tl.where(in_walk, (walked >> IDX_BITS).to(tl.int32), 0).to(tl.float32, bitcast=True)
+    prefix = tl.cumsum((u_walked * scale).to(tl.int64), axis=0)                          # [BE] fixed point
+    total = tl.sum(tl.where(eligible, (utility * scale).to(tl.int64), 0), axis=0)
     size = tl.sum(eligible.to(tl.int32), axis=0)
-    drop = cand & (prefix_mass <= budget) & (size - prefix_count >= min_set)
-    return eligible & (drop == 0)
-
-
-@triton.jit
-def _select(probs, member, r_gate, r_demand, alpha, valid, e_in, offs_t, offs_e, budget, tolerance,
-            SCORE: tl.constexpr, SIZING: tl.constexpr):
-    """eligible [BE], utility [BE] fp32, anchor [BE] of one block from its per-token gates [BT, BE]."""
-    vmask = valid[:, None]                                                               # [BT, 1]
-    no_anchor = offs_e < 0                                                               # [BE] all False
-    if SCORE == 0:    # GATE_MASS (standard-sd): S = all experts
-        utility = tl.sum(tl.where(vmask, r_demand, 0.0), axis=0)
-        eligible, anchor = e_in, no_anchor
-    elif SCORE == 1:  # VOTES, ties by gate mass
-        utility = tl.sum(tl.where(vmask & member, 1.0, 0.0), axis=0)
-        mass = tl.sum(tl.where(vmask, r_gate, 0.0), axis=0)
-        eligible = e_in & (_rank_desc(utility, mass, e_in, offs_e, True) < budget)
-        anchor = no_anchor
-    elif SCORE == 2:  # ROUTER_MASS (moe-spec)
-        utility = tl.sum(tl.where(vmask, probs, 0.0), axis=0)
-        eligible = e_in & (_rank_desc(utility, utility, e_in, offs_e, False) < budget)
-        anchor = no_anchor
-    else:             # COMMITMENT: anchor A = K_root; the rest ranked by utility, anchors last
-        utility = tl.sum(tl.where(vmask, alpha[:, None] * r_demand, 0.0), axis=0)         # [BE]
-        anchor = tl.sum((member & (offs_t[:, None] == 0)).to(tl.int32), axis=0) > 0      # [BE]
-        rank = _rank_desc(tl.where(anchor, -1.0, utility), utility, e_in, offs_e, False)
-        if SIZING == 1:   # FIXED: B - |A| more experts
-            n = budget - tl.sum(anchor.to(tl.int32), axis=0)
-        else:             # SELF: effective rank of the residual demand
-            n = _effective_rank(utility, e_in & (anchor == 0) & (utility > 0), tolerance)
-        eligible = e_in & (anchor | (rank < n))
-    return eligible, utility, anchor
+    pos = tl.arange(0, key.shape[0])
+    fits = in_walk & ((prefix << LOG2_BITS) <= rho_q * total) & (size - (pos + 1) >= min_set)
+    dropped = tl.sum(fits.to(tl.int32), axis=0)                                          # a prefix of the walk
+    last = tl.max(tl.where(pos < dropped, walked, 0), axis=0)
+    return eligible & ~(cand & (key <= last) & (dropped > 0))
 
 
 @triton.jit
 def _verifier_kernel(
-    logits_ptr, alpha_ptr, ntok_ptr, resident_ptr, params_ptr,
+    logits_ptr, alpha_ptr, ntok_ptr, resident_ptr, log2_ptr,
     eligible_ptr, utility_ptr, anchor_ptr, ids_ptr, weights_ptr,
-    T, E, budget, min_set,
+    T, E, budget, min_set, rho_q, guard, scale, unit,
     s_lb, s_lt, s_le, s_ab, s_at, s_rb, s_re,
-    K: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_E: tl.constexpr, BLOCK_K: tl.constexpr,
+    K: tl.constexpr, TC: tl.constexpr, BLOCK_E: tl.constexpr, BLOCK_K: tl.constexpr,
     SCORE: tl.constexpr, SIZING: tl.constexpr, ROUTER: tl.constexpr, DEMAND: tl.constexpr,
     PRUNE: tl.constexpr,
 ):
+    LOGIT: tl.constexpr = logits_ptr.dtype.element_ty
+    KEY64: tl.constexpr = LOGIT == tl.float32
+    NATURAL: tl.constexpr = (SIZING == ALL) and (PRUNE != NONRESIDENT)   # S = all experts: route in pass 1
     b = tl.program_id(0).to(tl.int64)
-    offs_t = tl.arange(0, BLOCK_T)
+    offs_c = tl.arange(0, TC)
     offs_e = tl.arange(0, BLOCK_E)
     offs_k = tl.arange(0, BLOCK_K)
-    t_in, e_in = offs_t < T, offs_e < E
-    valid = t_in & (offs_t < tl.load(ntok_ptr + b))                                      # [BT]
-    ptrs = logits_ptr + b * s_lb + offs_t[:, None].to(tl.int64) * s_lt + offs_e[None, :] * s_le
-    z = tl.load(ptrs, mask=t_in[:, None] & e_in[None, :], other=0.0).to(tl.float32)
-    z = tl.where(e_in[None, :], z, float("-inf"))                                        # [BT, BE]
+    e_in = offs_e < E
+    n_valid = tl.load(ntok_ptr + b)
 
-    row_max = tl.max(z, axis=1)                                                          # [BT]
-    ex = tl.exp(z - row_max[:, None])
-    row_sum = tl.sum(ex, axis=1)
-    probs = ex / row_sum[:, None]                                                        # [BT, BE]
-    rows = offs_t[:, None] >= 0                                                          # [BT, 1] all True
-    member, _, _ = _topk(z, e_in[None, :] & rows, offs_e, offs_k, K, BLOCK_T, BLOCK_K)  # natural K_t
-    if ROUTER == 1:   # SOFTMAX_TOPK_RAW: the unmasked softmax probability
-        r_gate = tl.where(member, probs, 0.0)
-    else:             # renormalised over K_t
-        r_gate = tl.where(member, ex / tl.sum(tl.where(member, ex, 0.0), axis=1)[:, None], 0.0)
-    if DEMAND == 1:   # SOFTMAX
-        r_demand = tl.where(member, probs, 0.0)
+    # pass 1: per-token softmax and natural top-k; the block's fixed-point scores and the root anchor
+    primary = tl.zeros((BLOCK_E,), dtype=tl.int32)                                       # [BE] scores
+    secondary = tl.zeros((BLOCK_E,), dtype=tl.int32)                                     # count-b: gate mass
+    anchor = offs_e < 0                                                                  # [BE] all False
+    for t0 in range(0, T, TC):
+        rows = t0 + offs_c
+        valid = (rows < T) & (rows < n_valid)
+        keys, z, row_max, row_sum = _chunk(logits_ptr, b, rows, e_in, offs_e, T, s_lb, s_lt, s_le, KEY64)
+        if NATURAL:                  # the natural top-k is the routing
+            _route_chunk(keys, row_max, row_sum, ids_ptr, weights_ptr, b, rows, offs_k, T, K, ROUTER, LOGIT, KEY64)
+        kth, _ = _topk(keys, offs_k, K, False)
+        member = keys >= kth[:, None]                                                    # natural K_t
+        r_gate, r_demand, probs = _gates(z, member, row_max, row_sum, ROUTER, DEMAND)
+        if SCORE == GATE_MASS:
+            primary += _fixed(r_demand, valid, scale)
+        elif SCORE == VOTES:
+            primary += tl.sum(tl.where(valid[:, None] & member, 1, 0), axis=0)
+            secondary += _fixed(r_gate, valid, scale)
+        elif SCORE == ROUTER_MASS:
+            primary += _fixed(probs, valid, scale)
+        else:                        # COMMITMENT
+            alpha = tl.load(alpha_ptr + b * s_ab + rows * s_at, mask=valid, other=0.0)
+            primary += _fixed(alpha[:, None] * r_demand, valid, scale)
+            anchor = anchor | (tl.max(tl.where(member & (rows == 0)[:, None], 1, 0), axis=0) > 0)
+
+    # the set S on [E] vectors
+    if SCORE == VOTES:
+        utility = primary.to(tl.float32)
     else:
-        r_demand = r_gate
-    alpha = tl.zeros((BLOCK_T,), dtype=tl.float32)
-    if SCORE == 3:    # COMMITMENT
-        alpha = tl.load(alpha_ptr + b * s_ab + offs_t * s_at, mask=valid, other=0.0)
-    rho = tl.load(params_ptr)                                                            # fp64
-    tolerance = tl.load(params_ptr + 1)                                                  # fp64
-    eligible, utility, anchor = _select(probs, member, r_gate, r_demand, alpha, valid, e_in, offs_t, offs_e,
-                                        budget, tolerance, SCORE, SIZING)
-    if PRUNE == 1:    # NONRESIDENT
+        utility = primary.to(tl.float32) * unit
+    if SIZING == ALL:
+        eligible = e_in
+    elif SCORE == VOTES:             # votes desc, then gate mass desc, then lower index
+        mass_bits = (secondary.to(tl.float32) * unit).to(tl.int32, bitcast=True).to(tl.int64)
+        key = (primary.to(tl.int64) << 47) | (mass_bits << IDX_BITS) | (65535 - offs_e)
+        eligible = e_in & _top_n(tl.where(e_in, key, _lowest(True)), budget, True)
+    elif SCORE == ROUTER_MASS:
+        eligible = e_in & _top_n(tl.where(e_in, _score_keys(utility, offs_e), _lowest(True)), budget, True)
+    else:                            # COMMITMENT: A plus the best non-anchor experts
+        if SIZING == FIXED:
+            n = budget - tl.sum(anchor.to(tl.int32), axis=0)
+        else:
+            log2_n = tl.load(log2_ptr + offs_e, mask=e_in, other=0)                       # log2 of 1..E
+            n = _effective_rank((utility * scale).to(tl.int64), e_in & ~anchor & (utility > 0), log2_n, e_in,
+                                guard)
+        rest = tl.where(e_in & ~anchor, _score_keys(utility, offs_e), _lowest(True))
+        eligible = e_in & (anchor | _top_n(rest, n, True))
+    if PRUNE == NONRESIDENT:
         resident = tl.load(resident_ptr + b * s_rb + offs_e * s_re, mask=e_in, other=1)
-        eligible = _prune(eligible, utility, anchor, resident, offs_e, rho, min_set)
-
-    _, ids, vals = _topk(z, eligible[None, :] & rows, offs_e, offs_k, K, BLOCK_T, BLOCK_K)  # inside S
-    weights = _slot_weights(vals, row_max, row_sum, ROUTER)                              # [BT, BK]
+        eligible = _prune(eligible, utility, anchor, resident, offs_e, scale, rho_q, min_set)
     out_e = b * E + offs_e
     tl.store(eligible_ptr + out_e, eligible.to(tl.int8), mask=e_in)
     tl.store(utility_ptr + out_e, utility, mask=e_in)
     tl.store(anchor_ptr + out_e, anchor.to(tl.int8), mask=e_in)
-    out_k = (b * T + offs_t[:, None]) * K + offs_k[None, :]                              # [BT, BK]
-    k_mask = t_in[:, None] & (offs_k[None, :] < K)
-    tl.store(ids_ptr + out_k, ids.to(tl.int64), mask=k_mask)
-    tl.store(weights_ptr + out_k, weights, mask=k_mask)
+
+    # pass 2: route every token inside S
+    if not NATURAL:
+        outside = _lowest(KEY64)
+        for t0 in range(0, T, TC):
+            rows = t0 + offs_c
+            keys, _, row_max, row_sum = _chunk(logits_ptr, b, rows, e_in, offs_e, T, s_lb, s_lt, s_le, KEY64)
+            keys = tl.where(eligible[None, :], keys, outside)
+            _route_chunk(keys, row_max, row_sum, ids_ptr, weights_ptr, b, rows, offs_k, T, K, ROUTER, LOGIT, KEY64)
 
 
 # ----------------------------------------------------------------------------------------------- wrapper
 
-LOGIT_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
-MAX_TILE = 1 << 16  # elements of one block's [T, E] tile (and of the [E, E] ranking tile)
+MAX_EXPERTS = 1 << 12   # experts per layer the key layout and the [E] vectors allow
+WARPS = 4               # one token of a chunk per warp: a token's reductions over E stay inside its warp
+                        # (4 rather than 8: no spills on sm_120 up to E = 256, and fewer instructions)
 
 _SCORES = {"votes": Score.VOTES, "router-mass": Score.ROUTER_MASS, "commitment": Score.COMMITMENT}
 _SIZINGS = {"all": Sizing.ALL, "fixed": Sizing.FIXED, "self": Sizing.SELF}
-
-
-class KernelInputError(UserError, ValueError):
-    """An input the verifier kernel cannot take; the message names the tensor and the fix."""
-
-
-class VerifierOutput(NamedTuple):
-    eligible: Tensor  # bool [B, E]
-    utility: Tensor   # fp32 [B, E]
-    anchor: Tensor    # bool [B, E]
-    ids: Tensor       # int64 [B, T, K]
-    weights: Tensor   # fp32 [B, T, K]
-
-    @property
-    def selection(self) -> Selection:
-        return Selection(self.eligible, self.utility, self.anchor)
 
 
 def router_mode(router: Router) -> RouterMode:
@@ -258,29 +368,17 @@ def router_mode(router: Router) -> RouterMode:
     return RouterMode.SOFTMAX_TOPK_RENORM if router.renormalize else RouterMode.SOFTMAX_TOPK_RAW
 
 
-class FusedVerifier:
-    """One method's fused select-and-route for one layer width E; call once per MoE layer.
-
-    Construction validates the method, router and config (host side, once). `block_inputs` turns the
-    verification blocks into device tensors (alpha, num_tokens) once per verification step. `__call__`
-    only checks shapes, allocates the outputs and launches: no host synchronisation, CUDA-graph safe
-    (construct the verifier before capture: it copies rho and the rank tolerance to the device once).
-    A layer's call: `out = verifier(logits[B, T, E], alpha, num_tokens, store_resident_mask[E])`, then
-    `out.ids`, `out.weights` feed the expert store and `out.selection` the trace.
-    """
+class TritonVerifier(Verifier):
+    """The Triton backend of `make_verifier`: one launch per MoE layer, one program per block (blocks run on
+    several SMs). A call only allocates the outputs and launches. On CPU it runs under TRITON_INTERPRET=1."""
 
     def __init__(self, method: str, router: Router, cfg: SelectorConfig, num_experts: int,
                  device: torch.device | str = "cuda"):
-        self.spec: MethodSpec = get_method(method)
-        if not self.spec.speculates:
-            raise KernelInputError(f"method {method!r} does not speculate, so it has no verifier kernel; "
-                                   f"use one of: {', '.join(n for n, s in METHODS.items() if s.speculates)}")
-        check_for_method(cfg, self.spec, router, num_experts, max_depth=0)
-        self.router, self.cfg, self.num_experts = router, cfg, num_experts
-        self.device = torch.device(device)
-        # Pruning never leaves fewer than k experts (the anchor already guarantees it where there is one).
-        self.min_set = max(cfg.prune_min_set, router.top_k)
-        self.params = torch.tensor([cfg.prune_rho, cfg.rank_tolerance], dtype=torch.float64, device=device)
+        super().__init__(method, router, cfg, num_experts, device)
+        # log2_fixed(n) for the set sizes n = 1..E the effective rank compares against
+        self.log2_n = log2_fixed(torch.arange(1, num_experts + 1)).to(self.device)
+        self.fixed = dict(rho_q=rho_fixed(cfg.prune_rho), guard=rank_guard(cfg.rank_tolerance),
+                          scale=float(2 ** cfg.score_bits), unit=2.0 ** -cfg.score_bits)
         self.meta = dict(
             K=router.top_k,
             SCORE=int(_SCORES.get(self.spec.score, Score.GATE_MASS)),
@@ -289,106 +387,39 @@ class FusedVerifier:
             DEMAND=int(Demand.SOFTMAX if cfg.demand_score == "softmax" else Demand.GATE),
         )
 
-    @property
-    def needs_alpha(self) -> bool:
-        return self.meta["SCORE"] == Score.COMMITMENT
+    def _check(self, logits: Tensor, resident: Tensor | None) -> None:
+        super()._check(logits, resident)
+        if logits.shape[2] > MAX_EXPERTS:
+            raise VerifierInputError(f"E={logits.shape[2]} experts exceed the kernel's {MAX_EXPERTS}; "
+                                     f"use the torch backend")
+        max_tokens = (1 << (31 - self.cfg.score_bits)) - 1                 # int32 fixed-point block sums
+        if logits.shape[1] > max_tokens:
+            raise VerifierInputError(f"blocks of T={logits.shape[1]} tokens exceed {max_tokens} (int32 sums of "
+                                     f"score_bits={self.cfg.score_bits} fixed point); lower score_bits or split")
 
-    def block_inputs(self, blocks: Sequence[BlockInfo], pad_to: int | None = None) -> tuple[Tensor, Tensor]:
-        """alpha fp32 [B, T] (zeros for non-commitment methods and padding) and num_tokens int32 [B]; T = pad_to
-        or the longest block."""
-        T = pad_to or max(b.num_tokens for b in blocks)
-        check_for_method(self.cfg, self.spec, self.router, self.num_experts, max(b.max_depth for b in blocks))
-        alpha = torch.zeros(len(blocks), T, dtype=torch.float32)
-        for i, b in enumerate(blocks):
-            if b.num_tokens > T:
-                raise KernelInputError(f"block {i} has {b.num_tokens} tokens, more than the padded T={T}")
-            if self.needs_alpha:
-                alpha[i, : b.num_tokens] = commitment_weights(b, self.cfg)
-        lengths = torch.tensor([b.num_tokens for b in blocks], dtype=torch.int32)
-        return alpha.to(self.device), lengths.to(self.device)
+    def launch_config(self, T: int, E: int) -> dict:
+        """Tile sizes and warps of a launch for blocks of T tokens and E experts."""
+        block_e = triton.next_power_of_2(E)
+        return dict(TC=min(triton.next_power_of_2(T), WARPS), BLOCK_E=block_e,
+                    BLOCK_K=triton.next_power_of_2(self.router.top_k), num_warps=WARPS)
 
-    def __call__(self, logits: Tensor, alpha: Tensor | None = None, num_tokens: Tensor | None = None,
-                 resident: Tensor | None = None) -> VerifierOutput:
-        """logits [B, T, E]; alpha fp32 [B, T]; num_tokens int [B] (None: all T); resident bool [E] or [B, E]."""
-        B, T, E = self._check(logits, alpha, num_tokens, resident)
-        dev = logits.device
-        if num_tokens is None:
-            num_tokens = torch.full((B,), T, dtype=torch.int32, device=dev)
-        num_tokens = num_tokens.contiguous()
-        K = self.router.top_k
+    def _run(self, logits: Tensor, resident: Tensor | None) -> VerifierOutput:
+        B, T, E = logits.shape
+        dev, K = logits.device, self.router.top_k
         out = VerifierOutput(
+            ids=torch.empty(B, T, K, dtype=torch.int64, device=dev),
+            weights=torch.empty(B, T, K, dtype=torch.float32, device=dev),
             eligible=torch.empty(B, E, dtype=torch.bool, device=dev),
             utility=torch.empty(B, E, dtype=torch.float32, device=dev),
-            anchor=torch.empty(B, E, dtype=torch.bool, device=dev),
-            ids=torch.empty(B, T, K, dtype=torch.int64, device=dev),
-            weights=torch.empty(B, T, K, dtype=torch.float32, device=dev))
-        alpha_arg = alpha if alpha is not None else logits                     # never read without COMMITMENT
+            anchor=torch.empty(B, E, dtype=torch.bool, device=dev))
         res = resident.view(torch.uint8) if resident is not None else out.eligible.view(torch.uint8)
         res_b, res_e = (0, res.stride(0)) if res.dim() == 1 else res.stride()
-        block_t, block_e = triton.next_power_of_2(T), triton.next_power_of_2(E)
         _verifier_kernel[(B,)](
-            logits, alpha_arg, num_tokens, res, self.params,
+            logits, self.alpha, self.num_tokens, res, self.log2_n,
             out.eligible.view(torch.uint8), out.utility, out.anchor.view(torch.uint8), out.ids, out.weights,
-            T, E, self.cfg.budget or E, self.min_set,
-            *logits.stride(), *(alpha.stride() if alpha is not None else (0, 0)), res_b, res_e,
-            BLOCK_T=block_t, BLOCK_E=block_e, BLOCK_K=triton.next_power_of_2(K),
+            T, E, self.cfg.budget or E, self.min_set, **self.fixed,
+            s_lb=logits.stride(0), s_lt=logits.stride(1), s_le=logits.stride(2),
+            s_ab=self.alpha.stride(0), s_at=self.alpha.stride(1), s_rb=res_b, s_re=res_e,
             PRUNE=int(Prune.NONRESIDENT if resident is not None else Prune.OFF),
-            num_warps=4 if block_t * block_e <= 2048 else 8, **self.meta)
+            **self.launch_config(T, E), **self.meta)
         return out
-
-    def _check(self, logits: Tensor, alpha: Tensor | None, num_tokens: Tensor | None,
-               resident: Tensor | None) -> tuple[int, int, int]:
-        if logits.dim() != 3 or min(logits.shape[:2]) < 1 or logits.shape[2] != self.num_experts:
-            raise KernelInputError(f"logits must be [B, T, E] with B, T >= 1 and E={self.num_experts}, "
-                                   f"got {tuple(logits.shape)}")
-        if logits.device != self.params.device:
-            raise KernelInputError(f"logits are on {logits.device} but the verifier was built for "
-                                   f"{self.params.device}: build FusedVerifier(..., device={str(logits.device)!r})")
-        if logits.dtype not in LOGIT_DTYPES:
-            raise KernelInputError(f"logits dtype {logits.dtype} is not supported; use one of {LOGIT_DTYPES}")
-        B, T, E = logits.shape
-        block_e = triton.next_power_of_2(E)
-        if triton.next_power_of_2(T) * block_e > MAX_TILE or block_e * block_e > MAX_TILE:
-            raise KernelInputError(f"a block of T={T} tokens and E={E} experts exceeds the kernel's tile of "
-                                   f"{MAX_TILE} elements; split the blocks into smaller launches")
-        _check_tensor("alpha", alpha, (B, T), (torch.float32,), logits.device, required=self.needs_alpha,
-                      why=f"method {self.spec.name!r} weights tokens by commitment: pass commitment_weights")
-        _check_tensor("num_tokens", num_tokens, (B,), (torch.int32, torch.int64), logits.device)
-        if resident is not None and resident.dim() == 1:
-            _check_tensor("resident", resident, (E,), (torch.bool,), logits.device)
-        else:
-            _check_tensor("resident", resident, (B, E), (torch.bool,), logits.device)
-        return B, T, E
-
-
-def _check_tensor(name: str, x: Tensor | None, shape: tuple, dtypes: tuple, device: torch.device,
-                  required: bool = False, why: str = "") -> None:
-    if x is None:
-        if required:
-            raise KernelInputError(f"{name} is required: {why}")
-        return
-    if tuple(x.shape) != shape:
-        raise KernelInputError(f"{name} must have shape {shape}, got {tuple(x.shape)}")
-    if x.dtype not in dtypes:
-        raise KernelInputError(f"{name} dtype must be one of {dtypes}, got {x.dtype}")
-    if x.device != device:
-        raise KernelInputError(f"{name} is on {x.device} but logits are on {device}: move it to {device}")
-
-
-def fused_select_route(method: str, logits: Tensor, alpha: Tensor | None, router: Router, cfg: SelectorConfig,
-                       resident: Tensor | None = None, num_tokens: Tensor | None = None
-                       ) -> tuple[Selection, Tensor, Tensor]:
-    """The kernel behind `BlockSelector` + `prune_batched` + `route`, for logits [T, E] or [B, T, E].
-
-    alpha: commitment weights [T] or [B, T] (None for methods without commitment); resident: bool [E] or
-    [B, E]. Returns (Selection with eligible [(B,) E], ids [(B,) T, K] int64, weights [(B,) T, K] fp32).
-    Builds a `FusedVerifier` per call (a host-to-device copy): for CUDA graphs keep one `FusedVerifier`."""
-    single = logits.dim() == 2
-    if single:
-        logits = logits.unsqueeze(0)
-        alpha = alpha.unsqueeze(0) if alpha is not None else None
-    verifier = FusedVerifier(method, router, cfg, logits.shape[-1], logits.device)
-    out = verifier(logits, alpha, num_tokens, resident)
-    if single:
-        out = VerifierOutput(*(x.squeeze(0) for x in out))
-    return out.selection, out.ids, out.weights

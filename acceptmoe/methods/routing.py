@@ -9,7 +9,9 @@ Constrained routing sets the logits of ineligible experts to -inf and applies th
 router that renormalises over the chosen k, the weights equal the unmasked softmax probabilities of the
 chosen experts renormalised (masking before or after the softmax gives the same weights). For a
 non-renormalising `softmax_topk` router, our choice keeps the original unmasked softmax probabilities.
-All math is fp32.
+All math is fp32. The k experts are the k largest (masked) logits under the project's one ranking rule,
+`topk.topk` (value descending, ties to the lower expert index); the softmax is monotonic, so this is the
+top-k of the probabilities, with the tie rule stated.
 """
 from __future__ import annotations
 
@@ -18,6 +20,8 @@ from typing import Literal
 
 import torch
 from torch import Tensor
+
+from .topk import topk
 
 RouterKind = Literal["softmax_topk", "topk_softmax"]
 ROUTER_KINDS = ("softmax_topk", "topk_softmax")
@@ -62,23 +66,30 @@ def route(logits: Tensor, eligible: Tensor | None, router: Router) -> tuple[Tens
     logits [..., T, E]; eligible [..., E] bool (one set per block, broadcast over its T tokens), [..., T, E]
     bool (one set per token) or None (all experts). Returns ids [..., T, k] long, weights [..., T, k] fp32.
     """
+    k = router.top_k
+    if eligible is not None:
+        n_min = int(eligible.sum(-1).min()) if eligible.numel() else 0
+        if n_min < k:
+            raise ValueError(f"eligible set has {n_min} experts, fewer than top_k={k}")
+    return route_in(logits, eligible, router)
+
+
+def route_in(logits: Tensor, eligible: Tensor | None, router: Router) -> tuple[Tensor, Tensor]:
+    """`route` without its size check (no host synchronisation): the caller guarantees |S| >= k."""
     z = logits.float()                                          # [..., T, E]
     k = router.top_k
     if eligible is not None:
         if eligible.dim() == z.dim() - 1:
             eligible = eligible.unsqueeze(-2)                   # [..., 1, E]
-        n_min = int(eligible.sum(-1).min()) if eligible.numel() else 0
-        if n_min < k:
-            raise ValueError(f"eligible set has {n_min} experts, fewer than top_k={k}")
         z = z.masked_fill(~eligible, float("-inf"))
+    top, ids = topk(z, k)                                       # [..., T, k], best first
     if router.kind == "softmax_topk":
         probs = torch.softmax(z, dim=-1)                        # [..., T, E]
-        weights, ids = torch.topk(probs, k, dim=-1)             # [..., T, k]
+        weights = probs.gather(-1, ids)                         # [..., T, k]
         if router.renormalize:
             weights = weights / weights.sum(-1, keepdim=True)
         elif eligible is not None:
             weights = torch.softmax(logits.float(), dim=-1).gather(-1, ids)
     else:
-        top, ids = torch.topk(z, k, dim=-1)                     # [..., T, k]
         weights = torch.softmax(top, dim=-1)
     return ids, weights

@@ -2,21 +2,26 @@
 
 Each selector maps one layer's router logits for one verification block, logits [T, E], to a `Selection`:
 the eligible set S (bool [E]), the score it ranked by (`utility`, fp32 [E]) and the root anchor (bool [E]).
+Every score is a `block_sum` over the block's tokens: per-token terms truncated to multiples of
+2^-score_bits and added exactly, so any backend obtains the same numbers whatever its summation order;
+sizing runs on those integers (`fixed.py`).
 Ranking is always by score descending, ties by a secondary score where the method has one, then by the
-lower expert index. `batched.py` computes the same sets for many layers or blocks at once; it must agree
-exactly with these functions.
+lower expert index: the project's one rule, `topk.order_desc`. The batched verifier
+(`acceptmoe.kernels.make_verifier`, torch and Triton backends) computes the same sets for many blocks at
+once and must agree exactly with these functions.
 """
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import torch
 from torch import Tensor
 
 from .config import SelectorConfig, check_for_method
+from .fixed import block_sum, effective_rank, rank_guard, to_fixed
 from .registry import get_method, register_selector, selector_for
 from .routing import Router
+from .topk import order_desc
 from .tree import BlockInfo
 
 
@@ -48,28 +53,19 @@ def commitment_weights(block: BlockInfo, cfg: SelectorConfig) -> Tensor:
     return (p.pow(cfg.beta) * n.pow(cfg.level_exponent)).float()
 
 
-def effective_rank_size(demand: Tensor, tolerance: float) -> int:
-    """n_er = ceil(exp(H(q))) for q = demand / sum(demand) over positive demand; 0 when there is none.
-
-    The ceiling is guarded: ceil(exp(H) * (1 - tolerance)), clamped to [1, number of positive entries]."""
-    d = demand[demand > 0].double()
-    if d.numel() == 0:
-        return 0
-    q = d / d.sum()
-    h = float(-(q * q.log()).sum())
-    return max(1, min(guarded_ceil(math.exp(h), tolerance), d.numel()))
+def effective_rank_size(demand: Tensor, cfg: SelectorConfig) -> int:
+    """n_er: the effective rank exp(H(q)) of q = demand / sum(demand) over positive demand, guarded and
+    rounded up (n >= exp(H) * (1 - rank_tolerance)), in [1, number of positive entries]; 0 without any.
+    Evaluated in fixed point on the block scores' integers (`fixed.effective_rank`)."""
+    return int(effective_rank(to_fixed(demand, cfg.score_bits), demand > 0, rank_guard(cfg.rank_tolerance)))
 
 
-def guarded_ceil(x: float, tolerance: float) -> int:
-    """ceil(x * (1 - tolerance)): 3.0000001 -> 3 (float error), 3.01 -> 4, for tolerance = 1e-4."""
-    return math.ceil(x * (1.0 - tolerance))
-
-
-def _top(scores: list[tuple], candidates: list[int], n: int, num_experts: int) -> Tensor:
-    """bool [E]: the n best candidates by (score tuple descending, expert index ascending)."""
-    order = sorted(candidates, key=lambda e: tuple(-s for s in scores[e]) + (e,))
-    mask = torch.zeros(num_experts, dtype=torch.bool)
-    mask[order[:n]] = True
+def _best(n: int, primary: Tensor, secondary: Tensor | None = None, exclude: Tensor | None = None) -> Tensor:
+    """bool [E]: the n best experts by (primary, secondary) descending, then lower index; `exclude` never."""
+    if exclude is not None:
+        primary = primary.masked_fill(exclude, float("-inf"))
+    mask = torch.zeros(primary.shape[-1], dtype=torch.bool)
+    mask[order_desc(primary, secondary)[:n]] = True
     return mask
 
 
@@ -78,34 +74,31 @@ def select_standard_sd(logits: Tensor, block: BlockInfo, router: Router, cfg: Se
     """S = all experts; utility is the natural gate mass sum_t r[t, e]."""
     r, _ = router.gates(logits, cfg.demand_score)                     # [T, E]
     E = logits.shape[1]
-    return Selection(torch.ones(E, dtype=torch.bool), r.sum(0), torch.zeros(E, dtype=torch.bool))
+    return Selection(torch.ones(E, dtype=torch.bool), block_sum(r, cfg.score_bits), torch.zeros(E, dtype=torch.bool))
 
 
 @register_selector("count-b")
 def select_count_b(logits: Tensor, block: BlockInfo, router: Router, cfg: SelectorConfig) -> Selection:
     """Top-B experts by votes v_e = sum_t 1[e in K_t]; ties: larger gate mass, then lower index."""
     r, member = router.gates(logits, "gate")                          # [T, E]
-    votes, mass = member.float().sum(0), r.sum(0)                     # [E], [E]
+    votes, mass = block_sum(member.float(), cfg.score_bits), block_sum(r, cfg.score_bits)   # [E], [E]
     E = logits.shape[1]
-    scores = list(zip(votes.tolist(), mass.tolist()))
-    eligible = _top(scores, list(range(E)), cfg.budget, E)
-    return Selection(eligible, votes, torch.zeros(E, dtype=torch.bool))
+    return Selection(_best(cfg.budget, votes, mass), votes, torch.zeros(E, dtype=torch.bool))
 
 
 @register_selector("moe-spec")
 def select_moe_spec(logits: Tensor, block: BlockInfo, router: Router, cfg: SelectorConfig) -> Selection:
     """Top-B experts by m_e = sum_t softmax(z_t)[e] over all experts and tokens; ties: lower index."""
-    mass = torch.softmax(logits.float(), dim=-1).sum(0)              # [E]
+    mass = block_sum(torch.softmax(logits.float(), dim=-1), cfg.score_bits)   # [E]
     E = logits.shape[1]
-    eligible = _top([(m,) for m in mass.tolist()], list(range(E)), cfg.budget, E)
-    return Selection(eligible, mass, torch.zeros(E, dtype=torch.bool))
+    return Selection(_best(cfg.budget, mass), mass, torch.zeros(E, dtype=torch.bool))
 
 
 def commitment_utility(logits: Tensor, block: BlockInfo, router: Router, cfg: SelectorConfig) -> tuple[Tensor, Tensor]:
     """u_e = sum_t alpha_t r[t, e] (fp32 [E]) and the root anchor A = K_root (bool [E])."""
     alpha = commitment_weights(block, cfg)                            # [T]
     r, member = router.gates(logits, cfg.demand_score)                # [T, E]
-    u = (alpha[:, None] * r).sum(0)                                   # [E]
+    u = block_sum(alpha[:, None] * r, cfg.score_bits)                 # [E]
     return u, member[0].clone()
 
 
@@ -113,19 +106,13 @@ def commitment_utility(logits: Tensor, block: BlockInfo, router: Router, cfg: Se
 def select_acceptmoe_b(logits: Tensor, block: BlockInfo, router: Router, cfg: SelectorConfig) -> Selection:
     """S = A plus the top (B - |A|) non-anchor experts by u_e (ties: lower index)."""
     u, anchor = commitment_utility(logits, block, router, cfg)
-    E = logits.shape[1]
-    rest = [e for e in range(E) if not anchor[e]]
     n = cfg.budget - int(anchor.sum())
-    eligible = anchor | _top([(x,) for x in u.tolist()], rest, n, E)
-    return Selection(eligible, u, anchor)
+    return Selection(anchor | _best(n, u, exclude=anchor), u, anchor)
 
 
 @register_selector("acceptmoe")
 def select_acceptmoe(logits: Tensor, block: BlockInfo, router: Router, cfg: SelectorConfig) -> Selection:
     """S = A plus the top n_er non-anchor experts by u_e, n_er the effective rank of the residual demand."""
     u, anchor = commitment_utility(logits, block, router, cfg)
-    E = logits.shape[1]
-    rest = [e for e in range(E) if not anchor[e]]
-    n = effective_rank_size(u[~anchor], cfg.rank_tolerance)
-    eligible = anchor | _top([(x,) for x in u.tolist()], rest, n, E)
-    return Selection(eligible, u, anchor)
+    n = effective_rank_size(u.masked_fill(anchor, 0.0), cfg)
+    return Selection(anchor | _best(n, u, exclude=anchor), u, anchor)

@@ -9,7 +9,8 @@ import torch
 
 from variants import V
 from acceptmoe.engine import DraftTree, Eagle3Drafter, Engine, Trace, TreeShape, load_engine
-from acceptmoe.engine.engine import TorchVerifier, register_verifier_backend
+from acceptmoe.kernels import register_backend
+from acceptmoe.kernels.batched import TorchVerifier
 from acceptmoe.engine.trace import commitment_table, load_traces, save_traces
 from acceptmoe.errors import UserError
 from acceptmoe.methods import CommitmentTable, ConfigError
@@ -121,22 +122,19 @@ def test_full_budget_methods_equal_standard_sd(engine, reference, monkeypatch, m
 def test_acceptmoe_sets_hold_the_anchor(engine, reference, monkeypatch):
     seen = []
 
-    def capture(*args):
-        verifier = TorchVerifier(*args)
-
-        def run(logits, resident):
-            out = verifier(logits, resident)
+    class Capture(TorchVerifier):
+        def _run(self, logits, resident):
+            out = super()._run(logits, resident)
             seen.append(out)
             return out
-        return run
-    register_verifier_backend("capture-test", capture)
+    register_backend("capture-test", Capture)
     eng = Engine(engine.model, engine.draft, backend="capture-test")
     use_oracle(monkeypatch, len(PROMPTS[1]), reference[1])
     gen = eng.generate(PROMPTS[1], V("acceptmoe", commitment=P_HAT), max_new_tokens=12, ignore_eos=True, tree=SMALL)
     assert len(gen.tokens) == 12 and seen
-    for out in seen:
+    for out in seen:                                                         # one block per pass: B = 1
         assert not (out.anchor & ~out.eligible).any() and int(out.anchor.sum()) == TOP_K
-        assert bool(out.eligible[out.ids].all()) and int(out.eligible.sum()) >= TOP_K
+        assert bool(out.eligible[0][out.ids[0]].all()) and int(out.eligible.sum()) >= TOP_K
     for b in gen.trace.blocks:
         assert all(a == TOP_K <= s <= n for a, s, n in zip(b.layers["anchor_size"], b.layers["set_size"],
                                                              b.layers["natural_union"]))
@@ -230,7 +228,7 @@ def test_clear_errors(engine, method, kw, err, match):
 
 def test_generate_takes_a_typed_variant(engine):
     with pytest.raises(TypeError, match=r"Variant\('standard-sd'\)"):
-        engine.generate([1, 2, 3], "standard-sd", max_new_tokens=2)
+        engine.generate([1, 2, 3], V("standard-sd"), max_new_tokens=2)
 
 
 def test_setup_errors(engine, draft_dir, tmp_path):
@@ -255,14 +253,14 @@ def test_load_engine_from_one_folder(draft_dir, tmp_path, reference):
     assert isinstance(CommitmentTable(max_depth=1).proposed, list)
 
 
-@pytest.mark.parametrize("method, kw", [("acceptmoe", {}), ("count-b", {"budget": 8})])
+@pytest.mark.parametrize("method, kw", [("acceptmoe", {}), ("count-b", {"budget": 8}), ("standard-sd", {})])
 def test_triton_backend_gives_torch_tokens(engine, method, kw):
     """The fused kernel (Triton interpreter on CPU) behind the engine's verifier hook."""
     pytest.importorskip("triton")
     fused = Engine(engine.model, engine.draft, backend="triton")
     args = dict(max_new_tokens=3, ignore_eos=True, tree=TreeShape(2, 3, 6))
     v = V(method, commitment=P_HAT, **kw)
-    a, b = fused.generate(PROMPTS[1], v, **args), engine.generate(PROMPTS[1], v, **args)
+    a, b = fused.generate(PROMPTS[1], V(v), **args), engine.generate(PROMPTS[1], V(v), **args)
     assert a.tokens == b.tokens
     assert [blk.layers for blk in a.trace.blocks] == [blk.layers for blk in b.trace.blocks]
 
@@ -277,3 +275,14 @@ def test_tau_counts_output_tokens_only(engine, reference, monkeypatch):
         assert sum(gen.accept_lengths) == len(gen.tokens) - 1          # the prefill pass yields tokens[0]
         path_total = sum(len(b.path) for b in gen.trace.blocks)
         assert path_total >= sum(gen.accept_lengths)                    # the trace keeps whole accepted paths
+
+
+def test_tracing_standard_sd_does_not_change_its_routing(engine, reference):
+    """Standard SD routes with `router.natural` whether or not its layers are traced through the verifier."""
+    args = dict(max_new_tokens=9, ignore_eos=True, tree=SMALL)
+    traced = engine.generate(PROMPTS[1], V("standard-sd"), trace_layers=True, **args)
+    untraced = engine.generate(PROMPTS[1], V("standard-sd"), trace_layers=False, **args)
+    assert traced.tokens == untraced.tokens == reference[1][:9]
+    assert all(s == EXPERTS for b in traced.trace.blocks for s in b.layers["set_size"])
+    assert all(r == n for b in traced.trace.blocks
+               for r, n in zip(b.layers["routed_union"], b.layers["natural_union"]))

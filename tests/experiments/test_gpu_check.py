@@ -36,8 +36,6 @@ def test_kernel_check_passes_under_the_interpreter_without_ties():
     assert res["verdict"] == "PASS", res["cases"]
 
 
-@pytest.mark.xfail(strict=True, reason="the reference's top-k (torch.topk) and the kernel break ties differently "
-                                       "until one top-k rule is shared; remove this mark when it is")
 def test_kernel_check_passes_under_the_interpreter_with_ties():
     res = gpu_check.check_kernel("cpu", T=7, E=16, k=2, ties=True)
     assert res["verdict"] == "PASS", res["cases"]

@@ -1,22 +1,23 @@
-"""The fused Triton verifier kernel against the torch reference, under the Triton interpreter (conftest).
+"""The batched verifier (both backends) against the per-block reference; the Triton backend runs under the
+Triton interpreter (conftest).
 
 Each case is one awkward shape (T in {1, 7, 64}, E in {8, 60, 64, 128}, k in {1, 2, 4, 8}), router kind,
-demand score, logit dtype and residency mask; every case runs all five verifier methods on one or two
-blocks (the second one padded) and compares with the per-block reference (`select`, `prune_nonresident`,
-`route`) and the batched path (`BlockSelector`, `prune_batched`). Sets and routed ids must agree exactly,
-utilities and weights to 1e-6.
+demand score, logit dtype, residency mask and logit draw (tie-free, or bf16-rounded with deliberate ties
+at the top-k boundary); every case runs all five verifier methods on one or two blocks (the second one
+padded) and compares with the per-block reference (`select`, `prune_nonresident`, `route`). Sets and routed
+ids must agree exactly, utilities and weights to 1e-6.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import pytest
 import torch
 
-from acceptmoe.kernels import FusedVerifier, KernelInputError, fused_select_route
+from acceptmoe.kernels import VerifierInputError, VerifierOutput, make_verifier
 from acceptmoe.methods import (
-    BlockInfo, BlockSelector, ConfigError, Router, SelectorConfig, commitment_weights, prune_batched,
-    prune_nonresident, route, select,
+    BlockInfo, ConfigError, Router, SelectorConfig, commitment_weights, prune_nonresident, route, select,
 )
 
 METHODS = ("standard-sd", "count-b", "moe-spec", "acceptmoe-b", "acceptmoe")
@@ -38,25 +39,28 @@ class Case:
     resident: str         # none | shared ([E]) | per-block ([B, E])
     blocks: int           # 1, or 2 with the second block padded
     budget: str           # k | third | all: the fixed budget B for count-b, moe-spec, acceptmoe-b
+    ties: bool = False    # bf16-rounded logits on a coarse grid, each row tied at its top-k boundary
 
     def __str__(self) -> str:
         return (f"T{self.T}-E{self.E}-k{self.k}-{self.router}-{self.demand}-{str(self.dtype)[6:]}-"
-                f"{self.resident}-B{self.blocks}-{self.budget}")
+                f"{self.resident}-B{self.blocks}-{self.budget}{'-ties' if self.ties else ''}")
 
 
 CASES = [
     Case(1, 8, 1, "gptoss", "gate", torch.float32, "none", 1, "k"),
     Case(7, 60, 2, "renorm", "gate", torch.float32, "shared", 2, "third"),
     Case(64, 64, 4, "raw", "softmax", torch.float32, "per-block", 2, "third"),
-    Case(64, 128, 8, "renorm", "gate", torch.bfloat16, "none", 1, "third"),
     Case(7, 128, 8, "gptoss", "softmax", torch.float16, "per-block", 2, "k"),
     Case(64, 8, 1, "renorm", "gate", torch.float32, "shared", 2, "third"),
     Case(7, 8, 8, "gptoss", "gate", torch.float32, "none", 2, "all"),
     Case(1, 60, 4, "raw", "gate", torch.float16, "shared", 1, "all"),
-    Case(64, 60, 2, "gptoss", "gate", torch.float32, "per-block", 2, "k"),
     Case(7, 64, 1, "raw", "softmax", torch.bfloat16, "shared", 2, "all"),
-    Case(64, 128, 2, "gptoss", "softmax", torch.float32, "shared", 1, "k"),
     Case(1, 128, 1, "renorm", "softmax", torch.float32, "per-block", 2, "third"),
+    Case(64, 128, 8, "renorm", "gate", torch.bfloat16, "none", 2, "third", ties=True),
+    Case(16, 128, 4, "gptoss", "gate", torch.bfloat16, "shared", 1, "third", ties=True),
+    Case(7, 60, 2, "raw", "softmax", torch.bfloat16, "per-block", 2, "k", ties=True),
+    Case(16, 64, 8, "gptoss", "softmax", torch.float32, "none", 1, "k", ties=True),
+    Case(7, 8, 4, "renorm", "gate", torch.float32, "shared", 2, "all", ties=True),
 ]
 
 
@@ -81,12 +85,23 @@ def random_logits(B: int, T: int, E: int, dtype: torch.dtype, gen: torch.Generat
     return grid[picks].to(dtype)
 
 
+def tied_logits(B: int, T: int, E: int, k: int, dtype: torch.dtype, gen: torch.Generator) -> torch.Tensor:
+    """[B, T, E] bf16-rounded logits on a coarse grid (many ties), and in every row the k-th largest value
+    copied onto another expert, so the top-k boundary always ties (k < E)."""
+    z = (torch.randint(-12, 12, (B, T, E), generator=gen).float() / 4).to(torch.bfloat16).float()
+    order = torch.sort(z, dim=-1, descending=True, stable=True).indices                   # [B, T, E]
+    kth = z.gather(-1, order[..., k - 1: k])                                              # [B, T, 1]
+    other = order.gather(-1, torch.randint(k, E, (B, T, 1), generator=gen)) if k < E else order[..., :1]
+    return z.scatter(-1, other, kth).to(dtype)
+
+
 def make_inputs(case: Case, seed: int = 0):
     gen = torch.Generator().manual_seed(seed)
     blocks = [random_tree(case.T, gen)] + [random_tree(max(1, case.T // 2), gen)] * (case.blocks - 1)
     depth = max(b.max_depth for b in blocks)
     p_hat = (1.0,) + tuple(sorted(torch.rand(depth, generator=gen).clamp_min(0.05).tolist(), reverse=True))
-    logits = random_logits(case.blocks, case.T, case.E, case.dtype, gen)
+    logits = (tied_logits(case.blocks, case.T, case.E, case.k, case.dtype, gen) if case.ties
+              else random_logits(case.blocks, case.T, case.E, case.dtype, gen))
     if case.blocks > 1:                                   # padding rows hold garbage the kernel must ignore
         logits[1, blocks[1].num_tokens:] = torch.linspace(30.0, -30.0, case.E).to(case.dtype)
     resident = {"none": None, "shared": torch.rand(case.E, generator=gen) < 0.5,
@@ -102,40 +117,46 @@ def config_for(method: str, case: Case, p_hat: tuple) -> SelectorConfig:
 
 
 def reference(method, case, blocks, cfg, router, logits, resident):
-    """Per-block reference: eligible [B, E], utility [B, E], anchor [B, E], ids [B, T, k], weights [B, T, k]."""
+    """Per-block reference: ids [B, T, k], weights [B, T, k], eligible [B, E], utility [B, E], anchor [B, E]."""
     out = []
     for b, block in enumerate(blocks):
         sel = select(method, logits[b, : block.num_tokens], block, router, cfg)
         eligible = sel.eligible
         if resident is not None:
-            eligible = prune_nonresident(sel, resident if resident.dim() == 1 else resident[b], cfg)
+            eligible = prune_nonresident(sel, resident if resident.dim() == 1 else resident[b], cfg,
+                                         min_size=router.top_k)
         ids, weights = route(logits[b], eligible, router)
-        out.append((eligible, sel.utility, sel.anchor, ids, weights))
+        out.append((ids, weights, eligible, sel.utility, sel.anchor))
     return [torch.stack(x) for x in zip(*out)]
 
 
 def assert_matches(got, want, what: str) -> None:
-    for name, g, w in zip(("eligible", "utility", "anchor", "ids", "weights"), got, want):
+    for name, g, w in zip(("ids", "weights", "eligible", "utility", "anchor"), got, want):
         if g.dtype in (torch.bool, torch.int64):
             assert torch.equal(g, w), f"{what}: {name} differs\n got {g}\nwant {w}"
         else:
             torch.testing.assert_close(g, w, rtol=1e-6, atol=1e-6, msg=lambda m: f"{what}: {name}: {m}")
 
 
+@pytest.mark.parametrize("backend", ["triton", "torch"])
 @pytest.mark.parametrize("case", CASES, ids=str)
-def test_kernel_matches_reference(case: Case):
+def test_verifier_matches_reference(case: Case, backend: str):
     blocks, p_hat, logits, resident = make_inputs(case)
     router = Router(ROUTERS[case.router].kind, case.k, ROUTERS[case.router].renormalize)
     for method in METHODS:
         cfg = config_for(method, case, p_hat)
-        verifier = FusedVerifier(method, router, cfg, case.E, device="cpu")
-        alpha, num_tokens = verifier.block_inputs(blocks, pad_to=case.T)
-        got = verifier(logits, alpha if verifier.needs_alpha else None, num_tokens, resident)
-        assert_matches(got, reference(method, case, blocks, cfg, router, logits, resident), f"{method} {case}")
+        verifier = make_verifier(backend, method, router, cfg, case.E, device="cpu")
+        verifier.prepare(blocks, pad_to=case.T)
+        got = verifier(logits, resident)
+        assert_matches(got, reference(method, case, blocks, cfg, router, logits, resident),
+                       f"{backend} {method} {case}")
 
-        batched = BlockSelector(method, blocks, router, cfg, case.E)(logits)
-        eligible = batched.eligible if resident is None else prune_batched(batched, resident, cfg)
-        assert torch.equal(got.eligible, eligible), f"{method} {case}: differs from BlockSelector"
+
+def one_block(method, logits, router, cfg, resident=None, backend="triton"):
+    """The verifier's output for one block (all T tokens of logits [T, E]) with the first dim dropped."""
+    verifier = make_verifier(backend, method, router, cfg, logits.shape[-1], "cpu")
+    verifier.prepare(BlockInfo.from_parents([-1] + [0] * (logits.shape[0] - 1)))
+    return VerifierOutput(*(x[0] for x in verifier(logits[None], resident)))
 
 
 def test_pruning_removes_nonresident_low_utility_experts():
@@ -144,101 +165,193 @@ def test_pruning_removes_nonresident_low_utility_experts():
     router = Router("softmax_topk", 2)
     cfg = SelectorConfig(budget=60, p_hat=p_hat, prune_rho=0.5, prune_min_set=10)
     resident = torch.zeros(60, dtype=torch.bool)
-    alpha = commitment_weights(blocks[0], cfg)
-    sel, ids, _ = fused_select_route("acceptmoe-b", logits[0], alpha, router, cfg, resident=resident)
+    verifier = make_verifier("triton", "acceptmoe-b", router, cfg, 60, "cpu")
+    verifier.prepare(blocks)
+    out = verifier(logits[:1], resident)
+    sel, ids = out.selection, out.ids[0]
     ref = select("acceptmoe-b", logits[0], blocks[0], router, cfg)
-    assert torch.equal(sel.eligible, prune_nonresident(ref, resident, cfg))
+    assert torch.equal(sel.eligible[0], prune_nonresident(ref, resident, cfg))
     assert 10 <= int(sel.eligible.sum()) < 60 and bool((sel.eligible | ~sel.anchor).all())
-    assert torch.equal(ids, route(logits[0], sel.eligible, router)[0])
+    assert torch.equal(ids, route(logits[0], sel.eligible[0], router)[0])
 
 
 def test_pruning_keeps_at_least_k_experts_without_an_anchor():
-    """count-b has no anchor: with prune_min_set < k the kernel still leaves k experts (s_min raised to k)."""
+    """count-b has no anchor: with prune_min_set < k the verifier still leaves k experts (s_min raised to k)."""
     case = Case(7, 60, 4, "renorm", "gate", torch.float32, "shared", 1, "k")
     blocks, _, logits, _ = make_inputs(case, seed=4)
     router = Router("softmax_topk", 4)
     cfg = SelectorConfig(budget=8, prune_rho=1.0, prune_min_set=0)
     resident = torch.zeros(60, dtype=torch.bool)
-    sel, ids, _ = fused_select_route("count-b", logits[0], None, router, cfg, resident=resident)
     ref = select("count-b", logits[0], blocks[0], router, cfg)
     want = prune_nonresident(ref, resident, SelectorConfig(budget=8, prune_rho=1.0, prune_min_set=4))
-    assert int(sel.eligible.sum()) == 4 and torch.equal(sel.eligible, want)
-    assert torch.equal(ids, route(logits[0], want, router)[0])
+    for backend in ("triton", "torch"):
+        out = one_block("count-b", logits[0], router, cfg, resident, backend)
+        assert int(out.eligible.sum()) == 4 and torch.equal(out.eligible, want)
+        assert torch.equal(out.ids, route(logits[0], want, router)[0])
 
 
-def test_all_eligible_routing_is_natural_routing():
-    gen = torch.Generator().manual_seed(1)
-    logits = torch.randn(7, 60, generator=gen)
-    for router in (Router("softmax_topk", 4), Router("softmax_topk", 4, False), Router("topk_softmax", 4)):
-        sel, ids, weights = fused_select_route("standard-sd", logits, None, router, SelectorConfig())
-        want_ids, want_weights = router.natural(logits)
-        assert bool(sel.eligible.all()) and torch.equal(ids, want_ids)
-        torch.testing.assert_close(weights, want_weights, rtol=1e-6, atol=1e-6)
+@pytest.mark.parametrize("kind, renorm", [("softmax_topk", True), ("softmax_topk", False), ("topk_softmax", True)])
+def test_standard_sd_routes_as_natural_routing_with_ties(kind, renorm):
+    """Standard SD through the verifier: the ids of natural routing on tied bf16 logits (both backends);
+    the torch backend's weights are natural routing's bit for bit, the kernel's agree to 1e-6."""
+    router = Router(kind, 4, renorm)
+    logits = tied_logits(1, 16, 64, 4, torch.bfloat16, torch.Generator().manual_seed(7))[0]   # [T, E]
+    want_ids, want_weights = router.natural(logits)
+    for backend in ("torch", "triton"):
+        out = one_block("standard-sd", logits, router, SelectorConfig(), backend=backend)
+        assert bool(out.eligible.all()) and torch.equal(out.ids, want_ids), backend
+        if backend == "torch":
+            assert torch.equal(out.weights, want_weights)
+        torch.testing.assert_close(out.weights, want_weights, rtol=1e-6, atol=1e-6)
 
 
-def test_block_inputs_pad_alpha_and_count_tokens():
+def test_prepare_pads_alpha_and_counts_tokens():
     gen = torch.Generator().manual_seed(2)
     blocks = [random_tree(7, gen), random_tree(3, gen)]
     cfg = SelectorConfig(p_hat=(1.0, 0.8, 0.6, 0.4, 0.3, 0.2))
-    alpha, num_tokens = FusedVerifier("acceptmoe", Router("topk_softmax", 2), cfg, 8, "cpu").block_inputs(blocks)
+    verifier = make_verifier("torch", "acceptmoe", Router("topk_softmax", 2), cfg, 8, "cpu")
+    verifier.prepare(blocks)
+    alpha, num_tokens = verifier.alpha, verifier.num_tokens
     assert num_tokens.tolist() == [7, 3] and alpha.shape == (2, 7)
     assert torch.equal(alpha[1, :3], commitment_weights(blocks[1], cfg)) and not alpha[1, 3:].any()
 
 
-@pytest.fixture
-def verifier():
-    return FusedVerifier("acceptmoe", Router("softmax_topk", 2), SelectorConfig(p_hat=(1.0, 0.5)), 8, "cpu")
+@pytest.fixture(params=["triton", "torch"])
+def verifier(request):
+    v = make_verifier(request.param, "acceptmoe", Router("softmax_topk", 2),
+                      SelectorConfig(p_hat=(1.0, 0.5, 0.25)), 8, "cpu")
+    v.prepare([BlockInfo.from_parents([-1, 0, 0, 0, 1, 1, 2])])                 # B = 1, T = 7, depth 2
+    return v
 
 
-@pytest.mark.parametrize("logits_shape, alpha_shape, match", [
-    ((7, 8), (1, 7), "must be \\[B, T, E\\]"),
-    ((1, 7, 9), (1, 7), "E=8"),
-    ((1, 0, 8), (1, 0), "B, T >= 1"),
-    ((0, 7, 8), (0, 7), "B, T >= 1"),
-    ((1, 7, 8), (7,), "alpha must have shape \\(1, 7\\)"),
-    ((2, 7, 8), (1, 7), "alpha must have shape \\(2, 7\\)"),
-])
-def test_bad_shapes_are_named(verifier, logits_shape, alpha_shape, match):
-    with pytest.raises(KernelInputError, match=match):
-        verifier(torch.zeros(logits_shape), torch.ones(alpha_shape))
+@pytest.mark.parametrize("logits_shape", [(7, 8), (1, 7, 9), (1, 6, 8), (2, 7, 8)])
+def test_bad_shapes_are_named(verifier, logits_shape):
+    with pytest.raises(VerifierInputError, match="logits must be \\[B, T, E\\] = \\(1, 7, 8\\)"):
+        verifier(torch.zeros(logits_shape))
 
 
 def test_bad_dtypes_and_missing_inputs_are_named(verifier):
-    logits, alpha = torch.zeros(1, 7, 8), torch.ones(1, 7)
-    with pytest.raises(KernelInputError, match="logits dtype torch.float64"):
-        verifier(logits.double(), alpha)
-    with pytest.raises(KernelInputError, match="alpha dtype"):
-        verifier(logits, alpha.half())
-    with pytest.raises(KernelInputError, match="alpha is required"):
-        verifier(logits, None)
-    with pytest.raises(KernelInputError, match="num_tokens dtype"):
-        verifier(logits, alpha, num_tokens=torch.ones(1))
-    with pytest.raises(KernelInputError, match="resident dtype"):
-        verifier(logits, alpha, resident=torch.ones(8))
-    with pytest.raises(KernelInputError, match="resident must have shape \\(1, 8\\)"):
-        verifier(logits, alpha, resident=torch.ones(2, 8, dtype=torch.bool))
+    logits = torch.zeros(1, 7, 8)
+    with pytest.raises(VerifierInputError, match="logits dtype torch.float64"):
+        verifier(logits.double())
+    with pytest.raises(VerifierInputError, match="resident dtype"):
+        verifier(logits, resident=torch.ones(8))
+    with pytest.raises(VerifierInputError, match="resident must have shape \\(8,\\) or \\(1, 8\\)"):
+        verifier(logits, resident=torch.ones(2, 8, dtype=torch.bool))
+    fresh = make_verifier("torch", "count-b", Router("softmax_topk", 2), SelectorConfig(budget=4), 8, "cpu")
+    with pytest.raises(VerifierInputError, match="call verifier.prepare"):
+        fresh(logits)
+    with pytest.raises(VerifierInputError, match="unknown verifier backend 'cuda-magic'"):
+        make_verifier("cuda-magic", "count-b", Router("softmax_topk", 2), SelectorConfig(budget=4), 8, "cpu")
 
 
-def test_bad_method_budget_and_router_are_named():
+@pytest.mark.parametrize("backend", ["triton", "torch"])
+def test_bad_method_budget_and_router_are_named(backend):
     with pytest.raises(ConfigError, match="budget B=2 is smaller than top_k=4"):
-        FusedVerifier("count-b", Router("softmax_topk", 4), SelectorConfig(budget=2), 8, "cpu")
+        make_verifier(backend, "count-b", Router("softmax_topk", 4), SelectorConfig(budget=2), 8, "cpu")
     with pytest.raises(ConfigError, match="needs a budget"):
-        FusedVerifier("moe-spec", Router("softmax_topk", 4), SelectorConfig(), 8, "cpu")
+        make_verifier(backend, "moe-spec", Router("softmax_topk", 4), SelectorConfig(), 8, "cpu")
     with pytest.raises(ConfigError, match="exceeds the number of experts"):
-        FusedVerifier("standard-sd", Router("softmax_topk", 9), SelectorConfig(), 8, "cpu")
-    with pytest.raises(KernelInputError, match="does not speculate"):
-        FusedVerifier("vanilla-ar", Router("softmax_topk", 2), SelectorConfig(), 8, "cpu")
+        make_verifier(backend, "standard-sd", Router("softmax_topk", 9), SelectorConfig(), 8, "cpu")
+    with pytest.raises(VerifierInputError, match="does not speculate"):
+        make_verifier(backend, "vanilla-ar", Router("softmax_topk", 2), SelectorConfig(), 8, "cpu")
     with pytest.raises(ConfigError, match="p_hat has 2 entries"):
-        verifier = FusedVerifier("acceptmoe", Router("softmax_topk", 2), SelectorConfig(p_hat=(1.0, 0.5)), 8, "cpu")
-        verifier.block_inputs([BlockInfo.from_parents([-1, 0, 1])])
+        v = make_verifier(backend, "acceptmoe", Router("softmax_topk", 2), SelectorConfig(p_hat=(1.0, 0.5)), 8, "cpu")
+        v.prepare([BlockInfo.from_parents([-1, 0, 1])])
 
 
 def test_ties_go_to_the_lower_expert_index():
     logits = torch.zeros(7, 60)                        # every expert and every score ties
     cfg = SelectorConfig(budget=12)
     for router in (Router("softmax_topk", 4), Router("topk_softmax", 4)):
-        sel, ids, weights = fused_select_route("moe-spec", logits, None, router, cfg)
-        assert torch.equal(sel.eligible, select("moe-spec", logits, BlockInfo.from_parents([-1] + [0] * 6),
-                                                router, cfg).eligible)
-        assert sel.eligible[:12].all() and not sel.eligible[12:].any()
-        assert torch.equal(ids, torch.arange(4).expand(7, 4)) and torch.allclose(weights, torch.full((7, 4), 0.25))
+        for backend in ("triton", "torch"):
+            out = one_block("moe-spec", logits, router, cfg, backend=backend)
+            assert torch.equal(out.eligible, select("moe-spec", logits, BlockInfo.from_parents([-1] + [0] * 6),
+                                                    router, cfg).eligible)
+            assert out.eligible[:12].all() and not out.eligible[12:].any()
+            assert torch.equal(out.ids, torch.arange(4).expand(7, 4))
+            assert torch.allclose(out.weights, torch.full((7, 4), 0.25))
+
+
+# --- the kernel's integer sizing and pruning on adversarial inputs -------------------------------------
+
+import triton  # noqa: E402
+import triton.language as tl  # noqa: E402
+
+from acceptmoe.kernels.verifier import _effective_rank, _prune  # noqa: E402
+from acceptmoe.methods import Selection, effective_rank_size  # noqa: E402
+from acceptmoe.methods.fixed import log2_fixed, rank_guard, rho_fixed  # noqa: E402
+
+
+@triton.jit
+def _sizing_probe(u_ptr, cand_ptr, elig_ptr, anchor_ptr, res_ptr, log2_ptr, n_ptr, kept_ptr,
+                  E, guard, scale, rho_q, min_set, BE: tl.constexpr):
+    offs = tl.arange(0, BE)
+    e_in = offs < E
+    u = tl.load(u_ptr + offs, mask=e_in, other=0.0)
+    cand = e_in & (tl.load(cand_ptr + offs, mask=e_in, other=0) != 0)
+    log2_n = tl.load(log2_ptr + offs, mask=e_in, other=0)
+    tl.store(n_ptr, _effective_rank((u * scale).to(tl.int64), cand, log2_n, e_in, guard))
+    eligible = e_in & (tl.load(elig_ptr + offs, mask=e_in, other=0) != 0)
+    anchor = tl.load(anchor_ptr + offs, mask=e_in, other=0) != 0
+    resident = tl.load(res_ptr + offs, mask=e_in, other=1)
+    kept = _prune(eligible, u, anchor, resident, offs, scale, rho_q, min_set)
+    tl.store(kept_ptr + offs, kept.to(tl.int8), mask=e_in)
+
+
+def kernel_sizing(u, eligible, anchor, resident, cfg, min_set):
+    """(n_er over u > 0, pruned set) from the kernel's own `_effective_rank` and `_prune`."""
+    E = u.numel()
+    n, kept = torch.zeros(1, dtype=torch.int32), torch.zeros(E, dtype=torch.int8)
+    as_u8 = lambda m: m.to(torch.uint8)
+    _sizing_probe[(1,)](u, as_u8(u > 0), as_u8(eligible), as_u8(anchor), as_u8(resident),
+                        log2_fixed(torch.arange(1, E + 1)), n, kept, E, rank_guard(cfg.rank_tolerance),
+                        float(2 ** cfg.score_bits), rho_fixed(cfg.prune_rho), min_set,
+                        BE=triton.next_power_of_2(E))
+    return int(n), kept.bool()
+
+
+def on_grid(x: list[float]) -> torch.Tensor:
+    """Block scores are multiples of 2^-22 (`block_sum`)."""
+    return torch.tensor([round(v * 2**22) / 2**22 for v in x], dtype=torch.float32)
+
+
+def boundary_demands() -> list[torch.Tensor]:
+    """Demand whose effective rank sits at the guarded ceiling's boundary (exp(H) = n * 2^(guard / 2^16),
+    the fixed-point form of n / (1 - tol)), just below, at and just above it, plus huge, single and tied
+    demand."""
+    out = []
+    for n in (2, 3, 7):
+        for rel in (-1e-5, -1e-6, -1e-8, 0.0, 1e-8, 1e-6, 1e-5):
+            target = n * 2 ** (rank_guard(1e-4) / 2**16) * (1 + rel)
+            lo, hi = 0.0, 1.0 / (n + 1)
+            for _ in range(100):                                # small (n+1)-th expert's share
+                mid = (lo + hi) / 2
+                q = [(1 - mid) / n] * n + [mid]
+                rank = math.exp(-sum(x * math.log(x) for x in q if x > 0))
+                lo, hi = (mid, hi) if rank < target else (lo, mid)
+            out.append(on_grid([(1 - lo) / n * 37.0] * n + [lo * 37.0]))
+    out += [on_grid([300.0, 200.0, 100.0, 50.0]), on_grid([2.0**-22]), on_grid([0.25] * 9 + [0.0] * 3)]
+    return out
+
+
+@pytest.mark.parametrize("i", range(len(boundary_demands())))
+def test_kernel_effective_rank_is_the_reference_at_boundaries(i):
+    u = boundary_demands()[i]
+    cfg = SelectorConfig()
+    everything = torch.ones(u.numel(), dtype=torch.bool)
+    n, _ = kernel_sizing(u, everything, ~everything, everything, cfg, 0)
+    assert n == effective_rank_size(u, cfg)
+
+
+@pytest.mark.parametrize("rho, min_set", [(0.25, 0), (0.5, 3), (0.1, 0), (1.0, 2), (0.0, 0)])
+def test_kernel_pruning_is_the_reference_at_the_budget(rho, min_set):
+    """Utilities whose prefix sums hit rho * total exactly (rho in 2^-16 units), ties, anchors, residents."""
+    u = on_grid([1.0, 1.0, 2.0, 4.0, 8.0, 0.5, 0.5, 3.0, 0.0, 16.0])
+    eligible = torch.tensor([1, 1, 1, 1, 1, 1, 1, 1, 1, 0], dtype=torch.bool)
+    anchor = torch.tensor([0, 0, 0, 0, 1, 0, 0, 0, 0, 0], dtype=torch.bool)
+    resident = torch.tensor([0, 0, 0, 0, 0, 0, 0, 1, 0, 0], dtype=torch.bool)
+    cfg = SelectorConfig(prune_rho=rho, prune_min_set=min_set)
+    _, kept = kernel_sizing(u, eligible, anchor, resident, cfg, min_set)
+    want = prune_nonresident(Selection(eligible, u, anchor), resident, cfg)
+    assert torch.equal(kept, want), (kept, want)

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from acceptmoe.methods import (BlockInfo, CommitmentTable, ConfigError, Router, SelectorConfig, Selection,
-                               TreeError, UnknownMethodError, commitment_weights, get_method, guarded_ceil,
+                               TreeError, UnknownMethodError, commitment_weights, effective_rank_size, get_method,
                                prune_nonresident, route, select)
 
 TOP2 = Router("softmax_topk", top_k=2, renormalize=True)
@@ -128,18 +128,42 @@ def test_softmax_demand_score_uses_full_softmax_inside_top_k():
     cfg = SelectorConfig(p_hat=(1.0,), demand_score="softmax")
     sel = select("acceptmoe", z, BlockInfo.from_parents([-1]), TOP2, cfg)
     p = torch.softmax(z[0], 0)
-    assert sel.utility.tolist() == pytest.approx([float(p[0]), float(p[1]), 0.0, 0.0], abs=1e-7)
+    assert sel.utility.tolist() == pytest.approx([float(p[0]), float(p[1]), 0.0, 0.0], abs=2.0**-22)   # score_bits fixed point
 
 
 # --- effective-rank ceiling guard ------------------------------------------------------------------
 
-@pytest.mark.parametrize("x, expected", [(3.0000001, 3), (2.9999999, 3), (3.0, 3), (3.01, 4), (1.0, 1), (1.2, 2)])
-def test_guarded_ceil(x, expected):
-    assert guarded_ceil(x, 1e-4) == expected
+def demand_with_rank(target: float, n: int = 4) -> torch.Tensor:
+    """fp32 demand over n experts (n - 1 equal, one small) whose effective rank exp(H) is `target`
+    (n - 1 < target <= n), as a multiple of 2^-22 like every block score."""
+    lo, hi = 0.0, 1.0 / n
+    for _ in range(80):                                   # bisection on the small expert's share (rank rises)
+        mid = (lo + hi) / 2
+        q = [(1 - mid) / (n - 1)] * (n - 1) + [mid]
+        rank = math.exp(-sum(x * math.log(x) for x in q if x > 0))
+        lo, hi = (mid, hi) if rank < target else (lo, mid)
+    q = [(1 - lo) / (n - 1)] * (n - 1) + [lo]
+    return torch.tensor([round(x * 2**22) / 2**22 for x in q], dtype=torch.float32)
+
+
+@pytest.mark.parametrize("target, expected", [(3.0000001, 3), (3.0001, 3), (3.001, 4), (3.01, 4), (3.5, 4), (4.0, 4)])
+def test_effective_rank_guard(target, expected):
+    """exp(H) just above an integer by float error rounds down to it (guard 1e-4); clearly above, up."""
+    cfg = SelectorConfig(rank_tolerance=1e-4)
+    assert effective_rank_size(demand_with_rank(target), cfg) == expected
+
+
+def test_effective_rank_small_cases():
+    cfg = SelectorConfig()
+    assert effective_rank_size(torch.tensor([0.0, 0.0]), cfg) == 0
+    assert effective_rank_size(torch.tensor([0.5, 0.0]), cfg) == 1
+    assert effective_rank_size(torch.tensor([0.25, 0.25, 0.25]), cfg) == 3
+    assert effective_rank_size(torch.tensor([0.9, 0.1]), cfg) == 2          # exp(H) = 1.384
 
 
 def test_guard_matters_without_tolerance():
-    assert guarded_ceil(3.0000001, 0.0) == 4
+    assert effective_rank_size(demand_with_rank(3.001), SelectorConfig(rank_tolerance=0.0)) == 4
+    assert effective_rank_size(demand_with_rank(3.001), SelectorConfig(rank_tolerance=1e-3)) == 3
 
 
 # --- routing ---------------------------------------------------------------------------------------
@@ -181,7 +205,7 @@ def test_pruning_by_hand():
                     utility=torch.tensor([5.0, 4.0, 3.0, 0.2, 0.3, 0.5]),
                     anchor=torch.tensor([True, True, False, False, False, False]))
     resident = torch.tensor([True, False, True, False, False, False])
-    # C = {3, 4, 5} ascending u: 0.2, 0.3, 0.5; total u = 13; rho = 0.05 -> budget 0.65
+    # C = {3, 4, 5} ascending u: 0.2, 0.3, 0.5; total u = 13; rho = 0.05 (3277 / 2^16) -> budget 0.65
     cfg = SelectorConfig(prune_rho=0.05, prune_min_set=2)
     assert ids(prune_nonresident(sel, resident, cfg)) == [0, 1, 2, 5]       # 0.2 + 0.3 <= 0.65 < 1.0
     cfg = SelectorConfig(prune_rho=0.05, prune_min_set=5)

@@ -3,8 +3,10 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from acceptmoe.methods import (BlockInfo, BlockSelector, Router, SelectorConfig, Selection, effective_rank_size,
-                               prune_batched, prune_nonresident, route, select)
+from acceptmoe.kernels import make_verifier
+from acceptmoe.kernels.batched import prune_batched
+from acceptmoe.methods import (BlockInfo, Router, SelectorConfig, Selection, effective_rank_size, order_desc,
+                               prune_nonresident, rank_desc, route, select, topk)
 
 FIXED = ("count-b", "moe-spec", "acceptmoe-b")
 ALL = ("standard-sd",) + FIXED + ("acceptmoe",)
@@ -38,26 +40,74 @@ def cfg_for(method, cfg, budget):
                           demand_score=cfg.demand_score)
 
 
+def python_order(values: list, secondary: list | None = None) -> list[int]:
+    """The ranking rule spelled out: value descending, then secondary descending, then lower index."""
+    key = (lambda i: (-values[i], -secondary[i], i)) if secondary else (lambda i: (-values[i], i))
+    return sorted(range(len(values)), key=key)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(1, 40), st.integers(1, 8), st.integers(0, 2**31 - 1), st.booleans())
+def test_topk_and_rank_follow_the_one_rule(n, k, seed, coarse):
+    """topk, order_desc and rank_desc on rows full of ties (and -inf) against the rule in plain Python."""
+    gen = torch.Generator().manual_seed(seed)
+    k = min(k, n)
+    x = torch.randint(-3, 3, (5, n), generator=gen).float() if coarse else torch.randn(5, n, generator=gen)
+    x[0, : n // 2] = float("-inf")
+    y = torch.randint(0, 2, (5, n), generator=gen).float()
+    for row, sec in zip(x.tolist(), y.tolist()):
+        want = python_order(row)
+        vals, ids = topk(torch.tensor(row), k)
+        assert ids.tolist() == want[:k] and vals.tolist() == [row[i] for i in want[:k]]
+        assert order_desc(torch.tensor(row), torch.tensor(sec)).tolist() == python_order(row, sec)
+        rank = rank_desc(torch.tensor(row), torch.tensor(sec)).tolist()
+        assert [rank[i] for i in python_order(row, sec)] == list(range(n))
+    assert torch.equal(topk(x, k)[1], torch.stack([torch.tensor(python_order(r)[:k]) for r in x.tolist()]))
+
+
+@settings(max_examples=100, deadline=None)
+@given(problems())
+def test_route_breaks_ties_to_the_lower_index(problem):
+    """Natural and constrained routing pick the k largest logits, ties to the lower expert index."""
+    logits, _, router, _, _ = problem
+    z = logits.to(torch.bfloat16).float()                                    # bf16-rounded: ties
+    E, k = z.shape[1], router.top_k
+    eligible = torch.arange(E) % 3 != 1
+    eligible[:k] = True
+    for mask in (None, eligible):
+        ids, _ = route(z, mask, router)
+        masked = z if mask is None else z.masked_fill(~mask, float("-inf"))
+        assert ids.tolist() == [python_order(row)[:k] for row in masked.tolist()]
+
+
+def torch_verifier(method, block, router, cfg, E):
+    verifier = make_verifier("torch", method, router, cfg, E)
+    verifier.prepare(block)
+    return verifier
+
+
 @settings(max_examples=150, deadline=None)
 @given(problems(), st.sampled_from(ALL))
 def test_batched_agrees_exactly_with_reference(problem, method):
     logits, block, router, cfg, budget = problem
     c = cfg_for(method, cfg, budget)
     ref = select(method, logits, block, router, c)
-    fast = BlockSelector(method, block, router, c, logits.shape[1])(logits)
-    assert torch.equal(ref.eligible, fast.eligible)
-    assert torch.equal(ref.anchor, fast.anchor)
-    assert torch.allclose(ref.utility, fast.utility, atol=1e-6)
+    fast = torch_verifier(method, block, router, c, logits.shape[1])(logits[None])
+    assert torch.equal(ref.eligible, fast.eligible[0])
+    assert torch.equal(ref.anchor, fast.anchor[0])
+    assert torch.equal(ref.utility, fast.utility[0])
+    ids, weights = route(logits, ref.eligible, router)
+    assert torch.equal(ids, fast.ids[0]) and torch.equal(weights, fast.weights[0])
 
 
 @settings(max_examples=40, deadline=None)
 @given(problems(max_t=12), st.sampled_from(ALL), st.integers(2, 4))
-def test_batched_over_layers_equals_per_layer(problem, method, layers):
+def test_batched_over_blocks_equals_per_block(problem, method, blocks):
     logits, block, router, cfg, budget = problem
     c = cfg_for(method, cfg, budget)
-    stack = torch.stack([logits * (1 + 0.5 * i) for i in range(layers)])    # [L, T, E]
-    fast = BlockSelector(method, block, router, c, logits.shape[1])(stack)
-    for i in range(layers):
+    stack = torch.stack([logits * (1 + 0.5 * i) for i in range(blocks)])    # [B, T, E]
+    fast = torch_verifier(method, [block] * blocks, router, c, logits.shape[1])(stack)
+    for i in range(blocks):
         assert torch.equal(fast.eligible[i], select(method, stack[i], block, router, c).eligible)
 
 
@@ -122,14 +172,14 @@ def test_concentrated_demand_gives_smaller_set_than_diffuse(n, share, seed):
     diffuse = torch.rand(n, generator=gen) * 0.1 + 1.0                         # near-uniform
     concentrated = diffuse.clone()
     concentrated[0] = diffuse[1:].sum() * (1 + 10 / share)                   # one expert dominates
-    assert effective_rank_size(concentrated, 1e-4) < effective_rank_size(diffuse, 1e-4)
+    assert effective_rank_size(concentrated, SelectorConfig()) < effective_rank_size(diffuse, SelectorConfig())
 
 
 @settings(max_examples=60, deadline=None)
 @given(st.integers(1, 128))
 def test_uniform_demand_over_n_experts_has_rank_n(n):
-    assert effective_rank_size(torch.full((n,), 0.37), 1e-4) == n
-    assert effective_rank_size(torch.zeros(n), 1e-4) == 0
+    assert effective_rank_size(torch.full((n,), 0.37), SelectorConfig()) == n
+    assert effective_rank_size(torch.zeros(n), SelectorConfig()) == 0
 
 
 @st.composite
@@ -155,7 +205,7 @@ def test_pruning_rules(case):
     assert not (kept & ~sel.eligible).any()                                  # only removes
     assert not (removed & (sel.anchor | resident)).any()                     # never anchors or residents
     u = sel.utility.double()
-    assert float(u[removed].sum()) <= cfg.prune_rho * float(u[sel.eligible].sum()) + 1e-9
+    assert float(u[removed].sum()) <= cfg.prune_rho * float(u[sel.eligible].sum()) * (1 + 1e-4) + 1e-6
     assert int(kept.sum()) >= min(cfg.prune_min_set, int(sel.eligible.sum()))
     cand = sel.eligible & ~resident & ~sel.anchor
     if removed.any() and (cand & kept).any():                                # removed = lowest prefix

@@ -1,0 +1,127 @@
+"""Benchmark: the verifier kernel compiled offline for its GPU targets, one row per variant.
+
+For every method x router x logit dtype x pruning x T, the launch the wrapper makes is captured (no GPU
+needed), compiled for sm_90 (H100/H200) and sm_120 (RTX 5090 / RTX PRO 6000) with `triton.compile`, and
+the cubin is read with the Triton wheel's `cuobjdump`: registers, stack and local bytes, spill bytes (the
+wheel's `ptxas -v` on the same PTX), local-memory instructions (STL/LDL) in the SASS, SASS instructions,
+fp64 SASS instructions and shuffles. Run without TRITON_INTERPRET.
+
+    ./reproduce.sh bench-kernel [--archs 90 120] [--tokens 16 64 128] [--routers qwen3 gpt-oss qwen3-e256]
+"""
+from __future__ import annotations
+
+import os
+import sys
+import time
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass
+
+import torch
+
+from acceptmoe.experiments.cli import parser
+
+METHODS = ("standard-sd", "count-b", "moe-spec", "acceptmoe-b", "acceptmoe")
+# name -> (router kind, renormalize, E, top_k): the evaluated targets' layer shapes and the next size up.
+ROUTERS = {
+    "qwen3": ("softmax_topk", True, 128, 8),
+    "gpt-oss": ("topk_softmax", True, 128, 4),
+    "qwen3-e256": ("softmax_topk", True, 256, 8),
+}
+DTYPES = {"bf16": torch.bfloat16, "fp32": torch.float32}
+
+
+@dataclass(frozen=True)
+class Variant:
+    method: str
+    router: str
+    dtype: str
+    prune: bool
+    tokens: int
+
+
+def variants(routers, dtypes, tokens) -> list[Variant]:
+    """Every combination, the most telling first (T in the given order outermost), so a partial run is useful."""
+    return [Variant(method, router, dtype, prune, T)
+            for T in tokens for router in routers for dtype in dtypes for method in METHODS
+            for prune in ((False,) if method == "standard-sd" else (False, True))]
+
+
+def launch_of(v: Variant):
+    """The launch the Triton verifier backend makes for one layer of one block of T tokens."""
+    from acceptmoe.kernels import make_verifier
+    from acceptmoe.kernels import verifier as module
+    from acceptmoe.kernels.offline import capture_launch
+    from acceptmoe.methods import BlockInfo, Router, SelectorConfig
+    kind, renorm, E, k = ROUTERS[v.router]
+    router = Router(kind, k, renorm)
+    fixed = v.method in ("count-b", "moe-spec", "acceptmoe-b")
+    cfg = SelectorConfig(budget=max(k, 24) if fixed else None, p_hat=(1.0, 0.8, 0.6, 0.4, 0.3, 0.2))
+    block = BlockInfo.from_parents([-1] + [(t - 1) // 4 for t in range(1, v.tokens)])   # bushy, depth <= 4
+    logits = torch.zeros(1, v.tokens, E, dtype=DTYPES[v.dtype])
+    resident = torch.zeros(E, dtype=torch.bool) if v.prune else None
+    verifier = make_verifier("triton", v.method, router, cfg, E, "cpu")
+    verifier.prepare([block])
+    return capture_launch(module, "_verifier_kernel", lambda: verifier(logits, resident))
+
+
+def measure(args: tuple[Variant, int]) -> dict:
+    from acceptmoe.kernels.offline import compile_stats
+    v, arch = args
+    t0 = time.perf_counter()
+    launch = launch_of(v)
+    stats = compile_stats(launch, arch)
+    return {"variant": v, "arch": arch, "num_warps": launch.kwargs.get("num_warps"), "stats": stats,
+            "compile_s": time.perf_counter() - t0}
+
+
+def run(archs, routers, dtypes, tokens, jobs: int, on_row=None) -> list[dict]:
+    work = [(v, arch) for v in variants(routers, dtypes, tokens) for arch in archs]
+    rows = []
+    with ProcessPoolExecutor(max(1, jobs)) as pool:
+        for row in pool.map(measure, work):
+            rows.append(row)
+            if on_row is not None:
+                on_row(row)
+    return rows
+
+
+def format_row(r: dict) -> str:
+    v, s = r["variant"], r["stats"]
+    return (f"| sm_{r['arch']} | {v.router} | {v.method} | {v.dtype} | {'on' if v.prune else 'off'} | "
+            f"{v.tokens} | {r['num_warps']} | {s.registers} | {s.stack} | {s.local} | {s.spill} | "
+            f"{s.local_ops} | {s.sass} | "
+            f"{s.fp64} | {s.shuffles} |")
+
+
+def format_table(rows: list[dict]) -> str:
+    lines = ["| arch | router | method | dtype | prune | T | warps | regs | stack B | local B | spill B | STL/LDL "
+             "| SASS | fp64 | SHFL |", "|---|---|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    lines += [format_row(r) for r in rows]
+    spills = sum(r["stats"].spills for r in rows)
+    fp64 = sum(r["stats"].fp64 > 0 for r in rows)
+    worst = max(rows, key=lambda r: r["stats"].sass, default=None)
+    lines += ["", f"{len(rows)} variants: {spills} spilling (spill or local bytes, STL/LDL), {fp64} with fp64 SASS"
+              + (f"; most SASS: {worst['stats'].sass} ({worst['variant']}, sm_{worst['arch']})" if worst else "")]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = parser("bench-kernel", __doc__.splitlines()[0])
+    p.add_argument("--archs", type=int, nargs="+", default=[90, 120], choices=[90, 120])
+    p.add_argument("--routers", nargs="+", default=list(ROUTERS), choices=list(ROUTERS))
+    p.add_argument("--dtypes", nargs="+", default=list(DTYPES), choices=list(DTYPES))
+    p.add_argument("--tokens", type=int, nargs="+", default=[16, 64, 128])
+    p.add_argument("--jobs", type=int, default=1, help="compile in this many processes")
+    a = p.parse_args(argv)
+    if os.environ.get("TRITON_INTERPRET", "0") not in ("", "0"):
+        p.error("TRITON_INTERPRET is set: unset it, the kernel is compiled for real GPU targets")
+    t0 = time.perf_counter()
+    rows = run(a.archs, a.routers, a.dtypes, a.tokens, a.jobs,
+               on_row=lambda r: print(format_row(r), file=sys.stderr, flush=True))
+    print(format_table(rows))
+    print(f"compiled in {time.perf_counter() - t0:.0f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

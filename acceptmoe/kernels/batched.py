@@ -1,0 +1,77 @@
+"""The verifier's torch backend: every block of a step, one MoE layer per call, in pure tensor code.
+
+Same contract as the Triton kernel (`verify.Verifier`): logits [B, T, E] -> VerifierOutput, no host
+synchronisation, no Python branching on tensor values, padding tokens ignored by the selection. It must
+agree exactly with the per-block reference (`acceptmoe.methods.select`, `prune_nonresident`, `route`);
+every ranking is the project's one rule (`acceptmoe.methods.topk`).
+"""
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from acceptmoe.methods import Router, SelectorConfig, Selection
+from acceptmoe.methods.routing import route_in
+from acceptmoe.methods.fixed import LOG2_BITS, block_sum, effective_rank, rank_guard, rho_fixed, to_fixed
+from acceptmoe.methods.topk import order_desc, rank_desc
+
+from .verify import Verifier, VerifierOutput
+
+
+def select_batched(spec, router: Router, cfg: SelectorConfig, logits: Tensor, alpha: Tensor,
+                   valid: Tensor) -> Selection:
+    """Selection with eligible [B, E] from logits [B, T, E], commitment weights alpha [B, T] and valid [B, T]."""
+    z = logits.float()
+    E = z.shape[-1]
+    no_anchor = torch.zeros(z.shape[:-2] + (E,), dtype=torch.bool, device=z.device)
+    sizing, score = spec.sizing, spec.score
+    vmask = valid[..., None]                                                           # [B, T, 1]
+    total = lambda terms: block_sum(terms * vmask, cfg.score_bits)                     # [B, E]
+    if score == "router-mass":
+        mass = total(torch.softmax(z, -1))
+        return Selection(rank_desc(mass) < cfg.budget, mass, no_anchor)
+    demand = "gate" if score == "votes" else cfg.demand_score
+    r, member = router.gates(z, demand)                                                # [B, T, E]
+    if sizing == "all":
+        return Selection(~no_anchor, total(r), no_anchor)
+    if score == "votes":
+        votes, mass = total(member.float()), total(r)
+        return Selection(rank_desc(votes, mass) < cfg.budget, votes, no_anchor)
+    u = total(alpha[..., None] * r)                                                    # [B, E]
+    anchor = member[..., 0, :]                                                         # [B, E]
+    rank = rank_desc(u.masked_fill(anchor, float("-inf")))                             # anchors rank last
+    if sizing == "fixed":
+        n = cfg.budget - anchor.sum(-1)                                                # [B]
+    else:
+        n = effective_rank(to_fixed(u, cfg.score_bits), ~anchor & (u > 0), rank_guard(cfg.rank_tolerance))
+    return Selection(anchor | (rank < n[..., None]), u, anchor)
+
+
+def prune_batched(sel: Selection, resident: Tensor, cfg: SelectorConfig, min_size: int = 0) -> Tensor:
+    """Residency-aware pruning of eligible [..., E]; the rule of `acceptmoe.methods.prune_nonresident`,
+    on the scores' fixed-point integers (`acceptmoe.methods.fixed`)."""
+    U = to_fixed(sel.utility, cfg.score_bits)                                          # [..., E] int64
+    cand = sel.eligible & ~resident & ~sel.anchor                                      # [..., E]
+    order = order_desc(sel.utility).flip(-1)                                           # ascending u, ties: higher index
+    walked = torch.where(cand.gather(-1, order), U.gather(-1, order), 0)               # [..., E] walking order
+    prefix_mass = torch.zeros_like(U).scatter(-1, order, walked.cumsum(-1))
+    prefix_count = torch.zeros_like(U).scatter(-1, order, cand.gather(-1, order).long().cumsum(-1))
+    total = torch.where(sel.eligible, U, 0).sum(-1, keepdim=True)
+    size = sel.eligible.sum(-1, keepdim=True)
+    fits = (prefix_mass << LOG2_BITS) <= rho_fixed(cfg.prune_rho) * total
+    drop = cand & fits & (size - prefix_count >= max(cfg.prune_min_set, min_size))
+    return sel.eligible & ~drop
+
+
+class TorchVerifier(Verifier):
+    """The torch backend of `make_verifier`: `select_batched`, optional `prune_batched`, then `route_in`."""
+
+    def _run(self, logits: Tensor, resident: Tensor | None) -> VerifierOutput:
+        B, T, _ = logits.shape
+        valid = (torch.arange(T, device=logits.device) < self.num_tokens[:, None]).float()   # [B, T]
+        sel = select_batched(self.spec, self.router, self.cfg, logits, self.alpha, valid)
+        eligible = sel.eligible
+        if resident is not None:
+            eligible = prune_batched(sel, resident, self.cfg, self.router.top_k)
+        ids, weights = route_in(logits, eligible, self.router)
+        return VerifierOutput(ids, weights, eligible, sel.utility, sel.anchor)

@@ -1,0 +1,37 @@
+"""The one ranking rule of the project: value descending, ties to the lower index.
+
+Every top-k and every ranking uses these functions: natural routing (`Router.natural`, so plain decoding,
+Vanilla AR, Standard SD and prefill), constrained routing (`route`), the reference selectors, the torch
+verifier backend, and residency pruning (which walks the same order from the end). The Triton kernel
+implements the same rule. A stable descending sort gives it directly: equal values keep their index
+order. Pure tensor code on the device: no host synchronisation, fixed output shapes.
+
+    values, ids = topk(logits, k)          # [..., k] each, best first
+    rank = rank_desc(votes, mass)          # [..., N] long, 0 = best: votes desc, mass desc, index asc
+"""
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+
+def order_desc(primary: Tensor, secondary: Tensor | None = None) -> Tensor:
+    """ids [..., N] long, best first: primary descending, then secondary descending, then lower index."""
+    if secondary is None:
+        return torch.sort(primary, dim=-1, descending=True, stable=True).indices
+    by_secondary = torch.sort(secondary, dim=-1, descending=True, stable=True).indices     # [..., N]
+    by_primary = torch.sort(primary.gather(-1, by_secondary), dim=-1, descending=True, stable=True).indices
+    return by_secondary.gather(-1, by_primary)
+
+
+def topk(values: Tensor, k: int) -> tuple[Tensor, Tensor]:
+    """values [..., N] -> (values [..., k], ids [..., k] long): the k largest, best first; ties: lower index."""
+    ids = order_desc(values)[..., :k]                                                        # [..., k]
+    return values.gather(-1, ids), ids
+
+
+def rank_desc(primary: Tensor, secondary: Tensor | None = None) -> Tensor:
+    """rank [..., N] long, 0 = best, in the order of `order_desc`."""
+    order = order_desc(primary, secondary)                                                   # [..., N]
+    positions = torch.arange(order.shape[-1], device=order.device).expand_as(order)
+    return torch.empty_like(order).scatter_(-1, order, positions)

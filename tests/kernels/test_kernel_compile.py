@@ -1,0 +1,49 @@
+"""The verifier kernel compiled for its GPU targets without a GPU: sm_90 (H100/H200) and sm_120 (RTX 5090 /
+RTX PRO 6000). The launches are captured from the Triton backend exactly as it would make them, compiled
+with `triton.compile` and read with the Triton wheel's `cuobjdump` and `ptxas -v`: they must compile, not
+spill and hold no fp64 instruction. The compiler needs TRITON_INTERPRET unset, which the test conftest
+sets, so the compilation runs in a subprocess.
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("triton")
+
+# Representative launches: the largest code (AcceptMoE with pruning), both routers, both logit widths,
+# the longest block and the next expert count.
+VARIANTS = [
+    (120, ("acceptmoe", "qwen3", "bf16", True, 64)),
+    (90, ("count-b", "gpt-oss", "fp32", True, 128)),
+    (90, ("acceptmoe", "qwen3-e256", "bf16", False, 128)),
+    (120, ("moe-spec", "gpt-oss", "bf16", True, 16)),
+]
+
+SCRIPT = """
+import dataclasses, json, sys
+from acceptmoe.experiments.bench.kernel_table import Variant, measure
+rows = [measure((Variant(*v), arch)) for arch, v in json.loads(sys.argv[1])]
+print(json.dumps([{"arch": r["arch"], "variant": list(dataclasses.astuple(r["variant"])),
+                   "stats": dataclasses.asdict(r["stats"])} for r in rows]))
+"""
+
+
+def test_kernel_compiles_for_gpu_targets_without_spills_or_fp64():
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    root = Path(__file__).resolve().parents[2]
+    proc = subprocess.run([sys.executable, "-c", SCRIPT, json.dumps(VARIANTS)], cwd=root, env=env,
+                          capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    rows = json.loads(proc.stdout.splitlines()[-1])
+    assert len(rows) == len(VARIANTS)
+    for row in rows:
+        s, what = row["stats"], f"sm_{row['arch']} {row['variant']}"
+        assert s["sass"] > 0 and s["registers"] > 0, what
+        assert s["spill"] == 0 and s["local"] == 0 and s["local_ops"] == 0, f"{what} spills: {s}"
+        assert s["fp64"] == 0, f"{what} has {s['fp64']} fp64 instructions"
