@@ -15,7 +15,7 @@ from acceptmoe.methods.routing import route_in
 from acceptmoe.methods.fixed import LOG2_BITS, block_sum, effective_rank, rank_guard, rho_fixed, to_fixed
 from acceptmoe.methods.topk import order_desc, rank_desc
 
-from .verify import Verifier, VerifierOutput
+from .interface import Verifier, VerifierOutput
 
 
 def select_batched(spec, router: Router, cfg: SelectorConfig, logits: Tensor, alpha: Tensor,

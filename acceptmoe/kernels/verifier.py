@@ -39,7 +39,7 @@ from torch import Tensor
 from acceptmoe.methods import Router, SelectorConfig
 from acceptmoe.methods.fixed import log2_fixed, rank_guard, rho_fixed
 
-from .verify import Verifier, VerifierInputError, VerifierOutput
+from .interface import Verifier, VerifierInputError, VerifierOutput
 
 
 class Score(IntEnum):

@@ -228,7 +228,7 @@ def test_clear_errors(engine, method, kw, err, match):
 
 def test_generate_takes_a_typed_variant(engine):
     with pytest.raises(TypeError, match=r"Variant\('standard-sd'\)"):
-        engine.generate([1, 2, 3], V("standard-sd"), max_new_tokens=2)
+        engine.generate([1, 2, 3], "standard-sd", max_new_tokens=2)
 
 
 def test_setup_errors(engine, draft_dir, tmp_path):
@@ -260,7 +260,7 @@ def test_triton_backend_gives_torch_tokens(engine, method, kw):
     fused = Engine(engine.model, engine.draft, backend="triton")
     args = dict(max_new_tokens=3, ignore_eos=True, tree=TreeShape(2, 3, 6))
     v = V(method, commitment=P_HAT, **kw)
-    a, b = fused.generate(PROMPTS[1], V(v), **args), engine.generate(PROMPTS[1], V(v), **args)
+    a, b = fused.generate(PROMPTS[1], v, **args), engine.generate(PROMPTS[1], v, **args)
     assert a.tokens == b.tokens
     assert [blk.layers for blk in a.trace.blocks] == [blk.layers for blk in b.trace.blocks]
 

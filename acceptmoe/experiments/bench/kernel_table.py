@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import torch
 
-from acceptmoe.experiments.cli import parser
+from acceptmoe.commands import command, parser
 
 METHODS = ("standard-sd", "count-b", "moe-spec", "acceptmoe-b", "acceptmoe")
 # name -> (router kind, renormalize, E, top_k): the evaluated targets' layer shapes and the next size up.
@@ -105,8 +105,9 @@ def format_table(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
+@command("bench-kernel", "the verifier kernel compiled offline for sm_90 and sm_120: registers, spills, SASS, fp64")
 def main(argv: list[str] | None = None) -> int:
-    p = parser("bench-kernel", __doc__.splitlines()[0])
+    p = parser("bench-kernel")
     p.add_argument("--archs", type=int, nargs="+", default=[90, 120], choices=[90, 120])
     p.add_argument("--routers", nargs="+", default=list(ROUTERS), choices=list(ROUTERS))
     p.add_argument("--dtypes", nargs="+", default=list(DTYPES), choices=list(DTYPES))
