@@ -19,17 +19,17 @@ import json
 import os
 import tempfile
 import time
-from collections import defaultdict
 from pathlib import Path
 from typing import Sequence
 
 import torch
 
-from acceptmoe.engine.trace import LAYER_FIELDS, BlockRecord, Trace
+from acceptmoe.engine.trace import BlockRecord, Trace
 from acceptmoe.errors import UserError
 from acceptmoe.methods import Variant
 
 from .config import to_env, validate
+from .runtime import read_steps
 
 NEEDS = "SGLang serving needs sglang==0.5.23 and a CUDA GPU (EAGLE-3 verification runs in SGLang only on CUDA)"
 
@@ -156,20 +156,6 @@ class SGLangBackend:
         return {"engine": "sglang", "version": self.version, "target": str(self.target), "draft": str(self.draft),
                 "dtype": self.dtype, "tree": [self.tree.num_steps, self.tree.topk, self.tree.num_draft_tokens],
                 "server_args": {k: str(v) for k, v in self.server_args.items()}}
-
-
-def read_steps(path: str | Path | None) -> dict[str, list[BlockRecord]]:
-    """The plugin's per-step records grouped by request id, as native trace blocks (step order kept)."""
-    out: dict[str, list[BlockRecord]] = defaultdict(list)
-    if path is None or not Path(path).is_file():
-        return out
-    for line in Path(path).read_text().splitlines():
-        if line.strip():
-            d = json.loads(line)
-            blocks = out[d["rid"]]
-            layers = {name: d["layers"][name] for name in LAYER_FIELDS}
-            blocks.append(BlockRecord(len(blocks), d["parents"], d["path"], d["accept_length"], layers))
-    return out
 
 
 def output_lengths(accept_lengths: list[int], num_tokens: int) -> list[int]:

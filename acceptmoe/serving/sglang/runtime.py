@@ -19,13 +19,14 @@ weights) is written into static buffers before the forward, so a captured graph 
 from __future__ import annotations
 
 import json
-from collections import deque
+import os
+from collections import defaultdict, deque
 from pathlib import Path
 
 import torch
 from torch import Tensor
 
-from acceptmoe.engine.trace import LAYER_FIELDS
+from acceptmoe.engine.trace import LAYER_FIELDS, BlockRecord
 from acceptmoe.errors import UserError
 from acceptmoe.methods import BlockInfo, Router, route
 
@@ -199,8 +200,22 @@ class Runtime:
             return
         d = Path(self.cfg.dump)
         d.mkdir(parents=True, exist_ok=True)
-        torch.save({"logits": router_logits.detach().float().cpu(), "eligible": eligible.cpu(),
+        torch.save({"pid": os.getpid(), "logits": router_logits.detach().float().cpu(), "eligible": eligible.cpu(),
                     "width": self.width, "topk_ids": out.topk_ids.cpu(), "topk_weights": out.topk_weights.float().cpu(),
                     "top_k": self.router.top_k, "renormalize": self.router.renormalize, "method": self.cfg.method},
                    d / f"call{self.dumped:04d}.pt")
         self.dumped += 1
+
+
+def read_steps(path: str | Path | None) -> dict[str, list[BlockRecord]]:
+    """The plugin's per-step records grouped by request id, as native trace blocks (step order kept)."""
+    out: dict[str, list[BlockRecord]] = defaultdict(list)
+    if path is None or not Path(path).is_file():
+        return out
+    for line in Path(path).read_text().splitlines():
+        if line.strip():
+            d = json.loads(line)
+            blocks = out[d["rid"]]
+            layers = {name: d["layers"][name] for name in LAYER_FIELDS}
+            blocks.append(BlockRecord(len(blocks), d["parents"], d["path"], d["accept_length"], layers))
+    return out
