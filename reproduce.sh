@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The user's entry point. `./reproduce.sh --help` lists the subcommands.
-#   ./reproduce.sh test            create .venv if needed, install the project with test extras, run pytest
+#   ./reproduce.sh test            create .venv if needed, install the project with test extras, run pytest;
+#                                  with no pytest arguments, also the SGLang tests in their own environment
 #   ./reproduce.sh <sub> [args]    run an experiment subcommand (python -m acceptmoe <sub> [args])
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")"
@@ -31,7 +32,9 @@ case "$sub" in
   test)
     shift
     ensure_env test
-    exec "$PY" -m pytest -q "$@"
+    if [ $# -gt 0 ]; then exec "$PY" -m pytest -q "$@"; fi
+    "$PY" -m pytest -q
+    exec tests/sglang/run_live.sh
     ;;
   -h|--help|help)
     ensure_env eval
