@@ -28,7 +28,7 @@ from torch import Tensor
 
 from acceptmoe.engine.trace import LAYER_FIELDS, BlockRecord
 from acceptmoe.errors import UserError
-from acceptmoe.methods import BlockInfo, Router, route
+from acceptmoe.methods import BlockInfo, Router
 
 from .config import PluginConfig
 from .sets import SetSelector
@@ -143,8 +143,9 @@ class Runtime:
         B, n, E = z.shape
         valid = (self.sets.valid[:B, :n] > 0) if sel is not None else z.new_ones(B, n, dtype=torch.bool)
         nat_ids, _ = self.router.natural(z)                                        # [B, n, k]
-        if ids is None:
-            ids, _ = route(z, sel.eligible if sel is not None else None, self.router)
+        if ids is None:                                                            # fused formats: no ids out
+            zs = z.masked_fill(~sel.eligible[:, None, :], float("-inf")) if sel is not None else z
+            ids, _ = self.router.natural(zs)                                       # Eq. 2, no host sync
         k = nat_ids.shape[-1]
         def union(i: Tensor) -> Tensor:                                            # [B, n, k] -> [B]
             hit = torch.zeros(B, n, E, dtype=torch.bool, device=z.device).scatter(-1, i.long(), True)
