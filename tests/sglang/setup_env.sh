@@ -19,7 +19,7 @@ if [ ! -x "$PY" ]; then
   log "creating $VENV"
   python3 -m venv "$VENV"
 fi
-pip() { "$PY" -m pip install -q --disable-pip-version-check "$@" >&2; }
+pip() { "$PY" -m pip install -q --disable-pip-version-check --no-warn-conflicts "$@" >&2; }
 log "installing torch (CPU) and sglang 0.5.23 without its dependencies"
 pip torch==2.13.0
 pip --no-deps sglang==0.5.23 compressed-tensors==0.18.0

@@ -95,3 +95,11 @@ def test_engine_sglang_stops_with_one_line_where_it_cannot_run(tmp_path):
     lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
     assert len(lines) == 1 and lines[0].startswith("error:") and "CUDA GPU" in lines[0], proc.stderr
     assert not any(tmp_path.iterdir())          # stopped before creating a run folder
+
+
+def test_output_lengths_cut_the_last_step_to_the_tokens_returned():
+    from acceptmoe.serving.sglang.runtime import output_lengths
+
+    assert output_lengths([3, 4, 2], 10) == [3, 4, 2]              # 1 prefill token + 9
+    assert output_lengths([3, 4, 6], 10) == [3, 4, 2]              # cut at max_new_tokens or EOS
+    assert output_lengths([3, 4, 6], 1) == []

@@ -29,7 +29,7 @@ from acceptmoe.errors import UserError
 from acceptmoe.methods import Variant
 
 from .config import to_env, validate
-from .runtime import read_steps
+from .runtime import output_lengths, read_steps
 
 NEEDS = "SGLang serving needs sglang==0.5.23 and a CUDA GPU (EAGLE-3 verification runs in SGLang only on CUDA)"
 
@@ -156,14 +156,3 @@ class SGLangBackend:
         return {"engine": "sglang", "version": self.version, "target": str(self.target), "draft": str(self.draft),
                 "dtype": self.dtype, "tree": [self.tree.num_steps, self.tree.topk, self.tree.num_draft_tokens],
                 "server_args": {k: str(v) for k, v in self.server_args.items()}}
-
-
-def output_lengths(accept_lengths: list[int], num_tokens: int) -> list[int]:
-    """Per step, the tokens it output: accepted paths in order, the last cut so they sum to num_tokens - 1."""
-    out, left = [], max(0, num_tokens - 1)
-    for a in accept_lengths:
-        if left <= 0:
-            break
-        out.append(min(a, left))
-        left -= out[-1]
-    return out

@@ -220,3 +220,14 @@ def read_steps(path: str | Path | None) -> dict[str, list[BlockRecord]]:
             layers = {name: d["layers"][name] for name in LAYER_FIELDS}
             blocks.append(BlockRecord(len(blocks), d["parents"], d["path"], d["accept_length"], layers))
     return out
+
+
+def output_lengths(accept_lengths: list[int], num_tokens: int) -> list[int]:
+    """Per step, the tokens it output: accepted paths in order, the last cut so they sum to num_tokens - 1."""
+    out, left = [], max(0, num_tokens - 1)
+    for a in accept_lengths:
+        if left <= 0:
+            break
+        out.append(min(a, left))
+        left -= out[-1]
+    return out
