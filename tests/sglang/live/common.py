@@ -22,8 +22,8 @@ def engine(**plugin_env):
         os.environ.pop(k, None)
     os.environ.update({k: str(v) for k, v in plugin_env.items()})
     eng = sglang.Engine(model_path=str(TARGET), device="cpu", dtype="float32", attention_backend="torch_native",
-                        disable_cuda_graph=True, skip_tokenizer_init=True, random_seed=0, mem_fraction_static=0.3,
-                        max_running_requests=8, log_level="error")
+                        disable_cuda_graph=True, skip_tokenizer_init=True, random_seed=0, max_running_requests=8,
+                        max_total_tokens=2048, log_level="error")      # a small KV pool: the host's RAM is shared
     try:
         yield eng
     finally:
