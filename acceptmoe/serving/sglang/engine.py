@@ -29,7 +29,7 @@ from acceptmoe.errors import UserError
 from acceptmoe.methods import Variant
 
 from .config import to_env, validate
-from .runtime import output_lengths, read_steps
+from .runtime import output_lengths, parse_steps
 
 NEEDS = "SGLang serving needs sglang==0.5.23 and a CUDA GPU (EAGLE-3 verification runs in SGLang only on CUDA)"
 
@@ -101,8 +101,19 @@ class SGLangBackend:
                         speculative_num_draft_tokens=self.tree.num_draft_tokens)
         self._engine = sglang.Engine(model_path=str(self.target), dtype=self.dtype, random_seed=0,
                                      **spec, **self.server_args)
-        self._key, self._plugin = key, plugin
+        self._key, self._plugin, self._offset = key, plugin, 0
         return self._engine
+
+    def _new_steps(self):
+        """Records the plugin appended since the last read (its file grows for the engine's lifetime)."""
+        path = Path(self._plugin.trace)
+        if not path.is_file():
+            return parse_steps([])
+        with path.open() as f:
+            f.seek(self._offset)
+            text = f.read()
+            self._offset = f.tell()
+        return parse_steps(text.splitlines())
 
     def close(self) -> None:
         if self._engine is not None:
@@ -123,7 +134,7 @@ class SGLangBackend:
         start = time.perf_counter()
         outs = engine.generate(input_ids=[list(map(int, p)) for p in prompts], sampling_params=params)
         wall = time.perf_counter() - start
-        steps = read_steps(self._plugin.trace)
+        steps = self._new_steps()
         gens = []
         for out in outs:
             meta = out["meta_info"]

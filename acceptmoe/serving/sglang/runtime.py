@@ -210,10 +210,12 @@ class Runtime:
 
 def read_steps(path: str | Path | None) -> dict[str, list[BlockRecord]]:
     """The plugin's per-step records grouped by request id, as native trace blocks (step order kept)."""
+    return parse_steps(Path(path).read_text().splitlines() if path is not None and Path(path).is_file() else [])
+
+
+def parse_steps(lines) -> dict[str, list[BlockRecord]]:
     out: dict[str, list[BlockRecord]] = defaultdict(list)
-    if path is None or not Path(path).is_file():
-        return out
-    for line in Path(path).read_text().splitlines():
+    for line in lines:
         if line.strip():
             d = json.loads(line)
             blocks = out[d["rid"]]

@@ -2,17 +2,18 @@
 
 - restricting test switch: every plain decode pass's tokens form one block; the hooks run in the scheduler
   process, sets equal `acceptmoe.methods.select`, routed ids lie in the set and weights follow Eq. 2;
-- no method: the hooks only record, and greedy tokens equal plain SGLang (plugin not loaded) and transformers.
+- no method: the hooks only record, and greedy tokens equal plain SGLang (plugin not loaded, run through the
+  `EngineBackend` of `open_engine`) and transformers.
 """
 import os
 
 import pytest
 import torch
 
-from acceptmoe.methods import BlockInfo, Router, SelectorConfig, route, select
+from acceptmoe.methods import BlockInfo, Router, SelectorConfig, Variant, route, select
 from acceptmoe.serving.sglang.runtime import read_steps
 
-from common import PROMPTS, TARGET, engine, greedy
+from common import CPU_ARGS, PROMPTS, TARGET, engine, greedy
 
 NEW = 8
 
@@ -35,9 +36,29 @@ def recorded(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def plain():
-    with engine(SGLANG_PLUGINS="no-such-plugin") as eng:      # the whitelist excludes the acceptmoe plugin
-        return greedy(eng, max_new_tokens=NEW)
+def plain(monkeypatch_module):
+    """Plain SGLang (the whitelist excludes the acceptmoe plugin), driven through `open_engine`'s backend."""
+    real = torch.cuda.is_available
+    torch.cuda.is_available = lambda: True       # only the import guard asks; the engine is told device="cpu"
+    try:
+        from acceptmoe.serving.sglang.engine import open_engine
+    finally:
+        torch.cuda.is_available = real
+    monkeypatch_module.setenv("SGLANG_PLUGINS", "no-such-plugin")
+    backend = open_engine(TARGET, TARGET.parent / "draft", dtype=torch.float32, **CPU_ARGS)
+    try:
+        gens = backend.generate_many(PROMPTS, Variant("vanilla-ar"), max_new_tokens=NEW, ignore_eos=True)
+    finally:
+        backend.close()
+    assert all(len(g.tokens) == NEW and g.stop_reason == "length" for g in gens)
+    assert backend.describe()["engine"] == "sglang" and backend.describe()["version"] == "0.5.23"
+    return [g.tokens for g in gens]
+
+
+@pytest.fixture(scope="module")
+def monkeypatch_module():
+    with pytest.MonkeyPatch.context() as mp:
+        yield mp
 
 
 def test_hooks_restrict_decode_in_the_scheduler_process(restricted):
