@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import logging
 
-from .config import load_config
+from .config import PluginConfigError, load_config
 from .runtime import Runtime
 
 log = logging.getLogger("acceptmoe.sglang")
@@ -33,11 +33,18 @@ TARGETS = {
 
 
 def load() -> None:
-    """Validate the settings (a bad setting stops the server with one clear message) and register the hooks."""
+    """Validate the settings (a bad setting stops the process with one clear message) and register the hooks."""
     global RUNTIME
     from sglang.srt.plugins.hook_registry import HookRegistry, HookType
 
-    RUNTIME = Runtime(load_config())
+    try:
+        cfg = load_config()
+    except PluginConfigError as exc:
+        # SGLang logs and skips a plugin that raises an Exception; a server must not run unrestricted when the
+        # user asked for a method, so stop the process with the message instead.
+        log.error("acceptmoe plugin: %s", exc)
+        raise SystemExit(f"error: acceptmoe plugin: {exc}") from None
+    RUNTIME = Runtime(cfg)
     HookRegistry.register(TARGETS["forward"], _around_forward, HookType.AROUND)
     HookRegistry.register(TARGETS["capture"], _around_capture, HookType.AROUND)
     HookRegistry.register(TARGETS["topk"], _around_topk, HookType.AROUND)
