@@ -6,6 +6,8 @@ import random
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
+from typing import NamedTuple
 
 import pytest
 import torch
@@ -13,6 +15,7 @@ import torch
 from acceptmoe.errors import UserError
 from acceptmoe.methods import BlockInfo, CommitmentTable, Router, SelectorConfig, select
 from acceptmoe.serving.sglang.config import PluginConfigError, load_config, to_env
+from acceptmoe.serving.sglang.runtime import Runtime
 from acceptmoe.serving.sglang.sets import select_sets
 from acceptmoe.serving.sglang.tree import links_from_parents, parents_from_links
 
@@ -103,3 +106,51 @@ def test_output_lengths_cut_the_last_step_to_the_tokens_returned():
     assert output_lengths([3, 4, 2], 10) == [3, 4, 2]              # 1 prefill token + 9
     assert output_lengths([3, 4, 6], 10) == [3, 4, 2]              # cut at max_new_tokens or EOS
     assert output_lengths([3, 4, 6], 1) == []
+
+
+class _TopKOut(NamedTuple):           # the shape of SGLang's StandardTopKOutput
+    topk_weights: torch.Tensor
+    topk_ids: torch.Tensor
+
+
+def _natural_topk(topk, hidden, logits):
+    w, ids = torch.topk(torch.softmax(logits.float(), -1), 4, -1)
+    return _TopKOut(w / w.sum(-1, keepdim=True), ids)
+
+
+@pytest.mark.parametrize("method,budget", [("acceptmoe", None), ("acceptmoe-b", 8), ("count-b", 8),
+                                           ("moe-spec", 8), ("standard-sd", None)])
+def test_in_forward_work_is_one_graph_reading_static_buffers(method, budget):
+    """What runs inside the model forward compiles as one graph (no host sync, no value-dependent branch or
+    shape: what CUDA-graph capture needs) and, like a replayed graph, picks up new trees through its buffers."""
+    env = {"ACCEPTMOE_METHOD": method, "ACCEPTMOE_P_HAT": "1,.8,.5,.3,.2,.1,.05,.02"}
+    if budget:
+        env["ACCEPTMOE_BUDGET"] = str(budget)
+    rt = Runtime(load_config(env))
+    cfg = load_config(env)
+    topk = SimpleNamespace(topk_config=SimpleNamespace(use_grouped_topk=False, scoring_func="softmax",
+                                                       correction_bias=None, custom_routing_function=None,
+                                                       num_shared_topk_slots=0, top_k=4, renormalize=True),
+                           layer_id=0, is_draft=False)
+    rng = random.Random(5)
+    trees = [random_parents(rng, 8) for _ in range(4)]
+    rt.mode, rt.width, rt.parents, rt.max_requests = "verify", 8, trees[:3], 4
+    z = torch.randn(32, 32, generator=torch.Generator().manual_seed(6))
+    hidden = z[:, :0]
+    eager = rt.restrict(topk, _natural_topk, hidden, z)                 # the warm-up pass allocates the buffers
+    compiled = torch.compile(lambda h, x: rt.restrict(topk, _natural_topk, h, x), backend="eager", fullgraph=True)
+    for step, trees in enumerate([trees[:3], trees[1:]]):
+        if step and rt.sets:                                             # next step: new trees, same buffers
+            rt.sets.prepare([BlockInfo.from_parents(p) for p in trees])
+        want = rt.restrict(topk, _natural_topk, hidden, z)
+        rec = rt.records[0, :3].clone()
+        rt.records.zero_()
+        got = compiled(hidden, z)
+        assert torch.equal(got.topk_ids, want.topk_ids) and torch.equal(rt.records[0, :3], rec)
+        if rt.sets:
+            for b, tree in enumerate(trees):
+                ref = select(method, z.view(4, 8, 32)[b], BlockInfo.from_parents(tree), Router("softmax_topk", 4),
+                             cfg.selector_config())
+                assert ref.eligible[got.topk_ids.view(4, 8, 4)[b]].all()
+                assert int(rec[b, 0]) == int(ref.eligible.sum())
+    assert eager is not None
