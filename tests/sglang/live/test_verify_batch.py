@@ -15,7 +15,7 @@ from sglang.srt.model_executor.forward_batch_info import ForwardMode
 from sglang.srt.speculative.eagle_info import EagleVerifyInput
 
 from acceptmoe.engine.trace import Trace
-from acceptmoe.methods import BlockInfo, CommitmentTable, Router, SelectorConfig, route, select
+from acceptmoe.methods import BlockInfo, CommitmentTable, Router, route, select
 from acceptmoe.serving.sglang import plugin
 from acceptmoe.serving.sglang.config import load_config
 from acceptmoe.serving.sglang.runtime import Runtime, read_steps
