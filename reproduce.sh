@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The user's entry point. `./reproduce.sh --help` lists the subcommands.
-#   ./reproduce.sh test            create .venv if needed, install the project with test extras, run pytest
+#   ./reproduce.sh test            create .venv if needed, install the project with test extras, run pytest,
+#                                  then the SGLang plugin's live tests in their own environment (.venv-sglang)
 #   ./reproduce.sh <sub> [args]    run an experiment subcommand (python -m acceptmoe <sub> [args])
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")"
@@ -46,7 +47,10 @@ case "$sub" in
     shift
     ensure_env test
     ensure_bwrap
-    exec "$PY" -m pytest -q "$@"
+    if [ $# -gt 0 ]; then exec "$PY" -m pytest -q "$@"; fi
+    "$PY" -m pytest -q
+    # the SGLang plugin against a live SGLang, in its own environment (SGLang's pins differ from ours)
+    exec tests/sglang/run_live.sh
     ;;
   -h|--help|help)
     ensure_env eval

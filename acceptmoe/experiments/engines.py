@@ -42,8 +42,8 @@ def opener(name: str) -> Opener:
         try:
             found = getattr(importlib.import_module(module), fn)
         except ImportError as exc:
-            raise UserError(f"engine {name!r} is not available here ({exc}): install its extra "
-                            f"(pip install -e '.[{name}]') on a machine it supports, or use --engine native") from None
+            raise UserError(f"engine {name!r} is not available here ({exc}): install it on a machine it supports "
+                            f"(docs/{name}.md), or use --engine native") from None
     return found
 
 

@@ -1,0 +1,1 @@
+"""Serving integrations: the project's verifier-side selection inside other inference servers (SGLang)."""

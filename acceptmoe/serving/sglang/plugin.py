@@ -1,0 +1,101 @@
+"""SGLang entry point (`sglang.srt.plugins`: `acceptmoe`): registers the hooks that run AcceptMoE verification.
+
+SGLang calls `load()` in every process it starts (engine, scheduler/TP workers, detokenizer), then applies the
+registered hooks. No installed SGLang file is edited. The hooks:
+
+| target                                           | kind   | what                                             |
+|--------------------------------------------------|--------|--------------------------------------------------|
+| `ModelRunner.forward`                            | AROUND | target TARGET_VERIFY pass: trees from `EagleVerifyInput` into static buffers; after it, snapshot the layer records |
+| `DecodeCudaGraphRunner.capture`                  | AROUND | a target TARGET_VERIFY graph captures the restricted routing |
+| `TopK.forward`                                   | AROUND | target layers of those passes: mask router logits outside each request's set (Eq. 2) |
+| `eagle_utils.eagle_sample`                       | AFTER  | accepted paths and accept lengths per request -> routing records |
+
+Draft layers (`TopK.is_draft`), the draft worker, prefill and plain decode passes pass through untouched
+(plain decode is restricted only under the test switch `ACCEPTMOE_FORCE_DECODE`). With no method and no trace
+file set, every hook passes straight through.
+"""
+from __future__ import annotations
+
+import logging
+
+from .config import PluginConfigError, load_config
+from .runtime import Runtime
+
+log = logging.getLogger("acceptmoe.sglang")
+RUNTIME: Runtime | None = None
+
+TARGETS = {
+    "forward": "sglang.srt.model_executor.model_runner.ModelRunner.forward",
+    "capture": "sglang.srt.model_executor.runner.decode_cuda_graph_runner.DecodeCudaGraphRunner.capture",
+    "topk": "sglang.srt.layers.moe.topk.TopK.forward",
+    "sample": "sglang.srt.speculative.eagle_utils.eagle_sample",
+}
+
+
+def load() -> None:
+    """Validate the settings (a bad setting stops the process with one clear message) and register the hooks."""
+    global RUNTIME
+    from sglang.srt.plugins.hook_registry import HookRegistry, HookType
+
+    try:
+        cfg = load_config()
+    except PluginConfigError as exc:
+        # SGLang logs and skips a plugin that raises an Exception; a server must not run unrestricted when the
+        # user asked for a method, so stop the process with the message instead.
+        log.error("acceptmoe plugin: %s", exc)
+        raise SystemExit(f"error: acceptmoe plugin: {exc}") from None
+    RUNTIME = Runtime(cfg)
+    HookRegistry.register(TARGETS["forward"], _around_forward, HookType.AROUND)
+    HookRegistry.register(TARGETS["capture"], _around_capture, HookType.AROUND)
+    HookRegistry.register(TARGETS["topk"], _around_topk, HookType.AROUND)
+    HookRegistry.register(TARGETS["sample"], _after_sample, HookType.AFTER)
+    log.info("acceptmoe plugin loaded: %s", RUNTIME.cfg.describe())
+
+
+def _active() -> bool:
+    return RUNTIME is not None and (RUNTIME.cfg.method is not None or RUNTIME.cfg.trace is not None)
+
+
+def _around_forward(orig, runner, forward_batch, *args, **kwargs):
+    if not _active() or getattr(runner, "is_draft_worker", False):
+        return orig(runner, forward_batch, *args, **kwargs)
+    mode = forward_batch.forward_mode
+    spec = getattr(forward_batch, "spec_info", None)
+    if mode.is_target_verify() and getattr(spec, "retrieve_next_token", None) is not None:
+        RUNTIME.begin_verify(runner, forward_batch)
+    elif RUNTIME.cfg.force_decode and mode.is_decode():
+        RUNTIME.begin_star(runner, forward_batch)
+    else:
+        return orig(runner, forward_batch, *args, **kwargs)
+    try:
+        return orig(runner, forward_batch, *args, **kwargs)
+    finally:
+        RUNTIME.end_pass()
+        if RUNTIME.cfg.force_decode and not mode.is_target_verify():
+            RUNTIME.finish_step([str(i) for i in range(int(forward_batch.batch_size))], None, 1)
+
+
+def _around_capture(orig, graph_runner, *args, **kwargs):
+    from sglang.srt.model_executor.forward_batch_info import ForwardMode
+
+    if (not _active() or graph_runner.model_runner.is_draft_worker
+            or graph_runner.capture_forward_mode != ForwardMode.TARGET_VERIFY):
+        return orig(graph_runner, *args, **kwargs)
+    RUNTIME.begin_capture(graph_runner)
+    try:
+        return orig(graph_runner, *args, **kwargs)
+    finally:
+        RUNTIME.mode = None
+
+
+def _around_topk(orig, topk, hidden_states, router_logits, *args, **kwargs):
+    if RUNTIME is None or RUNTIME.mode is None:
+        return orig(topk, hidden_states, router_logits, *args, **kwargs)
+    return RUNTIME.restrict(topk, orig, hidden_states, router_logits, *args, **kwargs)
+
+
+def _after_sample(result, verify_input, batch, *args, **kwargs):
+    if _active():
+        _, _, accept_index = result
+        RUNTIME.finish_step([r.rid for r in batch.reqs], accept_index, int(verify_input.draft_token_num))
+    return result

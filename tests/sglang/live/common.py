@@ -1,0 +1,42 @@
+"""Shared by the live SGLang tests: start a CPU `sglang.Engine` on the tiny target with given plugin settings.
+
+SGLang spawns its scheduler, which loads the installed `acceptmoe` entry point and reads the plugin settings
+from the environment at start, so each engine gets its settings through `os.environ`."""
+import contextlib
+import os
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[3]
+TARGET = ROOT / "models" / "tiny" / "target"
+PLUGIN_KEYS = ("ACCEPTMOE_METHOD", "ACCEPTMOE_BUDGET", "ACCEPTMOE_P_HAT", "ACCEPTMOE_COMMITMENT", "ACCEPTMOE_TRACE",
+               "ACCEPTMOE_FORCE_DECODE", "ACCEPTMOE_DUMP", "ACCEPTMOE_BETA", "ACCEPTMOE_SGLANG_CONFIG", "SGLANG_PLUGINS")
+# SGLang on a CPU: torch attention, no graphs, token ids in and out, a small KV pool (the host's RAM is shared)
+CPU_ARGS = dict(device="cpu", attention_backend="torch_native", disable_cuda_graph=True, skip_tokenizer_init=True,
+                max_running_requests=8, max_total_tokens=2048, log_level="error")
+PROMPTS = [[1, 17, 42, 99, 7, 250, 31], [1, 600, 12, 5, 88], [1, 3, 4, 5, 6, 7, 8, 9, 10], [1, 900, 901, 77]]
+
+
+@contextlib.contextmanager
+def engine(**plugin_env):
+    import sglang
+
+    saved = {k: os.environ.get(k) for k in PLUGIN_KEYS}
+    for k in PLUGIN_KEYS:
+        os.environ.pop(k, None)
+    os.environ.update({k: str(v) for k, v in plugin_env.items()})
+    eng = sglang.Engine(model_path=str(TARGET), dtype="float32", random_seed=0, **CPU_ARGS)
+    try:
+        yield eng
+    finally:
+        eng.shutdown()
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+def greedy(eng, prompts=PROMPTS, max_new_tokens=8):
+    outs = eng.generate(input_ids=prompts, sampling_params={"temperature": 0.0, "max_new_tokens": max_new_tokens,
+                                                            "ignore_eos": True})
+    return [list(o["output_ids"]) for o in outs]

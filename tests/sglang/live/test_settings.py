@@ -1,0 +1,24 @@
+"""A bad plugin setting stops SGLang's plugin loader (which logs and skips plugins that raise an Exception):
+a server must never run unrestricted when a method was asked for."""
+import os
+import subprocess
+import sys
+
+LOAD = "from sglang.srt.plugins import load_plugins; load_plugins(); print('loaded')"
+
+
+def run(**env):
+    full = {k: v for k, v in os.environ.items() if not k.startswith("ACCEPTMOE_")}
+    return subprocess.run([sys.executable, "-c", LOAD], env={**full, **env}, capture_output=True, text=True,
+                          timeout=600)
+
+
+def test_bad_setting_stops_the_process_with_one_message():
+    proc = run(ACCEPTMOE_METHOD="count-b")
+    assert proc.returncode != 0 and "loaded" not in proc.stdout
+    assert "error: acceptmoe plugin: method count-b needs a budget" in proc.stderr
+
+
+def test_good_settings_load():
+    proc = run(ACCEPTMOE_METHOD="count-b", ACCEPTMOE_BUDGET="16")
+    assert proc.returncode == 0 and "loaded" in proc.stdout, proc.stderr

@@ -1,0 +1,10 @@
+#!/usr/bin/env bash
+# Run the SGLang tests (tests/sglang/live) in the separate SGLang environment, building it first if needed.
+#   tests/sglang/run_live.sh [pytest args]
+set -euo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+PY="$("$ROOT/tests/sglang/setup_env.sh")"
+cd "$ROOT"
+export SGLANG_USE_CPU_ENGINE=1 TRITON_INTERPRET=1 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
+export PYTHONPATH="$ROOT/tests/sglang/stubs:$ROOT/tests/sglang/live${PYTHONPATH:+:$PYTHONPATH}"
+exec "$PY" -m pytest -q -p no:cacheprovider -W ignore tests/sglang/live "$@"

@@ -1,0 +1,156 @@
+"""The SGLang plugin's pure parts, in the project's environment: settings, tree recovery, per-request sets,
+and the clear stop of `--engine sglang` where SGLang or a CUDA GPU is missing."""
+import json
+import os
+import random
+import subprocess
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+from typing import NamedTuple
+
+import pytest
+import torch
+
+from acceptmoe.errors import UserError
+from acceptmoe.methods import BlockInfo, CommitmentTable, Router, SelectorConfig, select
+from acceptmoe.serving.sglang.config import PluginConfigError, load_config, to_env
+from acceptmoe.serving.sglang.runtime import Runtime
+from acceptmoe.serving.sglang.sets import select_sets
+from acceptmoe.serving.sglang.tree import links_from_parents, parents_from_links
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def random_parents(rng: random.Random, n: int) -> list[int]:
+    return [-1] + [rng.randrange(i) for i in range(1, n)]
+
+
+def test_parents_recovered_from_first_child_and_sibling_links():
+    rng = random.Random(0)
+    for n in [1, 2, 3, 7, 16, 64]:
+        trees = [random_parents(rng, n) for _ in range(4)]
+        links = [links_from_parents(p) for p in trees]
+        first = torch.tensor([f for f, _ in links])
+        sibling = torch.tensor([s for _, s in links])
+        assert parents_from_links(first, sibling).tolist() == trees
+
+
+def test_chain_and_star_trees():
+    chain, star = list(range(-1, 63)), [-1] + [0] * 63
+    for tree in (chain, star):
+        f, s = links_from_parents(tree)
+        assert parents_from_links(torch.tensor([f]), torch.tensor([s])).tolist() == [tree]
+
+
+@pytest.mark.parametrize("method,budget", [("acceptmoe", None), ("acceptmoe-b", 12), ("count-b", 12),
+                                           ("moe-spec", 12), ("standard-sd", None)])
+def test_per_request_sets_equal_the_reference_selector(method, budget):
+    rng = random.Random(1)
+    router = Router("softmax_topk", top_k=4)
+    cfg = SelectorConfig(budget=budget, p_hat=(1.0, 0.7, 0.4, 0.2, 0.1, 0.05) if method.startswith("acceptmoe") else None)
+    blocks = [BlockInfo.from_parents(random_parents(rng, n)) for n in (9, 5, 9)]
+    logits = torch.randn(3, 9, 32, generator=torch.Generator().manual_seed(2))
+    got = select_sets(method, logits, blocks, router, cfg)
+    for b, block in enumerate(blocks):
+        want = select(method, logits[b, : block.num_tokens], block, router, cfg)
+        assert torch.equal(got.eligible[b], want.eligible), (method, b)
+
+
+def test_settings_from_environment_and_file(tmp_path):
+    table = CommitmentTable(max_depth=2, proposed=[4, 8, 8], committed=[4, 4, 2])
+    table.save(tmp_path / "p.json")
+    (tmp_path / "s.yaml").write_text(f"method: acceptmoe\ncommitment: {tmp_path / 'p.json'}\nbeta: 0.25\n")
+    cfg = load_config({"ACCEPTMOE_SGLANG_CONFIG": str(tmp_path / "s.yaml"), "ACCEPTMOE_BETA": "1.0"})
+    assert (cfg.method, cfg.beta, cfg.p_hat) == ("acceptmoe", 1.0, table.p_hat)     # the environment wins
+    assert load_config(to_env(cfg)) == cfg
+    assert load_config({}).method is None and not load_config({}).restricts
+
+
+@pytest.mark.parametrize("env,needle", [
+    ({"ACCEPTMOE_METHOD": "vanilla-ar"}, "not a verifier method"),
+    ({"ACCEPTMOE_METHOD": "count-b"}, "needs a budget"),
+    ({"ACCEPTMOE_METHOD": "acceptmoe"}, "needs commitment probabilities"),
+    ({"ACCEPTMOE_METHOD": "acceptmoe", "ACCEPTMOE_BUDGET": "8", "ACCEPTMOE_P_HAT": "1,0.5"}, "fixed-budget methods only"),
+    ({"ACCEPTMOE_METHOD": "moe-spec", "ACCEPTMOE_BUDGET": "x"}, "must be an integer"),
+    ({"ACCEPTMOE_PRUNE": "on"}, "offloaded"),
+    ({"ACCEPTMOE_METHOD": "acceptmoe", "ACCEPTMOE_P_HAT": "0.5,0.2"}, "p_hat[0] must be 1.0"),
+    ({"ACCEPTMOE_SGLANG_CONFIG": "/nonexistent.json"}, "no such file"),
+])
+def test_bad_settings_are_one_clear_error(env, needle):
+    with pytest.raises(PluginConfigError) as err:
+        load_config(env)
+    assert isinstance(err.value, UserError) and needle in str(err.value)
+
+
+def test_unknown_key_in_settings_file(tmp_path):
+    (tmp_path / "s.json").write_text(json.dumps({"method": "moe-spec", "budget": 8, "bugdet": 9}))
+    with pytest.raises(PluginConfigError, match="bugdet"):
+        load_config({"ACCEPTMOE_SGLANG_CONFIG": str(tmp_path / "s.json")})
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the stop on a machine without a CUDA GPU")
+def test_engine_sglang_stops_with_one_line_where_it_cannot_run(tmp_path):
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.run([sys.executable, "-m", "acceptmoe", "table1", "--engine", "sglang", "--limit", "2",
+                           "--results", str(tmp_path)], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 2, proc.stderr
+    lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error:") and "CUDA GPU" in lines[0], proc.stderr
+    assert not any(tmp_path.iterdir())          # stopped before creating a run folder
+
+
+def test_output_lengths_cut_the_last_step_to_the_tokens_returned():
+    from acceptmoe.serving.sglang.runtime import output_lengths
+
+    assert output_lengths([3, 4, 2], 10) == [3, 4, 2]              # 1 prefill token + 9
+    assert output_lengths([3, 4, 6], 10) == [3, 4, 2]              # cut at max_new_tokens or EOS
+    assert output_lengths([3, 4, 6], 1) == []
+
+
+class _TopKOut(NamedTuple):           # the shape of SGLang's StandardTopKOutput
+    topk_weights: torch.Tensor
+    topk_ids: torch.Tensor
+
+
+def _natural_topk(topk, hidden, logits):
+    w, ids = torch.topk(torch.softmax(logits.float(), -1), 4, -1)
+    return _TopKOut(w / w.sum(-1, keepdim=True), ids)
+
+
+@pytest.mark.parametrize("method,budget", [("acceptmoe", None), ("acceptmoe-b", 8), ("count-b", 8),
+                                           ("moe-spec", 8), ("standard-sd", None)])
+def test_in_forward_work_is_one_graph_reading_static_buffers(method, budget):
+    """What runs inside the model forward compiles as one graph (no host sync, no value-dependent branch or
+    shape: what CUDA-graph capture needs) and, like a replayed graph, picks up new trees through its buffers."""
+    env = {"ACCEPTMOE_METHOD": method, "ACCEPTMOE_P_HAT": "1,.8,.5,.3,.2,.1,.05,.02"}
+    if budget:
+        env["ACCEPTMOE_BUDGET"] = str(budget)
+    rt = Runtime(load_config(env))
+    cfg = load_config(env)
+    topk = SimpleNamespace(topk_config=SimpleNamespace(use_grouped_topk=False, scoring_func="softmax",
+                                                       correction_bias=None, custom_routing_function=None,
+                                                       num_shared_topk_slots=0, top_k=4, renormalize=True),
+                           layer_id=0, is_draft=False)
+    rng = random.Random(5)
+    trees = [random_parents(rng, 8) for _ in range(4)]
+    rt.mode, rt.width, rt.parents, rt.max_requests = "verify", 8, trees[:3], 4
+    z = torch.randn(32, 32, generator=torch.Generator().manual_seed(6))
+    hidden = z[:, :0]
+    eager = rt.restrict(topk, _natural_topk, hidden, z)                 # the warm-up pass allocates the buffers
+    compiled = torch.compile(lambda h, x: rt.restrict(topk, _natural_topk, h, x), backend="eager", fullgraph=True)
+    for step, trees in enumerate([trees[:3], trees[1:]]):
+        if step and rt.sets:                                             # next step: new trees, same buffers
+            rt.sets.prepare([BlockInfo.from_parents(p) for p in trees])
+        want = rt.restrict(topk, _natural_topk, hidden, z)
+        rec = rt.records[0, :3].clone()
+        rt.records.zero_()
+        got = compiled(hidden, z)
+        assert torch.equal(got.topk_ids, want.topk_ids) and torch.equal(rt.records[0, :3], rec)
+        if rt.sets:
+            for b, tree in enumerate(trees):
+                ref = select(method, z.view(4, 8, 32)[b], BlockInfo.from_parents(tree), Router("softmax_topk", 4),
+                             cfg.selector_config())
+                assert ref.eligible[got.topk_ids.view(4, 8, 4)[b]].all()
+                assert int(rec[b, 0]) == int(ref.eligible.sum())
+    assert eager is not None
