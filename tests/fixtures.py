@@ -14,13 +14,8 @@ from safetensors.torch import load_file, save_file
 
 from acceptmoe.engine import mxfp4
 
-QWEN3_TINY = dict(vocab_size=96, hidden_size=64, intermediate_size=80, moe_intermediate_size=32,
-                  num_hidden_layers=3, num_attention_heads=4, num_key_value_heads=2, head_dim=16,
-                  num_experts=8, num_experts_per_tok=2, norm_topk_prob=True, eos_token_id=[1, 2])
-GPT_OSS_TINY = dict(vocab_size=96, hidden_size=64, intermediate_size=32, num_hidden_layers=3,
-                    num_attention_heads=4, num_key_value_heads=2, head_dim=16, num_local_experts=8,
-                    num_experts_per_tok=2, sliding_window=4, eos_token_id=3,
-                    layer_types=["sliding_attention", "full_attention", "sliding_attention"])
+from acceptmoe.experiments.gpu_check import GPT_OSS_SMALL as GPT_OSS_TINY    # one definition, shared with
+from acceptmoe.experiments.gpu_check import QWEN3_SMALL as QWEN3_TINY        # gpu-check's parity check
 
 
 def tiny_qwen3_moe(folder: str | Path, seed: int = 0, **overrides):

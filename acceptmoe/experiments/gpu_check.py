@@ -29,9 +29,11 @@ import torch
 
 from acceptmoe.commands import command, parser
 from acceptmoe.methods import B0_METHOD, BASELINE, REFERENCE, Variant
+from acceptmoe.methods import METHODS as REGISTRY
 
-METHODS = ("standard-sd", "count-b", "moe-spec", "acceptmoe-b", "acceptmoe")
+METHODS = tuple(name for name, spec in REGISTRY.items() if spec.speculates)
 P_HAT = (1.0, 0.8, 0.64, 0.512, 0.41, 0.33)
+# small random configs: the parity check here and the tests' fixtures
 QWEN3_SMALL = dict(vocab_size=96, hidden_size=64, intermediate_size=80, moe_intermediate_size=32,
                    num_hidden_layers=3, num_attention_heads=4, num_key_value_heads=2, head_dim=16,
                    num_experts=8, num_experts_per_tok=2, norm_topk_prob=True, eos_token_id=[1, 2])
