@@ -11,13 +11,14 @@ E, H, I, K, T = 8, 64, 32, 2, 6
 LAYERS = (0, 2)
 
 
-def _layers(kind: str, seed: int = 0) -> dict[int, dict[str, torch.Tensor]]:
+def _layers(kind: str, seed: int = 0, experts: int = E, layers=LAYERS) -> dict[int, dict[str, torch.Tensor]]:
     g = torch.Generator().manual_seed(seed)
     out = {}
-    for l in LAYERS:
-        w = {"w1": torch.randn(E, 2 * I, H, generator=g) * 0.2, "w2": torch.randn(E, H, I, generator=g) * 0.2}
+    for l in layers:
+        w = {"w1": torch.randn(experts, 2 * I, H, generator=g) * 0.2,
+             "w2": torch.randn(experts, H, I, generator=g) * 0.2}
         if kind != "swiglu":
-            w["b1"], w["b2"] = torch.randn(E, 2 * I, generator=g), torch.randn(E, H, generator=g)
+            w["b1"], w["b2"] = torch.randn(experts, 2 * I, generator=g), torch.randn(experts, H, generator=g)
         if kind == "mxfp4":
             for n in ("w1", "w2"):
                 w[f"{n}_blocks"], w[f"{n}_scales"] = mxfp4.quantize(w.pop(n))
@@ -143,13 +144,7 @@ def test_per_pair_and_grouped_paths_match_the_definition(kind, n_tokens):
     """E=64: one token's k pairs take the gathered per-pair path, twelve tokens the grouped matmul."""
     from acceptmoe.engine.store import gathers_per_pair
     E64, math = 64, _math(kind)
-    g = torch.Generator().manual_seed(7)
-    layer = {"w1": torch.randn(E64, 2 * I, H, generator=g) * 0.2, "w2": torch.randn(E64, H, I, generator=g) * 0.2}
-    if kind != "swiglu":
-        layer["b1"], layer["b2"] = torch.randn(E64, 2 * I, generator=g), torch.randn(E64, H, generator=g)
-    if kind == "mxfp4":
-        for n in ("w1", "w2"):
-            layer[f"{n}_blocks"], layer[f"{n}_scales"] = mxfp4.quantize(layer.pop(n))
+    layer = _layers(kind, seed=7, experts=E64, layers=(0,))[0]
     copy = lambda: {0: {n: t.clone() for n, t in layer.items()}}                  # noqa: E731
     resident = make_store("resident", math, copy(), E64, "cpu")
     offloaded = make_store("offloaded", math, copy(), E64, "cpu", slots=5)
