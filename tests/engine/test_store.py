@@ -145,6 +145,7 @@ def test_per_pair_and_grouped_paths_match_the_definition(kind, n_tokens):
     from acceptmoe.engine.store import gathers_per_pair
     E64, math = 64, _math(kind)
     layer = _layers(kind, seed=7, experts=E64, layers=(0,))[0]
+    g = torch.Generator().manual_seed(8)
     copy = lambda: {0: {n: t.clone() for n, t in layer.items()}}                  # noqa: E731
     resident = make_store("resident", math, copy(), E64, "cpu")
     offloaded = make_store("offloaded", math, copy(), E64, "cpu", slots=5)
