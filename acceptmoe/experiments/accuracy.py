@@ -59,10 +59,21 @@ class PairContext:
 
 def run_unit(ctx: PairContext, index: int, variant: Variant) -> tuple[GradedRow, Trace]:
     """Generate and grade one prompt with one variant (bound to its p_hat and budget): the row and the trace."""
-    spec, ex, cfg = ctx.loaded.spec, ctx.examples[index], ctx.cfg
-    ids = prompt_ids(ctx.loaded.tokenizer, ctx.task.messages(ex), spec)
-    gen = ctx.loaded.engine.generate(ids, variant, cfg.world.max_new_tokens(spec),
-                                     trace_layers=cfg.trace_layers or variant.spec.sets_b0)
+    return run_units(ctx, [index], variant)[0]
+
+
+def run_units(ctx: PairContext, indices: list[int], variant: Variant) -> list[tuple[GradedRow, Trace]]:
+    """Generate several prompts with one variant in one `generate_many` call (an engine may run them
+    concurrently), then grade each: (row, trace) per index, in order."""
+    spec, cfg = ctx.loaded.spec, ctx.cfg
+    prompts = [prompt_ids(ctx.loaded.tokenizer, ctx.task.messages(ctx.examples[i]), spec) for i in indices]
+    gens = ctx.loaded.engine.generate_many(prompts, variant, cfg.world.max_new_tokens(spec),
+                                           trace_layers=cfg.trace_layers or variant.spec.sets_b0)
+    return [_graded(ctx, i, variant, ids, gen) for i, ids, gen in zip(indices, prompts, gens)]
+
+
+def _graded(ctx: PairContext, index: int, variant: Variant, ids: list[int], gen) -> tuple[GradedRow, Trace]:
+    spec, ex = ctx.loaded.spec, ctx.examples[index]
     response = decode(ctx.loaded.tokenizer, gen.tokens, spec.response_format)
     score = ctx.task.score_many([ex], [response], response_format=spec.response_format)[0]
     row = GradedRow(spec.name, ctx.task.name, ctx.task.version, ex["id"], index, variant.method,
@@ -78,13 +89,13 @@ def run_method(ctx: PairContext, variant: Variant, progress: Progress) -> TraceL
     spec, task, method = ctx.loaded.spec.name, ctx.task.name, variant.method
     keys = [unit_key(spec, task, ex["id"], method) for ex in ctx.examples]
     log = TraceLog(ctx.paths.traces(spec, task, method), keep=ctx.samples)
-    for index, key in enumerate(keys):
-        if key in ctx.samples:
-            continue
-        row, trace = run_unit(ctx, index, variant)
-        log.append(key, trace)
-        ctx.samples.append(key, row.to_json())
-        progress(f"{spec} {task} {method}")
+    todo = [i for i, key in enumerate(keys) if key not in ctx.samples]
+    step = ctx.cfg.world.generation.batch
+    for start in range(0, len(todo), step):                  # each batch's rows are saved as soon as it returns
+        for index, (row, trace) in zip(todo[start:start + step], run_units(ctx, todo[start:start + step], variant)):
+            log.append(keys[index], trace)
+            ctx.samples.append(keys[index], row.to_json())
+            progress(f"{spec} {task} {method}")
     return log
 
 

@@ -223,9 +223,11 @@ class ModelSpec:
 class GenerationConfig:
     max_new_tokens: int = 256      # graded generations (accuracy, calibration, the sweep): stop at EOS or here
     timed_tokens: int = 256        # timed throughput generations: exactly this many tokens, EOS ignored
+    batch: int = 16                # graded prompts handed to the engine at once (the native engine runs them
+                                   # one after another; a serving engine keeps them in flight together)
 
     def __post_init__(self) -> None:
-        if min(self.max_new_tokens, self.timed_tokens) < 1:
+        if min(self.max_new_tokens, self.timed_tokens, self.batch) < 1:
             raise ConfigKeyError(f"generation limits must be >= 1, got {self}")
 
 
