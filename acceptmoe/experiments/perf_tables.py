@@ -24,9 +24,10 @@ import numpy as np
 
 from acceptmoe.evals.stats import bootstrap_mean, paired_bootstrap_diff
 from acceptmoe.methods import BASELINE as BASELINE_METHOD
-from acceptmoe.methods import Variant
+from acceptmoe.methods import METHODS, Variant
 
 BASELINE = Variant(BASELINE_METHOD).name     # ratios and changes are taken against this variant
+NO_TAU = {Variant(n).name for n, s in METHODS.items() if not s.speculates}    # one token per step, no tree
 
 
 def by_pair(rows, phase: str) -> dict[tuple[str, str], list[dict]]:
@@ -65,7 +66,7 @@ def throughput_records(rows, phase: str, variants: tuple[str, ...], prompts: int
                    "tokens": sum(x["tokens"] for x in all_rows),
                    "tokens_per_s": rate(all_rows, "tokens", "wall_s") if center == "pooled" else statistics.median(tput[v]),
                    "tokens_per_s_min": min(tput[v]), "tokens_per_s_max": max(tput[v]),
-                   "tau": rate(all_rows, "accepted", "steps") if v != "vanilla-ar" else None,
+                   "tau": rate(all_rows, "accepted", "steps") if v not in NO_TAU else None,
                    "ms_per_step": 1e3 * rate(all_rows, "decode_s", "steps"),
                    "load_avg_1m": statistics.fmean(x["load_avg_1m"] for x in all_rows)
                    if all("load_avg_1m" in x for x in all_rows) else None}

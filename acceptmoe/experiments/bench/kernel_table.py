@@ -19,8 +19,9 @@ from dataclasses import dataclass
 import torch
 
 from acceptmoe.commands import command, parser
+from acceptmoe.methods import METHODS as REGISTRY
 
-METHODS = ("standard-sd", "count-b", "moe-spec", "acceptmoe-b", "acceptmoe")
+METHODS = tuple(name for name, spec in REGISTRY.items() if spec.speculates)
 # name -> (router kind, renormalize, E, top_k): the evaluated targets' layer shapes and the next size up.
 ROUTERS = {
     "qwen3": ("softmax_topk", True, 128, 8),
@@ -43,7 +44,7 @@ def variants(routers, dtypes, tokens) -> list[Variant]:
     """Every combination, the most telling first (T in the given order outermost), so a partial run is useful."""
     return [Variant(method, router, dtype, prune, T)
             for T in tokens for router in routers for dtype in dtypes for method in METHODS
-            for prune in ((False,) if method == "standard-sd" else (False, True))]
+            for prune in ((False, True) if REGISTRY[method].restricts else (False,))]
 
 
 def launch_of(v: Variant):
@@ -54,7 +55,7 @@ def launch_of(v: Variant):
     from acceptmoe.methods import BlockInfo, Router, SelectorConfig
     kind, renorm, E, k = ROUTERS[v.router]
     router = Router(kind, k, renorm)
-    fixed = v.method in ("count-b", "moe-spec", "acceptmoe-b")
+    fixed = REGISTRY[v.method].needs_budget
     cfg = SelectorConfig(budget=max(k, 24) if fixed else None, p_hat=(1.0, 0.8, 0.6, 0.4, 0.3, 0.2))
     block = BlockInfo.from_parents([-1] + [(t - 1) // 4 for t in range(1, v.tokens)])   # bushy, depth <= 4
     logits = torch.zeros(1, v.tokens, E, dtype=DTYPES[v.dtype])

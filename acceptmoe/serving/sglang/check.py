@@ -17,9 +17,11 @@ from pathlib import Path
 
 from acceptmoe.engine.trace import commitment_table
 from acceptmoe.engine.tree import TreeShape
-from acceptmoe.methods import METHODS, Variant
+from acceptmoe.methods import B0_METHOD, CALIBRATION, METHODS, Variant
 
-ORDER = ("standard-sd", "acceptmoe", "acceptmoe-b", "count-b", "moe-spec")
+# natural routing first (its traces give p_hat), then the self-sized method (its set sizes give the budget),
+# then the fixed-budget methods at that budget
+ORDER = (CALIBRATION, B0_METHOD) + tuple(n for n, s in METHODS.items() if s.needs_budget)
 
 
 def mean_set_size(gens) -> float:
@@ -36,7 +38,7 @@ def gpu_check(world: Path = Path("models/tiny"), num_prompts: int = 4, max_new_t
     rng = random.Random(seed)
     prompts = [[1] + [rng.randrange(3, 1000) for _ in range(rng.randrange(8, 24))] for _ in range(num_prompts)]
     native = load_engine(world, device="cuda", tree=tree)
-    base = Variant("standard-sd")
+    base = Variant(CALIBRATION)
     want = [native.generate(p, base, max_new_tokens, ignore_eos=True).tokens for p in prompts]
     rows, tokens = [], {}
     for graphs in (False, True):
@@ -46,16 +48,16 @@ def gpu_check(world: Path = Path("models/tiny"), num_prompts: int = 4, max_new_t
         for method in ORDER:
             variant = Variant(method).bind(commitment=p_hat, b0=budget)
             gens = backend.generate_many(prompts, variant, max_new_tokens, ignore_eos=True)
-            if method == "standard-sd":
+            if method == CALIBRATION:
                 p_hat = commitment_table([g.trace for g in gens]).p_hat
-            if method == "acceptmoe":
+            if method == B0_METHOD:
                 budget = max(8, round(mean_set_size(gens)))
             toks = [g.tokens for g in gens]
             tokens[(method, graphs)] = toks
             taus = [g.mean_accept_length for g in gens]
             rows.append({"method": METHODS[method].label, "graphs": graphs, "tau": sum(taus) / len(taus),
                          "set_size": mean_set_size(gens),
-                         "tokens=native": toks == want if method == "standard-sd" else None,
+                         "tokens=native": toks == want if method == CALIBRATION else None,
                          "tokens=graphs off": toks == tokens[(method, False)] if graphs else None})
         backend.close()
     return rows
