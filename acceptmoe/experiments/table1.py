@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
-from acceptmoe.evals.stats import bootstrap_mean, paired_bootstrap_diff
+from acceptmoe.evals.stats import bootstrap_mean, no_discordance_bound, paired_bootstrap_diff
 from acceptmoe.evals.tasks import get_task
 from acceptmoe.experiments.runs import SampleLog
 from acceptmoe.methods import BASELINE, METHODS, REFERENCE
@@ -97,7 +97,11 @@ def pair_records(model: str, task: str, rows: dict[str, list[dict]], bs: Bootstr
 
 def stratified_mean_diff(diffs: list[np.ndarray], bs: BootstrapConfig, chunk: int = 500) -> tuple[float, float, float]:
     """Mean over pairs of per-pair mean differences, with a percentile interval from resampling prompts
-    within each pair (a fixed seed)."""
+    within each pair (a fixed seed). Without a single disagreeing prompt in any pair the bootstrap would say
+    [0, 0]; the exact bound on the pooled discordant rate (`no_discordance_bound`) is used instead."""
+    if all(not d.any() for d in diffs):
+        bound = 100 * no_discordance_bound(sum(d.size for d in diffs), bs.confidence)
+        return 0.0, -bound, bound
     rng = np.random.default_rng(bs.seed)
     stats = []
     for start in range(0, bs.resamples, chunk):

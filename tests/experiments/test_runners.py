@@ -277,6 +277,16 @@ def test_table_means_relative_change_and_paired_differences(tmp_path):
     assert "-25.0 [" in md and "| Mean (unweighted)" in md
 
 
+def test_pairs_without_disagreement_get_an_exact_interval_not_zero_width(tmp_path):
+    run = _saved_run(tmp_path, {"vanilla-ar": [1, 1, 0, 1], "standard-sd": [1, 1, 0, 1]})
+    t = table1.build_table1(run)
+    rec = {(r["task"], r["method"]): r for r in t.records}
+    low, high = rec[("tiny-gsm", "vanilla-ar")]["diff_low"], rec[("tiny-gsm", "vanilla-ar")]["diff_high"]
+    assert low == -high and 100 * (1 - 0.025 ** (1 / 4)) == pytest.approx(high)     # Clopper-Pearson, 0 of 4
+    mean = t.means["vanilla-ar"]
+    assert mean["diff_vs_standard_sd"] == 0 and mean["diff_high"] == pytest.approx(100 * (1 - 0.025 ** (1 / 8)))
+
+
 def test_evalplus_tasks_get_plus_rows_from_the_same_replies(tmp_path):
     correct = {"standard-sd": [1, 1, 1, 0], "acceptmoe": [1, 1, 0, 0]}
     plus = {"standard-sd": [1, 0, 1, 0], "acceptmoe": [1, 0, 0, 0]}
