@@ -104,14 +104,16 @@ class KernelStats:
 
 
 def ptxas_spill_bytes(ptx: str, arch: int) -> int:
-    """Spill store + load bytes that the wheel's ptxas reports for the PTX on sm_<arch>a."""
+    """Spill store + load bytes that ptxas reports for the PTX, run as Triton runs it for the cubin (the
+    same ptxas binary and register-allocation flags)."""
+    from triton.backends.nvidia.compiler import get_ptxas
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "kernel.ptx"
         path.write_text(ptx)
         target = re.search(r"^\.target\s+(\w+)", ptx, re.M).group(1)
-        tool = "ptxas-blackwell" if arch >= 100 else "ptxas"
-        log = subprocess.run([_bin(tool), "-v", f"-arch={target}", str(path), "-o", str(Path(tmp) / "k.cubin")],
-                             capture_output=True, text=True, check=True).stderr
+        cmd = [get_ptxas(arch).path, "-lineinfo", "-v", "--regAllocOptLevel=2", f"--gpu-name={target}", str(path),
+               "-o", str(Path(tmp) / "k.cubin")]
+        log = subprocess.run(cmd, capture_output=True, text=True, check=True).stderr
     return sum(int(n) for n in re.findall(r"(\d+) bytes spill (?:stores|loads)", log))
 
 
