@@ -134,7 +134,7 @@ def counter_records(rows, variants: tuple[str, ...], resamples: int, pooled: boo
             m = counter_metrics(aligned[v])
             rec = {"model": model, "task": task, "variant": v, "prompts": len(aligned[v]), **m,
                    "mean_set_size": rate(aligned[v], "set_size_sum", "block_layers"),
-                   **accuracy_fields(aligned[v], aligned.get(BASELINE), resamples)}
+                   **accuracy_fields(aligned[v], None if v == BASELINE else aligned.get(BASELINE), resamples)}
             if base:
                 rec.update(traffic_change_pct=100 * (m["bytes_per_token"] / base["bytes_per_token"] - 1)
                            if base["bytes_per_token"] else None,
@@ -153,7 +153,7 @@ def sweep_records(rows, variants: tuple[str, ...], resamples: int) -> list[dict]
         for v in variants:
             rs = aligned[v]
             out.append({"model": model, "task": task, "variant": v, "budget": rs[0].get("budget"),
-                        "prompts": len(rs), **accuracy_fields(rs, aligned.get(BASELINE), resamples),
+                        "prompts": len(rs), **accuracy_fields(rs, None if v == BASELINE else aligned.get(BASELINE), resamples),
                         "mean_set_size": rate(rs, "set_size_sum", "block_layers"),
                         "tau": rate(rs, "accepted", "steps")})
     return out

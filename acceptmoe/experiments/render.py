@@ -40,11 +40,12 @@ def latex(header: Row, rows: Sequence[Row], caption: str, label: str, rule_befor
 
 
 def csv_text(records: Sequence[dict]) -> str:
-    """CSV of dict records (columns: the first record's keys, in order)."""
+    """CSV of dict records (columns: every record's keys, in first-seen order; missing values are empty)."""
     if not records:
         return ""
     buf = io.StringIO()
-    writer = csv.DictWriter(buf, fieldnames=list(records[0]), lineterminator="\n")
+    fields = list(dict.fromkeys(k for r in records for k in r))
+    writer = csv.DictWriter(buf, fieldnames=fields, lineterminator="\n")
     writer.writeheader()
     writer.writerows(records)
     return buf.getvalue()
