@@ -152,7 +152,8 @@ def test_extract_code_cases():
     assert fenced_blocks("```Python\nx\n```") == [("python", "x")]
 
 
-SLOW_GOLD = "+".join(f"\\frac{{x^{{{i}}}}}{{{i + 1}}}" for i in range(200))  # several seconds in math_verify's parser
+# about 10 s in math_verify's parser here (1 s per 200 terms), far past the 1 s limit on any machine
+SLOW_GOLD = "+".join(f"\\frac{{x^{{{i}}}}}{{{i + 1}}}" for i in range(2000))
 
 
 def test_a_gold_parse_timeout_fails_the_sample_not_the_run():
