@@ -16,6 +16,7 @@ from acceptmoe.engine import mxfp4
 
 from acceptmoe.experiments.gpu_check import GPT_OSS_SMALL as GPT_OSS_TINY    # one definition, shared with
 from acceptmoe.experiments.gpu_check import QWEN3_SMALL as QWEN3_TINY        # gpu-check's parity check
+from acceptmoe.experiments.gpu_check import spread
 
 
 def tiny_qwen3_moe(folder: str | Path, seed: int = 0, **overrides):
@@ -23,7 +24,7 @@ def tiny_qwen3_moe(folder: str | Path, seed: int = 0, **overrides):
     from transformers import Qwen3MoeConfig, Qwen3MoeForCausalLM
     torch.manual_seed(seed)
     model = Qwen3MoeForCausalLM(Qwen3MoeConfig(**{**QWEN3_TINY, **overrides})).eval()
-    _spread(model)
+    spread(model, "qwen3_moe")
     model.save_pretrained(folder)
     return model
 
@@ -34,24 +35,9 @@ def tiny_gpt_oss(folder: str | Path, seed: int = 0, **overrides):
     from transformers import GptOssConfig, GptOssForCausalLM
     torch.manual_seed(seed)
     model = GptOssForCausalLM(GptOssConfig(**{**GPT_OSS_TINY, **overrides})).eval()
-    _spread(model)
-    with torch.no_grad():
-        for layer in model.model.layers:
-            layer.mlp.experts.gate_up_proj.normal_(0.0, 1.0)
-            layer.mlp.experts.gate_up_proj_bias.normal_(0.0, 1.0)
-            layer.mlp.experts.down_proj_bias.normal_(0.0, 0.1)
-            layer.self_attn.sinks.normal_(0.0, 2.0)
+    spread(model, "gpt_oss")
     model.save_pretrained(folder)
     return model
-
-
-def _spread(model) -> None:
-    """Larger router weights than the default init, so top-k choices are well separated (no near-ties)."""
-    with torch.no_grad():
-        for layer in model.model.layers:
-            router = getattr(layer.mlp, "gate", None) or getattr(layer.mlp, "router", None)
-            if router is not None:
-                router.weight.normal_(0.0, 0.5)
 
 
 def write_mxfp4_experts(folder: str | Path) -> dict[str, torch.Tensor]:

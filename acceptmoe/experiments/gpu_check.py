@@ -124,17 +124,24 @@ def random_checkpoint(kind: str, folder: Path, seed: int = 0):
         model = Qwen3MoeForCausalLM(Qwen3MoeConfig(**QWEN3_SMALL)).eval()
     else:
         model = GptOssForCausalLM(GptOssConfig(**GPT_OSS_SMALL)).eval()
+    spread(model, kind)
+    model.save_pretrained(folder)
+    return model
+
+
+def spread(model, kind: str) -> None:
+    """Router weights larger than the default init, so top-k choices are well separated (no near-ties); for
+    GPT-OSS also expert weights, biases and sinks large enough that the SwiGLU clamps and the sinks matter."""
     with torch.no_grad():
         for layer in model.model.layers:
             router = getattr(layer.mlp, "gate", None) or getattr(layer.mlp, "router", None)
-            router.weight.normal_(0.0, 0.5)
-            if kind == "gpt_oss":
-                layer.mlp.experts.gate_up_proj.normal_(0.0, 1.0)
-                layer.mlp.experts.gate_up_proj_bias.normal_(0.0, 1.0)
-                layer.mlp.experts.down_proj_bias.normal_(0.0, 0.1)
-                layer.self_attn.sinks.normal_(0.0, 2.0)
-    model.save_pretrained(folder)
-    return model
+            if router is not None:                       # dense layers have none
+                router.weight.normal_(0.0, 0.5)
+        for layer in model.model.layers if kind == "gpt_oss" else ():
+            layer.mlp.experts.gate_up_proj.normal_(0.0, 1.0)
+            layer.mlp.experts.gate_up_proj_bias.normal_(0.0, 1.0)
+            layer.mlp.experts.down_proj_bias.normal_(0.0, 0.1)
+            layer.self_attn.sinks.normal_(0.0, 2.0)
 
 
 def check_parity(device, folder: Path, tokens: int = 24) -> dict:
