@@ -29,6 +29,7 @@ import torch.nn.functional as F
 from safetensors.torch import load_file, save_file
 from torch import Tensor, nn
 
+from .model import DenseMLP
 from .tree import DraftTree, TreeShape, eagle2_expand, select_tree
 from acceptmoe.errors import UserError
 
@@ -134,18 +135,6 @@ class Attention(nn.Module):
         return self.o_proj(out[0].transpose(0, 1).reshape(T, self.heads * self.head_dim))
 
 
-class MLP(nn.Module):
-    def __init__(self, cfg: dict):
-        super().__init__()
-        H, inter = cfg["hidden_size"], cfg["intermediate_size"]
-        self.gate_proj = nn.Linear(H, inter, bias=False)
-        self.up_proj = nn.Linear(H, inter, bias=False)
-        self.down_proj = nn.Linear(inter, H, bias=False)
-
-    def forward(self, x: Tensor) -> Tensor:
-        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
-
-
 class MidLayer(nn.Module):
     """The draft's one decoder layer; attention reads concat(norm(embeds), norm(hidden)) of width 2H."""
 
@@ -154,7 +143,7 @@ class MidLayer(nn.Module):
         H, eps = cfg["hidden_size"], cfg.get("rms_norm_eps", 1e-6)
         self.input_layernorm, self.hidden_norm = RMSNorm(H, eps), RMSNorm(H, eps)
         self.post_attention_layernorm = RMSNorm(H, eps)
-        self.self_attn, self.mlp = Attention(cfg), MLP(cfg)
+        self.self_attn, self.mlp = Attention(cfg), DenseMLP(H, cfg["intermediate_size"])
 
     def forward(self, embeds: Tensor, hidden: Tensor, positions: Tensor, cache: DraftCache, start: int,
                 mask: Tensor) -> Tensor:
