@@ -123,7 +123,7 @@ def pending_units(cfg: Table1Config, model: str, examples: dict[str, list[dict]]
 def run_model(spec: ModelSpec, cfg: Table1Config, paths: RunPaths, samples: SampleLog,
               examples: dict[str, list[dict]], progress: Progress) -> None:
     """Calibration and every pair of one model (the engine is freed when this returns)."""
-    loaded = load_model(spec, cfg.world)
+    loaded = load_model(spec, cfg.world, paths.root)
     tables = {s: calibrate.calibrate_source(loaded, cfg.world, s, paths, progress) for s in calibrate.sources(cfg.world)}
     for task in cfg.world.tasks:
         ctx = PairContext(loaded, get_task(task), examples[task], tables[cfg.world.calibration.source(task)],

@@ -88,7 +88,7 @@ def main(argv: list[str] | None = None) -> int:
     set_threads(cfg.world)
     paths = RunPaths(run.path)
     for spec in cfg.world.models:
-        loaded = load_model(spec, cfg.world)
+        loaded = load_model(spec, cfg.world, run.path)
         for source in sources(cfg.world):
             table = calibrate_source(loaded, cfg.world, source, paths)
             p_hat = ", ".join(f"{p:.3f}" for p in table.p_hat)

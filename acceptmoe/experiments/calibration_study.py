@@ -127,7 +127,7 @@ def run_experiment(cfg: CalibrationStudyConfig, run: Run) -> None:
     w, samples = cfg.world, SampleLog(run.path / "samples.jsonl")
     budgets = pair_budgets(w, run.path, cfg.budgets_from, cfg.limit)
     for spec in w.models:
-        loaded = load_model(spec, cfg.world)
+        loaded = load_model(spec, cfg.world, run.path)
         for source in calibrate.sources(w):
             task0 = next(t for t in w.tasks if w.calibration.source(t) == source)
             natural = budgets[(spec.name, task0)].table

@@ -64,12 +64,16 @@ class Loaded:
     draft: Path
 
 
-def load_model(spec: ModelSpec, world: WorldConfig, store: str = "resident", slots: int | None = None) -> Loaded:
+def load_model(spec: ModelSpec, world: WorldConfig, run_dir: Path, store: str = "resident",
+               slots: int | None = None) -> Loaded:
     """A fresh engine (`world.engine`) for `spec`; store/slots select the expert store (offloaded: an X-slot
-    pool per layer, native engine only)."""
+    pool per layer, native engine only). The engine's `describe()` (name, version, settings) is appended to
+    `run_dir/engines.jsonl`, so every run says which engine made its rows."""
     target, draft = resolve_checkpoint(spec.target), resolve_checkpoint(spec.draft)
     engine = open_backend(world.engine, target=target, draft=draft, device=world.device, dtype=world.dtype,
                           store=store, slots=slots, tree=world.tree, selector=world.selector)
+    with open(Path(run_dir) / "engines.jsonl", "a") as f:
+        f.write(json.dumps({"model": spec.name, **engine.describe()}, sort_keys=True) + "\n")
     return Loaded(spec, engine, load_tokenizer(target), target, draft)
 
 
@@ -139,9 +143,9 @@ def open_or_resume(command: str, args: argparse.Namespace, load: Callable[[dict]
             raise UserError(f"--resume {args.resume}: not a run folder (no {meta.name}); give a folder written by "
                             f"`./reproduce.sh {command}`, e.g. results/{command}/<preset>/<run-id>")
         saved = json.loads(meta.read_text())
-        check_same_code(saved.get("environment", {}), args.resume, getattr(args, "allow_code_change", False))
+        now = check_same_code(saved.get("environment", {}), args.resume, args.allow_code_change)
         run = Run(args.resume, resumed=True)
-        record_resume(run)
+        record_resume(run, now)
         return from_saved(saved["config"]), run
     cfg = load(given)
     opener(cfg.world.engine)                       # fail before creating a run folder
@@ -151,9 +155,9 @@ def open_or_resume(command: str, args: argparse.Namespace, load: Callable[[dict]
     return cfg, open_run(command, cfg.world.preset, cfg, root=args.results)
 
 
-def check_same_code(recorded: dict, run_dir: Path, allowed: bool) -> None:
+def check_same_code(recorded: dict, run_dir: Path, allowed: bool) -> dict:
     """A resumed run continues only with the code that started it (same commit, no local changes), unless the
-    user says otherwise: rows made by different code would be mixed silently."""
+    user says otherwise: rows made by different code would be mixed silently. Returns today's code state."""
     now = code_state()
     changed = []
     if recorded.get("git_commit") != now["git_commit"]:
@@ -164,6 +168,7 @@ def check_same_code(recorded: dict, run_dir: Path, allowed: bool) -> None:
         raise UserError(f"--resume {run_dir}: the code differs from the run's ({'; '.join(changed)}): commit or stash "
                         f"the changes, check out the run's commit, or pass --allow-code-change (recorded in "
                         f"{run_dir / 'resumes.jsonl'})")
+    return now
 
 
 def open_experiment(args: argparse.Namespace) -> tuple[Table1Config, Run]:

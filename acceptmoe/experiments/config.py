@@ -20,6 +20,7 @@ same function, so a run folder's frozen config is checked exactly like a fresh o
 from __future__ import annotations
 
 import dataclasses
+import functools
 import re
 import types
 import typing
@@ -332,6 +333,7 @@ def preset_path(preset: str | Path) -> Path:
     return path
 
 
+@functools.lru_cache(maxsize=1)
 def sections() -> tuple[str, ...]:
     """The experiment section names a preset may hold (one per configs/experiments/*.yaml)."""
     return tuple(sorted(p.stem for p in (CONFIGS / "experiments").glob("*.yaml")))

@@ -95,14 +95,15 @@ def generate_timed(u: Unit, index: int, ex: dict, variant: Variant) -> tuple[Tim
     """One timed generation of exactly `timed_tokens` tokens (EOS ignored): its row and the Generation."""
     engine = u.loaded.engine
     ids = prompt_ids(u.loaded.tokenizer, u.task.messages(ex), u.loaded.spec)
+    variant = bound(variant, u.budget)
     engine.reset_counters()
     start = engine.clock()
-    gen = engine.generate(ids, bound(variant, u.budget), u.cfg.world.generation.timed_tokens, ignore_eos=True,
+    gen = engine.generate(ids, variant, u.cfg.world.generation.timed_tokens, ignore_eos=True,
                           trace_layers=u.phase == "offload-counters")
     wall = engine.clock() - start
     totals = engine.counters()
     row = TimedRow(u.phase, u.rep, u.loaded.spec.name, u.task.name, variant.name, ex["id"], index,
-                   bound(variant, u.budget).effective_budget, Generated.of(gen, ids), wall, totals["store"],
+                   variant.effective_budget, Generated.of(gen, ids), wall, totals["store"],
                    os.getloadavg()[0], **{c: totals[c] for c in COUNTER_FIELDS})
     return row, gen
 
@@ -156,7 +157,7 @@ def run_timed_phase(cfg: ThroughputConfig, phase: str, samples: SampleLog, budge
         for spec in cfg.world.models:
             if not pending(cfg, phase, rep, spec.name, samples, examples):
                 continue
-            loaded = load_model(spec, cfg.world, store, slots)              # a fresh engine per repetition
+            loaded = load_model(spec, cfg.world, samples.path.parent, store, slots)   # fresh per repetition
             for task in cfg.world.tasks:
                 u = Unit(cfg, phase, rep, loaded, get_task(task), examples[task], budgets.get((spec.name, task)),
                          samples)
@@ -173,7 +174,7 @@ def run_sweep_phase(cfg: ThroughputConfig, samples: SampleLog, budgets: dict, pr
     for spec in cfg.world.models:
         if not pending(cfg, "sweep", 0, spec.name, samples, examples):
             continue
-        loaded = load_model(spec, cfg.world)
+        loaded = load_model(spec, cfg.world, samples.path.parent)
         for task in cfg.world.tasks:
             b = budgets.get((spec.name, task))
             ctx = PairContext(loaded, get_task(task), examples[task], b.table if b else None, t1,

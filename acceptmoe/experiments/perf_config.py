@@ -21,6 +21,7 @@ from acceptmoe.methods import METHODS, Variant, get_method
 
 from .config import ConfigKeyError, WorldConfig, from_saved, load_experiment
 from .engines import check_engine
+from .perf_tables import SweepRoles
 
 PHASES = ("resident", "offload-timed", "offload-counters", "sweep")
 ThroughputConfigError = ConfigKeyError
@@ -102,9 +103,8 @@ class ThroughputConfig:
                     return v_on.name, v_off.name
         return None
 
-    def sweep_roles(self):
+    def sweep_roles(self) -> SweepRoles:
         """The sweep's roles by variant name (fixed budgets, self-sized reference) for tables and figures."""
-        from .perf_tables import SweepRoles
         return SweepRoles(tuple(v.name for v in self.sweep_fixed()), get_method(self.sweep.method).label,
                           self.sweep_self_sized())
 

@@ -133,9 +133,10 @@ def code_state() -> dict:
     return {"git_commit": _git("rev-parse", "HEAD"), "git_dirty": bool(_git("status", "--porcelain"))}
 
 
-def record_resume(run: "Run") -> None:
-    """Append this session's code state to the run's `resumes.jsonl` (every resumed part says what made it)."""
-    line = {**code_state(), "time": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")}
+def record_resume(run: "Run", state: dict) -> None:
+    """Append the resuming code's state (`code_state()`) to the run's `resumes.jsonl` (every resumed part
+    says what made it)."""
+    line = {**state, "time": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")}
     with open(run.path / "resumes.jsonl", "a") as f:
         f.write(json.dumps(line, sort_keys=True) + "\n")
         f.flush()

@@ -352,3 +352,8 @@ def test_fixed_template_date_makes_prompts_day_independent():
     assert tok.decode(ids).startswith("Current date: 2025-08-05")
     with pytest.raises(ConfigKeyError, match="not YYYY-MM-DD"):
         ModelSpec("m", "t", "d", template_date="Aug 5")
+
+
+def test_runs_record_the_engine_that_made_their_rows(full_run):
+    lines = [json.loads(x) for x in (full_run / "engines.jsonl").read_text().splitlines()]
+    assert lines and all(e["engine"] == "native" and e["model"] == "rand" and e["version"] for e in lines)
