@@ -12,7 +12,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from .config import ModelConfig
-from .kv import KVCache
+from .kv import KVCache, Start
 
 
 class RMSNorm(nn.Module):
@@ -67,29 +67,45 @@ def apply_rope(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
     return x * cos + x.roll(x.shape[-1] // 2, -1) * sin
 
 
-def block_masks(cfg: ModelConfig, cache: KVCache, start: int, positions: Tensor,
+def block_masks(cfg: ModelConfig, cache: KVCache, start: Start, positions: Tensor,
                 mask: Tensor | None, dtype: torch.dtype) -> dict[int | None, Tensor | None]:
-    """Additive masks [T, start+T] in `dtype` (0 = may attend, -inf = may not) per distinct window of the
-    model, built once per forward; None where every key is visible (one new token, no window).
+    """Additive masks [T, S'] in `dtype` (0 = may attend, -inf = may not) per distinct window of the
+    model, built once per forward; None where every key is visible (one new token, no window, int start).
 
     Committed slots [0, start) are visible to every new token; among the T new tokens `mask` (None =
-    causal). A window w keeps keys with q_pos - k_pos < w (RoPE positions, not slots)."""
+    causal). A window w keeps keys with q_pos - k_pos < w (RoPE positions, not slots). S' = start + T for
+    an int start; for a tensor start (static shapes, see `kv`) S' = max_len and slots past the block are
+    masked, so the masks' shapes do not depend on where the block sits."""
     T, dev = positions.shape[0], positions.device
     windows = set(cfg.windows) - {None}
-    if mask is None:
+    if mask is not None and (mask.shape != (T, T) or mask.dtype != torch.bool):
+        raise ValueError(f"mask must be bool [T, T] = [{T}, {T}], got {mask.dtype} {tuple(mask.shape)}")
+    if isinstance(start, Tensor):
+        base = _static_base(cache, start, T, mask)                                        # [T, S]
+    elif mask is None:
         if T == 1 and not windows:
             return {None: None}
         base = torch.ones(T, start + T, dtype=torch.bool, device=dev).tril(start)          # [T, S']
-    elif mask.shape != (T, T) or mask.dtype != torch.bool:
-        raise ValueError(f"mask must be bool [T, T] = [{T}, {T}], got {mask.dtype} {tuple(mask.shape)}")
     else:
         base = torch.cat((torch.ones(T, start, dtype=torch.bool, device=dev), mask.to(dev)), dim=1)  # [T, S']
     out = {None: base}
-    key_pos = cache.pos[:start + T]                                      # [S']
+    key_pos = cache.pos[:base.shape[1]]                                  # [S']
     for w in windows:
         out[w] = base & ((positions[:, None] - key_pos[None, :]) < w)
     zero = torch.zeros((), dtype=dtype, device=dev)
     return {w: zero.masked_fill(~m, float("-inf")) for w, m in out.items()}
+
+
+def _static_base(cache: KVCache, start: Tensor, T: int, mask: Tensor | None) -> Tensor:
+    """bool [T, max_len] for a block at the device scalar `start`: committed slots, then the block's own
+    slots as `mask` (None = causal) allows, nothing past the block."""
+    rel = cache.slots - start                                            # [S] slot relative to the block
+    rows = cache.slots[:T, None]                                         # [T, 1]
+    if mask is None:
+        inside = rel[None, :] <= rows                                    # [T, S] causal within the block
+    else:
+        inside = mask.gather(1, rel.clamp(0, T - 1).expand(T, -1))       # [T, S]
+    return (rel < 0)[None, :] | ((rel >= 0) & (rel < T))[None, :] & inside
 
 
 def attend(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, scale: float, sinks: Tensor | None) -> Tensor:
@@ -146,7 +162,7 @@ class Attention(nn.Module):
                                                requires_grad=False)       # [Hq + Hkv, D]
         del self.q_proj, self.k_proj, self.v_proj, self.q_norm, self.k_norm
 
-    def forward(self, x: Tensor, cos: Tensor, sin: Tensor, cache: KVCache, start: int,
+    def forward(self, x: Tensor, cos: Tensor, sin: Tensor, cache: KVCache, start: Start,
                 masks: dict[int | None, Tensor]) -> Tensor:
         """x [T, H] -> [T, H]; writes this layer's new K/V to cache slots start..start+T-1."""
         T, nqk = x.shape[0], self.nq + self.nkv

@@ -35,6 +35,7 @@ from acceptmoe.methods import MethodSpec, Router, SelectorConfig, Variant
 from acceptmoe.methods.config import check_for_method
 
 from .eagle3 import Eagle3Draft, Eagle3Drafter
+from .graphs import TargetSteps, resolve_steps
 from .trace import Trace
 from .tree import DraftTree, TreeShape
 
@@ -85,7 +86,9 @@ class Engine:
     name = "native"
 
     def __init__(self, model, draft: Eagle3Draft | None = None, backend: str = "auto", tree: TreeShape = TreeShape(),
-                 selector: SelectorConfig = SelectorConfig()):
+                 selector: SelectorConfig = SelectorConfig(), steps: str = "auto"):
+        """steps: how target decode and verify passes run (`graphs.STEP_MODES`; "auto" = CUDA graphs on
+        CUDA with the resident store, eager otherwise)."""
         self.model, self.draft = model, draft
         self.tree, self.selector = tree, selector
         self.router: Router = model.router
@@ -93,6 +96,7 @@ class Engine:
         self.device = torch.device(model.device)
         self.eos_token_ids: set[int] = set(model.config.eos_token_ids)
         self.backend = resolve_backend(backend, self.device)
+        self.steps = TargetSteps(model, resolve_steps(steps, self.device, model.store.kind), state=(model.store.tally,))
         if draft is not None:
             draft.bind(model)
 
@@ -126,7 +130,7 @@ class Engine:
         meta = {"method": spec.name, "variant": variant.name, "tree": dataclasses.asdict(tree) if spec.speculates else None,
                 "selector": _jsonable(dataclasses.asdict(cfg)), "prune": prune, "prompt_len": int(prompt.numel()),
                 "store": store_kind, "max_new_tokens": max_new_tokens, "ignore_eos": ignore_eos}
-        st = _State(spec, cfg, tree, self.model.new_cache(prompt.numel() + max_new_tokens + tree.num_draft_tokens),
+        st = _State(spec, cfg, tree, self.steps.cache(prompt.numel() + max_new_tokens + tree.num_draft_tokens),
                     Trace(meta=meta), prune, trace_layers, max_new_tokens, ignore_eos)
         gen = Generation([], [], [], st.trace)
         drafter = Eagle3Drafter(self.draft, st.cache.max_len, tree) if spec.speculates else None
@@ -162,7 +166,7 @@ class Engine:
         from importlib import metadata
         return {"engine": self.name, "version": metadata.version("acceptmoe"), "device": str(self.device),
                 "dtype": str(self.model.dtype).removeprefix("torch."), "store": self.model.store.kind,
-                "verifier": self.backend,
+                "verifier": self.backend, "steps": self.steps.describe(),
                 "tree": dataclasses.asdict(self.tree)}
 
     # ----- the loop -----
@@ -180,19 +184,22 @@ class Engine:
 
     def _ar_step(self, st: _State) -> int:
         root = torch.tensor([st.tokens[-1]], device=self.device)
-        logits, _ = self.model.forward(root, torch.tensor([st.length], device=self.device), st.cache, st.length)
+        body = self._body(st.cache, None, None, ())
+        logits, _, _ = self.steps.forward(root, torch.tensor([st.length], device=self.device), st.cache, st.length,
+                                          None, body, key=("decode",))
         st.length += 1
         return self._commit(st, [int(logits[0].argmax())])
 
     def _sd_step(self, st: _State, drafter: Eagle3Drafter, step: int) -> int:
         tree = drafter.propose(st.tokens[-1])
         rows: list[Tensor] | None = [] if st.trace_layers else None
-        policy = self._policy(tree, st, rows)
-        logits, aux = self.model.forward(tree.tokens, tree.positions, st.cache, st.length, mask=tree.mask,
-                                         policy=policy, aux_layers=self.draft.aux_layer_ids)
+        policy, key, verifier = self._policy(tree, st, rows)
+        body = self._body(st.cache, policy, rows, self.draft.aux_layer_ids)
+        logits, aux, stats = self.steps.forward(tree.tokens, tree.positions, st.cache, st.length, tree.mask, body,
+                                                key=key, keep=verifier)
         path, bonus = tree.accept(logits.argmax(-1))
         new = tree.tokens[path[1:]].tolist() + [bonus]
-        layer_rows = torch.stack(rows).tolist() if rows else ([] if rows is not None else None)
+        layer_rows = stats.tolist() if stats is not None else ([] if rows is not None else None)
         st.trace.add_block(step, tree.parents.tolist(), path, layer_rows)
         output = self._commit(st, new)
         if not st.done:
@@ -202,13 +209,27 @@ class Engine:
             st.length += len(path)
         return output
 
+    def _body(self, cache, policy, rows: list[Tensor] | None, aux_layers: Sequence[int]):
+        """One target pass as `TargetSteps` runs it: (logits, aux, the policy's per-layer trace rows stacked
+        [L, 6] or None). What it reads besides its arguments is fixed per step key (see `_policy`)."""
+        def body(ids: Tensor, positions: Tensor, start, mask: Tensor | None):
+            if rows is not None:
+                rows.clear()
+            logits, aux = self.model.forward(ids, positions, cache, start, mask=mask, policy=policy,
+                                             aux_layers=aux_layers)
+            return logits, aux, (torch.stack(rows) if rows else None)
+        return body
+
     def _policy(self, tree: DraftTree, st: _State, rows: list[Tensor] | None):
-        """The verification pass's routing policy, or None for natural routing without a trace.
+        """(the verification pass's routing policy or None for natural routing without a trace, its step key,
+        the verifier it reads).
 
         A restricting method routes inside its verifier's set S; Standard SD routes naturally
-        (`router.natural`, as plain decoding does) and calls the verifier only for the trace."""
+        (`router.natural`, as plain decoding does) and calls the verifier only for the trace. The key names
+        everything the policy reads as Python state; the verifier's buffers are refilled by `prepare` each
+        step, so a captured pass sees each step's tree."""
         if not st.spec.restricts and rows is None:
-            return None
+            return None, ("verify",), None
         verifier = _verifier(self.backend, st.spec.name, self.router, st.cfg, self.num_experts, self.device)
         verifier.prepare([tree.block])
         store = self.model.store
@@ -221,7 +242,7 @@ class Engine:
             if rows is not None:
                 rows.append(_layer_stats(layer, natural[0], ids, out))
             return ids, weights
-        return policy
+        return policy, ("verify", id(verifier), st.prune, rows is not None), verifier
 
     def _commit(self, st: _State, new: list[int]) -> int:
         """Append tokens, stopping at EOS (kept) unless ignored, and at max_new_tokens; returns how many were
@@ -254,7 +275,7 @@ def _layer_stats(layer: int, natural_ids: Tensor, ids: Tensor, out: VerifierOutp
     eligible, u = out.eligible[0], out.utility[0].double()
     total = u.sum()
     kept = torch.where(total > 0, (u * eligible).sum() / total.clamp_min(1e-300), 1.0)
-    return torch.stack([torch.tensor(float(layer), dtype=torch.float64, device=dev),
+    return torch.stack([torch.full((), float(layer), dtype=torch.float64, device=dev),
                         eligible.sum().double(), out.anchor[0].sum().double(), union(natural_ids).double(),
                         union(ids).double(), kept])
 
@@ -276,7 +297,7 @@ def check_device(device: str | torch.device) -> None:
 def load_engine(path: str | Path | None = None, device: str | torch.device = "cpu", dtype=None,
                 store: str = "resident", slots: int | None = None, target: str | Path | None = None,
                 draft: str | Path | None = None, backend: str = "auto", tree: TreeShape = TreeShape(),
-                selector: SelectorConfig = SelectorConfig()) -> Engine:
+                selector: SelectorConfig = SelectorConfig(), steps: str = "auto") -> Engine:
     """An engine from `path` (holding target/ and, optionally, draft/) or explicit target= and draft= folders.
 
     dtype None = the target checkpoint's dtype; the draft runs in the target's dtype."""
@@ -291,4 +312,4 @@ def load_engine(path: str | Path | None = None, device: str | torch.device = "cp
         raise ValueError("load_engine needs path (holding target/ and draft/) or target=")
     model = MoEModel.from_pretrained(target, device=device, dtype=dtype, store=store, slots=slots)
     head = Eagle3Draft.from_pretrained(draft, device=device, dtype=model.dtype) if draft is not None else None
-    return Engine(model, head, backend=backend, tree=tree, selector=selector)
+    return Engine(model, head, backend=backend, tree=tree, selector=selector, steps=steps)

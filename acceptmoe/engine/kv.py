@@ -3,11 +3,17 @@
 Slots [0, start) hold committed tokens; a forward writes its T new tokens' K/V to slots start..start+T-1.
 After verification, `keep(start, idx)` moves the accepted block-relative indices to the front of the block.
 Slot positions are stored because a draft tree's slot is not its position (sliding windows use positions).
+
+`start` is a Python int (the keys a pass reads are slots [0, start + T): shapes follow the sequence) or a
+0-d long tensor on the device (a static-shape pass: new K/V go in by index and the keys are all max_len
+slots, those at or past start + T masked by `attention.block_masks`), which is what a CUDA graph captures.
 """
 from __future__ import annotations
 
 import torch
 from torch import Tensor
+
+Start = int | Tensor                  # int: dynamic shapes; 0-d long device tensor: static shapes
 
 
 class KVCache:
@@ -17,19 +23,36 @@ class KVCache:
         self.k = torch.zeros(shape, dtype=dtype, device=device)           # [L, Hkv, S, D]
         self.v = torch.zeros(shape, dtype=dtype, device=device)           # [L, Hkv, S, D]
         self.pos = torch.zeros(max_len, dtype=torch.long, device=device)  # [S]
+        self.slots = torch.arange(max_len, device=device)                  # [S]
         self.layer_k, self.layer_v = self.k.unbind(0), self.v.unbind(0)    # per-layer views [Hkv, S, D]
         self.batch_k = [k[None] for k in self.layer_k]                     # the same, [1, Hkv, S, D]
         self.batch_v = [v[None] for v in self.layer_v]
         self.max_len = max_len
 
-    def check(self, start: int, T: int) -> None:
+    def check(self, start: Start, T: int) -> None:
+        if isinstance(start, Tensor):
+            return                    # static: the caller checked the int it copied in (no host sync here)
         if start < 0 or start + T > self.max_len:
             raise ValueError(f"slots {start}..{start + T - 1} do not fit a cache of max_len={self.max_len}; "
                              "create the cache with a larger max_len")
 
-    def write(self, layer: int, start: int, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
-        """Store k, v [Hkv, T, D] at slots start..start+T-1; return this layer's keys/values [1, Hkv, start+T, D]."""
-        end = start + k.shape[1]
+    def place(self, start: Start, positions: Tensor) -> None:
+        """Record the RoPE positions [T] of the slots a pass writes."""
+        if isinstance(start, Tensor):
+            self.pos.index_copy_(0, start + self.slots[:positions.shape[0]], positions)
+        else:
+            self.pos[start:start + positions.shape[0]] = positions
+
+    def write(self, layer: int, start: Start, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
+        """Store k, v [Hkv, T, D] at slots start..start+T-1; return this layer's keys/values [1, Hkv, S', D]:
+        S' = start + T (int start) or max_len (tensor start)."""
+        T = k.shape[1]
+        if isinstance(start, Tensor):
+            idx = start + self.slots[:T]                                   # [T]
+            self.layer_k[layer].index_copy_(1, idx, k)
+            self.layer_v[layer].index_copy_(1, idx, v)
+            return self.batch_k[layer], self.batch_v[layer]
+        end = start + T
         self.layer_k[layer][:, start:end] = k
         self.layer_v[layer][:, start:end] = v
         return self.batch_k[layer][:, :, :end], self.batch_v[layer][:, :, :end]

@@ -22,7 +22,7 @@ from torch import Tensor, nn
 from ..methods import Router
 from .attention import Attention, RMSNorm, Rope, block_masks
 from .config import DTYPES, ModelConfig
-from .kv import KVCache
+from .kv import KVCache, Start
 from .loading import Checkpoint, expert_weights, module_state
 from .store import ExpertMath, ExpertStore, make_store, validate_store_args
 
@@ -105,20 +105,21 @@ class MoEModel(nn.Module):
         return self.embed_tokens(ids)
 
     @torch.no_grad()
-    def forward(self, ids: Tensor, positions: Tensor, cache: KVCache, start: int, mask: Tensor | None = None,
+    def forward(self, ids: Tensor, positions: Tensor, cache: KVCache, start: Start, mask: Tensor | None = None,
                 policy: Policy | None = None, aux_layers: Sequence[int] = ()) -> tuple[Tensor, Tensor | None]:
         """ids [T], positions [T] -> logits [T, V] fp32, aux [T, len(aux_layers) * H] | None.
 
         Positions are below cache.max_len (a token's position never exceeds its slot; the engine's trees
         and prompts keep that). New K/V go to cache slots start..start+T-1; each new token attends to slots [0, start) and to the
-        new tokens `mask` [T, T] allows (None = causal). aux holds the residual stream after each layer of
+        new tokens `mask` [T, T] allows (None = causal); a 0-d device tensor `start` makes every shape
+        static (attention over all cache slots, see `kv`). aux holds the residual stream after each layer of
         `aux_layers`, concatenated in that order."""
         T = ids.shape[0]
         if ids.dim() != 1 or positions.shape != ids.shape:
             raise ValueError(f"ids and positions must both be 1-D [T]; got {tuple(ids.shape)} and "
                              f"{tuple(positions.shape)}")
         cache.check(start, T)
-        cache.pos[start:start + T] = positions
+        cache.place(start, positions)
         masks = block_masks(self.config, cache, start, positions, mask, self.dtype)
         cos, sin = self.rope(positions, self.dtype, cache.max_len)       # [T, 1, D] each
         wanted = {l: None for l in aux_layers}

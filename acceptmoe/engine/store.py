@@ -50,7 +50,7 @@ from . import mxfp4
 STORE_KINDS = ("resident", "offloaded")
 COUNTERS = ("loads", "bytes", "hits", "misses", "wait_s", "passes")
 _PACKED = (("w1", "w1_blocks", "w1_scales"), ("w2", "w2_blocks", "w2_scales"))
-_HITS, _MISSES, _LOADS = range(3)                                        # columns of ExpertStore.tally
+_HITS, _MISSES, _LOADS, _PASSES = range(4)                              # columns of ExpertStore.tally
 
 
 def grouped_mm(x: Tensor, w: Tensor, offs: Tensor) -> Tensor:
@@ -140,11 +140,33 @@ def grouped_weights(dense: dict[str, Tensor]) -> dict[str, Tensor]:
     return {**dense, "w1t": dense["w1"].transpose(1, 2), "w2t": dense["w2"].transpose(1, 2)}
 
 
+def native_grouped_mm(device: torch.device, dtype: torch.dtype) -> bool:
+    """Whether torch has a grouped-matmul kernel here that keeps `offs` on the device: CPU (any float dtype)
+    and CUDA bf16 on compute capability 9.x / 10.x. Elsewhere torch's own fallback reads `offs` on the host,
+    a sync that a CUDA graph cannot hold."""
+    if device.type == "cpu":
+        return True
+    if device.type == "cuda":
+        return dtype == torch.bfloat16 and torch.cuda.get_device_capability(device)[0] in (9, 10)
+    return False
+
+
 def gathers_per_pair(x: Tensor, pairs: int, num_experts: int) -> bool:
     """The one rule choosing how experts are multiplied: per pair on gathered weights for a CPU pass with
-    few pairs (pairs * 6 <= E; the CPU grouped_mm costs a few microseconds per group, used or not), else
-    one grouped matmul. It depends on the pass and E only, so both stores make the same choice."""
-    return x.device.type == "cpu" and 6 * pairs <= num_experts
+    few pairs (pairs * 6 <= E; the CPU grouped_mm costs a few microseconds per group, used or not) and on
+    a GPU without a native grouped matmul for the dtype (`native_grouped_mm`); else one grouped matmul. It
+    depends on the pass, the device and E only, so both stores make the same choice."""
+    if x.device.type == "cpu":
+        return 6 * pairs <= num_experts
+    return not native_grouped_mm(x.device, x.dtype)
+
+
+def group_counts(group: Tensor, num_groups: int) -> Tensor:
+    """Rows per group [G] (long) of group ids [P]. `bincount` on CPU; on other devices a scatter-add, because
+    CUDA's bincount reads the largest id on the host."""
+    if group.device.type == "cpu":
+        return torch.bincount(group, minlength=num_groups)
+    return torch.zeros(num_groups, dtype=torch.long, device=group.device).index_add_(0, group, torch.ones_like(group))
 
 
 def expert_bytes(layer_weights: dict[str, Tensor]) -> int:
@@ -157,7 +179,7 @@ def experts_by_group(math: ExpertMath, x: Tensor, group: Tensor, k: int, num_gro
     """Pairs -> (expert outputs [T*k, H] in pair order, rows per group [G]). group [T*k]: the weight
     group of each pair (pair p = token p // k). per_pair: gathered weights (`gathers_per_pair`); else
     rows are sorted by group (stably) for the grouped matmuls and put back."""
-    counts = torch.bincount(group, minlength=num_groups)                 # [G]
+    counts = group_counts(group, num_groups)                             # [G]
     if per_pair:
         return math.per_pair(x, w, group, k), counts
     sorted_group, order = torch.sort(group, stable=True)                 # [P] each, by group
@@ -185,9 +207,11 @@ class ExpertStore:
         self.reset_counters()
 
     def reset_counters(self) -> None:
-        self.tally = torch.zeros(len(self.layer_ids), 3, dtype=torch.long, device=self.device)  # [L, 3]
-        self.cells = {l: self.tally[i].unbind(0) for i, l in enumerate(self.layer_ids)}  # (hits, misses, loads)
-        self.passes = dict.fromkeys(self.layer_ids, 0)
+        """Zero the counters in place (a captured CUDA graph keeps adding to the same tally)."""
+        if not hasattr(self, "tally"):
+            self.tally = torch.zeros(len(self.layer_ids), 4, dtype=torch.long, device=self.device)  # [L, 4]
+            self.cells = {l: self.tally[i].unbind(0) for i, l in enumerate(self.layer_ids)}  # by column
+        self.tally.zero_()
         self.wait_s = dict.fromkeys(self.layer_ids, 0.0)
 
     def _wait_seconds(self) -> dict[int, float]:
@@ -198,9 +222,9 @@ class ExpertStore:
         tally, waits = self.tally.tolist(), self._wait_seconds()
         layers = {}
         for l in self.layer_ids:
-            hits, misses, loads = tally[self.row[l]]
+            hits, misses, loads, passes = tally[self.row[l]]
             layers[l] = {"loads": loads, "bytes": loads * self.expert_bytes[l], "hits": hits, "misses": misses,
-                         "wait_s": waits[l], "passes": self.passes[l]}
+                         "wait_s": waits[l], "passes": passes}
         total = {name: sum(c[name] for c in layers.values()) for name in COUNTERS}
         events = total["hits"] + total["misses"]
         total["hit_rate"] = total["hits"] / events if events else None
@@ -242,8 +266,9 @@ class ResidentStore(ExpertStore):
         flat = ids.reshape(-1)                                           # [T*k]
         y, counts = experts_by_group(self.math, x, flat, ids.shape[1], self.num_experts, self.weights[layer],
                                      gathers_per_pair(x, flat.shape[0], self.num_experts))
-        self.cells[layer][_HITS].add_(counts.count_nonzero())
-        self.passes[layer] += 1
+        cells = self.cells[layer]
+        cells[_HITS].add_(counts.count_nonzero())
+        cells[_PASSES].add_(1)
         return combine(y, weights)                                       # [T, H]
 
 
@@ -299,7 +324,7 @@ class OffloadedStore(ExpertStore):
         cells = self.cells[layer]
         cells[_HITS].add_((used & res).sum())
         cells[_MISSES].add_((used & ~res).sum())
-        self.passes[layer] += 1
+        cells[_PASSES].add_(1)
         # processing order: used experts, resident first, then by id; rank = position in that order
         order = torch.argsort(torch.where(used, (~res).long() * E + self.arange_e, 2 * E + self.arange_e))
         rank = torch.empty_like(order).index_copy_(0, order, self.arange_e)   # [E]

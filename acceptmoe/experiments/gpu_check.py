@@ -4,11 +4,12 @@ Checks, each with a verdict (PASS / FAIL / SKIP):
 - kernel:   the fused verifier kernel equals the reference (`select`, `prune_nonresident`, `route`) on
             bf16 router logits with deliberate ties at and inside the top-k boundary, every method;
 - parity:   logits of small random Qwen3-MoE and GPT-OSS checkpoints against transformers, fp32 and bf16;
-- graphs:   CUDA-graph replay equals eager, where the engine captures graphs (SKIP otherwise);
+- graphs:   CUDA-graph replay equals the same static passes run eagerly, and eager, every method on the tiny
+            world, with no capture falling back (SKIP on CPU, where only static = eager runs);
 - lossless: Standard SD = Vanilla AR token for token on the tiny world, resident and offloaded;
 - pinned:   the offloaded store's host weights are pinned and its loads are counted and timed.
-Then a timing table: decode step, verify step, selection per layer and aten operations per step, on the
-tiny world and on a random MoE with Qwen3-30B-A3B's layer shape (hidden 2048, 128 experts, top-8, expert
+Then a timing table: decode step, verify step, selection per layer and aten operations per step, eager and
+replayed from CUDA graphs, on the tiny world and on a random MoE with Qwen3-30B-A3B's layer shape (hidden 2048, 128 experts, top-8, expert
 width 768; 4 layers, bf16). Writes `<out>/gpu_check.json` next to `<out>/gpu_check.md` (the table).
 
 Every check takes a device, so its CPU side runs in the tests (the kernel under TRITON_INTERPRET=1); the
@@ -28,6 +29,7 @@ from pathlib import Path
 import torch
 
 from acceptmoe.commands import command, parser
+from acceptmoe.engine.graphs import TargetSteps
 from acceptmoe.methods import B0_METHOD, BASELINE, REFERENCE, Variant
 from acceptmoe.methods import METHODS as REGISTRY
 
@@ -167,15 +169,11 @@ def check_parity(device, folder: Path, tokens: int = 24) -> dict:
 
 
 # ----- CUDA graphs -----
-def check_graphs(device) -> dict:
-    """Replay = eager where the engine captures CUDA graphs; SKIP where it has none (or on CPU)."""
-    try:
-        from acceptmoe.engine import graphs  # noqa: F401
-    except ImportError:
-        return {"check": "graphs", "verdict": "SKIP", "reason": "the engine captures no CUDA graphs"}
-    if torch.device(device).type != "cuda":
-        return {"check": "graphs", "verdict": "SKIP", "reason": "CUDA graphs need CUDA"}
-    return graphs.check(device)
+def check_graphs(device, model_dir: Path = Path("models/tiny")) -> dict:
+    """CUDA-graph replay = the same static passes run eagerly = eager, every method on the tiny world
+    (`acceptmoe.engine.graphs.check`); on CPU only static = eager runs and the verdict is SKIP."""
+    from acceptmoe.engine import graphs
+    return graphs.check(device, model_dir)
 
 
 # ----- lossless on the tiny world -----
@@ -283,6 +281,16 @@ def time_layer_shape(device, shape: dict = QWEN3_30B_LAYERS, dtype=torch.bfloat1
     decode = lambda: model.forward(one, at, cache, context)                                    # noqa: E731
     verify = lambda: model.forward(tok, pos, cache, context, mask=mask)                        # noqa: E731
     verify_acc = lambda: model.forward(tok, pos, cache, context, mask=mask, policy=policy)    # noqa: E731
+    # the same passes through TargetSteps: captured CUDA graphs on CUDA, the static passes run eagerly elsewhere
+    mode = "graphs" if device.type == "cuda" else "static"
+    steps = TargetSteps(model, mode, state=(model.store.tally,))
+    held = steps.cache(context + tree_tokens + 1)
+    model.forward(prompt, torch.arange(context, device=device), held, 0)
+    body = lambda p: lambda i, q, s, m: (model.forward(i, q, held, s, mask=m, policy=p)[0],)  # noqa: E731
+    decode_g = lambda: steps.forward(one, at, held, context, None, body(None), key="decode")  # noqa: E731
+    verify_g = lambda: steps.forward(tok, pos, held, context, mask, body(None), key="verify")  # noqa: E731
+    verify_acc_g = lambda: steps.forward(tok, pos, held, context, mask, body(policy), key="acc",  # noqa: E731
+                                         keep=verifier)
     logits = torch.randn(tree_tokens, model.config.num_experts, generator=gen).to(device)
     select = lambda: verifier(logits[None], None)                                              # noqa: E731
     L = model.config.num_layers
@@ -294,13 +302,19 @@ def time_layer_shape(device, shape: dict = QWEN3_30B_LAYERS, dtype=torch.bfloat1
          "aten_ops": aten_ops(verify_acc)},
         {"step": f"selection + routing, one layer ({L} layers)", "ms": timed(select, device, repeats),
          "aten_ops": aten_ops(select)},
+        {"step": f"decode step (1 token, {mode})", "ms": timed(decode_g, device, repeats), "aten_ops": aten_ops(decode_g)},
+        {"step": f"verify step ({tree_tokens} tokens, natural routing, {mode})", "ms": timed(verify_g, device, repeats),
+         "aten_ops": aten_ops(verify_g)},
+        {"step": f"verify step ({tree_tokens} tokens, AcceptMoE, {mode})", "ms": timed(verify_acc_g, device, repeats),
+         "aten_ops": aten_ops(verify_acc_g)},
     ]
 
 
 def time_tiny(engine, prompts: list[list[int]], tokens: int) -> list[dict]:
-    """Median target-step time (drafting included for SD), tokens/s, tau and aten ops per step."""
+    """Median target-step time (drafting included for SD), tokens/s, tau and aten ops per step (the
+    engine's step mode in the label: with CUDA graphs the aten count is that of a replay)."""
     from acceptmoe.experiments.bench.engine_speed import ours_ops
-    rows = []
+    rows, mode = [], engine.steps.mode
     for method in (REFERENCE, BASELINE, B0_METHOD):
         variant = Variant(method).bind(commitment=P_HAT)
         steps, n, wall, taus = [], 0, 0.0, []
@@ -311,7 +325,7 @@ def time_tiny(engine, prompts: list[list[int]], tokens: int) -> list[dict]:
             steps += g.step_times
             n += len(g.tokens)
             taus.append(g.mean_accept_length)
-        rows.append({"step": f"tiny {method} step", "ms": 1e3 * statistics.median(steps), "tokens_per_s": n / wall,
+        rows.append({"step": f"tiny {method} step ({mode})", "ms": 1e3 * statistics.median(steps), "tokens_per_s": n / wall,
                      "tau": statistics.mean(taus), "aten_ops": ours_ops(engine, prompts[0], variant)})
     return rows
 
@@ -348,7 +362,7 @@ def run_all(device, model_dir: Path, out: Path, prompts: int = 4, tokens: int = 
     record(check_kernel(device, *kernel_shape))
     with tempfile.TemporaryDirectory() as tmp:
         record(check_parity(device, Path(tmp)))
-    record(check_graphs(device))
+    record(check_graphs(device, model_dir))
     engines = {"resident": load_engine(model_dir, device=device)}
     E = engines["resident"].model.config.num_experts
     engines["offloaded"] = load_engine(model_dir, device=device, store="offloaded", slots=max(1, E // 4))
@@ -357,6 +371,8 @@ def run_all(device, model_dir: Path, out: Path, prompts: int = 4, tokens: int = 
     record(check_lossless(engines, ids, tokens))
     record(check_pinned(engines["offloaded"]))
     results["timing"]["tiny world"] = time_tiny(engines["resident"], ids, tokens)
+    if engines["resident"].steps.mode != "eager":
+        results["timing"]["tiny world"] += time_tiny(load_engine(model_dir, device=device, steps="eager"), ids, tokens)
     del engines
     shape_name = "random MoE, Qwen3-30B-A3B layer shape x4"
     results["timing"][shape_name] = time_layer_shape(device, layer_shape)

@@ -49,8 +49,11 @@ def test_parity_check_passes_on_cpu(tmp_path):
     assert all(r["rel_max_err"] < 1e-4 for r in res["rows"] if r["dtype"] == "float32")
 
 
-def test_graphs_check_skips_without_graphs():
-    assert gpu_check.check_graphs("cpu")["verdict"] == "SKIP"
+def test_graphs_check_runs_its_cpu_side():
+    """Without CUDA nothing is captured (SKIP), but the static passes a graph holds run against eager."""
+    res = gpu_check.check_graphs("cpu", TINY)
+    assert res["verdict"] == "SKIP" and "CUDA" in res["reason"]
+    assert len(res["rows"]) == 2 * len(gpu_check.REGISTRY) and all(r["static_equal_eager"] for r in res["rows"])
 
 
 def test_lossless_and_pinned_checks_on_the_tiny_world():
@@ -65,7 +68,9 @@ def test_lossless_and_pinned_checks_on_the_tiny_world():
 def test_timing_rows_on_a_small_layer_shape():
     rows = gpu_check.time_layer_shape("cpu", SMALL_SHAPE, dtype=torch.float32, context=16, tree_tokens=8, repeats=2)
     assert [r["step"].split(" (")[0] for r in rows] == ["decode step", "verify step", "verify step",
-                                                         "selection + routing, one layer"]
+                                                         "selection + routing, one layer",
+                                                         "decode step", "verify step", "verify step"]
+    assert all(r["step"].endswith(", static)") for r in rows[4:])       # graph replays on CUDA
     assert all(r["ms"] > 0 and r["aten_ops"] > 0 for r in rows)
     decode, verify = rows[0]["aten_ops"], rows[1]["aten_ops"]
     assert verify < 3 * decode                                  # fixed op sequence, not one per routed expert

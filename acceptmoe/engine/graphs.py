@@ -1,0 +1,185 @@
+"""Target passes at fixed shapes, captured as CUDA graphs: the decode step (T = 1) and the verify step
+(T = the tree's num_draft_tokens), each replayed after its inputs are copied into static buffers.
+
+    steps = TargetSteps(model, "graphs")              # STEP_MODES: "eager" | "static" | "graphs"
+    cache = steps.cache(max_len)                       # graphs: one persistent cache, grown by powers of two
+    logits, aux, extra = steps.forward(ids, positions, cache, start, mask, policy, aux_layers, key, body)
+
+Modes (`Engine(steps=...)`, `resolve_steps` picks the default):
+- eager:  dynamic shapes (an int `start`: attention reads slots [0, start + T)); the CPU default and the
+          offloaded store's mode (its copies are host-driven).
+- static: the static-shape pass (a device scalar `start`; attention over every cache slot, the rest
+          masked; see `kv`), run eagerly. It is exactly what a graph holds, and runs on any device.
+- graphs: static, captured once per key on CUDA (after one eager warm-up whose counter increments are
+          undone) and replayed; the default on CUDA with the resident store. The key is everything the
+          captured pass reads as Python state: T, whether a tree mask is given, the aux layers and the
+          caller's policy key (the verifier object, pruning, tracing). A capture that fails leaves that key
+          static (eager) and records why in `fallbacks`.
+
+Only the target's decode and verify passes are captured; the prefill (variable length), the drafter, the
+acceptance (one host read per step) and the cache compaction run eagerly around them.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable, Hashable, Sequence
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from acceptmoe.errors import UserError
+
+from .kv import KVCache
+
+STEP_MODES = ("auto", "eager", "static", "graphs")
+# body(ids, positions, start, mask) -> a tuple of tensors (or None): the pass and whatever it stacks after it
+Body = Callable[[Tensor, Tensor, object, Tensor | None], tuple]
+
+
+def resolve_steps(mode: str, device: torch.device, store_kind: str) -> str:
+    """"auto" -> "graphs" on CUDA with the resident store, else "eager"; an impossible request is a user error."""
+    if mode not in STEP_MODES:
+        raise UserError(f"unknown steps mode {mode!r}; valid: {', '.join(STEP_MODES)}")
+    if mode == "auto":
+        return "graphs" if device.type == "cuda" and store_kind == "resident" else "eager"
+    if mode == "graphs" and device.type != "cuda":
+        raise UserError(f"steps='graphs' needs a CUDA device (this engine is on {device}); use steps='static' "
+                        f"to run the same static-shape passes eagerly, or 'eager'")
+    if mode == "graphs" and store_kind != "resident":
+        raise UserError("steps='graphs' needs the resident store: the offloaded store copies experts from host "
+                        "memory as a pass needs them, which a CUDA graph cannot hold; use steps='eager'")
+    return mode
+
+
+@dataclass
+class _Captured:
+    graph: object                     # torch.cuda.CUDAGraph
+    outputs: tuple                    # static output tensors, refreshed by every replay
+    keep: object                      # what the graph reads and must outlive it (the policy's verifier)
+
+
+class TargetSteps:
+    """The target's fixed-shape passes for one engine (batch 1)."""
+
+    def __init__(self, model, mode: str, state: Sequence[Tensor] = ()):
+        """state: tensors a pass updates in place that a warm-up must leave as it found them (counters)."""
+        self.model, self.mode, self.state = model, mode, tuple(state)
+        self.device = torch.device(model.device)
+        self._cache: KVCache | None = None
+        self.inputs: dict[int, dict[str, Tensor]] = {}
+        self.graphs: dict[Hashable, _Captured] = {}
+        self.fallbacks: dict[str, str] = {}           # str(key) -> why that key runs static instead
+        self.replays = 0
+        self.pool = None
+
+    def cache(self, max_len: int) -> KVCache:
+        """A KV cache of at least max_len slots: a new one per generation when eager; otherwise one
+        persistent cache (graphs hold its addresses), regrown to the next power of two when too short
+        (dropping the graphs, which are captured again)."""
+        if self.mode == "eager":
+            return self.model.new_cache(max_len)
+        if self._cache is None or self._cache.max_len < max_len:
+            self._cache = self.model.new_cache(1 << (max_len - 1).bit_length())
+            self.graphs.clear()
+        return self._cache
+
+    def forward(self, ids: Tensor, positions: Tensor, cache: KVCache, start: int, mask: Tensor | None,
+                body: Body, key: Hashable = (), keep: object = None) -> tuple:
+        """body(ids, positions, start, mask) run on this step's inputs: directly (eager, int start), or on
+        static buffers holding them (static), replayed from a graph captured under `key` (graphs)."""
+        T = ids.shape[0]
+        if self.mode == "eager":
+            return body(ids, positions, start, mask)
+        cache.check(start, T)
+        buf = self._inputs(T, mask is not None)
+        buf["ids"].copy_(ids, non_blocking=True)
+        buf["positions"].copy_(positions, non_blocking=True)
+        buf["start"].fill_(start)
+        if mask is not None:
+            buf["mask"].copy_(mask, non_blocking=True)
+        run = lambda: body(buf["ids"], buf["positions"], buf["start"], buf.get("mask"))  # noqa: E731
+        full_key = (T, mask is not None, key)
+        if self.mode == "static" or str(full_key) in self.fallbacks:
+            return run()
+        captured = self.graphs.get(full_key)
+        if captured is None:
+            captured = self._capture(full_key, run, keep)
+            if captured is None:
+                return run()
+        captured.graph.replay()
+        self.replays += 1
+        return captured.outputs
+
+    def _inputs(self, T: int, with_mask: bool) -> dict[str, Tensor]:
+        buf = self.inputs.get(T)
+        if buf is None:
+            dev = self.device
+            buf = self.inputs[T] = {"ids": torch.zeros(T, dtype=torch.long, device=dev),
+                                    "positions": torch.zeros(T, dtype=torch.long, device=dev),
+                                    "start": torch.zeros((), dtype=torch.long, device=dev)}
+        if with_mask and "mask" not in buf:
+            buf["mask"] = torch.ones(T, T, dtype=torch.bool, device=self.device)
+        return buf
+
+    def _capture(self, key: Hashable, run: Callable[[], tuple], keep: object) -> _Captured | None:
+        """Warm up once on a side stream (lazy tables, kernel compilation), undo its counter increments,
+        capture. The cache writes of the warm-up are those the replay makes again (same inputs)."""
+        saved = [t.clone() for t in self.state]
+        side = torch.cuda.Stream(self.device)
+        side.wait_stream(torch.cuda.current_stream(self.device))
+        with torch.cuda.stream(side):
+            run()
+        torch.cuda.current_stream(self.device).wait_stream(side)
+        for t, s in zip(self.state, saved):
+            t.copy_(s)
+        graph = torch.cuda.CUDAGraph()
+        if self.pool is None:
+            self.pool = torch.cuda.graph_pool_handle()
+        try:
+            with torch.cuda.graph(graph, pool=self.pool):
+                outputs = run()
+        except RuntimeError as exc:                     # e.g. an operation that syncs with the host
+            torch.cuda.synchronize(self.device)
+            for t, s in zip(self.state, saved):
+                t.copy_(s)
+            self.fallbacks[str(key)] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}"
+            return None
+        self.graphs[key] = captured = _Captured(graph, outputs, keep)
+        return captured
+
+    def describe(self) -> dict:
+        return {"mode": self.mode, "captured": len(self.graphs), "replays": self.replays,
+                "fallbacks": dict(self.fallbacks)}
+
+
+def check(device, model_dir="models/tiny") -> dict:
+    """gpu-check's `graphs` check on the tiny world, every method: steps="graphs" gives the tokens and the
+    trace of steps="static" (the same passes run eagerly), whose tokens equal "eager"'s; graphs were
+    replayed and no capture fell back. Without CUDA only static = eager runs and the verdict is SKIP."""
+    from acceptmoe.methods import METHODS, Variant
+
+    from .engine import load_engine
+    device = torch.device(device)
+    modes = ("eager", "static", "graphs") if device.type == "cuda" else ("eager", "static")
+    engines = {mode: load_engine(model_dir, device=device, steps=mode) for mode in modes}
+    p_hat = (1.0, 0.8, 0.64, 0.512, 0.41, 0.33)
+    prompts = [[1, 17, 42, 99, 7, 300, 12], [5, 6, 7, 8, 9, 10, 11, 12, 13, 14]]
+    rows, ok = [], True
+    for name in METHODS:
+        variant = Variant(name).bind(commitment=p_hat, b0=24)
+        for i, ids in enumerate(prompts):
+            out = {}
+            for mode, engine in engines.items():
+                gen = engine.generate(ids, variant, 24, ignore_eos=True)
+                out[mode] = (gen.tokens, gen.trace.lines())
+            row = {"method": name, "prompt": i, "static_equal_eager": out["static"][0] == out["eager"][0]}
+            if "graphs" in out:
+                row["graphs_equal_static"] = out["graphs"] == out["static"]
+                ok &= row["graphs_equal_static"] and row["static_equal_eager"]
+            rows.append(row)
+    if "graphs" not in engines:
+        return {"check": "graphs", "verdict": "SKIP", "reason": "CUDA graphs need CUDA (static = eager checked)",
+                "rows": rows}
+    graphs = engines["graphs"].steps.describe()
+    ok &= graphs["replays"] > 0 and not graphs["fallbacks"]
+    return {"check": "graphs", "verdict": "PASS" if ok else "FAIL", "rows": rows, "steps": graphs}

@@ -1,0 +1,82 @@
+"""Fixed-shape target passes (`acceptmoe.engine.graphs`): what a CUDA graph captures, run eagerly on CPU.
+
+The capture and replay themselves need CUDA (`./reproduce.sh gpu-check`, check `graphs`); here the static
+passes (device-scalar start, attention over the whole persistent cache) are checked against the eager
+engine, which is the comparison that makes a replay trustworthy."""
+import pytest
+import torch
+
+from acceptmoe.engine import load_engine
+from acceptmoe.engine.graphs import resolve_steps
+from acceptmoe.errors import UserError
+from acceptmoe.methods import METHODS, Variant
+
+TINY = "models/tiny"
+P_HAT = (1.0, 0.8, 0.64, 0.512, 0.41, 0.33)
+PROMPTS = [[1, 17, 42, 99, 7, 300, 12], [5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21]]
+
+
+@pytest.fixture(scope="module")
+def engines():
+    return {mode: load_engine(TINY, steps=mode) for mode in ("eager", "static")}
+
+
+def test_static_passes_equal_eager_for_every_method(engines):
+    """Tokens, accept lengths, trace blocks and counters of every method agree; per-layer trace fields
+    agree to float rounding (stored to 6 digits; attention over the masked whole cache sums in another order)."""
+    for name in METHODS:
+        variant = Variant(name).bind(commitment=P_HAT, b0=24)
+        for ids in PROMPTS:
+            out = {}
+            for mode, engine in engines.items():
+                engine.reset_counters()
+                gen = engine.generate(ids, variant, 40, ignore_eos=True)
+                out[mode] = gen, engine.counters()
+            (eager, c_eager), (static, c_static) = out["eager"], out["static"]
+            assert static.tokens == eager.tokens, name
+            assert static.accept_lengths == eager.accept_lengths, name
+            assert c_static == c_eager, name
+            for a, b in zip(static.trace.blocks, eager.trace.blocks):
+                assert (a.parents, a.path) == (b.parents, b.path)
+                assert (a.layers is None) == (b.layers is None)
+                for field in (a.layers or {}):
+                    assert a.layers[field] == pytest.approx(b.layers[field], abs=1e-5), (name, field)
+
+
+def test_one_persistent_cache_regrows_and_ignores_stale_slots(engines):
+    """Static passes reuse one cache: a longer generation regrows it (powers of two), and slots left by an
+    earlier, longer generation are masked, so a generation's tokens do not depend on what ran before."""
+    eng = engines["static"]
+    variant = Variant("standard-sd")
+    short = eng.generate(PROMPTS[0], variant, 8, ignore_eos=True).tokens
+    size = eng.steps.cache(1).max_len
+    long = eng.generate(PROMPTS[1], variant, 200, ignore_eos=True).tokens
+    assert eng.steps.cache(1).max_len > size and eng.steps.cache(1).max_len & (eng.steps.cache(1).max_len - 1) == 0
+    assert eng.generate(PROMPTS[0], variant, 8, ignore_eos=True).tokens == short
+    assert engines["eager"].generate(PROMPTS[1], variant, 200, ignore_eos=True).tokens == long
+
+
+def test_step_modes_resolve_and_refuse_what_cannot_run():
+    cpu, cuda = torch.device("cpu"), torch.device("cuda")
+    assert resolve_steps("auto", cpu, "resident") == "eager"
+    assert resolve_steps("auto", cuda, "resident") == "graphs"
+    assert resolve_steps("auto", cuda, "offloaded") == "eager"
+    assert resolve_steps("static", cpu, "offloaded") == "static"
+    with pytest.raises(UserError, match="needs a CUDA device.*steps='static'"):
+        resolve_steps("graphs", cpu, "resident")
+    with pytest.raises(UserError, match="resident store"):
+        resolve_steps("graphs", cuda, "offloaded")
+    with pytest.raises(UserError, match="valid: auto, eager, static, graphs"):
+        resolve_steps("fast", cpu, "resident")
+
+
+def test_offloaded_store_runs_static_passes_with_the_same_counters():
+    """The static passes are device-side for the offloaded store too (only the capture is refused)."""
+    out = {}
+    for mode in ("eager", "static"):
+        eng = load_engine(TINY, store="offloaded", slots=32, steps=mode)
+        gen = eng.generate(PROMPTS[1], Variant("acceptmoe").bind(commitment=P_HAT), 40, ignore_eos=True)
+        out[mode] = gen.tokens, eng.counters()
+    assert out["static"][0] == out["eager"][0]
+    assert {k: v for k, v in out["static"][1].items() if k != "wait_s"} == \
+        {k: v for k, v in out["eager"][1].items() if k != "wait_s"}
