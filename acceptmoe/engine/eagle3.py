@@ -29,6 +29,7 @@ import torch.nn.functional as F
 from safetensors.torch import load_file, save_file
 from torch import Tensor, nn
 
+from .kv import Start
 from .model import DenseMLP
 from .tree import DraftTree, TreeShape, eagle2_expand, select_tree
 from acceptmoe.errors import UserError
@@ -97,11 +98,27 @@ def apply_rope(x: Tensor, positions: Tensor, inv_freq: Tensor) -> Tensor:
 
 
 class DraftCache:
-    """Static KV cache of the draft's one attention layer: k, v [max_len, kv_heads, head_dim]."""
+    """Static KV cache of the draft's one attention layer: k, v [max_len, kv_heads, head_dim]. A pass
+    starts at an int slot (keys: slots [0, start + T)) or at a 0-d device tensor (static shapes: keys are
+    all slots and the pass's mask covers all of them; see `acceptmoe.engine.kv`)."""
 
     def __init__(self, max_len: int, kv_heads: int, head_dim: int, dtype: torch.dtype, device):
         self.k = torch.zeros(max_len, kv_heads, head_dim, dtype=dtype, device=device)
         self.v = torch.zeros_like(self.k)
+        self.slots = torch.arange(max_len, device=device)                 # [S]
+
+    def write(self, start: Start, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
+        """k, v [T, kv_heads, hd] to slots start..start+T-1 -> keys, values [1, kv_heads, S', hd]."""
+        T = k.shape[0]
+        if isinstance(start, Tensor):
+            idx = start + self.slots[:T]
+            self.k.index_copy_(0, idx, k)
+            self.v.index_copy_(0, idx, v)
+            end = self.max_len
+        else:
+            self.k[start:start + T], self.v[start:start + T] = k, v
+            end = start + T
+        return self.k[None, :end].transpose(1, 2), self.v[None, :end].transpose(1, 2)
 
     @property
     def max_len(self) -> int:
@@ -118,18 +135,21 @@ class Attention(nn.Module):
         self.k_proj = nn.Linear(2 * H, self.kv_heads * self.head_dim, bias=False)
         self.v_proj = nn.Linear(2 * H, self.kv_heads * self.head_dim, bias=False)
         self.o_proj = nn.Linear(self.heads * self.head_dim, H, bias=False)
-        # fp32 always, so kept out of the module's buffers (a dtype cast would round it)
+        # fp32 always, so kept out of the module's buffers (a dtype cast would round it); one copy per device
         self.inv_freq = rope_inv_freq(self.head_dim, cfg.get("rope_theta", 10000.0), cfg.get("rope_scaling"))
+        self._inv_freq_on: dict[torch.device, Tensor] = {}
 
-    def forward(self, x: Tensor, positions: Tensor, cache: DraftCache, start: int, mask: Tensor) -> Tensor:
-        """x [T, 2H]; mask [T, start + T] bool (True: attend). Writes K/V to slots start..start+T-1."""
+    def forward(self, x: Tensor, positions: Tensor, cache: DraftCache, start: Start, mask: Tensor) -> Tensor:
+        """x [T, 2H]; mask [T, S'] bool (True: attend; S' = start + T, or max_len for a tensor start).
+        Writes K/V to slots start..start+T-1."""
         T = x.shape[0]
-        cos, sin = rope_tables(positions, self.inv_freq)                           # [T, 1, hd] each
+        inv_freq = self._inv_freq_on.get(x.device)
+        if inv_freq is None:
+            inv_freq = self._inv_freq_on[x.device] = self.inv_freq.to(x.device)
+        cos, sin = rope_tables(positions, inv_freq)                                # [T, 1, hd] each
         q = rotate(self.q_proj(x).view(T, self.heads, self.head_dim), cos, sin)
-        cache.k[start:start + T] = rotate(self.k_proj(x).view(T, self.kv_heads, self.head_dim), cos, sin)
-        cache.v[start:start + T] = self.v_proj(x).view(T, self.kv_heads, self.head_dim)
-        keys = cache.k[None, : start + T].transpose(1, 2)                          # [1, kv_heads, S, hd]
-        vals = cache.v[None, : start + T].transpose(1, 2)
+        keys, vals = cache.write(start, rotate(self.k_proj(x).view(T, self.kv_heads, self.head_dim), cos, sin),
+                                 self.v_proj(x).view(T, self.kv_heads, self.head_dim))  # [1, kv_heads, S', hd]
         out = F.scaled_dot_product_attention(q.transpose(0, 1)[None], keys, vals, attn_mask=mask,
                                              enable_gqa=True)                      # [1, heads, T, hd]
         return self.o_proj(out[0].transpose(0, 1).reshape(T, self.heads * self.head_dim))
@@ -145,7 +165,7 @@ class MidLayer(nn.Module):
         self.post_attention_layernorm = RMSNorm(H, eps)
         self.self_attn, self.mlp = Attention(cfg), DenseMLP(H, cfg["intermediate_size"])
 
-    def forward(self, embeds: Tensor, hidden: Tensor, positions: Tensor, cache: DraftCache, start: int,
+    def forward(self, embeds: Tensor, hidden: Tensor, positions: Tensor, cache: DraftCache, start: Start,
                 mask: Tensor) -> Tensor:
         x = torch.cat([self.input_layernorm(embeds), self.hidden_norm(hidden)], dim=-1)   # [T, 2H]
         h = hidden + self.self_attn(x, positions, cache, start, mask)                      # [T, H]
@@ -252,14 +272,18 @@ class Eagle3Draft(nn.Module):
         return draft_ids + self.d2t[draft_ids]
 
     @torch.no_grad()
-    def forward(self, ids: Tensor, hidden: Tensor, positions: Tensor, cache: DraftCache, start: int,
+    def forward(self, ids: Tensor, hidden: Tensor, positions: Tensor, cache: DraftCache, start: Start,
                 mask: Tensor | None = None) -> Tensor:
         """ids [T] target ids; hidden [T, 3*Ht] (target features) or [T, H] (draft outputs).
 
         mask: None (causal, prefix visible), [T, T] among the new tokens (prefix visible) or
-        [T, start + T]. Returns the next hidden states [T, H] (before the final norm)."""
+        [T, start + T]; with a tensor start (static shapes) [T, max_len]. Returns the next hidden states
+        [T, H] (before the final norm)."""
         T = ids.shape[0]
-        if start + T > cache.max_len:
+        if isinstance(start, Tensor):
+            if mask is None or mask.shape != (T, cache.max_len):
+                raise ValueError(f"a static pass (tensor start) needs a mask [T, max_len] = [{T}, {cache.max_len}]")
+        elif start + T > cache.max_len:
             raise ValueError(f"draft cache overflow: {start + T} > max_len {cache.max_len}")
         h = hidden.to(self.dtype)
         if h.shape[-1] == self.fc.in_features:
@@ -267,7 +291,7 @@ class Eagle3Draft(nn.Module):
         elif h.shape[-1] != self.hidden_size:
             raise ValueError(f"hidden width {h.shape[-1]} is neither the fused width {self.fc.in_features} "
                              f"nor the draft hidden_size {self.hidden_size}")
-        full = _full_mask(mask, T, start, ids.device)
+        full = mask if isinstance(start, Tensor) else _full_mask(mask, T, start, ids.device)
         return self.midlayer(self.embed(ids), h, positions, cache, start, full)
 
     @torch.no_grad()
@@ -330,11 +354,15 @@ class Eagle3Drafter:
     Invariant: after `extend`, the draft cache holds one entry per committed target position 0..L-1 (the
     pair (h_i, x_{i+1}) at draft position i), and the draft state for the root x_L is the output at L-1.
     Tree nodes of depth d are fed at draft position L - 1 + d, in cache slots after L, attending to the
-    committed prefix and their own fed ancestors only."""
+    committed prefix and their own fed ancestors only.
 
-    def __init__(self, draft: Eagle3Draft, max_len: int, shape: TreeShape):
-        self.draft, self.shape = draft, shape
-        self.cache = draft.new_cache(max_len + (shape.num_steps - 1) * shape.topk)
+    `steps` (the engine's `StepGraphs`) runs each tree level at fixed shapes (one CUDA graph per level in
+    "graphs" mode) and holds the draft cache across generations; without it every pass is eager."""
+
+    def __init__(self, draft: Eagle3Draft, max_len: int, shape: TreeShape, steps=None):
+        self.draft, self.shape, self.steps = draft, shape, steps
+        n = max_len + (shape.num_steps - 1) * shape.topk
+        self.cache = steps.cache("draft", n, draft.new_cache) if steps is not None else draft.new_cache(n)
         self.length = 0
         self.root_hidden: Tensor | None = None    # [H]
         self.root_logp: Tensor | None = None      # [Vd] fp32
@@ -357,13 +385,31 @@ class Eagle3Drafter:
 
         def step(level: int, fed_tok: Tensor, parent_row: Tensor) -> Tensor:
             rows = parent_row.clamp_min(0)
-            tree_mask = torch.cat([state["mask"][rows], torch.eye(k, dtype=torch.bool, device=dev)], 1)
-            full = torch.cat([torch.ones(k, L, dtype=torch.bool, device=dev), tree_mask], 1)
-            positions = torch.full((k,), L - 1 + level, device=dev)
-            out = self.draft(self.draft.to_target(fed_tok), state["hidden"][rows], positions, self.cache,
-                             L + (level - 1) * k, full)                                  # [k, H]
+            tree_mask = torch.cat([state["mask"][rows], torch.eye(k, dtype=torch.bool, device=dev)], 1)  # [k, level k]
+            inputs = {"tokens": self.draft.to_target(fed_tok), "hidden": state["hidden"][rows],
+                      "positions": torch.full((k,), L - 1 + level, device=dev), "tree_mask": tree_mask, "L": L}
+            if self.steps is None:
+                out, logp = self._level(level, inputs)
+            else:
+                out, logp = self.steps.run(("draft", level), inputs, functools.partial(self._level, level))
             state["hidden"], state["mask"] = out, tree_mask
-            return torch.log_softmax(self.draft.logits(out), dim=-1)                     # [k, Vd]
+            return logp                                                                  # [k, Vd]
 
         cand = eagle2_expand(self.root_logp, step, self.shape)
         return select_tree(cand, self.shape, root_token, L, self.draft.to_target)
+
+    def _level(self, level: int, inputs: dict) -> tuple[Tensor, Tensor]:
+        """One tree level: its k fed nodes at draft slots L + (level - 1) k, attending to the committed
+        prefix [0, L) and to their ancestors among the tree slots from L (`tree_mask` [k, level k]) ->
+        (hidden [k, H], log-probs [k, Vd]). L is an int (eager) or a 0-d device tensor (static)."""
+        L, tree_mask = inputs["L"], inputs["tree_mask"]
+        k, width = tree_mask.shape
+        if isinstance(L, Tensor):
+            rel = self.cache.slots - L                                                   # [S] slot - L
+            inside = tree_mask.gather(1, rel.clamp(0, width - 1).expand(k, -1))          # [k, S]
+            full = (rel < 0)[None, :] | ((rel >= 0) & (rel < width))[None, :] & inside  # [k, S]
+        else:
+            full = torch.cat([torch.ones(k, L, dtype=torch.bool, device=tree_mask.device), tree_mask], 1)
+        out = self.draft(inputs["tokens"], inputs["hidden"], inputs["positions"], self.cache, L + (level - 1) * k,
+                         full)                                                           # [k, H]
+        return out, torch.log_softmax(self.draft.logits(out), dim=-1)

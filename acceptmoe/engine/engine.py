@@ -35,7 +35,7 @@ from acceptmoe.methods import MethodSpec, Router, SelectorConfig, Variant
 from acceptmoe.methods.config import check_for_method
 
 from .eagle3 import Eagle3Draft, Eagle3Drafter
-from .graphs import TargetSteps, resolve_steps
+from .graphs import StepGraphs, resolve_steps
 from .trace import Trace
 from .tree import DraftTree, TreeShape
 
@@ -96,7 +96,8 @@ class Engine:
         self.device = torch.device(model.device)
         self.eos_token_ids: set[int] = set(model.config.eos_token_ids)
         self.backend = resolve_backend(backend, self.device)
-        self.steps = TargetSteps(model, resolve_steps(steps, self.device, model.store.kind), state=(model.store.tally,))
+        self.steps = StepGraphs(self.device, resolve_steps(steps, self.device, model.store.kind),
+                                state=(model.store.tally,))
         if draft is not None:
             draft.bind(model)
 
@@ -130,10 +131,11 @@ class Engine:
         meta = {"method": spec.name, "variant": variant.name, "tree": dataclasses.asdict(tree) if spec.speculates else None,
                 "selector": _jsonable(dataclasses.asdict(cfg)), "prune": prune, "prompt_len": int(prompt.numel()),
                 "store": store_kind, "max_new_tokens": max_new_tokens, "ignore_eos": ignore_eos}
-        st = _State(spec, cfg, tree, self.steps.cache(prompt.numel() + max_new_tokens + tree.num_draft_tokens),
+        cache_len = prompt.numel() + max_new_tokens + tree.num_draft_tokens
+        st = _State(spec, cfg, tree, self.steps.cache("target", cache_len, self.model.new_cache),
                     Trace(meta=meta), prune, trace_layers, max_new_tokens, ignore_eos)
         gen = Generation([], [], [], st.trace)
-        drafter = Eagle3Drafter(self.draft, st.cache.max_len, tree) if spec.speculates else None
+        drafter = Eagle3Drafter(self.draft, cache_len, tree, self.steps) if spec.speculates else None
         t0 = self._clock()
         root = self._prefill(prompt, st, drafter)
         gen.prefill_time = self._clock() - t0
@@ -184,9 +186,8 @@ class Engine:
 
     def _ar_step(self, st: _State) -> int:
         root = torch.tensor([st.tokens[-1]], device=self.device)
-        body = self._body(st.cache, None, None, ())
-        logits, _, _ = self.steps.forward(root, torch.tensor([st.length], device=self.device), st.cache, st.length,
-                                          None, body, key=("decode",))
+        inputs = {"ids": root, "positions": torch.tensor([st.length], device=self.device), "start": st.length}
+        logits, _, _ = self.steps.run("decode", inputs, self._body(st.cache, None, None, ()))
         st.length += 1
         return self._commit(st, [int(logits[0].argmax())])
 
@@ -194,9 +195,10 @@ class Engine:
         tree = drafter.propose(st.tokens[-1])
         rows: list[Tensor] | None = [] if st.trace_layers else None
         policy, key, verifier = self._policy(tree, st, rows)
+        st.cache.check(st.length, tree.num_tokens)
+        inputs = {"ids": tree.tokens, "positions": tree.positions, "start": st.length, "mask": tree.mask}
         body = self._body(st.cache, policy, rows, self.draft.aux_layer_ids)
-        logits, aux, stats = self.steps.forward(tree.tokens, tree.positions, st.cache, st.length, tree.mask, body,
-                                                key=key, keep=verifier)
+        logits, aux, stats = self.steps.run(key, inputs, body, keep=verifier)
         path, bonus = tree.accept(logits.argmax(-1))
         new = tree.tokens[path[1:]].tolist() + [bonus]
         layer_rows = stats.tolist() if stats is not None else ([] if rows is not None else None)
@@ -210,13 +212,14 @@ class Engine:
         return output
 
     def _body(self, cache, policy, rows: list[Tensor] | None, aux_layers: Sequence[int]):
-        """One target pass as `TargetSteps` runs it: (logits, aux, the policy's per-layer trace rows stacked
-        [L, 6] or None). What it reads besides its arguments is fixed per step key (see `_policy`)."""
-        def body(ids: Tensor, positions: Tensor, start, mask: Tensor | None):
+        """One target pass as `StepGraphs` runs it: inputs ids, positions, start (and a tree mask) ->
+        (logits, aux, the policy's per-layer trace rows stacked [L, 6] or None). What it reads besides its
+        inputs is fixed per step key (see `_policy`)."""
+        def body(inputs: dict) -> tuple:
             if rows is not None:
                 rows.clear()
-            logits, aux = self.model.forward(ids, positions, cache, start, mask=mask, policy=policy,
-                                             aux_layers=aux_layers)
+            logits, aux = self.model.forward(inputs["ids"], inputs["positions"], cache, inputs["start"],
+                                             mask=inputs.get("mask"), policy=policy, aux_layers=aux_layers)
             return logits, aux, (torch.stack(rows) if rows else None)
         return body
 

@@ -1,9 +1,10 @@
-"""Target passes at fixed shapes, captured as CUDA graphs: the decode step (T = 1) and the verify step
-(T = the tree's num_draft_tokens), each replayed after its inputs are copied into static buffers.
+"""Passes at fixed shapes, captured as CUDA graphs: the target's decode step (T = 1) and verify step
+(T = the tree's num_draft_tokens) and the drafter's tree levels (T = topk, one graph per level), each
+replayed after its inputs are copied into static buffers.
 
-    steps = TargetSteps(model, "graphs")              # STEP_MODES: "eager" | "static" | "graphs"
-    cache = steps.cache(max_len)                       # graphs: one persistent cache, grown by powers of two
-    logits, aux, extra = steps.forward(ids, positions, cache, start, mask, policy, aux_layers, key, body)
+    steps = StepGraphs(device, "graphs", state=(store.tally,))   # STEP_MODES: "eager" | "static" | "graphs"
+    cache = steps.cache("target", max_len, model.new_cache)      # one persistent cache, grown by powers of two
+    outputs = steps.run(key, {"ids": ids, "start": start, ...}, body)   # body(inputs) -> tuple of tensors
 
 Modes (`Engine(steps=...)`, `resolve_steps` picks the default):
 - eager:  dynamic shapes (an int `start`: attention reads slots [0, start + T)); the CPU default and the
@@ -16,8 +17,8 @@ Modes (`Engine(steps=...)`, `resolve_steps` picks the default):
           caller's policy key (the verifier object, pruning, tracing). A capture that fails leaves that key
           static (eager) and records why in `fallbacks`.
 
-Only the target's decode and verify passes are captured; the prefill (variable length), the drafter, the
-acceptance (one host read per step) and the cache compaction run eagerly around them.
+The prefill and the drafter's `extend` (variable lengths), the candidate ranking between draft levels, the
+tree selection and acceptance (host reads, once per step) and the cache compaction run eagerly around them.
 """
 from __future__ import annotations
 
@@ -32,8 +33,6 @@ from acceptmoe.errors import UserError
 from .kv import KVCache
 
 STEP_MODES = ("auto", "eager", "static", "graphs")
-# body(ids, positions, start, mask) -> a tuple of tensors (or None): the pass and whatever it stacks after it
-Body = Callable[[Tensor, Tensor, object, Tensor | None], tuple]
 
 
 def resolve_steps(mode: str, device: torch.device, store_kind: str) -> str:
@@ -58,47 +57,51 @@ class _Captured:
     keep: object                      # what the graph reads and must outlive it (the policy's verifier)
 
 
-class TargetSteps:
-    """The target's fixed-shape passes for one engine (batch 1)."""
+Inputs = dict[str, "Tensor | int"]
 
-    def __init__(self, model, mode: str, state: Sequence[Tensor] = ()):
+
+class StepGraphs:
+    """Fixed-shape passes of one engine (batch 1): the target's decode and verify passes and the drafter's
+    tree levels, each a `body(inputs) -> tuple` over named inputs (tensors, and ints such as `start` that
+    static modes hold as 0-d device tensors)."""
+
+    def __init__(self, device: torch.device | str, mode: str, state: Sequence[Tensor] = ()):
         """state: tensors a pass updates in place that a warm-up must leave as it found them (counters)."""
-        self.model, self.mode, self.state = model, mode, tuple(state)
-        self.device = torch.device(model.device)
-        self._cache: KVCache | None = None
-        self.inputs: dict[int, dict[str, Tensor]] = {}
+        self.device, self.mode, self.state = torch.device(device), mode, tuple(state)
+        self.caches: dict[str, object] = {}
+        self.inputs: dict[Hashable, dict[str, Tensor]] = {}
         self.graphs: dict[Hashable, _Captured] = {}
         self.fallbacks: dict[str, str] = {}           # str(key) -> why that key runs static instead
         self.replays = 0
         self.pool = None
 
-    def cache(self, max_len: int) -> KVCache:
-        """A KV cache of at least max_len slots: a new one per generation when eager; otherwise one
-        persistent cache (graphs hold its addresses), regrown to the next power of two when too short
-        (dropping the graphs, which are captured again)."""
+    def cache(self, name: str, max_len: int, make: Callable[[int], object]):
+        """A cache (`make(n)`, with a `max_len`) of at least max_len slots: a new one per generation when
+        eager; otherwise one persistent cache per name (graphs hold its addresses), regrown to the next
+        power of two when too short (dropping every graph; they are captured again)."""
         if self.mode == "eager":
-            return self.model.new_cache(max_len)
-        if self._cache is None or self._cache.max_len < max_len:
-            self._cache = self.model.new_cache(1 << (max_len - 1).bit_length())
+            return make(max_len)
+        held = self.caches.get(name)
+        if held is None or held.max_len < max_len:
+            held = self.caches[name] = make(1 << (max_len - 1).bit_length())
             self.graphs.clear()
-        return self._cache
+        return held
 
-    def forward(self, ids: Tensor, positions: Tensor, cache: KVCache, start: int, mask: Tensor | None,
-                body: Body, key: Hashable = (), keep: object = None) -> tuple:
-        """body(ids, positions, start, mask) run on this step's inputs: directly (eager, int start), or on
-        static buffers holding them (static), replayed from a graph captured under `key` (graphs)."""
-        T = ids.shape[0]
+    def run(self, key: Hashable, inputs: Inputs, body: Callable[[Inputs], tuple], keep: object = None) -> tuple:
+        """body(inputs) directly (eager), on static buffers holding this step's inputs (static), or replayed
+        from a graph captured under `key` and the inputs' shapes (graphs). `key` names what the body reads
+        as Python state; `keep` is what a graph must keep alive (buffers it reads)."""
         if self.mode == "eager":
-            return body(ids, positions, start, mask)
-        cache.check(start, T)
-        buf = self._inputs(T, mask is not None)
-        buf["ids"].copy_(ids, non_blocking=True)
-        buf["positions"].copy_(positions, non_blocking=True)
-        buf["start"].fill_(start)
-        if mask is not None:
-            buf["mask"].copy_(mask, non_blocking=True)
-        run = lambda: body(buf["ids"], buf["positions"], buf["start"], buf.get("mask"))  # noqa: E731
-        full_key = (T, mask is not None, key)
+            return body(inputs)
+        full_key = (key, tuple((n, tuple(v.shape), v.dtype) if isinstance(v, Tensor) else (n, int)
+                               for n, v in inputs.items()))
+        buf = self._buffers(full_key, inputs)
+        for name, value in inputs.items():
+            if isinstance(value, Tensor):
+                buf[name].copy_(value, non_blocking=True)
+            else:
+                buf[name].fill_(value)
+        run = lambda: body(buf)  # noqa: E731
         if self.mode == "static" or str(full_key) in self.fallbacks:
             return run()
         captured = self.graphs.get(full_key)
@@ -110,15 +113,12 @@ class TargetSteps:
         self.replays += 1
         return captured.outputs
 
-    def _inputs(self, T: int, with_mask: bool) -> dict[str, Tensor]:
-        buf = self.inputs.get(T)
+    def _buffers(self, key: Hashable, inputs: Inputs) -> dict[str, Tensor]:
+        buf = self.inputs.get(key)
         if buf is None:
-            dev = self.device
-            buf = self.inputs[T] = {"ids": torch.zeros(T, dtype=torch.long, device=dev),
-                                    "positions": torch.zeros(T, dtype=torch.long, device=dev),
-                                    "start": torch.zeros((), dtype=torch.long, device=dev)}
-        if with_mask and "mask" not in buf:
-            buf["mask"] = torch.ones(T, T, dtype=torch.bool, device=self.device)
+            buf = self.inputs[key] = {
+                n: torch.empty_like(v, device=self.device) if isinstance(v, Tensor)
+                else torch.zeros((), dtype=torch.long, device=self.device) for n, v in inputs.items()}
         return buf
 
     def _capture(self, key: Hashable, run: Callable[[], tuple], keep: object) -> _Captured | None:

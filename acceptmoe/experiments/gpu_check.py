@@ -29,7 +29,7 @@ from pathlib import Path
 import torch
 
 from acceptmoe.commands import command, parser
-from acceptmoe.engine.graphs import TargetSteps
+from acceptmoe.engine.graphs import StepGraphs
 from acceptmoe.methods import B0_METHOD, BASELINE, REFERENCE, Variant
 from acceptmoe.methods import METHODS as REGISTRY
 
@@ -281,16 +281,18 @@ def time_layer_shape(device, shape: dict = QWEN3_30B_LAYERS, dtype=torch.bfloat1
     decode = lambda: model.forward(one, at, cache, context)                                    # noqa: E731
     verify = lambda: model.forward(tok, pos, cache, context, mask=mask)                        # noqa: E731
     verify_acc = lambda: model.forward(tok, pos, cache, context, mask=mask, policy=policy)    # noqa: E731
-    # the same passes through TargetSteps: captured CUDA graphs on CUDA, the static passes run eagerly elsewhere
+    # the same passes through StepGraphs: captured CUDA graphs on CUDA, the static passes run eagerly elsewhere
     mode = "graphs" if device.type == "cuda" else "static"
-    steps = TargetSteps(model, mode, state=(model.store.tally,))
-    held = steps.cache(context + tree_tokens + 1)
+    steps = StepGraphs(device, mode, state=(model.store.tally,))
+    held = steps.cache("target", context + tree_tokens + 1, model.new_cache)
     model.forward(prompt, torch.arange(context, device=device), held, 0)
-    body = lambda p: lambda i, q, s, m: (model.forward(i, q, held, s, mask=m, policy=p)[0],)  # noqa: E731
-    decode_g = lambda: steps.forward(one, at, held, context, None, body(None), key="decode")  # noqa: E731
-    verify_g = lambda: steps.forward(tok, pos, held, context, mask, body(None), key="verify")  # noqa: E731
-    verify_acc_g = lambda: steps.forward(tok, pos, held, context, mask, body(policy), key="acc",  # noqa: E731
-                                         keep=verifier)
+    body = lambda p: lambda i: (model.forward(i["ids"], i["positions"], held, i["start"], mask=i.get("mask"),  # noqa: E731
+                                              policy=p)[0],)
+    one_in = {"ids": one, "positions": at, "start": context}
+    tree_in = {"ids": tok, "positions": pos, "start": context, "mask": mask}
+    decode_g = lambda: steps.run("decode", one_in, body(None))                          # noqa: E731
+    verify_g = lambda: steps.run("verify", tree_in, body(None))                         # noqa: E731
+    verify_acc_g = lambda: steps.run("acc", tree_in, body(policy), keep=verifier)       # noqa: E731
     logits = torch.randn(tree_tokens, model.config.num_experts, generator=gen).to(device)
     select = lambda: verifier(logits[None], None)                                              # noqa: E731
     L = model.config.num_layers
