@@ -368,13 +368,28 @@ class Eagle3Drafter:
         self.root_logp: Tensor | None = None      # [Vd] fp32
 
     def extend(self, tokens: Tensor, features: Tensor, start: int) -> None:
-        """tokens [T] target ids x_{start+1..start+T}; features [T, 3*Ht] target aux at start..start+T-1."""
+        """tokens [T] target ids x_{start+1..start+T}; features [T, 3*Ht] target aux at start..start+T-1.
+        An accepted path (T <= num_steps + 1) runs through `steps` (one graph per length); a prompt eagerly."""
         T = tokens.shape[0]
-        positions = torch.arange(start, start + T, device=tokens.device)
-        out = self.draft(tokens, features, positions, self.cache, start)          # [T, H]
+        if start + T > self.cache.max_len:
+            raise ValueError(f"draft cache overflow: {start + T} > max_len {self.cache.max_len}")
+        inputs = {"tokens": tokens, "features": features, "start": start}
+        if self.steps is None or T > self.shape.num_steps + 1:
+            self.root_hidden, self.root_logp = self._extend(inputs)
+        else:
+            self.root_hidden, self.root_logp = self.steps.run("extend", inputs, self._extend)
         self.length = start + T
-        self.root_hidden = out[-1]
-        self.root_logp = torch.log_softmax(self.draft.logits(out[-1:])[0], dim=-1)
+
+    def _extend(self, inputs: dict) -> tuple[Tensor, Tensor]:
+        """-> (the root's draft state [H], its log-probs [Vd]); causal over the prefix and the new tokens."""
+        tokens, start = inputs["tokens"], inputs["start"]
+        T = tokens.shape[0]
+        positions = start + self.cache.slots[:T]                                         # [T]
+        mask = None
+        if isinstance(start, Tensor):
+            mask = self.cache.slots[None, :] <= positions[:, None]                       # [T, S] causal
+        out = self.draft(tokens, inputs["features"], positions, self.cache, start, mask)  # [T, H]
+        return out[-1], torch.log_softmax(self.draft.logits(out[-1:])[0], dim=-1)
 
     def propose(self, root_token: int) -> DraftTree:
         """The draft tree rooted at the committed token x_L (target position L)."""

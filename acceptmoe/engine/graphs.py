@@ -1,6 +1,7 @@
 """Passes at fixed shapes, captured as CUDA graphs: the target's decode step (T = 1) and verify step
-(T = the tree's num_draft_tokens) and the drafter's tree levels (T = topk, one graph per level), each
-replayed after its inputs are copied into static buffers.
+(T = the tree's num_draft_tokens), the drafter's tree levels (T = topk, one graph per level) and its
+extension by an accepted path (one graph per length), each replayed after its inputs are copied into
+static buffers.
 
     steps = StepGraphs(device, "graphs", state=(store.tally,))   # STEP_MODES: "eager" | "static" | "graphs"
     cache = steps.cache("target", max_len, model.new_cache)      # one persistent cache, grown by powers of two
@@ -17,8 +18,9 @@ Modes (`Engine(steps=...)`, `resolve_steps` picks the default):
           caller's policy key (the verifier object, pruning, tracing). A capture that fails leaves that key
           static (eager) and records why in `fallbacks`.
 
-The prefill and the drafter's `extend` (variable lengths), the candidate ranking between draft levels, the
-tree selection and acceptance (host reads, once per step) and the cache compaction run eagerly around them.
+The prefill and the drafter's extension by the prompt (any length), the candidate ranking between draft
+levels, the tree selection and acceptance (host reads, once per step) and the cache compaction run eagerly
+around them.
 """
 from __future__ import annotations
 
