@@ -99,3 +99,34 @@ def test_offloaded_store_runs_static_passes_with_the_same_counters():
     assert out["static"][0] == out["eager"][0]
     assert {k: v for k, v in out["static"][1].items() if k != "wait_s"} == \
         {k: v for k, v in out["eager"][1].items() if k != "wait_s"}
+
+
+def test_static_passes_never_read_the_device(engines):
+    """What a CUDA graph captures must not read a tensor on the host (`.item()`, `int()`, `.tolist()`,
+    `nonzero`): count the aten ops of every static pass of a generation, per method. (The CPU-only
+    branches, bincount and per-pair experts, have device twins in `store.group_counts` and
+    `store.gathers_per_pair`.)"""
+    from acceptmoe.experiments.bench.engine_speed import AtenCounter
+    eng = engines["static"]
+    seen: dict[str, int] = {}
+    original = eng.steps.run
+
+    def counted(key, inputs, body, keep=None):
+        def watched(buf):
+            with AtenCounter() as c:
+                out = body(buf)
+            for op, n in c.ops.items():
+                seen[op] = seen.get(op, 0) + n
+            return out
+        return original(key, inputs, watched, keep)
+
+    eng.steps.run = counted
+    try:
+        for name in METHODS:
+            eng.generate(PROMPTS[0], Variant(name).bind(commitment=P_HAT, b0=24), 16, ignore_eos=True)
+    finally:
+        del eng.steps.run
+    host_reads = {op: n for op, n in seen.items()
+                  if op.split(".")[1] in ("_local_scalar_dense", "item", "nonzero", "unique", "masked_select")}
+    assert seen and not host_reads, host_reads
+    assert any(op.startswith("aten.index_copy") for op in seen)      # the static cache writes ran
