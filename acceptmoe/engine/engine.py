@@ -182,7 +182,7 @@ class Engine:
         root = torch.tensor([st.tokens[-1]], device=self.device)
         logits, _ = self.model.forward(root, torch.tensor([st.length], device=self.device), st.cache, st.length)
         st.length += 1
-        return self._commit(st, [int(logits[0].argmax())])
+        return self._commit(st, [int(logits.argmax())])                       # [1, V]: the one row
 
     def _sd_step(self, st: _State, drafter: Eagle3Drafter, step: int) -> int:
         tree = drafter.propose(st.tokens[-1])

@@ -3,7 +3,8 @@
 Same contract as the Triton kernel (`verify.Verifier`): logits [B, T, E] -> VerifierOutput, no host
 synchronisation, no Python branching on tensor values, padding tokens ignored by the selection. It must
 agree exactly with the per-block reference (`acceptmoe.methods.select`, `prune_nonresident`, `route`);
-every ranking is the project's one rule (`acceptmoe.methods.topk`).
+every ranking is the project's one rule (`acceptmoe.methods.topk`). Per-step inputs (the token weights)
+are bound once in `prepare`, so a layer's call is only the selection and routing of its logits.
 """
 from __future__ import annotations
 
@@ -12,7 +13,8 @@ from torch import Tensor
 
 from acceptmoe.methods import Router, SelectorConfig, Selection
 from acceptmoe.methods.routing import route_in
-from acceptmoe.methods.fixed import LOG2_BITS, block_sum, effective_rank, rank_guard, rho_fixed, to_fixed
+from acceptmoe.methods.fixed import (LOG2_BITS, block_sum, effective_rank, log2_sizes, rank_guard, rho_fixed,
+                                     to_fixed)
 from acceptmoe.methods.topk import order_desc, rank_desc
 
 from .interface import Verifier, VerifierOutput
@@ -20,30 +22,31 @@ from .interface import Verifier, VerifierOutput
 
 def select_batched(spec, router: Router, cfg: SelectorConfig, logits: Tensor, alpha: Tensor,
                    valid: Tensor) -> Selection:
-    """Selection with eligible [B, E] from logits [B, T, E], commitment weights alpha [B, T] and valid [B, T]."""
+    """Selection with eligible [B, E] from logits [B, T, E], commitment weights alpha [B, T, 1] (zero on
+    padding) and valid [B, T, 1] (1.0 on a block's tokens, 0.0 on padding)."""
     z = logits.float()
-    E = z.shape[-1]
-    no_anchor = torch.zeros(z.shape[:-2] + (E,), dtype=torch.bool, device=z.device)
     sizing, score = spec.sizing, spec.score
-    vmask = valid[..., None]                                                           # [B, T, 1]
-    total = lambda terms: block_sum(terms * vmask, cfg.score_bits)                     # [B, E]
+    total = lambda terms, w=valid: block_sum(terms * w, cfg.score_bits)               # [B, E]
+    no_anchor = lambda: torch.zeros(z.shape[:-2] + z.shape[-1:], dtype=torch.bool, device=z.device)
     if score == "router-mass":
         mass = total(torch.softmax(z, -1))
-        return Selection(rank_desc(mass) < cfg.budget, mass, no_anchor)
+        return Selection(rank_desc(mass) < cfg.budget, mass, no_anchor())
     demand = "gate" if score == "votes" else cfg.demand_score
     r, member = router.gates(z, demand)                                                # [B, T, E]
     if sizing == "all":
-        return Selection(~no_anchor, total(r), no_anchor)
+        anchor = no_anchor()
+        return Selection(~anchor, total(r), anchor)
     if score == "votes":
         votes, mass = total(member.float()), total(r)
-        return Selection(rank_desc(votes, mass) < cfg.budget, votes, no_anchor)
-    u = total(alpha[..., None] * r)                                                    # [B, E]
+        return Selection(rank_desc(votes, mass) < cfg.budget, votes, no_anchor())
+    u = total(r, alpha)                                                                # [B, E] sum_t alpha_t r
     anchor = member[..., 0, :]                                                         # [B, E]
     rank = rank_desc(u.masked_fill(anchor, float("-inf")))                             # anchors rank last
     if sizing == "fixed":
         n = cfg.budget - anchor.sum(-1)                                                # [B]
     else:
-        n = effective_rank(to_fixed(u, cfg.score_bits), ~anchor & (u > 0), rank_guard(cfg.rank_tolerance))
+        residual = to_fixed(u, cfg.score_bits).masked_fill(anchor, 0)                  # [B, E] int64
+        n = effective_rank(residual, residual > 0, rank_guard(cfg.rank_tolerance))     # [B]
     return Selection(anchor | (rank < n[..., None]), u, anchor)
 
 
@@ -66,10 +69,22 @@ def prune_batched(sel: Selection, resident: Tensor, cfg: SelectorConfig, min_siz
 class TorchVerifier(Verifier):
     """The torch backend of `make_verifier`: `select_batched`, optional `prune_batched`, then `route_in`."""
 
+    def __init__(self, *args):
+        super().__init__(*args)
+        log2_sizes(self.num_experts, self.device)       # the effective rank's constant, made outside any pass
+        self.valid: Tensor | None = None                # fp32 [B, T, 1] 1.0 on a block's tokens, 0.0 on padding
+        self.token_alpha: Tensor | None = None          # fp32 [B, T, 1] a view of alpha
+
+    def _bind_tokens(self, reuse: bool) -> None:
+        T = self.alpha.shape[1]
+        valid = (torch.arange(T, device=self.device) < self.num_tokens[:, None]).float()[..., None]  # [B, T, 1]
+        if reuse:
+            self.valid.copy_(valid)
+        else:
+            self.valid, self.token_alpha = valid, self.alpha[..., None]
+
     def _run(self, logits: Tensor, resident: Tensor | None) -> VerifierOutput:
-        B, T, _ = logits.shape
-        valid = (torch.arange(T, device=logits.device) < self.num_tokens[:, None]).float()   # [B, T]
-        sel = select_batched(self.spec, self.router, self.cfg, logits, self.alpha, valid)
+        sel = select_batched(self.spec, self.router, self.cfg, logits, self.token_alpha, self.valid)
         eligible = sel.eligible
         if resident is not None:
             eligible = prune_batched(sel, resident, self.cfg, self.router.top_k)

@@ -21,7 +21,7 @@ from typing import Literal
 import torch
 from torch import Tensor
 
-from .topk import topk
+from .topk import topk, topk_ids
 
 RouterKind = Literal["softmax_topk", "topk_softmax"]
 ROUTER_KINDS = ("softmax_topk", "topk_softmax")
@@ -82,14 +82,13 @@ def route_in(logits: Tensor, eligible: Tensor | None, router: Router) -> tuple[T
         if eligible.dim() == z.dim() - 1:
             eligible = eligible.unsqueeze(-2)                   # [..., 1, E]
         z = z.masked_fill(~eligible, float("-inf"))
-    top, ids = topk(z, k)                                       # [..., T, k], best first
-    if router.kind == "softmax_topk":
-        probs = torch.softmax(z, dim=-1)                        # [..., T, E]
-        weights = probs.gather(-1, ids)                         # [..., T, k]
-        if router.renormalize:
-            weights = weights / weights.sum(-1, keepdim=True)
-        elif eligible is not None:
-            weights = torch.softmax(logits.float(), dim=-1).gather(-1, ids)
-    else:
-        weights = torch.softmax(top, dim=-1)
+    if router.kind == "topk_softmax":
+        top, ids = topk(z, k)                                   # [..., T, k], best first
+        return ids, torch.softmax(top, dim=-1)
+    ids = topk_ids(z, k)                                        # [..., T, k], best first
+    weights = torch.softmax(z, dim=-1).gather(-1, ids)          # [..., T, k]
+    if router.renormalize:
+        weights = weights / weights.sum(-1, keepdim=True)
+    elif eligible is not None:
+        weights = torch.softmax(logits.float(), dim=-1).gather(-1, ids)
     return ids, weights
