@@ -21,9 +21,10 @@ from .interface import Verifier, VerifierOutput
 
 
 def select_batched(spec, router: Router, cfg: SelectorConfig, logits: Tensor, alpha: Tensor,
-                   valid: Tensor) -> Selection:
+                   valid: Tensor, order: Tensor | None = None) -> Selection:
     """Selection with eligible [B, E] from logits [B, T, E], commitment weights alpha [B, T, 1] (zero on
-    padding) and valid [B, T, 1] (1.0 on a block's tokens, 0.0 on padding)."""
+    padding), valid [B, T, 1] (1.0 on a block's tokens, 0.0 on padding) and optionally the logits' ranking
+    order [B, T, E] (`order_desc`, shared with the routing that follows)."""
     z = logits.float()
     sizing, score = spec.sizing, spec.score
     total = lambda terms, w=valid: block_sum(terms * w, cfg.score_bits)               # [B, E]
@@ -32,7 +33,7 @@ def select_batched(spec, router: Router, cfg: SelectorConfig, logits: Tensor, al
         mass = total(torch.softmax(z, -1))
         return Selection(rank_desc(mass) < cfg.budget, mass, no_anchor())
     demand = "gate" if score == "votes" else cfg.demand_score
-    r, member = router.gates(z, demand)                                                # [B, T, E]
+    r, member = router.gates(z, demand, order)                                         # [B, T, E]
     if sizing == "all":
         anchor = no_anchor()
         return Selection(~anchor, total(r), anchor)
@@ -56,14 +57,14 @@ def prune_batched(sel: Selection, resident: Tensor, cfg: SelectorConfig, min_siz
     U = to_fixed(sel.utility, cfg.score_bits)                                          # [..., E] int64
     cand = sel.eligible & ~resident & ~sel.anchor                                      # [..., E]
     order = order_desc(sel.utility).flip(-1)                                           # ascending u, ties: higher index
-    walked = torch.where(cand.gather(-1, order), U.gather(-1, order), 0)               # [..., E] walking order
-    prefix_mass = torch.zeros_like(U).scatter(-1, order, walked.cumsum(-1))
-    prefix_count = torch.zeros_like(U).scatter(-1, order, cand.gather(-1, order).long().cumsum(-1))
-    total = torch.where(sel.eligible, U, 0).sum(-1, keepdim=True)
+    walk = cand.gather(-1, order)                                                      # [..., E] in walking order
+    prefix_mass = torch.where(walk, U.gather(-1, order), 0).cumsum(-1)                 # [..., E]
+    prefix_count = walk.cumsum(-1)                                                     # [..., E]
+    total = (U * sel.eligible).sum(-1, keepdim=True)
     size = sel.eligible.sum(-1, keepdim=True)
     fits = (prefix_mass << LOG2_BITS) <= rho_fixed(cfg.prune_rho) * total
-    drop = cand & fits & (size - prefix_count >= max(cfg.prune_min_set, min_size))
-    return sel.eligible & ~drop
+    drop = walk & fits & (size - prefix_count >= max(cfg.prune_min_set, min_size))     # [..., E] in walking order
+    return sel.eligible & ~torch.zeros_like(cand).scatter(-1, order, drop)
 
 
 class TorchVerifier(Verifier):
@@ -84,9 +85,10 @@ class TorchVerifier(Verifier):
             self.valid, self.token_alpha = valid, self.alpha[..., None]
 
     def _run(self, logits: Tensor, resident: Tensor | None) -> VerifierOutput:
-        sel = select_batched(self.spec, self.router, self.cfg, logits, self.token_alpha, self.valid)
+        order = order_desc(logits.float())                     # [B, T, E] one ranking for selection and routing
+        sel = select_batched(self.spec, self.router, self.cfg, logits, self.token_alpha, self.valid, order)
         eligible = sel.eligible
         if resident is not None:
             eligible = prune_batched(sel, resident, self.cfg, self.router.top_k)
-        ids, weights = route_in(logits, eligible, self.router)
+        ids, weights = route_in(logits, eligible, self.router, order)
         return VerifierOutput(ids, weights, eligible, sel.utility, sel.anchor)

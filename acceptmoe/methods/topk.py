@@ -8,6 +8,7 @@ order. Pure tensor code on the device: no host synchronisation, fixed output sha
 
     values, ids = topk(logits, k)          # [..., k] each, best first
     ids = topk_ids(logits, k)              # [..., k], the same ids without gathering their values
+    ids = first_k_in(order, member, k)     # [..., k], the top-k among members, read from a ranking order
     rank = rank_desc(votes, mass)          # [..., N] long, 0 = best: votes desc, mass desc, index asc
 """
 from __future__ import annotations
@@ -28,6 +29,18 @@ def order_desc(primary: Tensor, secondary: Tensor | None = None) -> Tensor:
 def topk_ids(values: Tensor, k: int) -> Tensor:
     """values [..., N] -> ids [..., k] long of the k largest, best first; ties: lower index."""
     return order_desc(values)[..., :k]
+
+
+def first_k_in(order: Tensor, member: Tensor, k: int) -> Tensor:
+    """ids [..., k]: the first k members in a ranking `order` [..., N] (`order_desc` of some values), best
+    first; member bool [..., N] by index, broadcastable to order, at least k per row. For finite values this
+    is `topk_ids` of the values with non-members set to -inf: removing entries from a ranking keeps the
+    order of the rest, so a restricted top-k reuses the unrestricted ranking instead of sorting again."""
+    in_order = member.expand(order.shape).gather(-1, order)                                  # [..., N]
+    slot = (in_order.cumsum(-1) * in_order).clamp_max(k + 1)                                 # [..., N]
+    # slot: 1..k for the first k members in ranking order, 0 for non-members, k + 1 past the k-th
+    out = torch.empty(order.shape[:-1] + (k + 2,), dtype=order.dtype, device=order.device)
+    return out.scatter_(-1, slot, order)[..., 1:k + 1]
 
 
 def topk(values: Tensor, k: int) -> tuple[Tensor, Tensor]:
