@@ -22,12 +22,12 @@ from .interface import Verifier, VerifierOutput
 
 def select_batched(spec, router: Router, cfg: SelectorConfig, logits: Tensor, alpha: Tensor,
                    valid: Tensor, order: Tensor | None = None) -> Selection:
-    """Selection with eligible [B, E] from logits [B, T, E], commitment weights alpha [B, T, 1] (zero on
-    padding), valid [B, T, 1] (1.0 on a block's tokens, 0.0 on padding) and optionally the logits' ranking
+    """Selection with eligible [B, E] from logits [B, T, E], commitment weights alpha [B, T] (zero on
+    padding), valid [B, T] (1.0 on a block's tokens, 0.0 on padding) and optionally the logits' ranking
     order [B, T, E] (`order_desc`, shared with the routing that follows)."""
     z = logits.float()
     sizing, score = spec.sizing, spec.score
-    total = lambda terms, w=valid: block_sum(terms * w, cfg.score_bits)               # [B, E]
+    total = lambda terms, w=valid: block_sum(terms * w[..., None], cfg.score_bits)    # [B, E]
     no_anchor = lambda: torch.zeros(z.shape[:-2] + z.shape[-1:], dtype=torch.bool, device=z.device)
     if score == "router-mass":
         mass = total(torch.softmax(z, -1))
@@ -73,20 +73,19 @@ class TorchVerifier(Verifier):
     def __init__(self, *args):
         super().__init__(*args)
         log2_sizes(self.num_experts, self.device)       # the effective rank's constant, made outside any pass
-        self.valid: Tensor | None = None                # fp32 [B, T, 1] 1.0 on a block's tokens, 0.0 on padding
-        self.token_alpha: Tensor | None = None          # fp32 [B, T, 1] a view of alpha
+        self.valid: Tensor | None = None                # fp32 [B, T] 1.0 on a block's tokens, 0.0 on padding
 
     def _bind_tokens(self, reuse: bool) -> None:
         T = self.alpha.shape[1]
-        valid = (torch.arange(T, device=self.device) < self.num_tokens[:, None]).float()[..., None]  # [B, T, 1]
+        valid = (torch.arange(T, device=self.device) < self.num_tokens[:, None]).float()      # [B, T]
         if reuse:
             self.valid.copy_(valid)
         else:
-            self.valid, self.token_alpha = valid, self.alpha[..., None]
+            self.valid = valid
 
     def _run(self, logits: Tensor, resident: Tensor | None) -> VerifierOutput:
         order = order_desc(logits.float())                     # [B, T, E] one ranking for selection and routing
-        sel = select_batched(self.spec, self.router, self.cfg, logits, self.token_alpha, self.valid, order)
+        sel = select_batched(self.spec, self.router, self.cfg, logits, self.alpha, self.valid, order)
         eligible = sel.eligible
         if resident is not None:
             eligible = prune_batched(sel, resident, self.cfg, self.router.top_k)
