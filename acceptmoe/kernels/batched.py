@@ -27,20 +27,21 @@ def select_batched(spec, router: Router, cfg: SelectorConfig, logits: Tensor, al
     order [B, T, E] (`order_desc`, shared with the routing that follows)."""
     z = logits.float()
     sizing, score = spec.sizing, spec.score
-    total = lambda terms, w=valid: block_sum(terms * w[..., None], cfg.score_bits)    # [B, E]
+    total = lambda terms, w: block_sum(terms * w, cfg.score_bits)                     # [B, E]
     no_anchor = lambda: torch.zeros(z.shape[:-2] + z.shape[-1:], dtype=torch.bool, device=z.device)
     if score == "router-mass":
-        mass = total(torch.softmax(z, -1))
+        mass = total(torch.softmax(z, -1), valid[..., None])
         return Selection(rank_desc(mass) < cfg.budget, mass, no_anchor())
     demand = "gate" if score == "votes" else cfg.demand_score
     r, member = router.gates(z, demand, order)                                         # [B, T, E]
     if sizing == "all":
         anchor = no_anchor()
-        return Selection(~anchor, total(r), anchor)
+        return Selection(~anchor, total(r, valid[..., None]), anchor)
     if score == "votes":
-        votes, mass = total(member.float()), total(r)
+        vmask = valid[..., None]                                                       # [B, T, 1]
+        votes, mass = total(member.float(), vmask), total(r, vmask)
         return Selection(rank_desc(votes, mass) < cfg.budget, votes, no_anchor())
-    u = total(r, alpha)                                                                # [B, E] sum_t alpha_t r
+    u = total(r, alpha[..., None])                                                     # [B, E] sum_t alpha_t r
     anchor = member[..., 0, :]                                                         # [B, E]
     rank = rank_desc(u.masked_fill(anchor, float("-inf")))                             # anchors rank last
     if sizing == "fixed":
