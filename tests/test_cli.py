@@ -44,6 +44,8 @@ def test_unknown_command_lists_valid_ones():
     (("fig3", "--resume", "no/such/run"), "error: --resume no/such/run: not a run folder"),
     (("table1", "--methods", "count-b"), "table1: ['count-b'] run at the budget B0, which comes from acceptmoe's traces"),
     (("table1", "--preset", "nope"), "no preset 'nope'"),
+    (("bench-engine", "--tree", "5", "10", "1000"), "error: --tree 5 10 1000: num_draft_tokens - 1 = 999 exceeds"),
+    (("bench-engine", "--tree", "5", "10"), "error: argument --tree: expected 3 arguments"),
 ])
 def test_bad_input_is_one_clear_line(args, message):
     out = run(*args)

@@ -15,6 +15,22 @@ from .config import ModelConfig
 from .kv import KVCache, Start
 
 
+class Linear(nn.Linear):
+    """nn.Linear whose 2-D calls multiply by a transposed view of the weight made once (`freeze`, after the
+    weights are loaded): one mm (addmm with a bias) per call, the same kernel on the same operands as
+    `F.linear`, without its per-call transpose. Other inputs, or a weight replaced since, take `F.linear`."""
+    weight_t: Tensor | None = None                                       # [in, out] view of weight
+
+    def freeze(self) -> None:
+        self.weight_t = self.weight.t()
+
+    def forward(self, x: Tensor) -> Tensor:
+        wt = self.weight_t
+        if wt is None or x.dim() != 2 or wt.data_ptr() != self.weight.data_ptr():
+            return super().forward(x)
+        return torch.mm(x, wt) if self.bias is None else torch.addmm(self.bias, x, wt)
+
+
 class RMSNorm(nn.Module):
     """x / rms(x) * weight, computed in fp32 and cast back to the input dtype."""
 
@@ -137,11 +153,11 @@ class Attention(nn.Module):
         self.q_proj = nn.Linear(H, self.nq * D, bias=bias)
         self.k_proj = nn.Linear(H, self.nkv * D, bias=bias)
         self.v_proj = nn.Linear(H, self.nkv * D, bias=bias)
-        self.o_proj = nn.Linear(self.nq * D, H, bias=bias)
+        self.o_proj = Linear(self.nq * D, H, bias=bias)
         self.q_norm = RMSNorm(D, cfg.rms_norm_eps) if cfg.qk_norm else None
         self.k_norm = RMSNorm(D, cfg.rms_norm_eps) if cfg.qk_norm else None
         self.sinks = nn.Parameter(torch.zeros(self.nq), requires_grad=False) if cfg.attention_sinks else None
-        self.qkv: nn.Linear | None = None
+        self.qkv: Linear | None = None
         self.qk_norm: RMSNorm | None = None
 
     @torch.no_grad()
@@ -150,8 +166,8 @@ class Attention(nn.Module):
         is per head [Hq + Hkv, D] (the same numbers, fewer operations)."""
         projs = (self.q_proj, self.k_proj, self.v_proj)
         w = torch.cat([p.weight for p in projs])
-        self.qkv = nn.Linear(w.shape[1], w.shape[0], bias=self.q_proj.bias is not None, device=w.device,
-                             dtype=w.dtype).requires_grad_(False)
+        self.qkv = Linear(w.shape[1], w.shape[0], bias=self.q_proj.bias is not None, device=w.device,
+                          dtype=w.dtype).requires_grad_(False)
         self.qkv.weight.copy_(w)
         if self.qkv.bias is not None:
             self.qkv.bias.copy_(torch.cat([p.bias for p in projs]))

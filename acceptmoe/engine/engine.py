@@ -189,7 +189,7 @@ class Engine:
         inputs = {"ids": root, "positions": torch.tensor([st.length], device=self.device), "start": st.length}
         logits, _, _ = self.steps.run("decode", inputs, self._body(st.cache, None, None, ()))
         st.length += 1
-        return self._commit(st, [int(logits[0].argmax())])
+        return self._commit(st, [int(logits.argmax())])                       # [1, V]: the one row
 
     def _sd_step(self, st: _State, drafter: Eagle3Drafter, step: int) -> int:
         tree = drafter.propose(st.tokens[-1])

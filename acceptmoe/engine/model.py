@@ -20,7 +20,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ..methods import Router
-from .attention import Attention, RMSNorm, Rope, block_masks
+from .attention import Attention, Linear, RMSNorm, Rope, block_masks
 from .config import DTYPES, ModelConfig
 from .kv import KVCache, Start
 from .loading import Checkpoint, expert_weights, module_state
@@ -34,9 +34,9 @@ class DenseMLP(nn.Module):
 
     def __init__(self, hidden: int, inter: int):
         super().__init__()
-        self.gate_proj = nn.Linear(hidden, inter, bias=False)
-        self.up_proj = nn.Linear(hidden, inter, bias=False)
-        self.down_proj = nn.Linear(inter, hidden, bias=False)
+        self.gate_proj = Linear(hidden, inter, bias=False)
+        self.up_proj = Linear(hidden, inter, bias=False)
+        self.down_proj = Linear(inter, hidden, bias=False)
 
     def forward(self, x: Tensor) -> Tensor:
         return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
@@ -47,7 +47,7 @@ class RouterLinear(nn.Module):
 
     def __init__(self, cfg: ModelConfig):
         super().__init__()
-        self.router = nn.Linear(cfg.hidden_size, cfg.num_experts, bias=cfg.router_bias)
+        self.router = Linear(cfg.hidden_size, cfg.num_experts, bias=cfg.router_bias)
 
 
 class DecoderLayer(nn.Module):
@@ -71,6 +71,9 @@ class MoEModel(nn.Module):
         self.requires_grad_(False)
         for layer in self.layers:
             layer.self_attn.fuse()
+        for m in self.modules():
+            if isinstance(m, Linear):
+                m.freeze()
         self.rope = Rope(cfg).to(self.device)
 
     @classmethod
@@ -152,7 +155,7 @@ def _build_skeleton(module: nn.Module, cfg: ModelConfig) -> nn.Module:
         module.embed_tokens = nn.Embedding(cfg.vocab_size, cfg.hidden_size)
         module.layers = nn.ModuleList(DecoderLayer(cfg, i) for i in range(cfg.num_layers))
         module.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
-        module.lm_head = nn.Linear(cfg.hidden_size, cfg.vocab_size, bias=False)
+        module.lm_head = Linear(cfg.hidden_size, cfg.vocab_size, bias=False)
     return module
 
 

@@ -53,27 +53,44 @@ class Verifier:
         self.min_set = max(cfg.prune_min_set, router.top_k)
         self.alpha: Tensor | None = None        # fp32 [B, T], zeros for methods without commitment and padding
         self.num_tokens: Tensor | None = None   # int32 [B]
+        self._counts: tuple[int, ...] = ()      # num_tokens as last written
 
     def prepare(self, blocks: BlockInfo | Sequence[BlockInfo], pad_to: int | None = None) -> None:
         """Bind one verification step's blocks (padded to T = pad_to or the longest block). Steps of the same
-        shape reuse the same device buffers, so a captured CUDA graph sees each step's values."""
+        shape reuse the same device buffers, so a captured CUDA graph sees each step's values; a buffer whose
+        values did not change (the token counts of a fixed tree, alpha of a method without commitment) is
+        not written again."""
         blocks = [blocks] if isinstance(blocks, BlockInfo) else list(blocks)
         if not blocks:
             raise VerifierInputError("prepare needs at least one verification block")
         T = pad_to or max(b.num_tokens for b in blocks)
         check_for_method(self.cfg, self.spec, self.router, self.num_experts, max(b.max_depth for b in blocks))
-        alpha = torch.zeros(len(blocks), T, dtype=torch.float32)
         for i, b in enumerate(blocks):
             if b.num_tokens > T:
                 raise VerifierInputError(f"block {i} has {b.num_tokens} tokens, more than the padded T={T}")
+        counts = tuple(b.num_tokens for b in blocks)
+        reuse = self.alpha is not None and tuple(self.alpha.shape) == (len(blocks), T)   # CUDA-graph replay
+        if not reuse or self.spec.needs_commitment:
+            alpha = torch.zeros(len(blocks), T, dtype=torch.float32)                      # [B, T] on the host
             if self.spec.needs_commitment:
-                alpha[i, : b.num_tokens] = commitment_weights(b, self.cfg)
-        num_tokens = torch.tensor([b.num_tokens for b in blocks], dtype=torch.int32)
-        if self.alpha is not None and self.alpha.shape == alpha.shape:    # same buffers: CUDA-graph replay
-            self.alpha.copy_(alpha)
-            self.num_tokens.copy_(num_tokens)
-        else:
-            self.alpha, self.num_tokens = alpha.to(self.device), num_tokens.to(self.device)
+                for i, b in enumerate(blocks):
+                    alpha[i, : b.num_tokens] = commitment_weights(b, self.cfg)
+            if reuse:
+                self.alpha.copy_(alpha)
+            else:
+                self.alpha = alpha.to(self.device)
+        if not reuse or counts != self._counts:
+            num_tokens = torch.tensor(counts, dtype=torch.int32)
+            if reuse:
+                self.num_tokens.copy_(num_tokens)
+            else:
+                self.num_tokens = num_tokens.to(self.device)
+            self._counts = counts
+            self._bind_tokens(reuse)
+
+    def _bind_tokens(self, reuse: bool) -> None:
+        """Hook for a backend's own per-step buffers derived from `num_tokens` (called when the counts or the
+        buffers changed; reuse: the buffers are the previous step's)."""
 
     def __call__(self, logits: Tensor, resident: Tensor | None = None) -> VerifierOutput:
         """logits [B, T, E] of one MoE layer; resident bool [E] or [B, E] (the pool before the pass) or None."""

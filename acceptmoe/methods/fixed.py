@@ -18,6 +18,7 @@ function), so the Triton kernel evaluates them exactly as written here:
 """
 from __future__ import annotations
 
+import functools
 import math
 
 import torch
@@ -50,28 +51,40 @@ def rho_fixed(rho: float) -> int:
 
 def log2_fixed(x: Tensor) -> Tensor:
     """int64 [...]: log2(x) * 2^16 for integers 1 <= x < 2^31: integer part from the top bit, then 16
-    fractional bits by squaring the Q1.30 mantissa (each square truncated to 30 fractional bits)."""
+    fractional bits by squaring the Q1.30 mantissa (each square truncated to 30 fractional bits; bit i of
+    the fraction is whether the i-th square reaches 2, which then halves it)."""
     x = x.long()
-    e = torch.zeros_like(x)
-    for s in (16, 8, 4, 2, 1):
-        e = torch.where((x >> (e + s)) > 0, e + s, e)                       # floor(log2 x)
+    pow2, place = _log2_constants(x.device)
+    e = (x[..., None] >= pow2).sum(-1)                                     # floor(log2 x): #{j >= 1: x >= 2^j}
     m = x << (30 - e)                                                      # [2^30, 2^31): 1.xxx in Q1.30
-    out = e << LOG2_BITS
-    for i in range(LOG2_BITS - 1, -1, -1):
-        m = (m * m) >> 30
-        top = m >= (1 << 31)
-        m = torch.where(top, m >> 1, m)
-        out = out | (top.long() << i)
-    return out
+    bits = [e]
+    for _ in range(LOG2_BITS):
+        square = m * m                                                     # Q2.60 in [2^60, 2^62)
+        top = square >> 61                                                 # 1 where the square is >= 2
+        m = square >> (30 + top)                                           # back to Q1.30, halved where top
+        bits.append(top)
+    return (torch.stack(bits, -1) * place).sum(-1)                         # e * 2^16 + sum_i bit_i 2^(15 - i)
+
+
+@functools.lru_cache(maxsize=None)
+def _log2_constants(device: torch.device) -> tuple[Tensor, Tensor]:
+    """int64 [31] 2^1..2^31 (the top-bit test) and [17] 2^16, 2^15, ..., 1 (the places of e and the 16
+    fraction bits), made once per device."""
+    return (torch.tensor([1 << j for j in range(1, 32)], device=device),
+            torch.tensor([1 << j for j in range(LOG2_BITS, -1, -1)], device=device))
+
+
+@functools.lru_cache(maxsize=None)
+def log2_sizes(num: int, device: torch.device) -> Tensor:
+    """int64 [num]: log2_fixed(n) for the set sizes n = 1..num (a constant per width and device)."""
+    return log2_fixed(torch.arange(1, num + 1, device=device))
 
 
 def effective_rank(demand: Tensor, candidates: Tensor, guard: int) -> Tensor:
     """n_er [...] long from fixed-point demand int64 [..., E] over candidates bool [..., E] (demand > 0 there)."""
-    U = torch.where(candidates, demand, 0)                                 # [..., E]
-    S = U.sum(-1)                                                          # [...]
-    weighted = (U * log2_fixed(U.clamp_min(1))).sum(-1)                    # sum U log2 U
-    entropy = S * log2_fixed(S.clamp_min(1)) - weighted                    # S * H2, in 2^-16 units
-    n = torch.arange(1, demand.shape[-1] + 1, device=demand.device)        # [E] candidate sizes
-    short = S[..., None] * (log2_fixed(n) + guard) < entropy[..., None]    # [..., E]: n < exp(H)(1 - tol)
-    count = candidates.sum(-1)
-    return torch.where(count > 0, (short.sum(-1) + 1).minimum(count), 0)
+    U = demand * candidates                                                # [..., E]
+    S = U.sum(-1, keepdim=True)                                            # [..., 1]
+    log_u, log_s = log2_fixed(torch.cat((U, S), -1).clamp_min(1)).split((U.shape[-1], 1), -1)
+    entropy = S * log_s - (U * log_u).sum(-1, keepdim=True)                # [..., 1] S * H2, in 2^-16 units
+    short = S * (log2_sizes(U.shape[-1], U.device) + guard) < entropy      # [..., E]: n < exp(H)(1 - tol)
+    return torch.minimum(short.sum(-1) + 1, candidates.sum(-1))            # 0 without candidates

@@ -21,7 +21,7 @@ from typing import Literal
 import torch
 from torch import Tensor
 
-from .topk import topk
+from .topk import first_k_in, topk_ids
 
 RouterKind = Literal["softmax_topk", "topk_softmax"]
 ROUTER_KINDS = ("softmax_topk", "topk_softmax")
@@ -41,16 +41,17 @@ class Router:
         if self.kind == "topk_softmax" and not self.renormalize:
             raise ValueError("topk_softmax always normalises over the chosen k: set renormalize=True")
 
-    def natural(self, logits: Tensor) -> tuple[Tensor, Tensor]:
-        """Unrestricted routing. logits [..., T, E] -> ids [..., T, k] long, weights [..., T, k] fp32."""
-        return route(logits, None, self)
+    def natural(self, logits: Tensor, order: Tensor | None = None) -> tuple[Tensor, Tensor]:
+        """Unrestricted routing. logits [..., T, E] -> ids [..., T, k] long, weights [..., T, k] fp32.
+        order: `order_desc(logits)` [..., T, E] where the caller already has it (see `route_in`)."""
+        return route_in(logits, None, self, order)
 
-    def gates(self, logits: Tensor, score: str = "gate") -> tuple[Tensor, Tensor]:
+    def gates(self, logits: Tensor, score: str = "gate", order: Tensor | None = None) -> tuple[Tensor, Tensor]:
         """Dense natural gating weights r [..., T, E] (zero outside K_t) and membership [..., T, E] bool.
 
         score="gate": the model's own post-top-k weight. score="softmax": the full-softmax probability of
-        the chosen experts (restricted to K_t)."""
-        ids, weights = self.natural(logits)
+        the chosen experts (restricted to K_t). order: as in `natural`."""
+        ids, weights = self.natural(logits, order)
         if score == "softmax":
             weights = torch.softmax(logits.float(), dim=-1).gather(-1, ids)
         elif score != "gate":
@@ -74,22 +75,28 @@ def route(logits: Tensor, eligible: Tensor | None, router: Router) -> tuple[Tens
     return route_in(logits, eligible, router)
 
 
-def route_in(logits: Tensor, eligible: Tensor | None, router: Router) -> tuple[Tensor, Tensor]:
-    """`route` without its size check (no host synchronisation): the caller guarantees |S| >= k."""
+def route_in(logits: Tensor, eligible: Tensor | None, router: Router,
+             order: Tensor | None = None) -> tuple[Tensor, Tensor]:
+    """`route` without its size check (no host synchronisation): the caller guarantees |S| >= k.
+
+    order: the ranking of the unmasked logits, `order_desc(logits.float())` [..., T, E], if the caller has
+    it; the top-k inside S is then read from it (`first_k_in`) instead of sorting the masked logits again
+    (the same ids for finite logits)."""
     z = logits.float()                                          # [..., T, E]
     k = router.top_k
     if eligible is not None:
         if eligible.dim() == z.dim() - 1:
             eligible = eligible.unsqueeze(-2)                   # [..., 1, E]
         z = z.masked_fill(~eligible, float("-inf"))
-    top, ids = topk(z, k)                                       # [..., T, k], best first
-    if router.kind == "softmax_topk":
-        probs = torch.softmax(z, dim=-1)                        # [..., T, E]
-        weights = probs.gather(-1, ids)                         # [..., T, k]
-        if router.renormalize:
-            weights = weights / weights.sum(-1, keepdim=True)
-        elif eligible is not None:
-            weights = torch.softmax(logits.float(), dim=-1).gather(-1, ids)
+    if order is None:
+        ids = topk_ids(z, k)                                    # [..., T, k], best first
     else:
-        weights = torch.softmax(top, dim=-1)
+        ids = order[..., :k] if eligible is None else first_k_in(order, eligible, k)
+    if router.kind == "topk_softmax":
+        return ids, torch.softmax(z.gather(-1, ids), dim=-1)   # softmax over the chosen logits
+    weights = torch.softmax(z, dim=-1).gather(-1, ids)          # [..., T, k]
+    if router.renormalize:
+        weights = weights / weights.sum(-1, keepdim=True)
+    elif eligible is not None:
+        weights = torch.softmax(logits.float(), dim=-1).gather(-1, ids)
     return ids, weights

@@ -7,6 +7,8 @@ implements the same rule. A stable descending sort gives it directly: equal valu
 order. Pure tensor code on the device: no host synchronisation, fixed output shapes.
 
     values, ids = topk(logits, k)          # [..., k] each, best first
+    ids = topk_ids(logits, k)              # [..., k], the same ids without gathering their values
+    ids = first_k_in(order, member, k)     # [..., k], the top-k among members, read from a ranking order
     rank = rank_desc(votes, mass)          # [..., N] long, 0 = best: votes desc, mass desc, index asc
 """
 from __future__ import annotations
@@ -24,14 +26,30 @@ def order_desc(primary: Tensor, secondary: Tensor | None = None) -> Tensor:
     return by_secondary.gather(-1, by_primary)
 
 
+def topk_ids(values: Tensor, k: int) -> Tensor:
+    """values [..., N] -> ids [..., k] long of the k largest, best first; ties: lower index."""
+    return order_desc(values)[..., :k]
+
+
+def first_k_in(order: Tensor, member: Tensor, k: int) -> Tensor:
+    """ids [..., k]: the first k members in a ranking `order` [..., N] (`order_desc` of some values), best
+    first; member bool [..., N] by index, broadcastable to order, at least k per row. For finite values this
+    is `topk_ids` of the values with non-members set to -inf: removing entries from a ranking keeps the
+    order of the rest, so a restricted top-k reuses the unrestricted ranking instead of sorting again."""
+    in_order = member.expand(order.shape).gather(-1, order)                                  # [..., N]
+    slot = (in_order.cumsum(-1) * in_order).clamp_max(k + 1)                                 # [..., N]
+    # slot: 1..k for the first k members in ranking order, 0 for non-members, k + 1 past the k-th
+    out = torch.empty(order.shape[:-1] + (k + 2,), dtype=order.dtype, device=order.device)
+    return out.scatter_(-1, slot, order)[..., 1:k + 1]
+
+
 def topk(values: Tensor, k: int) -> tuple[Tensor, Tensor]:
     """values [..., N] -> (values [..., k], ids [..., k] long): the k largest, best first; ties: lower index."""
-    ids = order_desc(values)[..., :k]                                                        # [..., k]
+    ids = topk_ids(values, k)                                                                # [..., k]
     return values.gather(-1, ids), ids
 
 
 def rank_desc(primary: Tensor, secondary: Tensor | None = None) -> Tensor:
-    """rank [..., N] long, 0 = best, in the order of `order_desc`."""
-    order = order_desc(primary, secondary)                                                   # [..., N]
-    positions = torch.arange(order.shape[-1], device=order.device).expand_as(order)
-    return torch.empty_like(order).scatter_(-1, order, positions)
+    """rank [..., N] long, 0 = best, in the order of `order_desc` (the inverse permutation of the order;
+    its values are distinct, so any sort inverts it exactly)."""
+    return order_desc(primary, secondary).argsort(-1)

@@ -242,3 +242,23 @@ def test_a_damaged_safetensors_file_is_a_user_error_naming_it(tmp_path, damage):
     with pytest.raises(UserError, match=f"{weights}.*truncated or corrupted.*again") as info:
         MoEModel.from_pretrained(tmp_path / "m")
     assert isinstance(info.value, CheckpointError)
+
+
+def test_frozen_linear_is_f_linear_bit_for_bit_in_one_op():
+    from torch import nn
+    from torch.nn import functional as F
+
+    from acceptmoe.engine.attention import Linear
+    from acceptmoe.experiments.bench.engine_speed import AtenCounter
+    torch.manual_seed(0)
+    for bias in (False, True):
+        lin = Linear(24, 40, bias=bias).requires_grad_(False)
+        x = torch.randn(7, 24)
+        want = F.linear(x, lin.weight, lin.bias)
+        lin.freeze()
+        with AtenCounter() as c:
+            got = lin(x)
+        assert torch.equal(got, want) and c.total == 1                     # mm / addmm, no transpose
+        assert torch.equal(lin(x[None])[0], F.linear(x[None], lin.weight, lin.bias)[0])   # 3-D: F.linear
+        lin.weight = nn.Parameter(torch.randn(40, 24), requires_grad=False)   # replaced after freeze
+        assert torch.equal(lin(x), F.linear(x, lin.weight, lin.bias))

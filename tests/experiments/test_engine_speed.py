@@ -1,10 +1,11 @@
-"""bench-engine's aten-op counter: a decode step of the tiny world is a fixed operation sequence, so the
-per-step count does not depend on the generation lengths it is measured between."""
+"""bench-engine's aten-op counter (a decode step of the tiny world is a fixed operation sequence, so the
+per-step count does not depend on the generation lengths it is measured between) and its profile components."""
 from pathlib import Path
 
 from acceptmoe.engine import load_engine
 from acceptmoe.methods import Variant
-from acceptmoe.experiments.bench.engine_speed import AtenCounter, aten_ops_per_step
+from acceptmoe.engine import TreeShape
+from acceptmoe.experiments.bench.engine_speed import AtenCounter, aten_ops_per_step, profile_components, time_ours
 
 TINY = Path(__file__).parents[2] / "models" / "tiny"
 
@@ -19,3 +20,13 @@ def test_aten_ops_per_decode_step_is_fixed():
     with AtenCounter() as c:
         run(1)
     assert c.total > 0 and c.ops["aten.mm"] > 0
+
+
+def test_profile_components_find_the_verifier_and_natural_routing():
+    engine = load_engine(TINY, tree=TreeShape(2, 3, 6))
+    sd, am = Variant("standard-sd"), Variant("acceptmoe").bind(commitment=(1.0, 0.8, 0.6))
+    _, parts_sd = profile_components(lambda: time_ours(engine, [[5, 17, 300]], sd, 6))
+    _, parts_am = profile_components(lambda: time_ours(engine, [[5, 17, 300]], am, 6))
+    verifier, natural = "verifier: select + prune + route", "natural routing (Router.natural)"
+    assert parts_am[verifier] > 0 and parts_sd[natural] > 0
+    assert parts_sd[verifier] == 0                   # Standard SD without a trace routes naturally, no verifier

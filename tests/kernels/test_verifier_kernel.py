@@ -216,6 +216,29 @@ def test_prepare_pads_alpha_and_counts_tokens():
     assert torch.equal(alpha[1, :3], commitment_weights(blocks[1], cfg)) and not alpha[1, 3:].any()
 
 
+@pytest.mark.parametrize("backend", ["torch", "triton"])
+@pytest.mark.parametrize("method", ["count-b", "acceptmoe"])
+def test_steps_of_one_shape_reuse_buffers_and_match_a_fresh_verifier(backend, method):
+    """prepare keeps the buffers of a padded shape and rewrites only what changed (token counts, alpha):
+    every step of a reused verifier equals a fresh verifier on the same blocks."""
+    gen = torch.Generator().manual_seed(4)
+    router, E, T = Router("softmax_topk", 2), 16, 9
+    cfg = SelectorConfig(budget=5 if method == "count-b" else None, p_hat=(1.0, 0.8, 0.6, 0.4, 0.3, 0.2))
+    reused = make_verifier(backend, method, router, cfg, E, "cpu")
+    first = None
+    for sizes in ((9, 4), (9, 4), (3, 9), (9, 9)):
+        blocks = [random_tree(n, gen) for n in sizes]
+        logits = random_logits(2, T, E, torch.float32, gen)
+        reused.prepare(blocks, pad_to=T)
+        first = first or (reused.alpha, reused.num_tokens)
+        fresh = make_verifier(backend, method, router, cfg, E, "cpu")
+        fresh.prepare(blocks, pad_to=T)
+        for got, want in zip(reused(logits), fresh(logits)):
+            assert torch.equal(got, want), sizes
+        assert reused.num_tokens.tolist() == list(sizes)
+    assert reused.alpha is first[0] and reused.num_tokens is first[1]          # the same buffers throughout
+
+
 @pytest.fixture(params=["triton", "torch"])
 def verifier(request):
     v = make_verifier(request.param, "acceptmoe", Router("softmax_topk", 2),

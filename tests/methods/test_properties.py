@@ -7,6 +7,7 @@ from acceptmoe.kernels import make_verifier
 from acceptmoe.kernels.batched import prune_batched
 from acceptmoe.methods import (BlockInfo, Router, SelectorConfig, Selection, effective_rank_size, order_desc,
                                prune_nonresident, rank_desc, route, select, topk)
+from acceptmoe.methods.topk import first_k_in, topk_ids
 
 FIXED = ("count-b", "moe-spec", "acceptmoe-b")
 ALL = ("standard-sd",) + FIXED + ("acceptmoe",)
@@ -63,6 +64,20 @@ def test_topk_and_rank_follow_the_one_rule(n, k, seed, coarse):
         rank = rank_desc(torch.tensor(row), torch.tensor(sec)).tolist()
         assert [rank[i] for i in python_order(row, sec)] == list(range(n))
     assert torch.equal(topk(x, k)[1], torch.stack([torch.tensor(python_order(r)[:k]) for r in x.tolist()]))
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(1, 40), st.integers(1, 8), st.integers(0, 2**31 - 1), st.booleans())
+def test_first_k_members_of_a_ranking_are_the_masked_topk(n, k, seed, coarse):
+    """Reading a restricted top-k from the unrestricted ranking gives the top-k of the masked values."""
+    gen = torch.Generator().manual_seed(seed)
+    k = min(k, n)
+    x = torch.randint(-3, 3, (6, n), generator=gen).float() if coarse else torch.randn(6, n, generator=gen)
+    member = torch.rand(6, n, generator=gen) < 0.4
+    member[torch.arange(6)[:, None], torch.randperm(n, generator=gen)[:k]] = True    # at least k per row
+    masked = x.masked_fill(~member, float("-inf"))
+    assert torch.equal(first_k_in(order_desc(x), member, k), topk_ids(masked, k))
+    assert torch.equal(first_k_in(order_desc(x), member[:1], k), topk_ids(x.masked_fill(~member[:1], float("-inf")), k))
 
 
 @settings(max_examples=100, deadline=None)

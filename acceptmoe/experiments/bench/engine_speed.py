@@ -10,9 +10,11 @@
 - Where the time goes in one Standard SD and one AcceptMoE generation (cProfile, cumulative per component).
 
 Every generation produces exactly `--tokens` tokens (EOS ignored) and the same prompts are used for every
-row; medians over `--repeats` runs.
+row; medians over `--repeats` runs. `--tree STEPS TOPK TOKENS` sets the draft tree (default: the tiny
+preset's); the verify pass's expert rows grow with the tree's tokens, so on a CPU (time per FLOP) a
+smaller tree can trade tau for a cheaper verify step.
 
-    ./reproduce.sh bench-engine [--model models/tiny --tokens 64 --prompts 4 --repeats 3 --threads 1]
+    ./reproduce.sh bench-engine [--model models/tiny --tokens 64 --prompts 4 --repeats 3 --threads 1 --tree 5 10 64]
 """
 from __future__ import annotations
 
@@ -29,13 +31,15 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from acceptmoe.commands import command, parser
 from acceptmoe.methods import B0_METHOD, BASELINE, REFERENCE, Variant
 
-# profile components: (label, file suffix, function names); cumulative time of the outermost calls
+# profile components: (label, file suffix, function names, caller or None); cumulative time of those functions,
+# counting only the calls made from `caller` (file suffix, function name) when one is given
 COMPONENTS = (
-    ("expert MLPs (ExpertStore.run)", "engine/store.py", ("run",)),
-    ("selection + routing (verifier)", "engine/engine.py", ("__call__",)),
-    ("attention core + masks", "engine/attention.py", ("attend", "block_masks")),
-    ("drafting (EAGLE-3 propose/extend)", "engine/eagle3.py", ("propose", "extend")),
-    ("target forward (all of it)", "engine/model.py", ("forward",)),
+    ("expert MLPs (ExpertStore.run)", "engine/store.py", ("run",), None),
+    ("verifier: select + prune + route", "kernels/interface.py", ("__call__", "prepare"), None),
+    ("natural routing (Router.natural)", "methods/routing.py", ("natural",), ("engine/model.py", "_mlp")),
+    ("attention core + masks", "engine/attention.py", ("attend", "block_masks"), None),
+    ("drafting (EAGLE-3 propose/extend)", "engine/eagle3.py", ("propose", "extend"), None),
+    ("target forward (all of it)", "engine/model.py", ("forward",), None),
 )
 
 
@@ -127,11 +131,15 @@ def profile_components(fn) -> tuple[float, dict[str, float]]:
     fn()
     prof.disable()
     total = time.perf_counter() - t0
-    stats = pstats.Stats(prof).stats
+    stats = pstats.Stats(prof).stats                  # (file, line, func) -> (cc, nc, tt, ct, callers)
     out = {}
-    for label, suffix, names in COMPONENTS:
-        out[label] = sum(v[3] for (file, _, func), v in stats.items()
-                         if file.endswith(suffix) and func in names)
+    for label, suffix, names, caller in COMPONENTS:
+        rows = [v for (file, _, func), v in stats.items() if file.endswith(suffix) and func in names]
+        if caller is None:
+            out[label] = sum(v[3] for v in rows)
+        else:
+            out[label] = sum(c[3] for v in rows for (file, _, func), c in v[4].items()
+                             if file.endswith(caller[0]) and func == caller[1])
     return total, out
 
 
@@ -144,18 +152,29 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--prompts", type=int, default=4)
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--tree", type=int, nargs=3, metavar=("STEPS", "TOPK", "TOKENS"), default=None,
+                   help="draft tree: levels, top-k per level, tokens verified (root included); "
+                        "default: the tiny preset's tree")
     a = p.parse_args(argv)
     torch.set_num_threads(a.threads)
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from acceptmoe.engine import TreeShape, load_engine
+    from acceptmoe.experiments.config import load_world
     from acceptmoe.methods import CommitmentTable
-    engine = load_engine(a.model)                     # checks the folders first (clear error if missing)
+    if a.tree is None:
+        tree = load_world("tiny").tree
+    else:
+        try:
+            tree = TreeShape(*a.tree)
+        except ValueError as e:
+            p.error(f"--tree {' '.join(map(str, a.tree))}: {e}")
+    engine = load_engine(a.model, tree=tree)          # checks the folders first (clear error if missing)
     target = Path(a.model) / "target"
     tok = AutoTokenizer.from_pretrained(target)
     prompts = tiny_prompts(tok, a.prompts)
     hf = AutoModelForCausalLM.from_pretrained(target, dtype=torch.float32).eval()
-    steps = TreeShape().num_steps
+    steps = tree.num_steps
     commitment = (CommitmentTable.load(a.commitment).p_hat if a.commitment
                   else tuple([1.0] + [0.8 ** d for d in range(1, steps + 1)]))
     hf_name = "transformers generate (greedy)"
@@ -173,7 +192,8 @@ def main(argv: list[str] | None = None) -> int:
             rows[f"ours {v.name}"].append(tps)
             taus[f"ours {v.name}"] = tau
     base = statistics.median(rows["transformers generate (greedy)"])
-    print(f"{a.prompts} prompts x {a.tokens} tokens, CPU {a.threads} thread(s), median of {a.repeats} runs\n")
+    print(f"{a.prompts} prompts x {a.tokens} tokens, CPU {a.threads} thread(s), median of {a.repeats} runs; "
+          f"draft tree: {tree.num_steps} steps, top-{tree.topk}, {tree.num_draft_tokens} tokens verified\n")
     print("| engine | tokens/s | vs transformers | tau | aten ops / target step |\n|---|---:|---:|---:|---:|")
     for name, vals in rows.items():
         med = statistics.median(vals)
