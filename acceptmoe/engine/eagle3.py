@@ -29,6 +29,7 @@ import torch.nn.functional as F
 from safetensors.torch import load_file, save_file
 from torch import Tensor, nn
 
+from .attention import Linear
 from .kv import Start
 from .model import DenseMLP
 from .tree import DraftTree, TreeShape, eagle2_expand, select_tree
@@ -131,10 +132,10 @@ class Attention(nn.Module):
         H = cfg["hidden_size"]
         self.heads, self.kv_heads = cfg["num_attention_heads"], cfg.get("num_key_value_heads") or cfg["num_attention_heads"]
         self.head_dim = cfg.get("head_dim") or H // self.heads
-        self.q_proj = nn.Linear(2 * H, self.heads * self.head_dim, bias=False)
-        self.k_proj = nn.Linear(2 * H, self.kv_heads * self.head_dim, bias=False)
-        self.v_proj = nn.Linear(2 * H, self.kv_heads * self.head_dim, bias=False)
-        self.o_proj = nn.Linear(self.heads * self.head_dim, H, bias=False)
+        self.q_proj = Linear(2 * H, self.heads * self.head_dim, bias=False)
+        self.k_proj = Linear(2 * H, self.kv_heads * self.head_dim, bias=False)
+        self.v_proj = Linear(2 * H, self.kv_heads * self.head_dim, bias=False)
+        self.o_proj = Linear(self.heads * self.head_dim, H, bias=False)
         # fp32 always, so kept out of the module's buffers (a dtype cast would round it); one copy per device
         self.inv_freq = rope_inv_freq(self.head_dim, cfg.get("rope_theta", 10000.0), cfg.get("rope_scaling"))
         self._inv_freq_on: dict[torch.device, Tensor] = {}
@@ -184,10 +185,10 @@ class Eagle3Draft(nn.Module):
         Vd = config.get("draft_vocab_size") or V
         self.hidden_size, self.vocab_size, self.draft_vocab_size = H, V, Vd
         target_h = config.get("target_hidden_size") or H
-        self.fc = nn.Linear(3 * target_h, H, bias=False)
+        self.fc = Linear(3 * target_h, H, bias=False)
         self.midlayer = MidLayer(config)
         self.norm = RMSNorm(H, config.get("rms_norm_eps", 1e-6))
-        self.lm_head = nn.Linear(H, Vd, bias=False)
+        self.lm_head = Linear(H, Vd, bias=False)
         self.embed_tokens = nn.Embedding(V, H) if own_embedding else None
         self.register_buffer("d2t", torch.zeros(Vd, dtype=torch.long))
         self.register_buffer("t2d", torch.zeros(V, dtype=torch.bool))
@@ -209,7 +210,11 @@ class Eagle3Draft(nn.Module):
         draft = cls(config, own_embedding="embed_tokens.weight" in state)
         _check_and_load(draft, state, path)
         stored = state["fc.weight"].dtype
-        return draft.to(device=device, dtype=dtype or stored).eval()
+        draft = draft.to(device=device, dtype=dtype or stored).eval()
+        for m in draft.modules():
+            if isinstance(m, Linear):
+                m.freeze()                                   # one mm per call (see attention.Linear)
+        return draft
 
     def save_pretrained(self, path: str | Path) -> None:
         path = Path(path)
