@@ -32,7 +32,6 @@ from torch import Tensor
 
 from acceptmoe.errors import UserError
 
-from .kv import KVCache
 
 STEP_MODES = ("auto", "eager", "static", "graphs")
 
@@ -152,36 +151,3 @@ class StepGraphs:
     def describe(self) -> dict:
         return {"mode": self.mode, "captured": len(self.graphs), "replays": self.replays,
                 "fallbacks": dict(self.fallbacks)}
-
-
-def check(device, model_dir="models/tiny") -> dict:
-    """gpu-check's `graphs` check on the tiny world, every method: steps="graphs" gives the tokens and the
-    trace of steps="static" (the same passes run eagerly), whose tokens equal "eager"'s; graphs were
-    replayed and no capture fell back. Without CUDA only static = eager runs and the verdict is SKIP."""
-    from acceptmoe.methods import METHODS, Variant
-
-    from .engine import load_engine
-    device = torch.device(device)
-    modes = ("eager", "static", "graphs") if device.type == "cuda" else ("eager", "static")
-    engines = {mode: load_engine(model_dir, device=device, steps=mode) for mode in modes}
-    p_hat = (1.0, 0.8, 0.64, 0.512, 0.41, 0.33)
-    prompts = [[1, 17, 42, 99, 7, 300, 12], [5, 6, 7, 8, 9, 10, 11, 12, 13, 14]]
-    rows, ok = [], True
-    for name in METHODS:
-        variant = Variant(name).bind(commitment=p_hat, b0=24)
-        for i, ids in enumerate(prompts):
-            out = {}
-            for mode, engine in engines.items():
-                gen = engine.generate(ids, variant, 24, ignore_eos=True)
-                out[mode] = (gen.tokens, gen.trace.lines())
-            row = {"method": name, "prompt": i, "static_equal_eager": out["static"][0] == out["eager"][0]}
-            if "graphs" in out:
-                row["graphs_equal_static"] = out["graphs"] == out["static"]
-                ok &= row["graphs_equal_static"] and row["static_equal_eager"]
-            rows.append(row)
-    if "graphs" not in engines:
-        return {"check": "graphs", "verdict": "SKIP", "reason": "CUDA graphs need CUDA (static = eager checked)",
-                "rows": rows}
-    graphs = engines["graphs"].steps.describe()
-    ok &= graphs["replays"] > 0 and not graphs["fallbacks"]
-    return {"check": "graphs", "verdict": "PASS" if ok else "FAIL", "rows": rows, "steps": graphs}
