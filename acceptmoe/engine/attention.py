@@ -12,7 +12,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from .config import ModelConfig
-from .kv import KVCache, Start
+from .kv import KVCache, Start, visible_slots
 
 
 class Linear(nn.Linear):
@@ -97,7 +97,8 @@ def block_masks(cfg: ModelConfig, cache: KVCache, start: Start, positions: Tenso
     if mask is not None and (mask.shape != (T, T) or mask.dtype != torch.bool):
         raise ValueError(f"mask must be bool [T, T] = [{T}, {T}], got {mask.dtype} {tuple(mask.shape)}")
     if isinstance(start, Tensor):
-        base = _static_base(cache, start, T, mask)                                        # [T, S]
+        block = mask if mask is not None else torch.ones(T, T, dtype=torch.bool, device=dev).tril()
+        base = visible_slots(cache.slots, start, block.to(dev))                             # [T, S]
     elif mask is None:
         if T == 1 and not windows:
             return {None: None}
@@ -110,18 +111,6 @@ def block_masks(cfg: ModelConfig, cache: KVCache, start: Start, positions: Tenso
         out[w] = base & ((positions[:, None] - key_pos[None, :]) < w)
     zero = torch.zeros((), dtype=dtype, device=dev)
     return {w: zero.masked_fill(~m, float("-inf")) for w, m in out.items()}
-
-
-def _static_base(cache: KVCache, start: Tensor, T: int, mask: Tensor | None) -> Tensor:
-    """bool [T, max_len] for a block at the device scalar `start`: committed slots, then the block's own
-    slots as `mask` (None = causal) allows, nothing past the block."""
-    rel = cache.slots - start                                            # [S] slot relative to the block
-    rows = cache.slots[:T, None]                                         # [T, 1]
-    if mask is None:
-        inside = rel[None, :] <= rows                                    # [T, S] causal within the block
-    else:
-        inside = mask.gather(1, rel.clamp(0, T - 1).expand(T, -1))       # [T, S]
-    return (rel < 0)[None, :] | ((rel >= 0) & (rel < T))[None, :] & inside
 
 
 def attend(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, scale: float, sinks: Tensor | None) -> Tensor:

@@ -30,7 +30,7 @@ from safetensors.torch import load_file, save_file
 from torch import Tensor, nn
 
 from .attention import Linear
-from .kv import Start
+from .kv import Start, visible_slots
 from .model import DenseMLP
 from .tree import DraftTree, TreeShape, eagle2_expand, select_tree
 from acceptmoe.errors import UserError
@@ -392,7 +392,8 @@ class Eagle3Drafter:
         positions = start + self.cache.slots[:T]                                         # [T]
         mask = None
         if isinstance(start, Tensor):
-            mask = self.cache.slots[None, :] <= positions[:, None]                       # [T, S] causal
+            causal = torch.ones(T, T, dtype=torch.bool, device=tokens.device).tril()
+            mask = visible_slots(self.cache.slots, start, causal)                        # [T, S]
         out = self.draft(tokens, inputs["features"], positions, self.cache, start, mask)  # [T, H]
         return out[-1], torch.log_softmax(self.draft.logits(out[-1:])[0], dim=-1)
 
@@ -423,11 +424,9 @@ class Eagle3Drafter:
         prefix [0, L) and to their ancestors among the tree slots from L (`tree_mask` [k, level k]) ->
         (hidden [k, H], log-probs [k, Vd]). L is an int (eager) or a 0-d device tensor (static)."""
         L, tree_mask = inputs["L"], inputs["tree_mask"]
-        k, width = tree_mask.shape
+        k = tree_mask.shape[0]
         if isinstance(L, Tensor):
-            rel = self.cache.slots - L                                                   # [S] slot - L
-            inside = tree_mask.gather(1, rel.clamp(0, width - 1).expand(k, -1))          # [k, S]
-            full = (rel < 0)[None, :] | ((rel >= 0) & (rel < width))[None, :] & inside  # [k, S]
+            full = visible_slots(self.cache.slots, L, tree_mask)                         # [k, S]
         else:
             full = torch.cat([torch.ones(k, L, dtype=torch.bool, device=tree_mask.device), tree_mask], 1)
         out = self.draft(inputs["tokens"], inputs["hidden"], inputs["positions"], self.cache, L + (level - 1) * k,

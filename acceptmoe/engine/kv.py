@@ -16,6 +16,15 @@ from torch import Tensor
 Start = int | Tensor                  # int: dynamic shapes; 0-d long device tensor: static shapes
 
 
+def visible_slots(slots: Tensor, start: Tensor, block: Tensor) -> Tensor:
+    """The attention rule of a static pass, bool [T, S] (True: may attend): slots before the device scalar
+    `start` are visible to every new token, slots start..start+W-1 as `block` [T, W] allows, none after."""
+    rel = slots - start                                                  # [S] slot relative to the block
+    T, W = block.shape
+    inside = block.gather(1, rel.clamp(0, W - 1).expand(T, -1))          # [T, S]
+    return (rel < 0)[None, :] | ((rel >= 0) & (rel < W))[None, :] & inside
+
+
 class KVCache:
     def __init__(self, num_layers: int, num_kv_heads: int, head_dim: int, max_len: int,
                  dtype: torch.dtype, device: torch.device | str):

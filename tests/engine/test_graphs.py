@@ -130,3 +130,13 @@ def test_static_passes_never_read_the_device(engines):
                   if op.split(".")[1] in ("_local_scalar_dense", "item", "nonzero", "unique", "masked_select")}
     assert seen and not host_reads, host_reads
     assert any(op.startswith("aten.index_copy") for op in seen)      # the static cache writes ran
+
+
+def test_visible_slots_is_prefix_then_block_then_nothing():
+    from acceptmoe.engine.kv import visible_slots
+    block = torch.tensor([[True, False, False], [True, True, False], [True, False, True]])
+    got = visible_slots(torch.arange(8), torch.tensor(2), block)
+    want = torch.tensor([[1, 1, 1, 0, 0, 0, 0, 0],
+                         [1, 1, 1, 1, 0, 0, 0, 0],
+                         [1, 1, 1, 0, 1, 0, 0, 0]], dtype=torch.bool)
+    assert torch.equal(got, want)
