@@ -11,7 +11,9 @@ Modes (`Engine(steps=...)`, `resolve_steps` picks the default):
 - eager:  dynamic shapes (an int `start`: attention reads slots [0, start + T)); the CPU default and the
           offloaded store's mode (its copies are host-driven).
 - static: the static-shape pass (a device scalar `start`; attention over every cache slot, the rest
-          masked; see `kv`), run eagerly. It is exactly what a graph holds, and runs on any device.
+          masked; see `kv`), run eagerly. It is exactly what a graph holds, and runs on any device. Its
+          attention cost follows the cache's size (a power of two at least prompt + max_new_tokens +
+          tree), not the sequence's length: the price of one graph per shape.
 - graphs: static, captured once per key on CUDA (after one eager warm-up whose counter increments are
           undone) and replayed; the default on CUDA with the resident store. The key is everything the
           captured pass reads as Python state: T, whether a tree mask is given, the aux layers and the
