@@ -66,7 +66,11 @@ Inputs = dict[str, "Tensor | int"]
 class StepGraphs:
     """Fixed-shape passes of one engine (batch 1): the target's decode and verify passes and the drafter's
     tree levels, each a `body(inputs) -> tuple` over named inputs (tensors, and ints such as `start` that
-    static modes hold as 0-d device tensors)."""
+    static modes hold as 0-d device tensors).
+
+    Graphs share one memory pool, so a replay's outputs are valid until the next replay of a graph captured
+    before it: callers consume (or copy) each pass's outputs before running the next pass, as the engine's
+    step does (levels -> verify -> accept -> extend, each read before the next)."""
 
     def __init__(self, device: torch.device | str, mode: str, state: Sequence[Tensor] = ()):
         """state: tensors a pass updates in place that a warm-up must leave as it found them (counters)."""
