@@ -30,3 +30,13 @@ def test_profile_components_find_the_verifier_and_natural_routing():
     verifier, natural = "verifier: select + prune + route", "natural routing (Router.natural)"
     assert parts_am[verifier] > 0 and parts_sd[natural] > 0
     assert parts_sd[verifier] == 0                   # Standard SD without a trace routes naturally, no verifier
+
+
+def test_bench_select_times_every_method_on_changing_logits():
+    """bench-select cycles through distinct logits (one tensor timed again and again lets the CPU learn its
+    sort); every speculative method gets a row with positive times and a set of at least top-k experts."""
+    from acceptmoe.experiments.bench import select_latency
+    rows = select_latency.run(tokens=9, experts=16, top_k=2, blocks=2, repeats=4, threads=1)
+    assert [r["method"] for r in rows] == list(select_latency.METHODS)
+    assert all(r["verifier_ms"] > 0 and r["reference_ms"] > 0 and r["set_size"] >= 2 for r in rows)
+    assert "| acceptmoe |" in select_latency.format_table(rows, 9, 16, 2, 2, 1)
