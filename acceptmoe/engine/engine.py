@@ -13,6 +13,9 @@ S against the expert pool (AcceptMoE under the offloaded store by default), then
 the target's argmax, plus the bonus token; the KV cache keeps the accepted path and the drafter is fed the
 accepted tokens with the target's features.
 
+Passes run through `StepGraphs` (`Engine(steps=...)`): eager, or at fixed shapes over persistent caches,
+captured as CUDA graphs on CUDA with the resident store (see `graphs`).
+
 Verifier backends (`Engine(backend=...)`): `torch` (tensor code on any device), `triton` (the fused kernel,
 one launch per layer, no host sync), any name registered with `acceptmoe.kernels.register_backend`, and
 `auto` = `triton` on CUDA, else `torch`.
@@ -87,8 +90,8 @@ class Engine:
 
     def __init__(self, model, draft: Eagle3Draft | None = None, backend: str = "auto", tree: TreeShape = TreeShape(),
                  selector: SelectorConfig = SelectorConfig(), steps: str = "auto"):
-        """steps: how target decode and verify passes run (`graphs.STEP_MODES`; "auto" = CUDA graphs on
-        CUDA with the resident store, eager otherwise)."""
+        """steps: how the target's decode and verify passes and the drafter's tree levels and extensions run
+        (`graphs.STEP_MODES`; "auto" = CUDA graphs on CUDA with the resident store, eager otherwise)."""
         self.model, self.draft = model, draft
         self.tree, self.selector = tree, selector
         self.router: Router = model.router
