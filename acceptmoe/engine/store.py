@@ -204,13 +204,12 @@ class ExpertStore:
         self.layer_ids = tuple(sorted(layers))
         self.row = {l: i for i, l in enumerate(self.layer_ids)}
         self.expert_bytes = {l: expert_bytes(w) for l, w in layers.items()}
-        self.reset_counters()
+        self.tally = torch.zeros(len(self.layer_ids), 4, dtype=torch.long, device=self.device)  # [L, 4]
+        self.cells = {l: self.tally[i].unbind(0) for i, l in enumerate(self.layer_ids)}      # by column
+        self.wait_s = dict.fromkeys(self.layer_ids, 0.0)
 
     def reset_counters(self) -> None:
         """Zero the counters in place (a captured CUDA graph keeps adding to the same tally)."""
-        if not hasattr(self, "tally"):
-            self.tally = torch.zeros(len(self.layer_ids), 4, dtype=torch.long, device=self.device)  # [L, 4]
-            self.cells = {l: self.tally[i].unbind(0) for i, l in enumerate(self.layer_ids)}  # by column
         self.tally.zero_()
         self.wait_s = dict.fromkeys(self.layer_ids, 0.0)
 

@@ -41,8 +41,8 @@ def test_static_passes_equal_eager_for_every_method(engines):
     assert same_trees >= 20
 
 
-def test_static_draft_level_and_target_pass_match_eager_numerically(engines):
-    """One verify pass and the drafter's levels, static against eager on the same inputs."""
+def test_static_verify_pass_matches_eager_numerically(engines):
+    """One tree-masked target pass, static against eager on the same inputs."""
     eng = engines["static"]
     gen = engines["eager"].generate(PROMPTS[1], Variant("standard-sd"), 12, ignore_eos=True)
     assert gen.tokens

@@ -47,13 +47,18 @@ def python_order(values: list, secondary: list | None = None) -> list[int]:
     return sorted(range(len(values)), key=key)
 
 
+def tied_rows(rows: int, n: int, k: int, seed: int, coarse: bool):
+    """(generator, min(k, n), values [rows, n]): small integers (many ties) when coarse, else normal draws."""
+    gen = torch.Generator().manual_seed(seed)
+    x = torch.randint(-3, 3, (rows, n), generator=gen).float() if coarse else torch.randn(rows, n, generator=gen)
+    return gen, min(k, n), x
+
+
 @settings(max_examples=200, deadline=None)
 @given(st.integers(1, 40), st.integers(1, 8), st.integers(0, 2**31 - 1), st.booleans())
 def test_topk_and_rank_follow_the_one_rule(n, k, seed, coarse):
     """topk, order_desc and rank_desc on rows full of ties (and -inf) against the rule in plain Python."""
-    gen = torch.Generator().manual_seed(seed)
-    k = min(k, n)
-    x = torch.randint(-3, 3, (5, n), generator=gen).float() if coarse else torch.randn(5, n, generator=gen)
+    gen, k, x = tied_rows(5, n, k, seed, coarse)
     x[0, : n // 2] = float("-inf")
     y = torch.randint(0, 2, (5, n), generator=gen).float()
     for row, sec in zip(x.tolist(), y.tolist()):
@@ -70,9 +75,7 @@ def test_topk_and_rank_follow_the_one_rule(n, k, seed, coarse):
 @given(st.integers(1, 40), st.integers(1, 8), st.integers(0, 2**31 - 1), st.booleans())
 def test_first_k_members_of_a_ranking_are_the_masked_topk(n, k, seed, coarse):
     """Reading a restricted top-k from the unrestricted ranking gives the top-k of the masked values."""
-    gen = torch.Generator().manual_seed(seed)
-    k = min(k, n)
-    x = torch.randint(-3, 3, (6, n), generator=gen).float() if coarse else torch.randn(6, n, generator=gen)
+    gen, k, x = tied_rows(6, n, k, seed, coarse)
     member = torch.rand(6, n, generator=gen) < 0.4
     member[torch.arange(6)[:, None], torch.randperm(n, generator=gen)[:k]] = True    # at least k per row
     masked = x.masked_fill(~member, float("-inf"))
