@@ -1,20 +1,21 @@
 """`EngineBackend`: the one contract between the experiments and an engine that runs a target + draft pair.
 
     engine: EngineBackend = load_engine("models/tiny", tree=TreeShape(5, 10, 64))
-    gen = engine.generate(prompt_ids, Variant("acceptmoe").bind(commitment=p_hat), max_new_tokens=96)
+    plan = Variant("acceptmoe").bind(engine.fit, commitment=p_hat)
+    gen = engine.generate(prompt_ids, plan, max_new_tokens=96)
     gen.tokens, gen.accept_lengths, gen.trace (per block: tree, accepted path; per layer: set size, unions)
 
 Runners see only this protocol (`acceptmoe.experiments.engines.open_backend` picks one by name): the native engine
 (`acceptmoe.engine.Engine`) implements it directly; the SGLang plugin implements it over its own server. The
-tree shape and the base selector are fixed when the backend opens (a server is configured once); a `Variant`
-says everything that changes per generation. Statistics (trace, counters) are read after a generation and
-never change what it computes.
+tree shape is fixed when the backend opens (a server is configured once); a `Plan` (a `Variant` bound to
+the backend's `fit`) says everything that changes per generation. Statistics (trace, counters) are read
+after a generation and never change what it computes.
 """
 from __future__ import annotations
 
 from typing import Protocol, Sequence, runtime_checkable
 
-from acceptmoe.methods import Variant
+from acceptmoe.methods import Fit, Plan
 
 
 @runtime_checkable
@@ -22,12 +23,16 @@ class EngineBackend(Protocol):
     name: str                                   # "native", "sglang", ...
     eos_token_ids: set[int]
 
-    def generate(self, prompt_ids: Sequence[int], variant: Variant, max_new_tokens: int = 256,
+    @property
+    def fit(self) -> Fit:
+        """What plans for this backend are bound to: router, experts, tree depth, expert store."""
+
+    def generate(self, prompt_ids: Sequence[int], plan: Plan, max_new_tokens: int,
                  ignore_eos: bool = False, *, trace_layers: bool = True):
         """One greedy generation -> `Generation` (tokens, accept_lengths, step_times, trace, prefill_time,
         stop_reason)."""
 
-    def generate_many(self, prompts: Sequence[Sequence[int]], variant: Variant, max_new_tokens: int = 256,
+    def generate_many(self, prompts: Sequence[Sequence[int]], plan: Plan, max_new_tokens: int,
                       ignore_eos: bool = False, *, trace_layers: bool = True) -> list:
         """One `Generation` per prompt, in prompt order (a backend may run them concurrently)."""
 

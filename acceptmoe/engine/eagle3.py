@@ -21,6 +21,7 @@ from __future__ import annotations
 import functools
 import json
 import math
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
@@ -353,39 +354,14 @@ def _check_and_load(draft: Eagle3Draft, state: dict[str, Tensor], path: Path) ->
                           strict=False)
 
 
-class Eagle3Drafter:
-    """Proposes EAGLE-2 draft trees with an EAGLE-3 head, keeping its cache in step with the target's.
+@dataclass(frozen=True)
+class DraftExtend:
+    """The drafter's pass over newly committed tokens (an accepted path, or the prompt): what it reads is
+    the draft head and its cache; inputs tokens [T], features [T, 3*Ht], start."""
+    draft: Eagle3Draft
+    cache: DraftCache
 
-    Invariant: after `extend`, the draft cache holds one entry per committed target position 0..L-1 (the
-    pair (h_i, x_{i+1}) at draft position i), and the draft state for the root x_L is the output at L-1.
-    Tree nodes of depth d are fed at draft position L - 1 + d, in cache slots after L, attending to the
-    committed prefix and their own fed ancestors only.
-
-    `steps` (the engine's `StepGraphs`) runs each tree level at fixed shapes (one CUDA graph per level in
-    "graphs" mode) and holds the draft cache across generations; without it every pass is eager."""
-
-    def __init__(self, draft: Eagle3Draft, max_len: int, shape: TreeShape, steps=None):
-        self.draft, self.shape, self.steps = draft, shape, steps
-        n = max_len + (shape.num_steps - 1) * shape.topk
-        self.cache = steps.cache("draft", n, draft.new_cache) if steps is not None else draft.new_cache(n)
-        self.length = 0
-        self.root_hidden: Tensor | None = None    # [H]
-        self.root_logp: Tensor | None = None      # [Vd] fp32
-
-    def extend(self, tokens: Tensor, features: Tensor, start: int) -> None:
-        """tokens [T] target ids x_{start+1..start+T}; features [T, 3*Ht] target aux at start..start+T-1.
-        An accepted path (T <= num_steps + 1) runs through `steps` (one graph per length); a prompt eagerly."""
-        T = tokens.shape[0]
-        if start + T > self.cache.max_len:
-            raise ValueError(f"draft cache overflow: {start + T} > max_len {self.cache.max_len}")
-        inputs = {"tokens": tokens, "features": features, "start": start}
-        if self.steps is None or T > self.shape.num_steps + 1:
-            self.root_hidden, self.root_logp = self._extend(inputs)
-        else:
-            self.root_hidden, self.root_logp = self.steps.run("extend", inputs, self._extend)
-        self.length = start + T
-
-    def _extend(self, inputs: dict) -> tuple[Tensor, Tensor]:
+    def __call__(self, inputs: dict) -> tuple[Tensor, Tensor]:
         """-> (the root's draft state [H], its log-probs [Vd]); causal over the prefix and the new tokens."""
         tokens, start = inputs["tokens"], inputs["start"]
         T = tokens.shape[0]
@@ -396,6 +372,66 @@ class Eagle3Drafter:
             mask = visible_slots(self.cache.slots, start, causal)                        # [T, S]
         out = self.draft(tokens, inputs["features"], positions, self.cache, start, mask)  # [T, H]
         return out[-1], torch.log_softmax(self.draft.logits(out[-1:])[0], dim=-1)
+
+
+@dataclass(frozen=True)
+class DraftLevel:
+    """One tree level: its k fed nodes at draft slots L + (level - 1) k, attending to the committed prefix
+    [0, L) and to their ancestors among the tree slots from L (`tree_mask` [k, level k]); inputs tokens [k],
+    hidden [k, H], positions [k], tree_mask, L (an int eagerly, a 0-d device tensor at static shapes)."""
+    draft: Eagle3Draft
+    cache: DraftCache
+    level: int
+
+    def __call__(self, inputs: dict) -> tuple[Tensor, Tensor]:
+        """-> (hidden [k, H], log-probs [k, Vd])."""
+        L, tree_mask = inputs["L"], inputs["tree_mask"]
+        k = tree_mask.shape[0]
+        if isinstance(L, Tensor):
+            full = visible_slots(self.cache.slots, L, tree_mask)                         # [k, S]
+        else:
+            full = torch.cat([torch.ones(k, L, dtype=torch.bool, device=tree_mask.device), tree_mask], 1)
+        out = self.draft(inputs["tokens"], inputs["hidden"], inputs["positions"], self.cache,
+                         L + (self.level - 1) * k, full)                                 # [k, H]
+        return out, torch.log_softmax(self.draft.logits(out), dim=-1)
+
+
+class Eagle3Drafter:
+    """Proposes EAGLE-2 draft trees with an EAGLE-3 head, keeping its cache in step with the target's.
+
+    Invariant: after `extend`, the draft cache holds one entry per committed target position 0..L-1 (the
+    pair (h_i, x_{i+1}) at draft position i), and the draft state for the root x_L is the output at L-1.
+    Tree nodes of depth d are fed at draft position L - 1 + d, in cache slots after L, attending to the
+    committed prefix and their own fed ancestors only.
+
+    `steps` (the engine's `StepGraphs`) runs each tree level and each extension by an accepted path at fixed
+    shapes (one CUDA graph per level and per length in "graphs" mode) and holds the draft cache across
+    generations; without it every pass is eager."""
+
+    def __init__(self, draft: Eagle3Draft, max_len: int, shape: TreeShape, steps=None):
+        self.draft, self.shape, self.steps = draft, shape, steps
+        n = max_len + (shape.num_steps - 1) * shape.topk
+        self.cache = steps.cache("draft", n, draft.new_cache) if steps is not None else draft.new_cache(n)
+        self.length = 0
+        self.root_hidden: Tensor | None = None    # [H]
+        self.root_logp: Tensor | None = None      # [Vd] fp32
+
+    def _run(self, step, inputs: dict) -> tuple[Tensor, Tensor]:
+        return step(inputs) if self.steps is None else self.steps.run(step, inputs)
+
+    def extend(self, tokens: Tensor, features: Tensor, start: int) -> None:
+        """tokens [T] target ids x_{start+1..start+T}; features [T, 3*Ht] target aux at start..start+T-1.
+        An accepted path (T <= num_steps + 1) runs through `steps` (one graph per length); a prompt eagerly."""
+        T = tokens.shape[0]
+        if start + T > self.cache.max_len:
+            raise ValueError(f"draft cache overflow: {start + T} > max_len {self.cache.max_len}")
+        inputs = {"tokens": tokens, "features": features, "start": start}
+        step = DraftExtend(self.draft, self.cache)
+        if T > self.shape.num_steps + 1:
+            self.root_hidden, self.root_logp = step(inputs)                              # the prompt: any length
+        else:
+            self.root_hidden, self.root_logp = self._run(step, inputs)
+        self.length = start + T
 
     def propose(self, root_token: int) -> DraftTree:
         """The draft tree rooted at the committed token x_L (target position L)."""
@@ -409,26 +445,9 @@ class Eagle3Drafter:
             tree_mask = torch.cat([state["mask"][rows], torch.eye(k, dtype=torch.bool, device=dev)], 1)  # [k, level k]
             inputs = {"tokens": self.draft.to_target(fed_tok), "hidden": state["hidden"][rows],
                       "positions": torch.full((k,), L - 1 + level, device=dev), "tree_mask": tree_mask, "L": L}
-            if self.steps is None:
-                out, logp = self._level(level, inputs)
-            else:
-                out, logp = self.steps.run(("draft", level), inputs, functools.partial(self._level, level))
+            out, logp = self._run(DraftLevel(self.draft, self.cache, level), inputs)
             state["hidden"], state["mask"] = out, tree_mask
             return logp                                                                  # [k, Vd]
 
         cand = eagle2_expand(self.root_logp, step, self.shape)
         return select_tree(cand, self.shape, root_token, L, self.draft.to_target)
-
-    def _level(self, level: int, inputs: dict) -> tuple[Tensor, Tensor]:
-        """One tree level: its k fed nodes at draft slots L + (level - 1) k, attending to the committed
-        prefix [0, L) and to their ancestors among the tree slots from L (`tree_mask` [k, level k]) ->
-        (hidden [k, H], log-probs [k, Vd]). L is an int (eager) or a 0-d device tensor (static)."""
-        L, tree_mask = inputs["L"], inputs["tree_mask"]
-        k = tree_mask.shape[0]
-        if isinstance(L, Tensor):
-            full = visible_slots(self.cache.slots, L, tree_mask)                         # [k, S]
-        else:
-            full = torch.cat([torch.ones(k, L, dtype=torch.bool, device=tree_mask.device), tree_mask], 1)
-        out = self.draft(inputs["tokens"], inputs["hidden"], inputs["positions"], self.cache, L + (level - 1) * k,
-                         full)                                                           # [k, H]
-        return out, torch.log_softmax(self.draft.logits(out), dim=-1)

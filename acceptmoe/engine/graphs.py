@@ -5,7 +5,12 @@ static buffers.
 
     steps = StepGraphs(device, "graphs", state=(store.tally,))   # STEP_MODES: "eager" | "static" | "graphs"
     cache = steps.cache("target", max_len, model.new_cache)      # one persistent cache, grown by powers of two
-    outputs = steps.run(key, {"ids": ids, "start": start, ...}, body)   # body(inputs) -> tuple of tensors
+    outputs = steps.run(step, {"ids": ids, "start": start, ...})  # step(inputs) -> tuple of tensors
+
+A step is a frozen dataclass whose fields are everything its `__call__` reads besides the inputs (the model,
+the cache, the verifier, whether it prunes or records, ...): `engine.passes.TargetPass`,
+`eagle3.DraftLevel`, `eagle3.DraftExtend`. Its graph key is the step itself (its fields, compared as the
+dataclass compares them) and the inputs' names, shapes and dtypes, so nothing is listed by hand.
 
 Modes (`Engine(steps=...)`, `resolve_steps` picks the default):
 - eager:  dynamic shapes (an int `start`: attention reads slots [0, start + T)); the CPU default and the
@@ -15,10 +20,8 @@ Modes (`Engine(steps=...)`, `resolve_steps` picks the default):
           attention cost follows the cache's size (a power of two at least prompt + max_new_tokens +
           tree), not the sequence's length: the price of one graph per shape.
 - graphs: static, captured once per key on CUDA (after one eager warm-up whose counter increments are
-          undone) and replayed; the default on CUDA with the resident store. The key is everything the
-          captured pass reads as Python state: T, whether a tree mask is given, the aux layers and the
-          caller's policy key (the verifier object, pruning, tracing). A capture that fails leaves that key
-          static (eager) and records why in `fallbacks`.
+          undone) and replayed; the default on CUDA with the resident store. A capture that fails leaves
+          that key static (eager) and records why in `fallbacks`.
 
 The prefill and the drafter's extension by the prompt (any length), the candidate ranking between draft
 levels, the tree selection and acceptance (host reads, once per step) and the cache compaction run eagerly
@@ -26,6 +29,7 @@ around them.
 """
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
 
@@ -57,15 +61,16 @@ def resolve_steps(mode: str, device: torch.device, store_kind: str) -> str:
 class _Captured:
     graph: object                     # torch.cuda.CUDAGraph
     outputs: tuple                    # static output tensors, refreshed by every replay
-    keep: object                      # what the graph reads and must outlive it (the policy's verifier)
+    step: object                      # the step it runs: holds what the graph reads (the verifier's buffers)
 
 
 Inputs = dict[str, "Tensor | int"]
+Step = Callable[[Inputs], tuple]      # a frozen dataclass with __call__(inputs) (see the module docstring)
 
 
 class StepGraphs:
     """Fixed-shape passes of one engine (batch 1): the target's decode and verify passes and the drafter's
-    tree levels, each a `body(inputs) -> tuple` over named inputs (tensors, and ints such as `start` that
+    tree levels, each a step (`step(inputs) -> tuple`) over named inputs (tensors, and ints such as `start` that
     static modes hold as 0-d device tensors).
 
     Graphs share one memory pool, so a replay's outputs are valid until the next replay of a graph captured
@@ -94,26 +99,27 @@ class StepGraphs:
             self.graphs.clear()
         return held
 
-    def run(self, key: Hashable, inputs: Inputs, body: Callable[[Inputs], tuple], keep: object = None) -> tuple:
-        """body(inputs) directly (eager), on static buffers holding this step's inputs (static), or replayed
-        from a graph captured under `key` and the inputs' shapes (graphs). `key` names what the body reads
-        as Python state; `keep` is what a graph must keep alive (buffers it reads)."""
+    def run(self, step: Step, inputs: Inputs) -> tuple:
+        """step(inputs) directly (eager), on static buffers holding this step's inputs (static), or replayed
+        from a graph captured under the step and the inputs' shapes (graphs)."""
+        if not dataclasses.is_dataclass(step) or not step.__dataclass_params__.frozen:
+            raise TypeError(f"a step is a frozen dataclass declaring what it reads, got {type(step).__name__}")
         if self.mode == "eager":
-            return body(inputs)
-        full_key = (key, tuple((n, tuple(v.shape), v.dtype) if isinstance(v, Tensor) else (n, int)
-                               for n, v in inputs.items()))
+            return step(inputs)
+        full_key = (step, tuple((n, tuple(v.shape), v.dtype) if isinstance(v, Tensor) else (n, int)
+                                for n, v in inputs.items()))
         buf = self._buffers(full_key, inputs)
         for name, value in inputs.items():
             if isinstance(value, Tensor):
                 buf[name].copy_(value, non_blocking=True)
             else:
                 buf[name].fill_(value)
-        run = lambda: body(buf)  # noqa: E731
+        run = lambda: step(buf)  # noqa: E731
         if self.mode == "static" or str(full_key) in self.fallbacks:
             return run()
         captured = self.graphs.get(full_key)
         if captured is None:
-            captured = self._capture(full_key, run, keep)
+            captured = self._capture(full_key, run, step)
             if captured is None:
                 return run()
         captured.graph.replay()
@@ -128,7 +134,7 @@ class StepGraphs:
                 else torch.zeros((), dtype=torch.long, device=self.device) for n, v in inputs.items()}
         return buf
 
-    def _capture(self, key: Hashable, run: Callable[[], tuple], keep: object) -> _Captured | None:
+    def _capture(self, key: Hashable, run: Callable[[], tuple], step: Step) -> _Captured | None:
         """Warm up once on a side stream (lazy tables, kernel compilation), undo its counter increments,
         capture. The cache writes of the warm-up are those the replay makes again (same inputs)."""
         saved = [t.clone() for t in self.state]
@@ -151,7 +157,7 @@ class StepGraphs:
                 t.copy_(s)
             self.fallbacks[str(key)] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}"
             return None
-        self.graphs[key] = captured = _Captured(graph, outputs, keep)
+        self.graphs[key] = captured = _Captured(graph, outputs, step)
         return captured
 
     def describe(self) -> dict:

@@ -18,12 +18,16 @@ verification block with the layer fields as columns (lists over layers). Only in
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable, Sequence
 
-from acceptmoe.methods import BlockInfo, CommitmentTable
+import torch
+from torch import Tensor
+
+from acceptmoe.methods import BlockInfo, CommitmentTable, Plan
 
 LAYER_FIELDS = ("layer", "set_size", "anchor_size", "natural_union", "routed_union", "utility_kept")
 FORMAT_VERSION = 1
@@ -85,6 +89,33 @@ class Trace:
     @property
     def mean_accept_length(self) -> float:
         return sum(b.accept_length for b in self.blocks) / len(self.blocks) if self.blocks else 0.0
+
+
+def layer_stats(layer: int, natural_ids: Tensor, routed_ids: Tensor, out, valid: Tensor | None = None) -> Tensor:
+    """fp64 [B, len(LAYER_FIELDS)]: one MoE layer's trace fields for B blocks, on the device (no host sync),
+    from the natural and the routed ids [B, T, k], the verifier's output (`VerifierOutput`: eligible,
+    utility, anchor [B, E]) and the blocks' valid tokens bool [B, T] (None: every token). Both engines (the
+    native one, the SGLang plugin) record through this function."""
+    B, E, dev = out.eligible.shape[0], out.eligible.shape[-1], out.eligible.device
+
+    def union(ids: Tensor) -> Tensor:                              # [B]: experts routed to by a valid token
+        ids = ids.reshape(B, -1) if valid is None else torch.where(valid[..., None], ids, E).reshape(B, -1)
+        return torch.zeros(B, E + 1, dtype=torch.bool, device=dev).scatter_(1, ids, True)[:, :E].sum(-1)
+
+    u = out.utility.double()                                       # [B, E]
+    total = u.sum(-1)
+    kept = torch.where(total > 0, (u * out.eligible).sum(-1) / total.clamp_min(1e-300), 1.0)
+    return torch.stack([torch.full((B,), float(layer), dtype=torch.float64, device=dev),
+                        out.eligible.sum(-1).double(), out.anchor.sum(-1).double(), union(natural_ids).double(),
+                        union(routed_ids).double(), kept], -1)
+
+
+def trace_meta(engine: str, plan: Plan, tree, store: str, prompt_len: int, max_new_tokens: int,
+               ignore_eos: bool) -> dict:
+    """The `meta` line of a generation's trace, the same fields and types whichever engine wrote it."""
+    return {"engine": engine, **plan.describe(), "tree": dataclasses.asdict(tree) if plan.spec.speculates else None,
+            "store": store, "prompt_len": int(prompt_len), "max_new_tokens": int(max_new_tokens),
+            "ignore_eos": bool(ignore_eos)}
 
 
 def _compact(name: str, v: float) -> int | float:

@@ -1,425 +1,182 @@
-"""The fused verifier kernel: one launch per MoE layer selects each block's eligible set S and routes inside it.
+"""The batched verifier: one interface (`Verifier`), backends by name, one factory (`make_verifier`).
 
-Shapes (B verification blocks padded to T tokens, E experts, router top-k K):
+    verifier = make_verifier("auto", plan, device)   # plan: Variant.bind(...), checked; backend torch | triton
+    verifier.prepare(blocks)                         # once per verification step: B blocks, padded to T
+    out = verifier(logits, resident)                 # per MoE layer: logits [B, T, E], resident [E] | [B, E]
+    out.ids, out.weights                             # [B, T, k] routing inside S (Eq. 2)
+    out.eligible, out.utility, out.anchor            # [B, E] the selection
 
-    logits     [B, T, E]  fp32 | fp16 | bf16 router logits of one layer (math is fp32)
-    alpha      [B, T]     fp32 commitment weights (`acceptmoe.methods.commitment_weights`; zeros otherwise)
-    num_tokens [B]        int  valid tokens per block (a prefix of T; the rest is padding, ignored by selection)
-    resident   [E] | [B, E] bool  the layer's resident experts before the pass (enables residency pruning)
-    ->
-    ids        [B, T, K]  int64 constrained top-k inside S, best first (Eq. 2)
-    weights    [B, T, K]  fp32  their gating weights (router semantics of `acceptmoe.methods.routing`)
-    eligible   [B, E]     bool  the final set S (after pruning, when a resident mask is given)
-    utility    [B, E]     fp32  the score the method ranked by (votes, router mass, commitment utility, gate mass)
-    anchor     [B, E]     bool  the root's natural top-k (commitment methods), else all False
-
-One program handles one block, in two passes over chunks of TC tokens (so registers do not grow with T):
-pass 1 takes each token's softmax and natural top-k and adds the method's per-token terms to the block
-scores, pass 2 routes every token inside the final set. In between, on [E] vectors: the root anchor,
-ranking, sizing (fixed budget or effective rank) and optional residency-aware pruning.
-
-Exactly the reference's rules (`acceptmoe.methods`), with no fp64 and no E x E tile:
-- every ranking is one integer key per expert (orderable float bits, then 65535 - index), so value
-  descending, ties to the lower index (`methods.topk`) is a plain integer order: a token's top-k is K
-  max-reductions, a block's top-n is `tl.sort` and one threshold;
-- block scores are fixed-point sums in int32 (`methods.fixed.block_sum`); effective rank and the pruning
-  budget are the integer arithmetic of `methods.fixed` (log2 by repeated squaring, rho in 2^-16 units).
-Fixed shapes, no host synchronisation: safe to capture in a CUDA graph. Every method-dependent choice is a
-`tl.constexpr` enum, so each method compiles only its own code.
+Every step of one shape reuses the same device buffers, held for the verifier's life, so a CUDA graph
+captured through a call reads each step's values at replay; `prepare(..., rows=R)` reserves R block rows
+and a call may then take any B <= R blocks (a serving engine whose batch varies). A resident mask turns on
+residency-aware pruning of S (never below `plan.min_set`). Both backends agree exactly with the readable
+reference (`acceptmoe.methods.select`, `prune`, `route`) on ids and sets: the tests check it, under the
+Triton interpreter for the kernel. No host synchronisation and fixed shapes inside a call: CUDA-graph safe.
 """
 from __future__ import annotations
 
-from enum import IntEnum
+from dataclasses import dataclass
+from typing import Callable, NamedTuple, Sequence
 
 import torch
-import triton
-import triton.language as tl
 from torch import Tensor
 
-from acceptmoe.methods import Router, SelectorConfig
-from acceptmoe.methods.fixed import log2_fixed, rank_guard, rho_fixed
+from acceptmoe.errors import UserError
+from acceptmoe.methods import METHODS, BlockInfo, Plan, Selection
 
-from .interface import Verifier, VerifierInputError, VerifierOutput
-
-
-class Score(IntEnum):
-    """What the selector ranks by (and reports as utility)."""
-    GATE_MASS = 0    # standard-sd: no ranking, S = all experts; utility = natural gate mass
-    VOTES = 1        # count-b: natural top-k votes, ties by gate mass
-    ROUTER_MASS = 2  # moe-spec: full-softmax mass over all experts
-    COMMITMENT = 3   # acceptmoe, acceptmoe-b: sum_t alpha_t r[t, e], with the root anchor
+LOGIT_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 
 
-class Sizing(IntEnum):
-    ALL = 0     # every expert eligible
-    FIXED = 1   # budget B (anchor counted in B)
-    SELF = 2    # anchor plus effective rank of the residual demand
+class VerifierInputError(UserError, ValueError):
+    """An input the verifier cannot take; the message names the tensor or setting and the fix."""
 
 
-class RouterMode(IntEnum):
-    SOFTMAX_TOPK_RENORM = 0  # softmax, top-k, renormalise over the k (Qwen3 norm_topk_prob)
-    SOFTMAX_TOPK_RAW = 1     # softmax, top-k, keep the unmasked softmax probabilities
-    TOPK_SOFTMAX = 2         # top-k of logits, softmax over the k (GPT-OSS)
+class VerifierOutput(NamedTuple):
+    ids: Tensor | None       # int64 [B, T, k] constrained top-k inside S, best first (None: not routed)
+    weights: Tensor | None   # fp32 [B, T, k] their gating weights (router semantics of `acceptmoe.methods.routing`)
+    eligible: Tensor         # bool [B, E] the final set S (after pruning, when a resident mask was given)
+    utility: Tensor          # fp32 [B, E] the score the method ranked by
+    anchor: Tensor           # bool [B, E] the root's natural top-k (anchoring methods), else all False
+
+    @property
+    def selection(self) -> Selection:
+        return Selection(self.eligible, self.utility, self.anchor)
 
 
-class Demand(IntEnum):
-    GATE = 0     # r = the model's own post-top-k weight
-    SOFTMAX = 1  # r = full-softmax probability restricted to K_t
+@dataclass
+class StepBuffers:
+    """One shape's per-step inputs on the device, written by `prepare` and read by every layer's call."""
+    alpha: Tensor            # fp32 [R, T] commitment weights (zeros on padding and for other methods)
+    num_tokens: Tensor       # int32 [R] valid tokens per block (0 for unused rows)
+    valid: Tensor            # fp32 [R, T] 1.0 on a block's tokens, 0.0 on padding
+    counts: tuple = ()       # num_tokens as last written
 
 
-class Prune(IntEnum):
-    OFF = 0
-    NONRESIDENT = 1  # residency-aware pruning of non-resident, non-anchor experts
+class Verifier:
+    """One plan's batched select-and-route for one MoE layer per call (a backend implements `_run`)."""
+    backend = "base"
 
+    def __init__(self, plan: Plan, device: torch.device | str = "cpu"):
+        if not plan.spec.speculates:
+            raise VerifierInputError(f"method {plan.spec.name!r} does not speculate, so it has no verifier; use "
+                                     f"one of: {', '.join(n for n, s in METHODS.items() if s.speculates)}")
+        self.plan, self.device = plan, torch.device(device)
+        self.buffers: dict[tuple[int, int], StepBuffers] = {}     # (rows, T) -> buffers, kept for graph replays
+        self.step: StepBuffers | None = None
 
-# The enums by name inside the kernel (Triton reads only constexpr globals).
-GATE_MASS, VOTES, ROUTER_MASS, COMMITMENT = (tl.constexpr(int(x)) for x in Score)
-ALL, FIXED, SELF = (tl.constexpr(int(x)) for x in Sizing)
-SOFTMAX_TOPK_RENORM, SOFTMAX_TOPK_RAW, TOPK_SOFTMAX = (tl.constexpr(int(x)) for x in RouterMode)
-GATE, SOFTMAX = (tl.constexpr(int(x)) for x in Demand)
-NONRESIDENT = tl.constexpr(int(Prune.NONRESIDENT))
-IDX_BITS = tl.constexpr(16)     # a key's low bits hold 65535 - expert index: ties go to the lower index
-LOG2_BITS = tl.constexpr(16)    # acceptmoe.methods.fixed.LOG2_BITS
+    def prepare(self, blocks: BlockInfo | Sequence[BlockInfo], pad_to: int | None = None,
+                rows: int | None = None) -> None:
+        """Bind one verification step's blocks, padded to T = pad_to (default: the longest block) tokens and
+        `rows` blocks (default: as many as given). A buffer whose values did not change is not written."""
+        blocks = [blocks] if isinstance(blocks, BlockInfo) else list(blocks)
+        if not blocks:
+            raise VerifierInputError("prepare needs at least one verification block")
+        T, R = pad_to or max(b.num_tokens for b in blocks), rows or len(blocks)
+        if len(blocks) > R:
+            raise VerifierInputError(f"{len(blocks)} blocks exceed the {R} reserved rows")
+        for i, b in enumerate(blocks):
+            if b.num_tokens > T:
+                raise VerifierInputError(f"block {i} has {b.num_tokens} tokens, more than the padded T={T}")
+            if b.max_depth > self.plan.fit.max_depth:
+                raise VerifierInputError(f"block {i} reaches depth {b.max_depth}, deeper than the plan's "
+                                         f"{self.plan.fit.max_depth} (bind the plan to the engine's tree)")
+        buf = self.buffers.get((R, T))
+        if buf is None:
+            dev = self.device
+            buf = self.buffers[(R, T)] = StepBuffers(torch.zeros(R, T, device=dev),
+                                                     torch.zeros(R, dtype=torch.int32, device=dev),
+                                                     torch.zeros(R, T, device=dev))
+        if self.plan.spec.needs_commitment:
+            buf.alpha.copy_(self._alpha(blocks, R, T))
+        counts = tuple(b.num_tokens for b in blocks) + (0,) * (R - len(blocks))
+        if counts != buf.counts:
+            n = torch.tensor(counts, dtype=torch.int32)
+            buf.num_tokens.copy_(n)
+            buf.valid.copy_((torch.arange(T) < n[:, None]).float())
+            buf.counts = counts
+        self.step = buf
 
+    def _alpha(self, blocks: list[BlockInfo], R: int, T: int) -> Tensor:
+        """fp32 [R, T] on the host: alpha_t = p_hat[d_t]^beta * N_{d_t}^level_exponent (root 1), zero padding."""
+        cfg, out = self.plan.selector, torch.zeros(R, T, dtype=torch.float32)
+        p_hat = torch.tensor(cfg.p_hat, dtype=torch.float64)
+        for i, b in enumerate(blocks):
+            p, n = p_hat[b.depth], b.level_sizes.to(torch.float64)[b.depth]              # [T_i] each
+            out[i, : b.num_tokens] = (p.pow(cfg.beta) * n.pow(cfg.level_exponent)).float()
+        return out
 
-@triton.jit
-def _lowest(KEY64: tl.constexpr):
-    """The smallest key (never selected)."""
-    if KEY64:
-        low = tl.full((), 1, tl.int64) << 63
-    else:
-        low = tl.full((), 1, tl.int32) << 31
-    return low
+    def __call__(self, logits: Tensor, resident: Tensor | None = None, route: bool = True) -> VerifierOutput:
+        """logits [B, T, E] of one MoE layer (B <= the prepared rows); resident bool [E] or [B, E] (the pool
+        before the pass) turns on residency pruning; route=False returns the sets only (ids, weights None)."""
+        self._check(logits, resident)
+        return self._run(logits, resident, route)
 
-
-@triton.jit
-def _logit_keys(raw, e_ok, offs_e, KEY64: tl.constexpr):
-    """Keys [TC, BE] of raw logits (int64 for fp32, int32 for fp16/bf16): orderable float bits, then
-    65535 - e. -0.0 ranks as 0.0; experts outside e_ok get the lowest key."""
-    if KEY64:
-        bits = tl.where(raw == 0.0, 0, raw.to(tl.int32, bitcast=True))
-        key = (bits ^ ((bits >> 31) & 0x7FFFFFFF)).to(tl.int64)
-    else:
-        bits = tl.where(raw == 0.0, 0, raw.to(tl.int16, bitcast=True).to(tl.int32))
-        key = bits ^ ((bits >> 15) & 0x7FFF)
-    key = (key << IDX_BITS) | (65535 - offs_e)[None, :]
-    return tl.where(e_ok, key, tl.full((), 1, key.dtype) << (key.dtype.primitive_bitwidth - 1))   # lowest
-
-
-@triton.jit
-def _key_logit(key, LOGIT: tl.constexpr, KEY64: tl.constexpr):
-    """The fp32 logit a key of `_logit_keys` was made from."""
-    ordered = key >> IDX_BITS
-    if KEY64:
-        bits = (ordered ^ ((ordered >> 31) & 0x7FFFFFFF)).to(tl.int32)
-        value = bits.to(tl.float32, bitcast=True)
-    else:
-        bits = (ordered ^ ((ordered >> 15) & 0x7FFF)).to(tl.int16)
-        value = bits.to(LOGIT, bitcast=True).to(tl.float32)
-    return value
-
-
-@triton.jit
-def _topk(keys, offs_k, K: tl.constexpr, SLOTS: tl.constexpr):
-    """Per-row top-K of unique keys [TC, BE], one max-reduction per place: the K-th key [TC] (membership is
-    keys >= it) and, if SLOTS, the keys of places 0..K-1 [TC, BK], best first."""
-    low = tl.full((), 1, keys.dtype) << (keys.dtype.primitive_bitwidth - 1)                # the lowest key
-    last = tl.max(keys, axis=1)                                                          # [TC]
-    slots = tl.where(offs_k[None, :] == 0, last[:, None], low)                           # [TC, BK]
-    for i in tl.static_range(1, K):
-        last = tl.max(tl.where(keys < last[:, None], keys, low), axis=1)
-        if SLOTS:
-            slots = tl.where(offs_k[None, :] == i, last[:, None], slots)
-    return last, slots
-
-
-@triton.jit
-def _slot_weights(vals, row_max, row_sum, ROUTER: tl.constexpr):
-    """Gating weights [TC, BK] of the chosen logits vals [TC, BK] (unused places hold -inf)."""
-    if ROUTER == SOFTMAX_TOPK_RAW:   # the unmasked softmax probability
-        weights = tl.exp(vals - row_max[:, None]) / row_sum[:, None]
-    else:                            # renormalised over the chosen k (equal for masking before or after the softmax)
-        ex = tl.exp(vals - tl.max(vals, axis=1)[:, None])                               # [TC, BK]
-        weights = ex / tl.sum(ex, axis=1)[:, None]
-    return weights
-
-
-@triton.jit
-def _chunk(logits_ptr, b, rows, e_in, offs_e, T, s_lb, s_lt, s_le, KEY64: tl.constexpr):
-    """One chunk of a block's logits: keys [TC, BE], fp32 logits [TC, BE] (-inf outside E), row max and sum."""
-    t_in = rows < T
-    ptrs = logits_ptr + b * s_lb + rows[:, None].to(tl.int64) * s_lt + offs_e[None, :] * s_le
-    raw = tl.load(ptrs, mask=t_in[:, None] & e_in[None, :], other=0.0)
-    keys = _logit_keys(raw, e_in[None, :], offs_e, KEY64)
-    z = tl.where(e_in[None, :], raw.to(tl.float32), float("-inf"))                       # [TC, BE]
-    row_max = tl.max(z, axis=1)
-    row_sum = tl.sum(tl.exp(z - row_max[:, None]), axis=1)
-    return keys, z, row_max, row_sum
-
-
-@triton.jit
-def _route_chunk(keys, row_max, row_sum, ids_ptr, weights_ptr, b, rows, offs_k, T,
-                 K: tl.constexpr, ROUTER: tl.constexpr, LOGIT: tl.constexpr, KEY64: tl.constexpr):
-    """Top-K of the (already masked) keys of one chunk, stored as ids [TC, K] and weights [TC, K]."""
-    _, slots = _topk(keys, offs_k, K, True)                                      # [TC, BK]
-    ids = 65535 - (slots & 65535).to(tl.int64)
-    weights = _slot_weights(_key_logit(slots, LOGIT, KEY64), row_max, row_sum, ROUTER)
-    out = (b * T + rows[:, None]) * K + offs_k[None, :]                                  # [TC, BK]
-    k_mask = (rows < T)[:, None] & (offs_k[None, :] < K)
-    tl.store(ids_ptr + out, ids, mask=k_mask)
-    tl.store(weights_ptr + out, weights, mask=k_mask)
-
-
-@triton.jit
-def _gates(z, member, row_max, row_sum, ROUTER: tl.constexpr, DEMAND: tl.constexpr):
-    """Natural gating weights r [TC, BE] (zero outside K_t): the model's own (r_gate) and the demand
-    score's (r_demand), and the full softmax probs, as `Router.gates`."""
-    probs = tl.exp(z - row_max[:, None]) / row_sum[:, None]                              # [TC, BE]
-    if ROUTER == SOFTMAX_TOPK_RAW:
-        r_gate = tl.where(member, probs, 0.0)
-    elif ROUTER == SOFTMAX_TOPK_RENORM:
-        chosen = tl.where(member, probs, 0.0)
-        r_gate = chosen / tl.sum(chosen, axis=1)[:, None]
-    else:                            # TOPK_SOFTMAX: softmax over the chosen logits
-        chosen = tl.where(member, tl.exp(z - row_max[:, None]), 0.0)
-        r_gate = chosen / tl.sum(chosen, axis=1)[:, None]
-    if DEMAND == SOFTMAX:
-        r_demand = tl.where(member, probs, 0.0)
-    else:
-        r_demand = r_gate
-    return r_gate, r_demand, probs
-
-
-@triton.jit
-def _fixed(terms, valid, scale):
-    """int32 [BE]: the valid rows' terms [TC, BE] in [0, 1] truncated to multiples of 1 / scale, summed
-    (`acceptmoe.methods.fixed.block_sum`)."""
-    return tl.sum(tl.where(valid[:, None], (terms * scale).to(tl.int32), 0), axis=0)
-
-
-@triton.jit
-def _top_n(key, n, KEY64: tl.constexpr):
-    """bool [BE]: the n largest of the unique keys [BE] (never the lowest key); none when n <= 0."""
-    low = _lowest(KEY64)
-    ranked = tl.sort(key, descending=True)                                               # [BE]
-    pos = tl.arange(0, key.shape[0])
-    threshold = tl.max(tl.where(pos == n - 1, ranked, low), axis=0)
-    return (key >= threshold) & (key != low) & (n > 0)
-
-
-@triton.jit
-def _score_keys(score, offs_e):
-    """int64 keys [BE] of non-negative fp32 scores: score descending, then lower index."""
-    return (score.to(tl.int32, bitcast=True).to(tl.int64) << IDX_BITS) | (65535 - offs_e)
-
-
-@triton.jit
-def _log2_fixed(x):
-    """int64: log2(x) * 2^16 for integers 1 <= x < 2^31 (`acceptmoe.methods.fixed.log2_fixed`)."""
-    e = x * 0
-    e = tl.where((x >> (e + 16)) > 0, e + 16, e)
-    e = tl.where((x >> (e + 8)) > 0, e + 8, e)
-    e = tl.where((x >> (e + 4)) > 0, e + 4, e)
-    e = tl.where((x >> (e + 2)) > 0, e + 2, e)
-    e = tl.where((x >> (e + 1)) > 0, e + 1, e)
-    m = x << (30 - e)                                                                    # Q1.30 mantissa
-    out = e << LOG2_BITS
-    for j in tl.static_range(LOG2_BITS):
-        m = (m * m) >> 30
-        top = m >= (tl.full((), 1, tl.int64) << 31)
-        m = tl.where(top, m >> 1, m)
-        out = out | (top.to(tl.int64) << (LOG2_BITS - 1 - j))
-    return out
-
-
-@triton.jit
-def _effective_rank(U, cand, log2_n, e_in, guard):
-    """n_er: the smallest n >= 1 with S (log2 n + guard) >= S log2 S - sum U log2 U over the candidates'
-    fixed-point demand U [BE] int64, clamped to their count; 0 without candidates (`methods.fixed`).
-    log2_n [BE]: log2_fixed(1..E), for the set sizes n = 1..E (e_in)."""
-    U = tl.where(cand, U, 0)
-    S = tl.sum(U, axis=0)
-    weighted = tl.sum(U * _log2_fixed(tl.maximum(U, 1)), axis=0)
-    entropy = S * _log2_fixed(tl.maximum(S, 1)) - weighted                               # S * H2 in 2^-16 units
-    short = e_in & (S * (log2_n + guard) < entropy)
-    count = tl.sum(cand.to(tl.int32), axis=0)
-    n = tl.minimum(tl.sum(short.to(tl.int32), axis=0) + 1, count)
-    return tl.where(count > 0, n, 0)
-
-
-@triton.jit
-def _prune(eligible, utility, anchor, resident, offs_e, scale, rho_q, min_set):
-    """S minus the longest ascending-utility prefix (ties: higher index first) of non-resident, non-anchor
-    members with 2^16 * sum U <= rho_q * sum_S U that keeps |S| >= min_set, in integers (`methods.fixed`)."""
-    cand = eligible & (resident == 0) & (anchor == 0)                                     # [BE]
-    high = ~(tl.full((), 1, tl.int64) << 63)
-    key = tl.where(cand, _score_keys(utility, offs_e), high)                            # ascending walk order
-    walked = tl.sort(key)                                                                # candidates first
-    in_walk = walked != high
-    u_walked = tl.where(in_walk, (walked >> IDX_BITS).to(tl.int32), 0).to(tl.float32, bitcast=True)
-    prefix = tl.cumsum((u_walked * scale).to(tl.int64), axis=0)                          # [BE] fixed point
-    total = tl.sum(tl.where(eligible, (utility * scale).to(tl.int64), 0), axis=0)
-    size = tl.sum(eligible.to(tl.int32), axis=0)
-    pos = tl.arange(0, key.shape[0])
-    fits = in_walk & ((prefix << LOG2_BITS) <= rho_q * total) & (size - (pos + 1) >= min_set)
-    dropped = tl.sum(fits.to(tl.int32), axis=0)                                          # a prefix of the walk
-    last = tl.max(tl.where(pos < dropped, walked, 0), axis=0)
-    return eligible & ~(cand & (key <= last) & (dropped > 0))
-
-
-@triton.jit
-def _verifier_kernel(
-    logits_ptr, alpha_ptr, ntok_ptr, resident_ptr, log2_ptr,
-    eligible_ptr, utility_ptr, anchor_ptr, ids_ptr, weights_ptr,
-    T, E, budget, min_set, rho_q, guard, scale, unit,
-    s_lb, s_lt, s_le, s_ab, s_at, s_rb, s_re,
-    K: tl.constexpr, TC: tl.constexpr, BLOCK_E: tl.constexpr, BLOCK_K: tl.constexpr,
-    SCORE: tl.constexpr, SIZING: tl.constexpr, ROUTER: tl.constexpr, DEMAND: tl.constexpr,
-    PRUNE: tl.constexpr,
-):
-    LOGIT: tl.constexpr = logits_ptr.dtype.element_ty
-    KEY64: tl.constexpr = LOGIT == tl.float32
-    NATURAL: tl.constexpr = (SIZING == ALL) and (PRUNE != NONRESIDENT)   # S = all experts: route in pass 1
-    b = tl.program_id(0).to(tl.int64)
-    offs_c = tl.arange(0, TC)
-    offs_e = tl.arange(0, BLOCK_E)
-    offs_k = tl.arange(0, BLOCK_K)
-    e_in = offs_e < E
-    n_valid = tl.load(ntok_ptr + b)
-
-    # pass 1: per-token softmax and natural top-k; the block's fixed-point scores and the root anchor
-    primary = tl.zeros((BLOCK_E,), dtype=tl.int32)                                       # [BE] scores
-    secondary = tl.zeros((BLOCK_E,), dtype=tl.int32)                                     # count-b: gate mass
-    anchor = offs_e < 0                                                                  # [BE] all False
-    for t0 in range(0, T, TC):
-        rows = t0 + offs_c
-        valid = (rows < T) & (rows < n_valid)
-        keys, z, row_max, row_sum = _chunk(logits_ptr, b, rows, e_in, offs_e, T, s_lb, s_lt, s_le, KEY64)
-        if NATURAL:                  # the natural top-k is the routing
-            _route_chunk(keys, row_max, row_sum, ids_ptr, weights_ptr, b, rows, offs_k, T, K, ROUTER, LOGIT, KEY64)
-        kth, _ = _topk(keys, offs_k, K, False)
-        member = keys >= kth[:, None]                                                    # natural K_t
-        r_gate, r_demand, probs = _gates(z, member, row_max, row_sum, ROUTER, DEMAND)
-        if SCORE == GATE_MASS:
-            primary += _fixed(r_demand, valid, scale)
-        elif SCORE == VOTES:
-            primary += tl.sum(tl.where(valid[:, None] & member, 1, 0), axis=0)
-            secondary += _fixed(r_gate, valid, scale)
-        elif SCORE == ROUTER_MASS:
-            primary += _fixed(probs, valid, scale)
-        else:                        # COMMITMENT
-            alpha = tl.load(alpha_ptr + b * s_ab + rows * s_at, mask=valid, other=0.0)
-            primary += _fixed(alpha[:, None] * r_demand, valid, scale)
-            anchor = anchor | (tl.max(tl.where(member & (rows == 0)[:, None], 1, 0), axis=0) > 0)
-
-    # the set S on [E] vectors
-    if SCORE == VOTES:
-        utility = primary.to(tl.float32)
-    else:
-        utility = primary.to(tl.float32) * unit
-    if SIZING == ALL:
-        eligible = e_in
-    elif SCORE == VOTES:             # votes desc, then gate mass desc, then lower index
-        mass_bits = (secondary.to(tl.float32) * unit).to(tl.int32, bitcast=True).to(tl.int64)
-        key = (primary.to(tl.int64) << 47) | (mass_bits << IDX_BITS) | (65535 - offs_e)
-        eligible = e_in & _top_n(tl.where(e_in, key, _lowest(True)), budget, True)
-    elif SCORE == ROUTER_MASS:
-        eligible = e_in & _top_n(tl.where(e_in, _score_keys(utility, offs_e), _lowest(True)), budget, True)
-    else:                            # COMMITMENT: A plus the best non-anchor experts
-        if SIZING == FIXED:
-            n = budget - tl.sum(anchor.to(tl.int32), axis=0)
-        else:
-            log2_n = tl.load(log2_ptr + offs_e, mask=e_in, other=0)                       # log2 of 1..E
-            n = _effective_rank((utility * scale).to(tl.int64), e_in & ~anchor & (utility > 0), log2_n, e_in,
-                                guard)
-        rest = tl.where(e_in & ~anchor, _score_keys(utility, offs_e), _lowest(True))
-        eligible = e_in & (anchor | _top_n(rest, n, True))
-    if PRUNE == NONRESIDENT:
-        resident = tl.load(resident_ptr + b * s_rb + offs_e * s_re, mask=e_in, other=1)
-        eligible = _prune(eligible, utility, anchor, resident, offs_e, scale, rho_q, min_set)
-    out_e = b * E + offs_e
-    tl.store(eligible_ptr + out_e, eligible.to(tl.int8), mask=e_in)
-    tl.store(utility_ptr + out_e, utility, mask=e_in)
-    tl.store(anchor_ptr + out_e, anchor.to(tl.int8), mask=e_in)
-
-    # pass 2: route every token inside S
-    if not NATURAL:
-        outside = _lowest(KEY64)
-        for t0 in range(0, T, TC):
-            rows = t0 + offs_c
-            keys, _, row_max, row_sum = _chunk(logits_ptr, b, rows, e_in, offs_e, T, s_lb, s_lt, s_le, KEY64)
-            keys = tl.where(eligible[None, :], keys, outside)
-            _route_chunk(keys, row_max, row_sum, ids_ptr, weights_ptr, b, rows, offs_k, T, K, ROUTER, LOGIT, KEY64)
-
-
-# ----------------------------------------------------------------------------------------------- wrapper
-
-MAX_EXPERTS = 1 << 12   # experts per layer the key layout and the [E] vectors allow
-WARPS = 4               # one token of a chunk per warp: a token's reductions over E stay inside its warp
-                        # (4 rather than 8: no spills on sm_120 up to E = 256, and fewer instructions)
-
-_SCORES = {"votes": Score.VOTES, "router-mass": Score.ROUTER_MASS, "commitment": Score.COMMITMENT}
-_SIZINGS = {"all": Sizing.ALL, "fixed": Sizing.FIXED, "self": Sizing.SELF}
-
-
-def router_mode(router: Router) -> RouterMode:
-    if router.kind == "topk_softmax":
-        return RouterMode.TOPK_SOFTMAX
-    return RouterMode.SOFTMAX_TOPK_RENORM if router.renormalize else RouterMode.SOFTMAX_TOPK_RAW
-
-
-class TritonVerifier(Verifier):
-    """The Triton backend of `make_verifier`: one launch per MoE layer, one program per block (blocks run on
-    several SMs). A call only allocates the outputs and launches. On CPU it runs under TRITON_INTERPRET=1."""
-
-    def __init__(self, method: str, router: Router, cfg: SelectorConfig, num_experts: int,
-                 device: torch.device | str = "cuda"):
-        super().__init__(method, router, cfg, num_experts, device)
-        # log2_fixed(n) for the set sizes n = 1..E the effective rank compares against
-        self.log2_n = log2_fixed(torch.arange(1, num_experts + 1)).to(self.device)
-        self.fixed = dict(rho_q=rho_fixed(cfg.prune_rho), guard=rank_guard(cfg.rank_tolerance),
-                          scale=float(2 ** cfg.score_bits), unit=2.0 ** -cfg.score_bits)
-        self.meta = dict(
-            K=router.top_k,
-            SCORE=int(_SCORES.get(self.spec.score, Score.GATE_MASS)),
-            SIZING=int(_SIZINGS[self.spec.sizing]),
-            ROUTER=int(router_mode(router)),
-            DEMAND=int(Demand.SOFTMAX if cfg.demand_score == "softmax" else Demand.GATE),
-        )
+    def _run(self, logits: Tensor, resident: Tensor | None, route: bool) -> VerifierOutput:
+        raise NotImplementedError
 
     def _check(self, logits: Tensor, resident: Tensor | None) -> None:
-        super()._check(logits, resident)
-        if logits.shape[2] > MAX_EXPERTS:
-            raise VerifierInputError(f"E={logits.shape[2]} experts exceed the kernel's {MAX_EXPERTS}; "
-                                     f"use the torch backend")
-        max_tokens = (1 << (31 - self.cfg.score_bits)) - 1                 # int32 fixed-point block sums
-        if logits.shape[1] > max_tokens:
-            raise VerifierInputError(f"blocks of T={logits.shape[1]} tokens exceed {max_tokens} (int32 sums of "
-                                     f"score_bits={self.cfg.score_bits} fixed point); lower score_bits or split")
+        if self.step is None:
+            raise VerifierInputError("call verifier.prepare(blocks) once per verification step before the layers")
+        R, T = self.step.alpha.shape
+        E = self.plan.num_experts
+        if logits.dim() != 3 or logits.shape[0] > R or tuple(logits.shape[1:]) != (T, E):
+            raise VerifierInputError(f"logits must be [B, T, E] with B <= {R} and (T, E) = {(T, E)} (the prepared "
+                                     f"blocks, the plan's experts), got {tuple(logits.shape)}")
+        if logits.device != self.device:
+            raise VerifierInputError(f"logits are on {logits.device} but the verifier was made for {self.device}: "
+                                     f"make_verifier(..., device={str(logits.device)!r})")
+        if logits.dtype not in LOGIT_DTYPES:
+            raise VerifierInputError(f"logits dtype {logits.dtype} is not supported; use one of {LOGIT_DTYPES}")
+        if resident is not None:
+            B = logits.shape[0]
+            if tuple(resident.shape) not in ((E,), (B, E)):
+                raise VerifierInputError(f"resident must have shape ({E},) or ({B}, {E}), got {tuple(resident.shape)}")
+            if resident.dtype != torch.bool:
+                raise VerifierInputError(f"resident dtype must be torch.bool, got {resident.dtype}")
+            if resident.device != self.device:
+                raise VerifierInputError(f"resident is on {resident.device} but logits are on {self.device}")
 
-    def launch_config(self, T: int, E: int) -> dict:
-        """Tile sizes and warps of a launch for blocks of T tokens and E experts."""
-        block_e = triton.next_power_of_2(E)
-        return dict(TC=min(triton.next_power_of_2(T), WARPS), BLOCK_E=block_e,
-                    BLOCK_K=triton.next_power_of_2(self.router.top_k), num_warps=WARPS)
+    def rows(self, B: int) -> StepBuffers:
+        """The prepared buffers' first B rows (what a call over B blocks reads)."""
+        s = self.step
+        if B == len(s.counts):
+            return s
+        return StepBuffers(s.alpha[:B], s.num_tokens[:B], s.valid[:B], s.counts[:B])
 
-    def _run(self, logits: Tensor, resident: Tensor | None) -> VerifierOutput:
-        B, T, E = logits.shape
-        dev, K = logits.device, self.router.top_k
-        out = VerifierOutput(
-            ids=torch.empty(B, T, K, dtype=torch.int64, device=dev),
-            weights=torch.empty(B, T, K, dtype=torch.float32, device=dev),
-            eligible=torch.empty(B, E, dtype=torch.bool, device=dev),
-            utility=torch.empty(B, E, dtype=torch.float32, device=dev),
-            anchor=torch.empty(B, E, dtype=torch.bool, device=dev))
-        res = resident.view(torch.uint8) if resident is not None else out.eligible.view(torch.uint8)
-        res_b, res_e = (0, res.stride(0)) if res.dim() == 1 else res.stride()
-        _verifier_kernel[(B,)](
-            logits, self.alpha, self.num_tokens, res, self.log2_n,
-            out.eligible.view(torch.uint8), out.utility, out.anchor.view(torch.uint8), out.ids, out.weights,
-            T, E, self.cfg.budget or E, self.min_set, **self.fixed,
-            s_lb=logits.stride(0), s_lt=logits.stride(1), s_le=logits.stride(2),
-            s_ab=self.alpha.stride(0), s_at=self.alpha.stride(1), s_rb=res_b, s_re=res_e,
-            PRUNE=int(Prune.NONRESIDENT if resident is not None else Prune.OFF),
-            **self.launch_config(T, E), **self.meta)
-        return out
+
+VerifierFactory = Callable[[Plan, torch.device], Verifier]
+
+
+def _torch_backend(plan: Plan, device: torch.device) -> Verifier:
+    from .torch_verifier import TorchVerifier
+    return TorchVerifier(plan, device)
+
+
+def _triton_backend(plan: Plan, device: torch.device) -> Verifier:
+    from .triton_verifier import TritonVerifier       # imports triton only when asked for
+    return TritonVerifier(plan, device)
+
+
+BACKENDS: dict[str, VerifierFactory] = {"torch": _torch_backend, "triton": _triton_backend}
+
+
+def register_backend(name: str, factory: VerifierFactory) -> None:
+    """Make a backend available to `make_verifier(name, ...)` (and `Engine(backend=name)`); its module
+    declares what it serves with `acceptmoe.methods.register_backend`."""
+    BACKENDS[name] = factory
+
+
+def resolve_backend(backend: str, device: torch.device | str) -> str:
+    """The backend name `make_verifier` uses: `auto` is triton on CUDA, else torch."""
+    if backend == "auto":
+        return "triton" if torch.device(device).type == "cuda" else "torch"
+    if backend not in BACKENDS:
+        raise VerifierInputError(f"unknown verifier backend {backend!r}; registered: auto, {', '.join(BACKENDS)}")
+    return backend
+
+
+def make_verifier(backend: str, plan: Plan, device: torch.device | str = "cpu") -> Verifier:
+    """The batched verifier of `plan` on `backend` (torch | triton | auto | a registered name)."""
+    if not isinstance(plan, Plan):
+        raise TypeError(f"make_verifier takes a Plan (Variant(...).bind(fit, ...)), got {type(plan).__name__}")
+    return BACKENDS[resolve_backend(backend, device)](plan, torch.device(device))

@@ -1,28 +1,36 @@
-"""Verifier-side expert selection for MoE speculative decoding: the readable per-block reference.
+"""Verifier-side expert selection for MoE speculative decoding: the method registry, the validated plan,
+the one ranking rule, routing, commitment probabilities and the readable per-block reference.
 
-    block = BlockInfo.from_parents(parents)
-    router = Router(kind="softmax_topk", top_k=8, renormalize=True)
-    sel = select("acceptmoe", logits, block, router, SelectorConfig(p_hat=table.p_hat))   # reference
-    ids, weights = route(logits, sel.eligible, router)
+    >>> import torch
+    >>> from acceptmoe.methods import BlockInfo, Fit, Router, Variant, route, select
+    >>> block = BlockInfo.from_parents([-1, 0, 0, 1, 2])             # draft tree; index 0 is the root
+    >>> router = Router("softmax_topk", top_k=2)                      # Qwen3-MoE; GPT-OSS: "topk_softmax"
+    >>> plan = Variant("acceptmoe").bind(Fit(router, num_experts=16, max_depth=2), commitment=(1.0, 0.8, 0.5))
+    >>> logits = torch.randn(5, 16, generator=torch.Generator().manual_seed(0))   # one layer's router logits
+    >>> sel = select(plan, logits, block)                             # eligible set, utility, anchor [E]
+    >>> ids, weights = route(logits, sel.eligible, router)           # constrained top-k (Eq. 2), [T, k] each
+    >>> bool(sel.eligible[ids].all()), tuple(ids.shape)
+    (True, (5, 2))
 
 Every top-k and ranking follows one rule, `topk` (value descending, ties to the lower index). The batched
-verifier an engine calls per MoE layer (torch and Triton backends) is `acceptmoe.kernels.make_verifier`.
+verifier an engine calls per MoE layer (torch and Triton backends) is `acceptmoe.kernels.make_verifier(backend,
+plan, device)`; it agrees exactly with `select`, `prune` and `route`.
 """
 from .commitment import CommitmentTable
 from .config import ConfigError, SelectorConfig
-from .pruning import prune_nonresident
-from .registry import (B0_METHOD, BASELINE, CALIBRATION, METHODS, REFERENCE, MethodSpec, UnknownMethodError, fixed_twin,
-                       get_method)
-from .routing import ROUTER_KINDS, Router, route
-from .fixed import block_sum
-from .selectors import Selection, commitment_weights, effective_rank_size, select
-from .topk import order_desc, rank_desc, topk
+from .reference import Selection, best_first, commitment_weight, effective_rank, prune, route, select
+from .registry import (B0_METHOD, BASELINE, CALIBRATION, METHODS, REFERENCE, BackendCoverageError, MethodSpec,
+                       Score, Sizing, UnknownMethodError, fixed_twin, get_method, register_backend, register_method,
+                       unregister_method)
+from .routing import ROUTER_KINDS, Router, route_in
+from .topk import first_k_in, order_desc, rank_desc, topk, topk_ids
 from .tree import BlockInfo, TreeError
-from .variant import Variant
+from .variant import Fit, Plan, Variant
 
 __all__ = [
-    "B0_METHOD", "BASELINE", "CALIBRATION", "REFERENCE", "BlockInfo", "CommitmentTable", "block_sum", "ConfigError",
-    "METHODS", "MethodSpec", "ROUTER_KINDS", "Router", "SelectorConfig", "Selection", "TreeError",
-    "UnknownMethodError", "Variant", "commitment_weights", "effective_rank_size", "fixed_twin", "get_method",
-    "order_desc", "prune_nonresident", "rank_desc", "route", "select", "topk",
+    "B0_METHOD", "BASELINE", "CALIBRATION", "REFERENCE", "BackendCoverageError", "BlockInfo", "CommitmentTable",
+    "ConfigError", "Fit", "METHODS", "MethodSpec", "Plan", "ROUTER_KINDS", "Router", "Score", "SelectorConfig",
+    "Selection", "Sizing", "TreeError", "UnknownMethodError", "Variant", "best_first", "commitment_weight",
+    "effective_rank", "first_k_in", "fixed_twin", "get_method", "order_desc", "prune", "rank_desc",
+    "register_backend", "register_method", "route", "route_in", "select", "topk", "topk_ids", "unregister_method",
 ]

@@ -70,30 +70,3 @@ def _check_p_hat(p_hat: Sequence[float]) -> None:
         raise ConfigError(f"p_hat values must lie in [0, 1]; out of range at (depth, value): {bad}")
     if p_hat[0] != 1.0:
         raise ConfigError(f"p_hat[0] must be 1.0 (the root is always committed), got {p_hat[0]}")
-
-
-def check_for_method(cfg: SelectorConfig, spec, router, num_experts: int, max_depth: int) -> None:
-    """Errors for a config that does not fit a method, router and block (named problem and fix)."""
-    k = router.top_k
-    if k > num_experts:
-        raise ConfigError(f"router top_k={k} exceeds the number of experts E={num_experts}")
-    if spec.sizing == "fixed":
-        if cfg.budget is None:
-            raise ConfigError(f"method {spec.name!r} needs a budget: set SelectorConfig(budget=B) with "
-                              f"top_k={k} <= B <= E={num_experts}")
-        if cfg.budget < k:
-            raise ConfigError(f"budget B={cfg.budget} is smaller than top_k={k}: every token needs k "
-                              f"eligible experts; use B >= {k}")
-        if cfg.budget > num_experts:
-            raise ConfigError(f"budget B={cfg.budget} exceeds the number of experts E={num_experts}")
-    elif cfg.budget is not None:
-        raise ConfigError(f"method {spec.name!r} takes no budget (got budget={cfg.budget}); "
-                          f"{'it sizes its set itself' if spec.sizing == 'self' else 'it uses all experts'}: "
-                          f"leave budget=None or use a fixed-budget method")
-    if spec.needs_commitment:
-        if cfg.p_hat is None:
-            raise ConfigError(f"method {spec.name!r} needs commitment probabilities: set p_hat (from a "
-                              f"CommitmentTable calibrated on Standard SD traces)")
-        if len(cfg.p_hat) < max_depth + 1:
-            raise ConfigError(f"p_hat has {len(cfg.p_hat)} entries but the block reaches depth {max_depth}: "
-                              f"give one per depth 0..{max_depth} (calibrate with the same tree shape)")

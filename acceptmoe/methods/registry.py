@@ -1,70 +1,115 @@
-"""The method registry: the six methods by name, what each does, and the selector functions.
+"""The method registry: each method once, as a `MethodSpec` built from the two enums every backend maps.
 
-A method is a name plus a `MethodSpec`; a selector is a pure function registered under the method name with
-`@register_selector`. Vanilla AR does not speculate; Standard SD verifies with all experts eligible.
+A method is three choices (docs/method.md, "Verifier-side selectors"):
 
-The registry is the only place that knows methods by name: its entries carry the display label, whether
-residency-aware pruning is on by default under an offloaded expert store, and which method's traces decide
-the matched budget B0 of the fixed-budget methods. Everything else asks a `MethodSpec` (or a `Variant`).
+| method        | score (what a block sums, `Score`) | root anchor | size (`Sizing`)                 |
+|---------------|------------------------------------|-------------|---------------------------------|
+| `vanilla-ar`  | - (no verification pass)           | -           | `NONE`                          |
+| `standard-sd` | `GATE_MASS` (reported only)        | no          | `ALL`: every expert             |
+| `count-b`     | `VOTES`, ties by gate mass         | no          | `FIXED`: the budget B           |
+| `moe-spec`    | `ROUTER_MASS`                      | no          | `FIXED`                         |
+| `acceptmoe-b` | `COMMITMENT`                       | yes         | `FIXED` (anchor counted in B)   |
+| `acceptmoe`   | `COMMITMENT`                       | yes         | `SELF`: abs(A) + effective rank |
+
+Every backend (the readable reference in `reference.py`, the torch and Triton verifiers in
+`acceptmoe.kernels`) implements each `Score` and each `Sizing` member once, for any combination, and
+declares what it maps with `register_backend` when its module loads. A method that a loaded backend
+cannot serve is an error naming the method, the backend and the missing member: at the backend's import
+for the registered methods, at `register_method` for a method added later. Nothing dispatches on a method's
+name; the roles below (`BASELINE`, `B0_METHOD`, ...) are the only names code outside this room refers to.
 """
 from __future__ import annotations
 
+import enum
+from collections.abc import Collection
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import Callable, Literal
 
 from acceptmoe.errors import UserError
 
-Sizing = Literal["none", "all", "fixed", "self"]
+
+class Score(enum.Enum):
+    """What a method's block score sums over the block's tokens; the method ranks experts by it."""
+    GATE_MASS = "gate-mass"        # sum_t r[t, e]: natural gate mass (Standard SD reports it, ranks nothing)
+    VOTES = "votes"                # sum_t 1[e in K_t], ties by gate mass, then lower index
+    ROUTER_MASS = "router-mass"    # sum_t softmax(z_t)[e], over all experts (MoE-Spec)
+    COMMITMENT = "commitment"      # sum_t alpha_t r[t, e], alpha_t = p_hat[d_t]^beta N_{d_t}^level_exponent
+
+
+class Sizing(enum.Enum):
+    """How many experts S holds."""
+    NONE = "none"      # no verification pass (Vanilla AR)
+    ALL = "all"        # S = every expert
+    FIXED = "fixed"    # the budget B, the anchor counted in it
+    SELF = "self"      # abs(A) + n_er, the effective rank of the residual (non-anchor) demand
 
 
 @dataclass(frozen=True)
 class MethodSpec:
     name: str
-    speculates: bool          # drafts and verifies a tree (False: plain greedy decoding)
-    sizing: Sizing            # none (no verification), all (S = all experts), fixed (B), self (effective rank)
-    score: str | None         # what the selector ranks by: votes, router mass, commitment utility
-    anchor: bool              # root anchor A = K_root always in S
-    needs_commitment: bool    # needs p_hat
+    sizing: Sizing
+    score: Score | None       # None only for Sizing.NONE
+    anchor: bool = False      # the root's natural top-k set A is always in S
     label: str = ""           # display name in tables and figures
     prunes_when_offloaded: bool = False   # residency-aware pruning by default under an offloaded store
     sets_b0: bool = False     # its traces give B0, the matched budget of the fixed-budget methods
 
+    def __post_init__(self) -> None:
+        if (self.sizing is Sizing.NONE) != (self.score is None):
+            raise ValueError(f"method {self.name!r}: a score goes with a verification pass (sizing NONE <=> "
+                             f"score None), got sizing {self.sizing} and score {self.score}")
+        if self.anchor and not self.restricts:
+            raise ValueError(f"method {self.name!r}: an anchor only means something for a restricting sizing")
+        if self.prunes_when_offloaded and not self.restricts:
+            raise ValueError(f"method {self.name!r}: residency pruning applies to restricting methods only")
+
     @property
-    def needs_budget(self) -> bool:
-        return self.sizing == "fixed"
+    def speculates(self) -> bool:
+        """Drafts a tree and verifies it (False: plain greedy decoding)."""
+        return self.sizing is not Sizing.NONE
 
     @property
     def restricts(self) -> bool:
-        """True when verification routes inside a selected subset of experts."""
-        return self.sizing in ("fixed", "self")
+        """Verification routes inside a selected subset of experts."""
+        return self.sizing in (Sizing.FIXED, Sizing.SELF)
+
+    @property
+    def needs_budget(self) -> bool:
+        return self.sizing is Sizing.FIXED
+
+    @property
+    def needs_commitment(self) -> bool:
+        """Needs p_hat (commitment probabilities per depth)."""
+        return self.score is Score.COMMITMENT
 
 
-_SPECS = (
-    MethodSpec("vanilla-ar", speculates=False, sizing="none", score=None, anchor=False, needs_commitment=False,
-               label="Vanilla AR"),
-    MethodSpec("standard-sd", speculates=True, sizing="all", score=None, anchor=False, needs_commitment=False,
-               label="Standard SD"),
-    MethodSpec("count-b", speculates=True, sizing="fixed", score="votes", anchor=False, needs_commitment=False,
-               label="Count-B"),
-    MethodSpec("moe-spec", speculates=True, sizing="fixed", score="router-mass", anchor=False, needs_commitment=False,
-               label="MoE-Spec"),
-    MethodSpec("acceptmoe-b", speculates=True, sizing="fixed", score="commitment", anchor=True, needs_commitment=True,
-               label="AcceptMoE-B"),
-    MethodSpec("acceptmoe", speculates=True, sizing="self", score="commitment", anchor=True, needs_commitment=True,
-               label="AcceptMoE", prunes_when_offloaded=True, sets_b0=True),
-)
-B0_METHOD: str = next(s.name for s in _SPECS if s.sets_b0)     # whose traces decide B0
-BASELINE: str = "standard-sd"        # accuracy differences and throughput ratios are taken against it
-REFERENCE: str = "vanilla-ar"        # relative accuracy change is taken against it
-CALIBRATION: str = "standard-sd"     # p_hat is counted from its natural-routing traces
-METHODS: "MappingProxyType[str, MethodSpec]" = MappingProxyType({s.name: s for s in _SPECS})
-
-_SELECTORS: dict[str, Callable] = {}
+_METHODS: dict[str, MethodSpec] = {}
+METHODS: "MappingProxyType[str, MethodSpec]" = MappingProxyType(_METHODS)     # registration order
 
 
 class UnknownMethodError(UserError, KeyError):
     """A method name the registry does not have; the message lists the valid ones."""
+
+
+class BackendCoverageError(RuntimeError):
+    """A registered method that a loaded backend cannot serve (a programming error, raised at import)."""
+
+
+@dataclass(frozen=True)
+class Coverage:
+    """What one backend implements: the scores and sizings it maps (every combination of them)."""
+    scores: frozenset[Score]
+    sizings: frozenset[Sizing]
+
+    def missing(self, spec: MethodSpec) -> list[str]:
+        """What this backend lacks for `spec` (nothing for a method without a verification pass)."""
+        if not spec.speculates:
+            return []
+        out = [] if spec.score in self.scores else [f"score {spec.score.name}"]
+        return out + ([] if spec.sizing in self.sizings else [f"sizing {spec.sizing.name}"])
+
+
+BACKENDS: dict[str, Coverage] = {}      # backend name -> what it maps (filled as backend modules load)
 
 
 def get_method(name: str) -> MethodSpec:
@@ -72,6 +117,42 @@ def get_method(name: str) -> MethodSpec:
         return METHODS[name]
     except KeyError:
         raise UnknownMethodError(f"unknown method {name!r}; valid methods: {', '.join(METHODS)}") from None
+
+
+def register_backend(name: str, scores: Collection[Score], sizings: Collection[Sizing]) -> None:
+    """Declare what backend `name` maps; every registered method it cannot serve raises, naming it.
+
+    Called once at the backend module's import, with the keys of the backend's own implementation tables,
+    so a `Score` or `Sizing` member added without an implementation fails the import, never a run."""
+    coverage = Coverage(frozenset(scores), frozenset(sizings))
+    for spec in METHODS.values():
+        _refuse_unserved(name, coverage, spec)
+    BACKENDS[name] = coverage
+
+
+def register_method(spec: MethodSpec) -> MethodSpec:
+    """Add a method; every backend loaded so far must serve it (backends loaded later check at import)."""
+    if spec.name in METHODS:
+        raise ValueError(f"method {spec.name!r} is registered already")
+    for backend, coverage in BACKENDS.items():
+        _refuse_unserved(backend, coverage, spec)
+    _METHODS[spec.name] = spec
+    return spec
+
+
+def unregister_method(name: str) -> None:
+    """Remove a method added with `register_method` (tests that add a toy method clean up with it)."""
+    if name in _BUILTIN:
+        raise ValueError(f"method {name!r} is one of the built-in methods")
+    _METHODS.pop(name, None)
+
+
+def _refuse_unserved(backend: str, coverage: Coverage, spec: MethodSpec) -> None:
+    missing = coverage.missing(spec)
+    if missing:
+        raise BackendCoverageError(f"backend {backend!r} cannot serve method {spec.name!r}: it maps no "
+                                   f"{' and no '.join(missing)}; implement it there (every backend maps every "
+                                   f"Score and Sizing member)")
 
 
 def fixed_twin(name: str) -> str:
@@ -83,17 +164,19 @@ def fixed_twin(name: str) -> str:
     raise ValueError(f"method {name!r} has no fixed-budget counterpart")
 
 
-def register_selector(name: str) -> Callable[[Callable], Callable]:
-    get_method(name)
+for _spec in (
+    MethodSpec("vanilla-ar", Sizing.NONE, None, label="Vanilla AR"),
+    MethodSpec("standard-sd", Sizing.ALL, Score.GATE_MASS, label="Standard SD"),
+    MethodSpec("count-b", Sizing.FIXED, Score.VOTES, label="Count-B"),
+    MethodSpec("moe-spec", Sizing.FIXED, Score.ROUTER_MASS, label="MoE-Spec"),
+    MethodSpec("acceptmoe-b", Sizing.FIXED, Score.COMMITMENT, anchor=True, label="AcceptMoE-B"),
+    MethodSpec("acceptmoe", Sizing.SELF, Score.COMMITMENT, anchor=True, label="AcceptMoE",
+               prunes_when_offloaded=True, sets_b0=True),
+):
+    register_method(_spec)
+_BUILTIN = frozenset(METHODS)
 
-    def wrap(fn: Callable) -> Callable:
-        _SELECTORS[name] = fn
-        return fn
-    return wrap
-
-
-def selector_for(name: str) -> Callable:
-    spec = get_method(name)
-    if not spec.speculates:
-        raise ValueError(f"method {name!r} does not speculate, so it has no verifier-side selector")
-    return _SELECTORS[name]
+B0_METHOD: str = next(s.name for s in METHODS.values() if s.sets_b0)   # whose traces decide B0
+BASELINE: str = "standard-sd"        # accuracy differences and throughput ratios are taken against it
+REFERENCE: str = "vanilla-ar"        # relative accuracy change is taken against it
+CALIBRATION: str = "standard-sd"     # p_hat is counted from its natural-routing traces

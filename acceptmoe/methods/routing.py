@@ -1,4 +1,4 @@
-"""Routers: natural top-k routing and constrained routing inside an eligible set (the paper's Eq. 2).
+"""Routers: the model's routing function, natural and inside an eligible set (the paper's Eq. 2), in tensor code.
 
 Two routing functions cover the evaluated targets:
 - `softmax_topk` (Qwen3-MoE, Mixtral): softmax over all E experts, top-k, renormalise over the k if
@@ -10,8 +10,12 @@ router that renormalises over the chosen k, the weights equal the unmasked softm
 chosen experts renormalised (masking before or after the softmax gives the same weights). For a
 non-renormalising `softmax_topk` router, our choice keeps the original unmasked softmax probabilities.
 All math is fp32. The k experts are the k largest (masked) logits under the project's one ranking rule,
-`topk.topk` (value descending, ties to the lower expert index); the softmax is monotonic, so this is the
-top-k of the probabilities, with the tie rule stated.
+`topk` (value descending, ties to the lower expert index).
+
+`Router.weights` is the gate arithmetic itself (softmax, gather, renormalisation: the model's float
+formula), a primitive shared by every implementation that must produce the model's exact weights;
+`route_in` is the batched routing the engine and the torch verifier run (no host synchronisation). The
+readable reference `acceptmoe.methods.route` chooses the experts on its own and then calls `weights`.
 """
 from __future__ import annotations
 
@@ -46,57 +50,34 @@ class Router:
         order: `order_desc(logits)` [..., T, E] where the caller already has it (see `route_in`)."""
         return route_in(logits, None, self, order)
 
-    def gates(self, logits: Tensor, score: str = "gate", order: Tensor | None = None) -> tuple[Tensor, Tensor]:
-        """Dense natural gating weights r [..., T, E] (zero outside K_t) and membership [..., T, E] bool.
-
-        score="gate": the model's own post-top-k weight. score="softmax": the full-softmax probability of
-        the chosen experts (restricted to K_t). order: as in `natural`."""
-        ids, weights = self.natural(logits, order)
-        if score == "softmax":
-            weights = torch.softmax(logits.float(), dim=-1).gather(-1, ids)
-        elif score != "gate":
-            raise ValueError(f"unknown demand_score {score!r}; valid: gate, softmax")
-        r = torch.zeros(logits.shape, dtype=torch.float32, device=logits.device).scatter(-1, ids, weights)
-        member = torch.zeros(logits.shape, dtype=torch.bool, device=logits.device).scatter(-1, ids, True)
-        return r, member
-
-
-def route(logits: Tensor, eligible: Tensor | None, router: Router) -> tuple[Tensor, Tensor]:
-    """Constrained top-k routing (Eq. 2).
-
-    logits [..., T, E]; eligible [..., E] bool (one set per block, broadcast over its T tokens), [..., T, E]
-    bool (one set per token) or None (all experts). Returns ids [..., T, k] long, weights [..., T, k] fp32.
-    """
-    k = router.top_k
-    if eligible is not None:
-        n_min = int(eligible.sum(-1).min()) if eligible.numel() else 0
-        if n_min < k:
-            raise ValueError(f"eligible set has {n_min} experts, fewer than top_k={k}")
-    return route_in(logits, eligible, router)
+    def weights(self, z: Tensor, ids: Tensor, unmasked: Tensor | None = None) -> Tensor:
+        """The gating weights fp32 [..., T, k] of the chosen experts ids [..., T, k] (best first) under fp32
+        logits z [..., T, E] (-inf outside S where routing is constrained); `unmasked`: the logits before
+        masking (a non-renormalising router keeps their softmax probabilities; None: z is unmasked)."""
+        if self.kind == "topk_softmax":
+            return torch.softmax(z.gather(-1, ids), dim=-1)                # softmax over the chosen logits
+        if not self.renormalize:
+            return torch.softmax(z if unmasked is None else unmasked, dim=-1).gather(-1, ids)
+        w = torch.softmax(z, dim=-1).gather(-1, ids)                       # [..., T, k]
+        return w / w.sum(-1, keepdim=True)
 
 
 def route_in(logits: Tensor, eligible: Tensor | None, router: Router,
              order: Tensor | None = None) -> tuple[Tensor, Tensor]:
-    """`route` without its size check (no host synchronisation): the caller guarantees |S| >= k.
+    """Batched constrained routing (Eq. 2) without a size check (no host synchronisation): the caller
+    guarantees abs(S) >= k. logits [..., T, E]; eligible [..., E] bool (one set per block, broadcast over its
+    tokens), [..., T, E] (one per token) or None (all experts) -> ids [..., T, k] long, weights fp32.
 
     order: the ranking of the unmasked logits, `order_desc(logits.float())` [..., T, E], if the caller has
     it; the top-k inside S is then read from it (`first_k_in`) instead of sorting the masked logits again
     (the same ids for finite logits)."""
     z = logits.float()                                          # [..., T, E]
     k = router.top_k
-    if eligible is not None:
-        if eligible.dim() == z.dim() - 1:
-            eligible = eligible.unsqueeze(-2)                   # [..., 1, E]
-        z = z.masked_fill(~eligible, float("-inf"))
+    if eligible is not None and eligible.dim() == z.dim() - 1:
+        eligible = eligible.unsqueeze(-2)                       # [..., 1, E]
+    masked = z if eligible is None else z.masked_fill(~eligible, float("-inf"))
     if order is None:
-        ids = topk_ids(z, k)                                    # [..., T, k], best first
+        ids = topk_ids(masked, k)                               # [..., T, k], best first
     else:
         ids = order[..., :k] if eligible is None else first_k_in(order, eligible, k)
-    if router.kind == "topk_softmax":
-        return ids, torch.softmax(z.gather(-1, ids), dim=-1)   # softmax over the chosen logits
-    weights = torch.softmax(z, dim=-1).gather(-1, ids)          # [..., T, k]
-    if router.renormalize:
-        weights = weights / weights.sum(-1, keepdim=True)
-    elif eligible is not None:
-        weights = torch.softmax(logits.float(), dim=-1).gather(-1, ids)
-    return ids, weights
+    return ids, router.weights(masked, ids, z if eligible is not None else None)

@@ -1,29 +1,34 @@
-"""`Variant`: what an experiment asks an engine to run — a method plus everything that parameterises it.
+"""`Variant` (what an experiment asks for) and `Plan` (that variant checked against an engine, the one object
+engines, verifiers, the SGLang plugin and the lm-eval backend accept).
 
     v = Variant("acceptmoe")                                  # the method as the registry defines it
     v = Variant("acceptmoe-b", budget=24)                     # a pinned budget (the sweep)
     v = Variant("acceptmoe", prune=False)                     # AcceptMoE without residency-aware pruning
     v = Variant("acceptmoe", overrides=(("beta", 1.0),))      # a selector knob changed (the beta study)
-    gen = engine.generate(prompt_ids, v.bind(commitment=table, b0=30), max_new_tokens=96)
+    plan = v.bind(engine.fit, commitment=table.p_hat, b0=30, selector=world.selector)
+    gen = engine.generate(prompt_ids, plan, max_new_tokens=96)
 
-A variant is declared without run-time inputs (the calibrated commitment table, the matched budget B0 of the
-pair) and bound to them just before generation with `bind`. Its `name` identifies it in result rows and
-file names; its `label` is its display name. Both are derived here and only here from the registry entry
-and the fields, so no code anywhere else builds or parses method strings.
+A variant is declared without run-time inputs and is hashable, so configs hold it. `bind` adds them (the
+calibrated p_hat, the pair's matched budget B0, the experiment's base selector) and fits the variant to a
+`Fit` (the target's router and expert count, the engine's tree depth and expert store). Every rule of a
+method that depends on those is checked there, once (`Plan.__post_init__`); what depends only on the
+variant is checked when it is declared. `Variant.name` identifies it in result rows and file names,
+`Variant.label` is its display name; both are derived here and nothing parses them back.
 """
 from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import Any, Sequence
-
-
+from typing import Any, Mapping, Sequence
 
 from .config import ConfigError, SelectorConfig
 from .registry import METHODS, MethodSpec, get_method
+from .routing import Router
 
 # selector fields a variant may override; budget and p_hat are bound at run time
 OVERRIDABLE = tuple(f.name for f in dataclasses.fields(SelectorConfig) if f.name not in ("budget", "p_hat"))
+STORE_KINDS = ("resident", "offloaded")
+VARIANT_KEYS = ("method", "budget", "prune", "overrides", "tag")
 
 
 @dataclass(frozen=True)
@@ -33,9 +38,6 @@ class Variant:
     prune: bool | None = None                        # residency pruning; None: the registry default under offload
     overrides: tuple[tuple[str, Any], ...] = ()      # selector fields that differ from the experiment's selector
     tag: str | None = None                           # names a variant of a study (e.g. "onpolicy": its own p_hat)
-    # bound at run time (`bind`), never part of the name:
-    commitment: tuple[float, ...] | None = None      # p_hat per depth
-    b0: int | None = None                            # the pair's matched budget
 
     def __post_init__(self) -> None:
         spec = get_method(self.method)
@@ -47,10 +49,24 @@ class Variant:
         if self.budget is not None and not spec.needs_budget:
             raise ConfigError(f"variant {self.method}: a budget applies to fixed-budget methods only "
                               f"({', '.join(n for n, s in METHODS.items() if s.needs_budget)})")
+        if self.budget is not None and (isinstance(self.budget, bool) or not isinstance(self.budget, int)
+                                        or self.budget < 1):
+            raise ConfigError(f"variant {self.method}: budget must be a positive whole number, got {self.budget!r}")
         if self.prune and not spec.restricts:
             raise ConfigError(f"variant {self.method}: residency pruning applies to restricting methods only")
-        if self.commitment is not None:
-            object.__setattr__(self, "commitment", tuple(float(p) for p in self.commitment))
+
+    @classmethod
+    def from_mapping(cls, data: Mapping[str, Any]) -> "Variant":
+        """A variant from plain data ({"method": ..., "budget": ..., "overrides": {...}}), the one parser
+        configs, the lm-eval backend and the SGLang plugin share; unknown keys are errors."""
+        unknown = sorted(set(data) - set(VARIANT_KEYS))
+        if unknown:
+            raise ConfigError(f"unknown variant key(s) {unknown}; valid: {', '.join(VARIANT_KEYS)}")
+        if "method" not in data:
+            raise ConfigError(f"a variant needs `method`; got keys {sorted(data)}")
+        overrides = data.get("overrides") or ()
+        overrides = tuple(overrides.items()) if isinstance(overrides, Mapping) else tuple(tuple(o) for o in overrides)
+        return cls(data["method"], data.get("budget"), data.get("prune"), overrides, data.get("tag"))
 
     # ----- identity -----
     @property
@@ -83,41 +99,103 @@ class Variant:
         extras += [self.tag] if self.tag else []
         return f"{out} ({', '.join(extras)})" if extras else out
 
-    # ----- run time -----
-    def bind(self, commitment: Sequence[float] | None = None, b0: int | None = None) -> "Variant":
-        """This variant with the pair's calibrated p_hat and B0 (each used only if the method needs it)."""
-        return dataclasses.replace(self, commitment=tuple(commitment) if commitment is not None
-                                   and self.spec.needs_commitment else None,
-                                   b0=b0 if self.spec.needs_budget else None)
-
-    @property
-    def effective_budget(self) -> int | None:
-        """The budget generation uses: the pinned one, else the bound B0 (fixed-size methods only)."""
-        return self.budget if self.budget is not None else self.b0
-
-    def selector_config(self, base: SelectorConfig) -> SelectorConfig:
-        """`base` with this variant's overrides, budget and p_hat (validated by SelectorConfig)."""
-        fields = dict(self.overrides)
-        if self.spec.needs_budget:
-            if self.effective_budget is None:
-                raise ConfigError(f"variant {self.name} needs a budget: pin one (Variant(budget=B)) or bind the "
-                                f"pair's B0 (variant.bind(b0=...))")
-            fields["budget"] = self.effective_budget
-        if self.spec.needs_commitment:
-            if self.commitment is None:
-                raise ConfigError(f"variant {self.name} needs commitment probabilities: bind a calibrated "
-                                f"p_hat (variant.bind(commitment=table.p_hat))")
-            fields["p_hat"] = self.commitment
-        return dataclasses.replace(base, **fields)
-
-    def prunes(self, store_kind: str) -> bool:
-        """Whether residency-aware pruning is on for this variant under an expert store of `store_kind`."""
-        if self.prune is not None:
-            return self.prune
-        return self.spec.prunes_when_offloaded and store_kind == "offloaded"
-
     def describe(self) -> dict:
-        """JSON-ready record of this variant (for traces and rows)."""
-        return {"name": self.name, "method": self.method, "budget": self.effective_budget, "prune": self.prune,
+        """JSON-ready record of this variant as declared."""
+        return {"name": self.name, "method": self.method, "budget": self.budget, "prune": self.prune,
                 "overrides": {k: v for k, v in self.overrides}, "tag": self.tag}
 
+    # ----- run time -----
+    def bind(self, fit: "Fit", *, commitment: Sequence[float] | None = None, b0: int | None = None,
+             selector: SelectorConfig = SelectorConfig()) -> "Plan":
+        """This variant fitted to an engine: `selector` with the overrides, the budget (pinned, else `b0`) and
+        p_hat (`commitment`), each used only if the method needs it; checked once (see `Plan`)."""
+        spec, fields = self.spec, dict(self.overrides)
+        fields["budget"] = (self.budget if self.budget is not None else b0) if spec.needs_budget else None
+        fields["p_hat"] = tuple(commitment) if spec.needs_commitment and commitment is not None else None
+        prune = self.prune if self.prune is not None else spec.prunes_when_offloaded and fit.store == "offloaded"
+        return Plan(self, fit, dataclasses.replace(selector, **fields), prune)
+
+
+@dataclass(frozen=True)
+class Fit:
+    """What a plan is fitted to: the target's router and experts per MoE layer, the deepest draft node a
+    verification block can hold (the engine's tree `num_steps`) and its expert store."""
+    router: Router
+    num_experts: int
+    max_depth: int
+    store: str = "resident"
+
+    def __post_init__(self) -> None:
+        if self.store not in STORE_KINDS:
+            raise ConfigError(f"unknown expert store {self.store!r}; valid: {', '.join(STORE_KINDS)}")
+        if self.router.top_k > self.num_experts:
+            raise ConfigError(f"router top_k={self.router.top_k} exceeds the number of experts E={self.num_experts}")
+
+
+@dataclass(frozen=True)
+class Plan:
+    """A variant with everything a generation needs, checked: made by `Variant.bind`."""
+    variant: Variant
+    fit: Fit
+    selector: SelectorConfig     # complete: budget set for fixed-size methods, p_hat for commitment methods
+    prune: bool                  # residency-aware pruning of S against the expert pool
+
+    def __post_init__(self) -> None:
+        spec, cfg, k, E = self.spec, self.selector, self.fit.router.top_k, self.fit.num_experts
+        name = self.variant.name
+        if spec.needs_budget:
+            if cfg.budget is None:
+                raise ConfigError(f"variant {name} needs a budget: pin one (Variant(budget=B)) or bind the pair's "
+                                  f"B0 (variant.bind(..., b0=B)), with top_k={k} <= B <= E={E}")
+            if not k <= cfg.budget <= E:
+                raise ConfigError(f"variant {name}: budget B={cfg.budget} must satisfy top_k={k} <= B <= E={E} "
+                                  f"(every token needs k eligible experts)")
+        elif cfg.budget is not None:
+            raise ConfigError(f"variant {name} takes no budget (got {cfg.budget})")
+        if spec.needs_commitment:
+            if cfg.p_hat is None:
+                raise ConfigError(f"variant {name} needs commitment probabilities: bind a calibrated p_hat "
+                                  f"(variant.bind(..., commitment=table.p_hat))")
+            if len(cfg.p_hat) < self.fit.max_depth + 1:
+                raise ConfigError(f"p_hat has {len(cfg.p_hat)} entries but blocks reach depth {self.fit.max_depth}: "
+                                  f"give one per depth 0..{self.fit.max_depth} (calibrate with the same tree shape)")
+        elif cfg.p_hat is not None:
+            raise ConfigError(f"variant {name} takes no p_hat")
+        if self.prune and self.fit.store != "offloaded":
+            raise ConfigError(f"variant {name}: residency pruning needs an offloaded expert store (this one is "
+                              f"{self.fit.store}); drop prune or open the engine with store='offloaded'")
+
+    @property
+    def spec(self) -> MethodSpec:
+        return self.variant.spec
+
+    @property
+    def router(self) -> Router:
+        return self.fit.router
+
+    @property
+    def num_experts(self) -> int:
+        return self.fit.num_experts
+
+    @property
+    def name(self) -> str:
+        return self.variant.name
+
+    @property
+    def label(self) -> str:
+        return self.variant.label
+
+    @property
+    def budget(self) -> int | None:
+        """The budget this generation uses (fixed-size methods), else None."""
+        return self.selector.budget
+
+    @property
+    def min_set(self) -> int:
+        """The smallest S residency pruning may leave: prune_min_set, and never fewer than top_k experts."""
+        return max(self.selector.prune_min_set, self.fit.router.top_k)
+
+    def describe(self) -> dict:
+        """JSON-ready record of what generation uses (for traces)."""
+        sel = {k: list(v) if isinstance(v, tuple) else v for k, v in dataclasses.asdict(self.selector).items()}
+        return {"method": self.variant.method, "variant": self.name, "selector": sel, "prune": self.prune}

@@ -1,0 +1,55 @@
+"""The target's passes as `StepGraphs` steps: a frozen dataclass whose fields are everything the pass reads
+besides its inputs, so its CUDA-graph key is derived, never listed by hand.
+
+    step = TargetPass(model, cache, verifier=v, prune=False, record=True, aux_layers=(1, 3, 4))
+    logits, aux, stats = steps.run(step, {"ids": ..., "positions": ..., "start": ..., "mask": ...})
+
+`verifier` None routes every MoE layer naturally (`router.natural`): prefill-free decode steps, Vanilla AR,
+and Standard SD without a trace. With a verifier, a restricting method routes inside the verifier's set S
+(pruned against the expert pool when `prune`), and Standard SD routes naturally while the verifier only
+scores its sets for the trace; `record` stacks one `trace.layer_stats` row per MoE layer ([L, 6], computed
+on the device). Recording never changes what is computed.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from acceptmoe.kernels import Verifier
+
+from .kv import KVCache
+from .trace import layer_stats
+
+
+@dataclass(frozen=True)
+class TargetPass:
+    model: object                        # MoEModel
+    cache: KVCache
+    verifier: Verifier | None = None
+    prune: bool = False
+    record: bool = False
+    aux_layers: tuple[int, ...] = ()
+
+    def __call__(self, inputs: dict) -> tuple[Tensor, Tensor | None, Tensor | None]:
+        """inputs ids [T], positions [T], start, mask [T, T] (optional) -> (logits [T, V], aux, stats [L, 6])."""
+        rows: list[Tensor] = []
+        policy = None if self.verifier is None else self._policy(rows)
+        logits, aux = self.model.forward(inputs["ids"], inputs["positions"], self.cache, inputs["start"],
+                                         mask=inputs.get("mask"), policy=policy, aux_layers=self.aux_layers)
+        return logits, aux, (torch.stack(rows) if rows else None)
+
+    def _policy(self, rows: list[Tensor]):
+        verifier, store, router = self.verifier, self.model.store, self.model.router
+        restricts = verifier.plan.spec.restricts
+
+        def policy(layer: int, logits: Tensor) -> tuple[Tensor, Tensor]:
+            resident = store.resident(layer).to(logits.device) if self.prune else None
+            out = verifier(logits[None], resident, route=restricts)                  # B = 1
+            natural = router.natural(logits) if self.record or not restricts else None
+            ids, weights = (out.ids[0], out.weights[0]) if restricts else natural
+            if self.record:
+                rows.append(layer_stats(layer, natural[0][None], ids[None], out)[0])
+            return ids, weights
+        return policy

@@ -1,0 +1,191 @@
+"""The readable reference: one verification block, one MoE layer, the rules of docs/method.md step by step.
+
+    sel = select(plan, logits, block)              # logits [T, E] -> Selection(eligible, utility, anchor) [E]
+    eligible = prune(sel, resident, plan)          # residency-aware pruning against the pool, bool [E]
+    ids, weights = route(logits, eligible, router)  # constrained top-k (Eq. 2), [T, k] each
+
+It exists to be read and to check the batched backends (`acceptmoe.kernels`), which must agree with it
+exactly on sets and ids. It is written in plain Python over exact integers and shares no code with them
+beyond the documented primitives: the router's gate arithmetic (`Router.weights`: softmax, gather,
+renormalisation in fp32, as the model computes them) and the fixed-point helpers (`fixed`). It serves every
+`Score` and `Sizing` member (checked when this module loads, like every backend).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from .fixed import LOG2_BITS, log2_fixed_int, rank_guard, rho_fixed, truncate
+from .registry import Score, Sizing, register_backend
+from .routing import Router
+from .tree import BlockInfo
+from .variant import Plan
+
+
+@dataclass(frozen=True, eq=False)
+class Selection:
+    eligible: Tensor  # bool [..., E], the set S
+    utility: Tensor   # fp32 [..., E], the score the method ranked by
+    anchor: Tensor    # bool [..., E], all False for methods without an anchor
+
+    @property
+    def size(self) -> Tensor:
+        return self.eligible.sum(-1)
+
+
+def best_first(values: list[float], ties: list[float] | None = None) -> list[int]:
+    """Indices of `values` best first: value descending, then `ties` descending, then lower index (the
+    project's one ranking rule, spelled out)."""
+    ties = ties or [0.0] * len(values)
+    return sorted(range(len(values)), key=lambda i: (-values[i], -ties[i], i))
+
+
+def commitment_weight(p_hat: float, level_size: int, cfg) -> float:
+    """alpha = p_hat[d]^beta * N_d^level_exponent for a node at depth d (the root: p_hat 1, N 1 -> 1)."""
+    return float(np.float32(p_hat ** cfg.beta * level_size ** cfg.level_exponent))
+
+
+def select(plan: Plan, logits: Tensor, block: BlockInfo) -> Selection:
+    """The eligible set of `plan`'s method for one block and one layer. logits [T, E]."""
+    spec, cfg, router = plan.spec, plan.selector, plan.router
+    if not spec.speculates:
+        raise ValueError(f"method {spec.name!r} does not speculate, so it selects no set")
+    T, E = block.num_tokens, plan.num_experts
+    if tuple(logits.shape) != (T, E):
+        raise ValueError(f"logits must be [T, E] = [{T}, {E}] (the block's tokens, the plan's experts), "
+                         f"got {tuple(logits.shape)}")
+    if block.max_depth > plan.fit.max_depth:
+        raise ValueError(f"the block reaches depth {block.max_depth}, deeper than the plan's {plan.fit.max_depth}")
+    z = logits.float()
+    natural = [best_first(row)[:router.top_k] for row in z.tolist()]              # K_t, best first
+    ids = torch.tensor(natural, dtype=torch.long)                                 # [T, k]
+    gate = router.weights(z, ids).tolist()                                        # the model's own r[t, K_t]
+    demand = gate if cfg.demand_score == "gate" else torch.softmax(z, -1).gather(-1, ids).tolist()
+
+    alpha = [commitment_weight(cfg.p_hat[d], n, cfg) if spec.needs_commitment else 1.0
+             for d, n in zip(block.depth.tolist(), block.level_sizes[block.depth].tolist())]
+    tokens = _Tokens(z, natural, gate, demand, alpha, cfg.score_bits)
+    primary, secondary = SCORES[spec.score](tokens)                              # exact integers per expert
+    # a block score is held as fp32 (the exact integer rounded to 24 significant bits), then ranked
+    score = [float(np.float32(u)) for u in primary]
+    utility = torch.tensor(score, dtype=torch.float32) * 2.0 ** -cfg.score_bits
+    tie = [float(np.float32(s)) for s in secondary]
+
+    anchor = set(natural[0]) if spec.anchor else set()
+    rest = [e for e in best_first(score, tie) if e not in anchor]                 # non-anchor experts, best first
+    n = SIZES[spec.sizing](plan, anchor, [int(score[e]) for e in rest if score[e] > 0])
+    return Selection(_mask(anchor | set(rest[:n]), E), utility, _mask(anchor, E))
+
+
+@dataclass(frozen=True)
+class _Tokens:
+    """One block's per-token inputs to a score: fp32 logits [T, E], K_t best first, the model's gates and the
+    demand score's weights on K_t, the commitment weights alpha_t (1.0 where unused), score_bits."""
+    z: Tensor
+    natural: list[list[int]]
+    gate: list[list[float]]
+    demand: list[list[float]]
+    alpha: list[float]
+    bits: int
+
+    def on_members(self, term) -> list[int]:
+        """Per expert: the sum over tokens t and their members e in K_t (rank j) of term(t, j), truncated."""
+        out = [0] * self.z.shape[1]
+        for t, members in enumerate(self.natural):
+            for j, e in enumerate(members):
+                out[e] += _fixed(term(t, j), self.bits)
+        return out
+
+
+def _gate_mass(x: _Tokens) -> tuple[list[int], list[int]]:
+    return x.on_members(lambda t, j: x.demand[t][j]), [0] * x.z.shape[1]
+
+
+def _votes(x: _Tokens) -> tuple[list[int], list[int]]:
+    return x.on_members(lambda t, j: 1.0), x.on_members(lambda t, j: x.gate[t][j])    # ties: gate mass
+
+
+def _router_mass(x: _Tokens) -> tuple[list[int], list[int]]:
+    rows = truncate(torch.softmax(x.z, -1), x.bits).tolist()                        # every expert, every token
+    return [sum(col) for col in zip(*rows)], [0] * x.z.shape[1]
+
+
+def _commitment(x: _Tokens) -> tuple[list[int], list[int]]:
+    term = lambda t, j: float(np.float32(x.alpha[t]) * np.float32(x.demand[t][j]))   # noqa: E731  fp32 product
+    return x.on_members(term), [0] * x.z.shape[1]
+
+
+SCORES = {Score.GATE_MASS: _gate_mass, Score.VOTES: _votes, Score.ROUTER_MASS: _router_mass,
+          Score.COMMITMENT: _commitment}
+
+# how many non-anchor experts join the anchor, from (plan, anchor, the positive non-anchor demands best first)
+SIZES = {
+    Sizing.ALL: lambda plan, anchor, demand: plan.num_experts,
+    Sizing.FIXED: lambda plan, anchor, demand: plan.selector.budget - len(anchor),
+    Sizing.SELF: lambda plan, anchor, demand: effective_rank(demand, rank_guard(plan.selector.rank_tolerance)),
+}
+
+
+def effective_rank(demand: list[int], guard: int) -> int:
+    """n_er of positive integer demands: the smallest n >= 1 with S (log2 n + guard) >= S log2 S - sum U
+    log2 U (all log2 in 16-bit fixed point), at most len(demand); 0 for no demand."""
+    if not demand:
+        return 0
+    S = sum(demand)
+    entropy = S * log2_fixed_int(S) - sum(u * log2_fixed_int(u) for u in demand)      # S * H2, 2^-16 units
+    for n in range(1, len(demand) + 1):
+        if S * (log2_fixed_int(n) + guard) >= entropy:
+            return n
+    return len(demand)
+
+
+def prune(sel: Selection, resident: Tensor, plan: Plan) -> Tensor:
+    """bool [E]: S minus the longest prefix D of C = S \\ H \\ A in ascending utility (ties: the higher index
+    first) with 2^16 sum_D U <= rho_fixed sum_S U and abs(S) - abs(D) >= plan.min_set (U: the scores' integers)."""
+    cfg = plan.selector
+    eligible, anchor, held = sel.eligible.tolist(), sel.anchor.tolist(), resident.tolist()
+    U = [int(u * 2 ** cfg.score_bits) for u in sel.utility.tolist()]
+    budget = rho_fixed(cfg.prune_rho) * sum(u for u, s in zip(U, eligible) if s)
+    size, removed = sum(eligible), 0
+    walk = [e for e in reversed(best_first(sel.utility.tolist())) if eligible[e] and not held[e] and not anchor[e]]
+    out = list(eligible)
+    for e in walk:
+        if size - 1 < plan.min_set or (removed + U[e]) << LOG2_BITS > budget:
+            break
+        removed, size, out[e] = removed + U[e], size - 1, False
+    return torch.tensor(out, dtype=torch.bool)
+
+
+def route(logits: Tensor, eligible: Tensor | None, router: Router) -> tuple[Tensor, Tensor]:
+    """Constrained top-k routing (Eq. 2) of one block: logits [T, E], eligible bool [E] (one set for the
+    block), [T, E] (one per token) or None (every expert) -> ids [T, k] long, weights [T, k] fp32."""
+    z = logits.float()
+    T, E = z.shape
+    allowed = torch.ones(T, E, dtype=torch.bool) if eligible is None else eligible.cpu().expand(T, E)
+    k = router.top_k
+    ids = []
+    for row, ok in zip(z.tolist(), allowed.tolist()):
+        members = [e for e in best_first(row) if ok[e]]
+        if len(members) < k:
+            raise ValueError(f"eligible set has {len(members)} experts, fewer than top_k={k}")
+        ids.append(members[:k])
+    ids_t = torch.tensor(ids, dtype=torch.long, device=z.device)
+    masked = z.masked_fill(~allowed.to(z.device), float("-inf"))
+    return ids_t, router.weights(masked, ids_t, None if eligible is None else z)
+
+
+def _fixed(term: float, bits: int) -> int:
+    """One fp32 term in [0, 1] truncated to a multiple of 2^-bits, as an integer (`fixed.truncate`)."""
+    return int(np.float32(term) * np.float32(2 ** bits))
+
+
+def _mask(members: set[int], E: int) -> Tensor:
+    out = torch.zeros(E, dtype=torch.bool)
+    out[sorted(members)] = True
+    return out
+
+
+register_backend("reference", SCORES, SIZES)
