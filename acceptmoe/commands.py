@@ -20,7 +20,9 @@ from pathlib import Path
 from typing import Callable
 
 PACKAGE = Path(__file__).resolve().parent
-COMMAND_DIRS = ("experiments", "experiments/bench", "tiny")       # where command modules live
+# where command modules live, in the order `--help` lists their commands
+COMMAND_DIRS = ("experiments/table1", "experiments/throughput", "experiments/study", "experiments",
+                "experiments/bench", "tiny")
 
 
 @dataclass(frozen=True)
@@ -30,16 +32,16 @@ class Declared:
     module: str                   # dotted module path
 
 
-REGISTRY: dict[str, Callable[[list[str] | None], int]] = {}
+COMMANDS: dict[str, Callable[[list[str] | None], int]] = {}
 HELP: dict[str, str] = {}
 
 
 def command(name: str, help: str) -> Callable:
     """Register `fn(argv) -> exit code` as `./reproduce.sh <name>`; `help` is its one-line description."""
     def wrap(fn: Callable) -> Callable:
-        if name in REGISTRY and REGISTRY[name] is not fn:
+        if name in COMMANDS and COMMANDS[name] is not fn:
             raise RuntimeError(f"command {name!r} is declared twice")
-        REGISTRY[name], HELP[name] = fn, help
+        COMMANDS[name], HELP[name] = fn, help
         return fn
     return wrap
 
@@ -60,7 +62,8 @@ def declared() -> dict[str, Declared]:
     found: dict[str, Declared] = {}
     for folder in COMMAND_DIRS:
         for path in sorted((PACKAGE / folder).glob("*.py")):
-            module = "acceptmoe." + ".".join(path.relative_to(PACKAGE).with_suffix("").parts)
+            parts = path.relative_to(PACKAGE).with_suffix("").parts
+            module = "acceptmoe." + ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
             for name, text in _declarations(path):
                 if name in found:
                     raise RuntimeError(f"command {name!r} is declared in {found[name].module} and {module}")

@@ -63,10 +63,7 @@ class Trace:
     def add_block(self, step: int, parents: Sequence[int], path: Sequence[int],
                   layer_rows: Sequence[Sequence[float]] | None) -> BlockRecord:
         """layer_rows: one row per MoE layer, values in LAYER_FIELDS order."""
-        layers = None
-        if layer_rows is not None:
-            cols = list(zip(*layer_rows)) if layer_rows else [() for _ in LAYER_FIELDS]
-            layers = {name: [_compact(name, v) for v in col] for name, col in zip(LAYER_FIELDS, cols)}
+        layers = None if layer_rows is None else layer_columns(layer_rows)
         rec = BlockRecord(step, [int(p) for p in parents], [int(n) for n in path], len(path), layers)
         self.blocks.append(rec)
         return rec
@@ -116,6 +113,13 @@ def trace_meta(engine: str, plan: Plan, tree, store: str, prompt_len: int, max_n
     return {"engine": engine, **plan.describe(), "tree": dataclasses.asdict(tree) if plan.spec.speculates else None,
             "store": store, "prompt_len": int(prompt_len), "max_new_tokens": int(max_new_tokens),
             "ignore_eos": bool(ignore_eos)}
+
+
+def layer_columns(layer_rows: Sequence[Sequence[float]]) -> dict[str, list]:
+    """Rows per MoE layer (LAYER_FIELDS order, e.g. `layer_stats` read back) -> the trace's columns: counts
+    as ints, utility_kept rounded to 6 decimals."""
+    cols = list(zip(*layer_rows)) if layer_rows else [() for _ in LAYER_FIELDS]
+    return {name: [_compact(name, v) for v in col] for name, col in zip(LAYER_FIELDS, cols)}
 
 
 def _compact(name: str, v: float) -> int | float:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import importlib
 import sys
 
-from acceptmoe.commands import REGISTRY, declared
+from acceptmoe.commands import COMMANDS, declared
 from acceptmoe.errors import UserError
 
 BUILTIN = {"test": "create .venv if needed, install the test extras, run the test suite (reproduce.sh)"}
@@ -38,7 +38,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     importlib.import_module(commands[name].module)
     try:
-        return int(REGISTRY[name](rest) or 0)
+        return int(COMMANDS[name](rest) or 0)
     except UserError as exc:          # bad input: the message names the problem and the fix; no traceback
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -30,10 +30,9 @@ import torch
 
 from acceptmoe.commands import command, parser
 from acceptmoe.engine.graphs import StepGraphs
-from acceptmoe.methods import B0_METHOD, BASELINE, REFERENCE, Variant
-from acceptmoe.methods import METHODS as REGISTRY
+from acceptmoe.engine.passes import TargetPass
+from acceptmoe.methods import B0_METHOD, BASELINE, METHODS, REFERENCE, Fit, Variant
 
-METHODS = tuple(name for name, spec in REGISTRY.items() if spec.speculates)
 P_HAT = (1.0, 0.8, 0.64, 0.512, 0.41, 0.33)
 # small random configs: the parity check here and the tests' fixtures
 QWEN3_SMALL = dict(vocab_size=96, hidden_size=64, intermediate_size=80, moe_intermediate_size=32,
@@ -81,39 +80,51 @@ def random_block(T: int, gen: torch.Generator, max_depth: int = 5):
     return BlockInfo.from_parents(parents)
 
 
-def check_kernel(device, T: int = 64, E: int = 128, k: int = 8, seed: int = 0, ties: bool = True) -> dict:
-    """Fused kernel vs reference on tied bf16 logits (ties=False: tie-free ones): every method, both router
-    kinds, with and without residency pruning. Eligible sets and routed ids exactly (in order), weights
-    to 1e-6."""
-    from acceptmoe.kernels import make_verifier
-    from acceptmoe.methods import Router, SelectorConfig, get_method, prune_nonresident, route, select
+def kernel_cases(T: int, E: int, k: int, seed: int, ties: bool):
+    """(router, plan, block, logits, resident | None) for every speculating method, both router kinds, with and
+    without residency pruning (pruning only where the method restricts, under an offloaded store)."""
+    from acceptmoe.methods import Router
     gen = torch.Generator().manual_seed(seed)
-    device = torch.device(device)
-    cases, bad_rows, rows = [], 0, 0
     for kind in ("softmax_topk", "topk_softmax"):
         router = Router(kind, k, renormalize=True)
-        for method in METHODS:
-            for prune in ((False, True) if get_method(method).restricts else (False,)):
+        for method, spec in METHODS.items():
+            for prune in ((False, True) if spec.restricts else (False,)):
+                if not spec.speculates:
+                    continue
                 block = random_block(T, gen)
-                logits = tied_logits(T, E, k, gen, ties).to(device)
-                resident = (torch.rand(E, generator=gen) < 0.5).to(device) if prune else None
-                fixed = get_method(method).sizing == "fixed"
-                cfg = SelectorConfig(budget=max(k, E // 4) if fixed else None, p_hat=P_HAT)
-                sel = select(method, logits, block, router, cfg)                     # the readable reference
-                eligible = prune_nonresident(sel, resident, cfg, k) if prune else sel.eligible
-                ids, weights = route(logits, eligible, router)
-                kernel = make_verifier("triton", method, router, cfg, E, device)
-                kernel.prepare([block])
-                out = kernel(logits[None], resident)
-                row_bad = (out.ids[0] != ids).any(-1) | ~torch.isclose(out.weights[0], weights, atol=1e-6).all(-1)
-                same_set = bool(torch.equal(out.eligible[0], eligible))
-                cases.append({"router": kind, "method": method, "prune": prune, "same_eligible": same_set,
-                              "rows_differing": int(row_bad.sum())})
-                bad_rows += int(row_bad.sum()) + (0 if same_set else T)
-                rows += T
-    ok = bad_rows == 0
-    return {"check": "kernel", "verdict": verdict(ok), "shape": [T, E, k], "ties": ties, "rows": rows,
-            "rows_differing": bad_rows, "cases": cases}
+                logits = tied_logits(T, E, k, gen, ties)
+                resident = (torch.rand(E, generator=gen) < 0.5) if prune else None
+                fit = Fit(router, E, max_depth=5, store="offloaded" if prune else "resident")
+                plan = Variant(method, prune=prune if spec.restricts else None).bind(
+                    fit, commitment=P_HAT, b0=max(k, E // 4))
+                yield router, plan, block, logits, resident
+
+
+def check_kernel(device, T: int = 64, E: int = 128, k: int = 8, seed: int = 0, ties: bool = True,
+                 backend: str = "triton") -> dict:
+    """The verifier `backend` (the fused kernel) vs the readable reference on tied bf16 logits (ties=False:
+    tie-free ones): every method, both router kinds, with and without residency pruning. Eligible sets and
+    routed ids exactly (in order), weights to 1e-6."""
+    from acceptmoe.kernels import make_verifier
+    from acceptmoe.methods import prune, route, select
+    device = torch.device(device)
+    cases, bad_rows, rows = [], 0, 0
+    for router, plan, block, logits, resident in kernel_cases(T, E, k, seed, ties):
+        sel = select(plan, logits, block)                                        # the readable reference
+        eligible = prune(sel, resident, plan) if resident is not None else sel.eligible
+        ids, weights = route(logits, eligible, router)
+        verifier = make_verifier(backend, plan, device)
+        verifier.prepare([block])
+        out = verifier(logits[None].to(device), None if resident is None else resident.to(device))
+        row_bad = ((out.ids[0].cpu() != ids).any(-1)
+                   | ~torch.isclose(out.weights[0].cpu(), weights, atol=1e-6).all(-1))
+        same_set = bool(torch.equal(out.eligible[0].cpu(), eligible))
+        cases.append({"router": router.kind, "method": plan.spec.name, "prune": plan.prune,
+                      "same_eligible": same_set, "rows_differing": int(row_bad.sum())})
+        bad_rows += int(row_bad.sum()) + (0 if same_set else T)
+        rows += T
+    return {"check": "kernel", "verdict": verdict(bad_rows == 0), "backend": backend, "shape": [T, E, k],
+            "ties": ties, "rows": rows, "rows_differing": bad_rows, "cases": cases}
 
 
 # ----- parity with transformers -----
@@ -146,16 +157,18 @@ def spread(model, kind: str) -> None:
             layer.self_attn.sinks.normal_(0.0, 2.0)
 
 
-def check_parity(device, folder: Path, tokens: int = 24) -> dict:
+def check_parity(device, folder: Path, tokens: int = 24, load=None) -> dict:
     """Our logits vs transformers' on the same random checkpoints: relative max error (to max |logit|)
-    <= 1e-4 in fp32 and <= 0.1 in bf16 (both sides in that dtype), plus top-1 agreement."""
+    <= 1e-4 in fp32 and <= 0.1 in bf16 (both sides in that dtype), plus top-1 agreement. load(path, device,
+    dtype) -> our model (default `MoEModel.from_pretrained`)."""
     from acceptmoe.engine.model import MoEModel
+    load = load or (lambda path, device, dtype: MoEModel.from_pretrained(path, device=device, dtype=dtype))
     device, rows, ok = torch.device(device), [], True
     for kind in ("qwen3_moe", "gpt_oss"):
         hf = random_checkpoint(kind, Path(folder) / kind)
         ids = torch.randint(0, 96, (tokens,), generator=torch.Generator().manual_seed(1))
         for dtype, tol in ((torch.float32, 1e-4), (torch.bfloat16, 0.1)):
-            ours = MoEModel.from_pretrained(Path(folder) / kind, device=device, dtype=dtype)
+            ours = load(Path(folder) / kind, device, dtype)
             logits, _ = ours.forward(ids.to(device), torch.arange(tokens, device=device),
                                      ours.new_cache(tokens), 0)
             with torch.no_grad():
@@ -172,45 +185,54 @@ def check_parity(device, folder: Path, tokens: int = 24) -> dict:
 def check_graphs(device, model_dir: Path = Path("models/tiny")) -> dict:
     """On the tiny world, every method: steps="graphs" gives the tokens and the trace of steps="static" (the
     same passes run eagerly), whose tokens equal "eager"'s; graphs were replayed and no capture fell back.
-    Without CUDA only static = eager runs and the verdict is SKIP."""
+    Without CUDA only static = eager runs: FAIL if they differ, else SKIP (the graphs themselves unchecked)."""
     from acceptmoe.engine import load_engine
     device = torch.device(device)
     modes = ("eager", "static", "graphs") if device.type == "cuda" else ("eager", "static")
     engines = {mode: load_engine(model_dir, device=device, steps=mode) for mode in modes}
     prompts = [[1, 17, 42, 99, 7, 300, 12], [5, 6, 7, 8, 9, 10, 11, 12, 13, 14]]
-    rows, ok = [], True
-    for name in REGISTRY:
-        variant = Variant(name).bind(commitment=P_HAT, b0=24)
+    rows = []
+    for name in METHODS:
         for i, ids in enumerate(prompts):
             out = {}
             for mode, engine in engines.items():
-                gen = engine.generate(ids, variant, 24, ignore_eos=True)
+                plan = Variant(name).bind(engine.fit, commitment=P_HAT, b0=24)
+                gen = engine.generate(ids, plan, 24, ignore_eos=True)
                 out[mode] = (gen.tokens, gen.trace.lines())
             row = {"method": name, "prompt": i, "static_equal_eager": out["static"][0] == out["eager"][0]}
             if "graphs" in out:
                 row["graphs_equal_static"] = out["graphs"] == out["static"]
-                ok &= row["graphs_equal_static"] and row["static_equal_eager"]
             rows.append(row)
-    if "graphs" not in engines:
-        return {"check": "graphs", "verdict": "SKIP", "reason": "CUDA graphs need CUDA (static = eager checked)",
-                "rows": rows}
-    steps = engines["graphs"].steps.describe()
-    ok &= steps["replays"] > 0 and not steps["fallbacks"]
-    return {"check": "graphs", "verdict": verdict(ok), "rows": rows, "steps": steps}
+    steps = engines["graphs"].steps.describe() if "graphs" in engines else None
+    return {"check": "graphs", "verdict": graphs_verdict(rows, steps), "rows": rows, "steps": steps,
+            **({} if steps else {"reason": "CUDA graphs need CUDA (static = eager checked)"})}
+
+
+def graphs_verdict(rows: list[dict], steps: dict | None) -> str:
+    """FAIL on any disagreement; without graph rows (no CUDA) SKIP; else PASS only if graphs were replayed
+    and no capture fell back."""
+    if not all(r["static_equal_eager"] and r.get("graphs_equal_static", True) for r in rows):
+        return "FAIL"
+    if steps is None:
+        return "SKIP"
+    return verdict(steps["replays"] > 0 and not steps["fallbacks"])
 
 
 # ----- lossless on the tiny world -----
-def check_lossless(engines: dict, prompts: list[list[int]], tokens: int) -> dict:
-    """Standard SD (resident and offloaded) = Vanilla AR (resident), token for token."""
+def check_lossless(engines: dict, prompts: list[list[int]], tokens: int, variant: Variant = Variant(BASELINE)) -> dict:
+    """`variant` (Standard SD: lossless by construction) on every engine (resident and offloaded) = Vanilla AR
+    on the resident one, token for token."""
     rows, ok = [], True
     for i, ids in enumerate(prompts):
-        ar = engines["resident"].generate(ids, Variant(REFERENCE), tokens, ignore_eos=True).tokens
+        resident = engines["resident"]
+        ar = resident.generate(ids, Variant(REFERENCE).bind(resident.fit), tokens, ignore_eos=True).tokens
         for store, eng in engines.items():
-            sd = eng.generate(ids, Variant(BASELINE), tokens, ignore_eos=True, trace_layers=False)
+            plan = variant.bind(eng.fit, commitment=P_HAT, b0=eng.router.top_k)
+            sd = eng.generate(ids, plan, tokens, ignore_eos=True, trace_layers=False)
             same = sd.tokens == ar
             rows.append({"prompt": i, "store": store, "equal": same, "tau": sd.mean_accept_length})
             ok &= same
-    return {"check": "lossless", "verdict": verdict(ok), "tokens": tokens, "rows": rows}
+    return {"check": "lossless", "verdict": verdict(ok), "variant": variant.name, "tokens": tokens, "rows": rows}
 
 
 def check_pinned(engine) -> dict:
@@ -220,9 +242,14 @@ def check_pinned(engine) -> dict:
     s = store.stats()["total"]
     pinned = all(t.is_pinned() for t in tensors) if store.cuda else None
     gbps = s["bytes"] / s["wait_s"] / 1e9 if s["wait_s"] > 0 else None
-    ok = None if pinned is None else (pinned and s["loads"] > 0 and s["wait_s"] > 0)
-    return {"check": "pinned", "verdict": verdict(ok), "pinned": pinned, "loads": s["loads"], "bytes": s["bytes"],
-            "wait_s": s["wait_s"], "load_gb_per_s": gbps, "hit_rate": s["hit_rate"]}
+    return {"check": "pinned", "verdict": pinned_verdict(pinned, s["loads"], s["wait_s"]), "pinned": pinned,
+            "loads": s["loads"], "bytes": s["bytes"], "wait_s": s["wait_s"], "load_gb_per_s": gbps,
+            "hit_rate": s["hit_rate"]}
+
+
+def pinned_verdict(pinned: bool | None, loads: int, wait_s: float) -> str:
+    """SKIP without CUDA (pinned None); PASS only for pinned host weights whose loads were counted and timed."""
+    return verdict(None if pinned is None else (pinned and loads > 0 and wait_s > 0))
 
 
 # ----- timing -----
@@ -281,7 +308,6 @@ def time_layer_shape(device, shape: dict = QWEN3_30B_LAYERS, dtype=torch.bfloat1
     on a random model of `shape` after a `context`-token prefill."""
     from acceptmoe.engine.tree import DraftTree
     from acceptmoe.kernels import make_verifier
-    from acceptmoe.methods import SelectorConfig
     device = torch.device(device)
     model = random_model(shape, device, dtype)
     cache = model.new_cache(context + tree_tokens + 1)
@@ -293,8 +319,8 @@ def time_layer_shape(device, shape: dict = QWEN3_30B_LAYERS, dtype=torch.bfloat1
     tree = DraftTree.from_parents(torch.randint(0, V, (tree_tokens,), generator=gen), block.parents, context)
     tok, pos, mask = tree.tokens.to(device), tree.positions.to(device), tree.mask.to(device)
     one, at = torch.randint(0, V, (1,), generator=gen).to(device), torch.tensor([context], device=device)
-    verifier = make_verifier("auto", "acceptmoe", model.router, SelectorConfig(p_hat=P_HAT), model.config.num_experts,
-                             device)
+    plan = Variant(B0_METHOD).bind(Fit(model.router, model.config.num_experts, max_depth=5), commitment=P_HAT)
+    verifier = make_verifier("auto", plan, device)
     verifier.prepare([block])
 
     def policy(layer, logits):
@@ -309,13 +335,11 @@ def time_layer_shape(device, shape: dict = QWEN3_30B_LAYERS, dtype=torch.bfloat1
     steps = StepGraphs(device, mode, state=(model.store.tally,))
     held = steps.cache("target", context + tree_tokens + 1, model.new_cache)
     model.forward(prompt, torch.arange(context, device=device), held, 0)
-    body = lambda p: lambda i: (model.forward(i["ids"], i["positions"], held, i["start"], mask=i.get("mask"),  # noqa: E731
-                                              policy=p)[0],)
     one_in = {"ids": one, "positions": at, "start": context}
     tree_in = {"ids": tok, "positions": pos, "start": context, "mask": mask}
-    decode_g = lambda: steps.run("decode", one_in, body(None))                          # noqa: E731
-    verify_g = lambda: steps.run("verify", tree_in, body(None))                         # noqa: E731
-    verify_acc_g = lambda: steps.run("acc", tree_in, body(policy), keep=verifier)       # noqa: E731
+    decode_g = lambda: steps.run(TargetPass(model, held), one_in)                       # noqa: E731
+    verify_g = lambda: steps.run(TargetPass(model, held), tree_in)                      # noqa: E731
+    verify_acc_g = lambda: steps.run(TargetPass(model, held, verifier), tree_in)        # noqa: E731
     logits = torch.randn(tree_tokens, model.config.num_experts, generator=gen).to(device)
     select = lambda: verifier(logits[None], None)                                              # noqa: E731
     L = model.config.num_layers
@@ -341,7 +365,7 @@ def time_tiny(engine, prompts: list[list[int]], tokens: int) -> list[dict]:
     from acceptmoe.experiments.bench.engine_speed import ours_ops
     rows, mode = [], engine.steps.mode
     for method in (REFERENCE, BASELINE, B0_METHOD):
-        variant = Variant(method).bind(commitment=P_HAT)
+        variant = Variant(method).bind(engine.fit, commitment=P_HAT)
         steps, n, wall, taus = [], 0, 0.0, []
         for ids in prompts:
             t0 = engine.clock()

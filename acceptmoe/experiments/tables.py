@@ -1,7 +1,7 @@
 """`./reproduce.sh tables`: rebuild every table and figure from saved results only (no model runs).
 
-Walks `results/<experiment>/<preset>/<run-id>/` for experiments with a table builder (BUILDERS) and writes
-each run's table files next to its results; `--run RUN_DIR` rebuilds one run. A run without finished pairs
+Walks `results/<experiment>/<preset>/<run-id>/` for experiments with a table builder (each experiment package's
+`BUILDERS`) and writes each run's table files next to its results; `--run RUN_DIR` rebuilds one run. A run without finished pairs
 is reported and skipped.
 """
 from __future__ import annotations
@@ -10,20 +10,12 @@ import json
 from pathlib import Path
 from typing import Callable
 
-from acceptmoe.experiments.runs import REPO
 from acceptmoe.commands import command, parser
 
-from .calibration_study import write_study
-from .perf_report import write_outputs
-from .table1 import NothingToTabulate, write_table1
+from . import study, table1, throughput
+from .spine.runs import REPO, NothingToTabulate
 
-
-def _perf(run: Path) -> str:
-    return write_outputs(run)[0]
-
-
-BUILDERS: dict[str, Callable[[Path], str]] = {"table1": write_table1, "fig3": _perf, "fig4": _perf, "table2": _perf,
-                                              "sweep": _perf, "fig5": _perf, "calibration-study": write_study}
+BUILDERS: dict[str, Callable[[Path], str]] = {**table1.BUILDERS, **throughput.BUILDERS, **study.BUILDERS}
 
 
 def run_folders(results: Path) -> list[tuple[str, Path]]:

@@ -112,8 +112,12 @@ class Variant:
         spec, fields = self.spec, dict(self.overrides)
         fields["budget"] = (self.budget if self.budget is not None else b0) if spec.needs_budget else None
         fields["p_hat"] = tuple(commitment) if spec.needs_commitment and commitment is not None else None
-        prune = self.prune if self.prune is not None else spec.prunes_when_offloaded and fit.store == "offloaded"
-        return Plan(self, fit, dataclasses.replace(selector, **fields), prune)
+        return Plan(self, fit, dataclasses.replace(selector, **fields), self.prunes(fit.store))
+
+    def prunes(self, store: str) -> bool:
+        """Whether residency-aware pruning is on for this variant under an expert store of kind `store`: as
+        pinned, else the registry's default under an offloaded store."""
+        return self.prune if self.prune is not None else self.spec.prunes_when_offloaded and store == "offloaded"
 
 
 @dataclass(frozen=True)

@@ -56,7 +56,7 @@ def block_stats(engine, tok, n: int, seed: int = 0) -> dict:
     for family in FAMILIES:
         for ex in generate(family, "test", n, seed):
             ids = tok(chat_text(ex["question"]), add_special_tokens=False)["input_ids"]
-            gen = engine.generate(ids, Variant(BASELINE), 96)
+            gen = engine.generate(ids, Variant(BASELINE).bind(engine.fit), 96)
             taus.append(gen.mean_accept_length)
             for b in gen.trace.blocks:
                 sizes.append(len(b.parents))

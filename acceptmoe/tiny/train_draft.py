@@ -145,17 +145,17 @@ def measure(target_dir: Path, draft_dir: Path, tok, cfg: tiny_config.DraftConfig
     """tau (mean accepted length per verification step) with standard-sd per family, and losslessness."""
     from acceptmoe.engine.engine import load_engine
 
-    engine = load_engine(target=target_dir, draft=draft_dir)
+    engine = load_engine(target=target_dir, draft=draft_dir, tree=shape)
     result: dict = {"tree": dataclasses.asdict(shape), "families": {}, "lossless": {"checked": 0, "equal": 0}}
     all_steps = all_tokens = 0
     for family in FAMILIES:
         accepted = steps = 0
         for k, ex in enumerate(generate(family, "test", cfg.eval_prompts, seed)):
             prompt = tok(chat_text(ex["question"]), add_special_tokens=False)["input_ids"]
-            sd = engine.generate(prompt, Variant(BASELINE), cfg.max_new_tokens, tree=shape, trace_layers=False)
+            sd = engine.generate(prompt, Variant(BASELINE).bind(engine.fit), cfg.max_new_tokens, trace_layers=False)
             accepted, steps = accepted + sum(sd.accept_lengths), steps + len(sd.accept_lengths)
             if k < cfg.lossless_prompts:
-                ar = engine.generate(prompt, Variant(REFERENCE), cfg.max_new_tokens)
+                ar = engine.generate(prompt, Variant(REFERENCE).bind(engine.fit), cfg.max_new_tokens)
                 result["lossless"]["checked"] += 1
                 result["lossless"]["equal"] += int(ar.tokens == sd.tokens)
         result["families"][family] = {"tau": round(accepted / max(1, steps), 3), "steps": steps,

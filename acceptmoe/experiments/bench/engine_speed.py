@@ -29,7 +29,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from acceptmoe.commands import command, parser
-from acceptmoe.methods import B0_METHOD, BASELINE, REFERENCE, Variant
+from acceptmoe.methods import B0_METHOD, BASELINE, REFERENCE, Plan, Variant
 
 # profile components: (label, file suffix, function names, caller or None); cumulative time of those functions,
 # counting only the calls made from `caller` (file suffix, function name) when one is given
@@ -51,7 +51,7 @@ def tiny_prompts(tokenizer, n: int) -> list[list[int]]:
                                           tokenize=True, return_dict=False) for r in rows]
 
 
-def time_ours(engine, prompts, variant: Variant, tokens: int) -> tuple[float, float]:
+def time_ours(engine, prompts, plan: Plan, tokens: int) -> tuple[float, float]:
     """(output tokens/s, tau) over all prompts; each generation exactly `tokens` tokens."""
     total_t, total_n, taus = 0.0, 0, []
     for ids in prompts:
@@ -106,7 +106,7 @@ def aten_ops_per_step(run, short: int = 8, long: int = 24) -> float:
     return (o2 - o1) / max(s2 - s1, 1)
 
 
-def ours_ops(engine, ids, variant: Variant) -> float:
+def ours_ops(engine, ids, plan: Plan) -> float:
     def run(n):
         gen = engine.generate(ids, variant, n, ignore_eos=True,
                               trace_layers=False)
@@ -179,7 +179,7 @@ def main(argv: list[str] | None = None) -> int:
                   else tuple([1.0] + [0.8 ** d for d in range(1, steps + 1)]))
     hf_name = "transformers generate (greedy)"
     ops = {hf_name: transformers_ops(hf, prompts[0])}
-    ar, sd, am = (Variant(m).bind(commitment=commitment) for m in (REFERENCE, BASELINE, B0_METHOD))
+    ar, sd, am = (Variant(m).bind(engine.fit, commitment=commitment) for m in (REFERENCE, BASELINE, B0_METHOD))
     k_ar, k_sd, k_am = (f"ours {v.name}" for v in (ar, sd, am))
     rows = {hf_name: [], k_ar: [], k_sd: [], k_am: []}
     for v in (ar, sd, am):

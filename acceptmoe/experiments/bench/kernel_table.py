@@ -19,9 +19,9 @@ from dataclasses import dataclass
 import torch
 
 from acceptmoe.commands import command, parser
-from acceptmoe.methods import METHODS as REGISTRY
+from acceptmoe.methods import METHODS
 
-METHODS = tuple(name for name, spec in REGISTRY.items() if spec.speculates)
+SPECULATING = tuple(name for name, spec in METHODS.items() if spec.speculates)
 # name -> (router kind, renormalize, E, top_k): the evaluated targets' layer shapes and the next size up.
 ROUTERS = {
     "qwen3": ("softmax_topk", True, 128, 8),
@@ -32,7 +32,8 @@ DTYPES = {"bf16": torch.bfloat16, "fp32": torch.float32}
 
 
 @dataclass(frozen=True)
-class Variant:
+class KernelCase:
+    """One compiled specialisation of the verifier kernel."""
     method: str
     router: str
     dtype: str
@@ -40,43 +41,43 @@ class Variant:
     tokens: int
 
 
-def variants(routers, dtypes, tokens) -> list[Variant]:
+def cases(routers, dtypes, tokens) -> list[KernelCase]:
     """Every combination, the most telling first (T in the given order outermost), so a partial run is useful."""
-    return [Variant(method, router, dtype, prune, T)
-            for T in tokens for router in routers for dtype in dtypes for method in METHODS
-            for prune in ((False, True) if REGISTRY[method].restricts else (False,))]
+    return [KernelCase(method, router, dtype, prune, T)
+            for T in tokens for router in routers for dtype in dtypes for method in SPECULATING
+            for prune in ((False, True) if METHODS[method].restricts else (False,))]
 
 
-def launch_of(v: Variant):
+def launch_of(v: KernelCase):
     """The launch the Triton verifier backend makes for one layer of one block of T tokens."""
     from acceptmoe.kernels import make_verifier
-    from acceptmoe.kernels import verifier as module
+    from acceptmoe.kernels import triton_verifier as module
     from acceptmoe.kernels.offline import capture_launch
-    from acceptmoe.methods import BlockInfo, Router, SelectorConfig
+    from acceptmoe.methods import BlockInfo, Fit, Router, Variant
     kind, renorm, E, k = ROUTERS[v.router]
     router = Router(kind, k, renorm)
-    fixed = REGISTRY[v.method].needs_budget
-    cfg = SelectorConfig(budget=max(k, 24) if fixed else None, p_hat=(1.0, 0.8, 0.6, 0.4, 0.3, 0.2))
     block = BlockInfo.from_parents([-1] + [(t - 1) // 4 for t in range(1, v.tokens)])   # bushy, depth <= 4
+    fit = Fit(router, E, max_depth=block.max_depth, store="offloaded" if v.prune else "resident")
+    plan = Variant(v.method).bind(fit, commitment=(1.0, 0.8, 0.6, 0.4, 0.3, 0.2), b0=max(k, 24))
     logits = torch.zeros(1, v.tokens, E, dtype=DTYPES[v.dtype])
     resident = torch.zeros(E, dtype=torch.bool) if v.prune else None
-    verifier = make_verifier("triton", v.method, router, cfg, E, "cpu")
+    verifier = make_verifier("triton", plan, "cpu")
     verifier.prepare([block])
     return capture_launch(module, "_verifier_kernel", lambda: verifier(logits, resident))
 
 
-def measure(args: tuple[Variant, int]) -> dict:
+def measure(args: tuple[KernelCase, int]) -> dict:
     from acceptmoe.kernels.offline import compile_stats
     v, arch = args
     t0 = time.perf_counter()
     launch = launch_of(v)
     stats = compile_stats(launch, arch)
-    return {"variant": v, "arch": arch, "num_warps": launch.kwargs.get("num_warps"), "stats": stats,
+    return {"case": v, "arch": arch, "num_warps": launch.kwargs.get("num_warps"), "stats": stats,
             "compile_s": time.perf_counter() - t0}
 
 
 def run(archs, routers, dtypes, tokens, jobs: int, on_row=None) -> list[dict]:
-    work = [(v, arch) for v in variants(routers, dtypes, tokens) for arch in archs]
+    work = [(v, arch) for v in cases(routers, dtypes, tokens) for arch in archs]
     rows = []
     with ProcessPoolExecutor(max(1, jobs)) as pool:
         for row in pool.map(measure, work):
@@ -87,7 +88,7 @@ def run(archs, routers, dtypes, tokens, jobs: int, on_row=None) -> list[dict]:
 
 
 def format_row(r: dict) -> str:
-    v, s = r["variant"], r["stats"]
+    v, s = r["case"], r["stats"]
     return (f"| sm_{r['arch']} | {v.router} | {v.method} | {v.dtype} | {'on' if v.prune else 'off'} | "
             f"{v.tokens} | {r['num_warps']} | {s.registers} | {s.stack} | {s.local} | {s.spill} | "
             f"{s.local_ops} | {s.sass} | "
@@ -101,8 +102,8 @@ def format_table(rows: list[dict]) -> str:
     spills = sum(r["stats"].spills for r in rows)
     fp64 = sum(r["stats"].fp64 > 0 for r in rows)
     worst = max(rows, key=lambda r: r["stats"].sass, default=None)
-    lines += ["", f"{len(rows)} variants: {spills} spilling (spill or local bytes, STL/LDL), {fp64} with fp64 SASS"
-              + (f"; most SASS: {worst['stats'].sass} ({worst['variant']}, sm_{worst['arch']})" if worst else "")]
+    lines += ["", f"{len(rows)} specialisations: {spills} spilling (spill or local bytes, STL/LDL), {fp64} with fp64 SASS"
+              + (f"; most SASS: {worst['stats'].sass} ({worst['case']}, sm_{worst['arch']})" if worst else "")]
     return "\n".join(lines)
 
 

@@ -19,10 +19,10 @@ import torch
 
 from acceptmoe.commands import command, parser
 from acceptmoe.kernels import make_verifier
-from acceptmoe.methods import METHODS as REGISTRY
-from acceptmoe.methods import BlockInfo, Router, SelectorConfig, route, select
+from acceptmoe.methods import METHODS
+from acceptmoe.methods import BlockInfo, Fit, Router, Variant, route, select
 
-METHODS = tuple(name for name, spec in REGISTRY.items() if spec.speculates)
+SPECULATING = tuple(name for name, spec in METHODS.items() if spec.speculates)
 POOL = 64                         # distinct router-logit tensors the timed calls cycle through
 
 
@@ -51,17 +51,17 @@ def run(tokens: int, experts: int, top_k: int, blocks: int, repeats: int, thread
     fresh = itertools.cycle(range(POOL))
     p_hat = tuple([1.0] + [0.8 ** d for d in range(1, block.max_depth + 1)])
     rows = []
-    for method in METHODS:
-        budget = max(top_k, experts // 4) if REGISTRY[method].needs_budget else None
-        cfg = SelectorConfig(budget=budget, p_hat=p_hat)
+    for method in SPECULATING:
+        fit = Fit(router, experts, max_depth=block.max_depth)
+        plan = Variant(method).bind(fit, commitment=p_hat, b0=max(top_k, experts // 4))
 
         def reference():
             z = pool[next(fresh)][0]
-            route(z, select(method, z, block, router, cfg).eligible, router)
+            route(z, select(plan, z, block).eligible, router)
 
-        one = make_verifier("torch", method, router, cfg, experts)
+        one = make_verifier("torch", plan)
         one.prepare([block])
-        many = make_verifier("torch", method, router, cfg, experts)
+        many = make_verifier("torch", plan)
         many.prepare([block] * blocks)
         rows.append({
             "method": method,

@@ -38,16 +38,17 @@ def gpu_check(world: Path = Path("models/tiny"), num_prompts: int = 4, max_new_t
     rng = random.Random(seed)
     prompts = [[1] + [rng.randrange(3, 1000) for _ in range(rng.randrange(8, 24))] for _ in range(num_prompts)]
     native = load_engine(world, device="cuda", tree=tree)
-    base = Variant(CALIBRATION)
+    base = Variant(CALIBRATION).bind(native.fit)
     want = [native.generate(p, base, max_new_tokens, ignore_eos=True).tokens for p in prompts]
     rows, tokens = [], {}
     for graphs in (False, True):
-        backend = open_engine(world / "target", world / "draft", device="cuda", tree=tree,
+        # the native engine runs the checkpoint's dtype (fp32 for the tiny world): SGLang too, like with like
+        backend = open_engine(world / "target", world / "draft", device="cuda", dtype=native.model.dtype, tree=tree,
                               disable_cuda_graph=not graphs)
         p_hat, budget = None, None
         for method in ORDER:
-            variant = Variant(method).bind(commitment=p_hat, b0=budget)
-            gens = backend.generate_many(prompts, variant, max_new_tokens, ignore_eos=True)
+            plan = Variant(method).bind(backend.fit, commitment=p_hat, b0=budget)
+            gens = backend.generate_many(prompts, plan, max_new_tokens, ignore_eos=True)
             if method == CALIBRATION:
                 p_hat = commitment_table([g.trace for g in gens]).p_hat
             if method == B0_METHOD:

@@ -11,14 +11,18 @@ launching process: every process reads the same environment.
 | `ACCEPTMOE_COMMITMENT`    | commitment table (`CommitmentTable.save` JSON) for the AcceptMoE methods | none |
 | `ACCEPTMOE_P_HAT`         | the commitment probabilities themselves, comma-separated (instead of a table) | none |
 | `ACCEPTMOE_BETA`          | commitment sharpness beta                                             | 0.5     |
+| `ACCEPTMOE_B0`            | the pair's matched budget, for a fixed-budget method without ACCEPTMOE_BUDGET | none |
+| `ACCEPTMOE_SELECTOR`      | the base selector (`SelectorConfig` fields but budget and p_hat) as a JSON mapping | defaults |
 | `ACCEPTMOE_PRUNE`         | residency pruning; only `off` (SGLang keeps every expert resident)    | off     |
 | `ACCEPTMOE_TRACE`         | JSONL file the routing trace is appended to (the native trace format) | none    |
 | `ACCEPTMOE_MAX_RECORDS`   | verify steps kept in memory before the oldest are dropped             | 4096    |
 | `ACCEPTMOE_FORCE_DECODE`  | test switch: also restrict plain decode passes, all of a pass's tokens taken as one star-shaped block (root = the first request's token) | 0 |
 | `ACCEPTMOE_DUMP`          | test switch: a directory where each restricted MoE call's logits, set and routing are saved (bounded) | none |
 
-Environment variables override the file. Errors are `PluginConfigError` (a `UserError`): one line naming the
-key and the fix.
+Environment variables override the file. The method's settings (method, budget, beta) are parsed into a
+`Variant` and nothing else (`Variant.from_mapping`, the parser configs and the lm-eval backend share); the
+plugin binds it to the router, experts and tree depth SGLang serves (`PluginConfig.bind`), which checks the
+rest. Errors are `PluginConfigError` (a `UserError`): one line naming the key and the fix.
 """
 from __future__ import annotations
 
@@ -30,11 +34,12 @@ from pathlib import Path
 from typing import Mapping
 
 from acceptmoe.errors import UserError
-from acceptmoe.methods import METHODS, CommitmentTable, ConfigError, SelectorConfig, get_method
+from acceptmoe.methods import METHODS, CommitmentTable, ConfigError, Fit, Plan, SelectorConfig, Variant
 
 ENV_FILE = "ACCEPTMOE_SGLANG_CONFIG"
 PREFIX = "ACCEPTMOE_"
-KEYS = ("method", "budget", "commitment", "p_hat", "beta", "prune", "trace", "max_records", "force_decode", "dump")
+KEYS = ("method", "budget", "b0", "commitment", "p_hat", "beta", "selector", "prune", "trace", "max_records",
+        "force_decode", "dump")
 _TRUE, _FALSE = ("1", "true", "yes", "on"), ("0", "false", "no", "off", "")
 
 
@@ -44,28 +49,30 @@ class PluginConfigError(UserError, ValueError):
 
 @dataclass(frozen=True)
 class PluginConfig:
-    method: str | None = None             # None: the plugin leaves routing untouched (records only)
-    budget: int | None = None
+    variant: Variant | None = None        # None: the plugin leaves routing untouched (records only)
+    b0: int | None = None                 # the budget of a fixed-budget variant that pins none
+    selector: SelectorConfig = SelectorConfig()   # the base selector the variant's overrides apply to
     commitment: str | None = None         # path of a CommitmentTable JSON
-    beta: float = 0.5
-    prune: bool = False
+    p_hat: tuple[float, ...] | None = None   # the commitment probabilities (from `commitment`, or given)
     trace: str | None = None
     max_records: int = 4096
     force_decode: bool = False
     dump: str | None = None
-    p_hat: tuple[float, ...] | None = None   # loaded from `commitment`
+
+    @property
+    def method(self) -> str | None:
+        return self.variant.method if self.variant is not None else None
 
     @property
     def restricts(self) -> bool:
-        return self.method is not None and get_method(self.method).restricts
+        return self.variant is not None and self.variant.spec.restricts
 
-    def selector_config(self) -> SelectorConfig:
-        spec = get_method(self.method)
-        return SelectorConfig(budget=self.budget if spec.needs_budget else None, beta=self.beta,
-                              p_hat=self.p_hat if spec.needs_commitment else None)
+    def bind(self, fit: Fit) -> Plan:
+        """The plan the plugin's verifier runs, for the router, experts and tree depth SGLang serves."""
+        return self.variant.bind(fit, commitment=self.p_hat, b0=self.b0, selector=self.selector)
 
     def describe(self) -> dict:
-        return {k: getattr(self, k) for k in ("method", "budget", "commitment", "beta", "prune")}
+        return {"variant": None if self.variant is None else self.variant.describe(), "commitment": self.commitment}
 
 
 def load_config(env: Mapping[str, str] | None = None) -> PluginConfig:
@@ -84,20 +91,31 @@ def load_config(env: Mapping[str, str] | None = None) -> PluginConfig:
 
 
 def validate(raw: Mapping) -> PluginConfig:
-    """Typed, checked settings from a dict of raw values (strings from the environment, or file values)."""
+    """Typed, checked settings from a dict of raw values (strings from the environment, or file values): the
+    method's settings become a `Variant` (its own checks), p_hat is read once; the rest are switches."""
     vals = dict(raw)
     method = vals.get("method") or None
+    if method is not None and (method not in METHODS or not METHODS[method].speculates):
+        valid = ", ".join(n for n, s in METHODS.items() if s.speculates)
+        raise PluginConfigError(f"ACCEPTMOE_METHOD={method!r} is not a verifier method; valid: {valid}")
+    prune = _bool("prune", vals.get("prune", False))
+    if prune:
+        raise PluginConfigError("ACCEPTMOE_PRUNE: residency pruning needs an offloaded expert store, which SGLang "
+                                "does not have; set it off (offloaded runs use the native engine)")
+    budget, b0, beta = _int("budget", vals.get("budget")), _int("b0", vals.get("b0")), vals.get("beta")
+    if method is None and (budget is not None or b0 is not None or beta not in (None, "")):
+        raise PluginConfigError("ACCEPTMOE_BUDGET, ACCEPTMOE_B0 and ACCEPTMOE_BETA need ACCEPTMOE_METHOD: set it too")
+    selector = _selector(vals.get("selector"))
+    variant = None
     if method is not None:
-        if method not in METHODS or not METHODS[method].speculates:
-            valid = ", ".join(n for n, s in METHODS.items() if s.speculates)
-            raise PluginConfigError(f"ACCEPTMOE_METHOD={method!r} is not a verifier method; valid: {valid}")
-    spec = get_method(method) if method else None
-    budget = _int("budget", vals.get("budget"))
-    if spec is not None and spec.needs_budget and budget is None:
+        overrides = {} if beta in (None, "") else {"beta": _float("beta", beta)}
+        try:
+            variant = Variant.from_mapping({"method": method, "budget": budget, "overrides": overrides})
+        except ConfigError as exc:
+            raise PluginConfigError(f"plugin settings: {exc}") from None
+    spec = variant.spec if variant is not None else None
+    if spec is not None and spec.needs_budget and budget is None and b0 is None:
         raise PluginConfigError(f"method {method} needs a budget: set ACCEPTMOE_BUDGET=B (top_k <= B <= E)")
-    if budget is not None and (spec is None or not spec.needs_budget):
-        raise PluginConfigError(f"ACCEPTMOE_BUDGET applies to the fixed-budget methods only "
-                                f"({', '.join(n for n, s in METHODS.items() if s.needs_budget)}); unset it")
     p_hat, commitment = _floats("p_hat", vals.get("p_hat")), vals.get("commitment") or None
     if spec is not None and spec.needs_commitment and p_hat is None:
         if commitment is None:
@@ -107,35 +125,35 @@ def validate(raw: Mapping) -> PluginConfig:
             p_hat = CommitmentTable.load(commitment).p_hat
         except (OSError, ValueError, KeyError) as exc:
             raise PluginConfigError(f"ACCEPTMOE_COMMITMENT={commitment}: cannot read the commitment table ({exc})") from None
-    prune = _bool("prune", vals.get("prune", False))
-    if prune:
-        raise PluginConfigError("ACCEPTMOE_PRUNE: residency pruning needs an offloaded expert store, which SGLang "
-                                "does not have; set it off (offloaded runs use the native engine)")
-    beta = _float("beta", vals.get("beta", 0.5))
+    if p_hat is not None:
+        try:
+            SelectorConfig(p_hat=p_hat)
+        except ConfigError as exc:
+            raise PluginConfigError(f"plugin settings: {exc}") from None
     max_records = _int("max_records", vals.get("max_records", 4096))
     if max_records < 1:
         raise PluginConfigError(f"ACCEPTMOE_MAX_RECORDS must be >= 1, got {max_records}")
-    cfg = PluginConfig(method=method, budget=budget, commitment=commitment, beta=beta, prune=False,
-                       trace=vals.get("trace") or None, max_records=max_records,
-                       force_decode=_bool("force_decode", vals.get("force_decode", False)),
-                       dump=vals.get("dump") or None, p_hat=p_hat)
-    if method is not None:
-        try:
-            cfg.selector_config()
-        except ConfigError as exc:
-            raise PluginConfigError(f"plugin settings: {exc}") from None
-    return cfg
+    return PluginConfig(variant=variant, b0=b0, selector=selector, commitment=commitment, p_hat=p_hat,
+                        trace=vals.get("trace") or None,
+                        max_records=max_records, force_decode=_bool("force_decode", vals.get("force_decode", False)),
+                        dump=vals.get("dump") or None)
 
 
 def to_env(cfg: PluginConfig) -> dict[str, str]:
     """Environment variables that reproduce `cfg` in another process (unset keys are empty strings)."""
+    v = cfg.variant
+    base = {k: x for k, x in dataclasses.asdict(cfg.selector).items() if k not in ("budget", "p_hat")}
+    values = {"method": v.method if v else None, "budget": v.budget if v else None, "b0": cfg.b0,
+              "beta": dict(v.overrides).get("beta") if v else None, "prune": False,
+              "selector": json.dumps(base, sort_keys=True) if cfg.selector != SelectorConfig() else None,
+              "commitment": cfg.commitment, "p_hat": cfg.p_hat, "trace": cfg.trace, "max_records": cfg.max_records,
+              "force_decode": cfg.force_decode, "dump": cfg.dump}
     out = {}
-    for f in dataclasses.fields(cfg):
-        if f.name in KEYS:
-            v = getattr(cfg, f.name)
-            if isinstance(v, tuple):
-                v = ",".join(repr(x) for x in v)
-            out[PREFIX + f.name.upper()] = "" if v is None else ("1" if v is True else "0" if v is False else str(v))
+    for key, value in values.items():
+        if isinstance(value, tuple):
+            value = ",".join(repr(x) for x in value)
+        out[PREFIX + key.upper()] = "" if value is None else ("1" if value is True else "0" if value is False
+                                                              else str(value))
     return out
 
 
@@ -154,6 +172,25 @@ def _read_file(path: Path) -> dict:
     if not isinstance(data, dict):
         raise PluginConfigError(f"{path}: the plugin settings must be a mapping of {', '.join(KEYS)}")
     return {str(k).lower(): v for k, v in data.items()}
+
+
+def _selector(v) -> SelectorConfig:
+    """The base selector from a mapping (settings file) or its JSON text (environment)."""
+    if v is None or v == "":
+        return SelectorConfig()
+    if isinstance(v, str):
+        try:
+            v = json.loads(v)
+        except json.JSONDecodeError as exc:
+            raise PluginConfigError(f"ACCEPTMOE_SELECTOR is not a JSON mapping ({exc})") from None
+    fields = [f.name for f in dataclasses.fields(SelectorConfig) if f.name not in ("budget", "p_hat")]
+    if not isinstance(v, dict) or set(v) - set(fields):
+        raise PluginConfigError(f"ACCEPTMOE_SELECTOR must map selector fields ({', '.join(fields)}) to values, "
+                                f"got {v!r}")
+    try:
+        return SelectorConfig(**v)
+    except ConfigError as exc:
+        raise PluginConfigError(f"ACCEPTMOE_SELECTOR: {exc}") from None
 
 
 def _int(name: str, v) -> int | None:

@@ -2,10 +2,12 @@
 
     backend = open_engine(target="Qwen/Qwen3-30B-A3B-Instruct-2507", draft="lmsys/SGLang-EAGLE3-...",
                           device="cuda", tree=TreeShape(5, 10, 64))
-    gens = backend.generate_many(prompts, Variant("acceptmoe").bind(commitment=p_hat), max_new_tokens=256)
+    plan = Variant("acceptmoe").bind(backend.fit, commitment=p_hat)
+    gens = backend.generate_many(prompts, plan, max_new_tokens=256)
 
 The plugin is configured per process through the environment (`config.py`), so a generation with another
-variant restarts the engine with that variant's settings (one engine is kept at a time). Accuracy runs go
+plan restarts the engine with that plan's settings (one engine is kept at a time); the plugin binds the same
+variant, budget, p_hat and base selector again inside SGLang's worker, so both sides run the same plan. Accuracy runs go
 through `generate_many` (all prompts in flight, greedy); throughput runs call `generate`, batch 1. Routing
 traces come back through the plugin's trace file and are returned in the native trace format. Only resident
 expert stores exist here (SGLang has no X-slot expert cache): offloaded runs use the native engine.
@@ -15,7 +17,7 @@ import fails with one message saying what is needed (EAGLE-3 verification in SGL
 """
 from __future__ import annotations
 
-import json
+import dataclasses
 import os
 import tempfile
 import time
@@ -24,11 +26,12 @@ from typing import Sequence
 
 import torch
 
-from acceptmoe.engine.trace import BlockRecord, Trace
+from acceptmoe.engine.config import ModelConfig
+from acceptmoe.engine.trace import BlockRecord, Trace, trace_meta
 from acceptmoe.errors import UserError
-from acceptmoe.methods import Variant
+from acceptmoe.methods import Fit, Plan, Router
 
-from .config import to_env, validate
+from .config import PluginConfig, to_env
 from .runtime import output_lengths, parse_steps
 
 NEEDS = "SGLang serving needs sglang==0.5.23 and a CUDA GPU (EAGLE-3 verification runs in SGLang only on CUDA)"
@@ -56,52 +59,51 @@ if _why is not None:
 
 
 def open_engine(target, draft, device: str = "cuda", dtype=None, store: str = "resident", slots=None,
-                tree=None, selector=None, **settings) -> "SGLangBackend":
+                tree=None, **settings) -> "SGLangBackend":
     """An `EngineBackend` serving `target` with its EAGLE-3 `draft` in SGLang (resident experts only)."""
     if store != "resident":
         raise UserError("the SGLang engine keeps every expert resident: offloaded runs use --engine native")
-    return SGLangBackend(Path(target), Path(draft), dtype=dtype, tree=tree, selector=selector, **settings)
+    return SGLangBackend(Path(target), Path(draft), dtype=dtype, tree=tree, **settings)
 
 
 class SGLangBackend:
     name = "sglang"
 
-    def __init__(self, target: Path, draft: Path, dtype=None, tree=None, selector=None, **server_args):
+    def __init__(self, target: Path, draft: Path, dtype=None, tree=None, **server_args):
         import sglang
         from acceptmoe.engine.tree import TreeShape
 
         self.target, self.draft, self.tree = target, draft, tree or TreeShape()
         self.dtype = {None: "auto", torch.bfloat16: "bfloat16", torch.float16: "float16",
                       torch.float32: "float32"}.get(dtype, str(dtype))
-        self.selector, self.server_args, self.version = selector, server_args, sglang.__version__
-        cfg = json.loads((target / "config.json").read_text()) if (target / "config.json").is_file() else {}
-        eos = cfg.get("eos_token_id")
-        self.eos_token_ids = set(eos if isinstance(eos, list) else [eos] if eos is not None else [])
+        self.server_args, self.version = server_args, sglang.__version__
+        model = ModelConfig.from_folder(target)
+        self.eos_token_ids = set(model.eos_token_ids)
+        self.fit = Fit(Router(model.router_kind, model.top_k, model.norm_topk_prob), model.num_experts,
+                       self.tree.num_steps, "resident")
         self._engine, self._key = None, None
         self._dir = Path(tempfile.mkdtemp(prefix="acceptmoe-sglang-"))
 
-    # ----- one engine per variant (the plugin reads its settings at process start) -----
-    def _open(self, variant: Variant):
-        key = (variant.name, variant.commitment, variant.effective_budget)
-        if key == self._key:
+    # ----- one engine per plan (the plugin reads its settings at process start) -----
+    def _open(self, plan: Plan):
+        if plan == self._key:
             return self._engine
         self.close()
         import sglang
-        base = self.selector
-        plugin = validate({"method": variant.method if variant.spec.speculates else None,
-                           "budget": variant.effective_budget if variant.spec.needs_budget else None,
-                           "p_hat": variant.commitment, "beta": dict(variant.overrides).get(
-                               "beta", base.beta if base is not None else 0.5),
-                           "trace": str(self._dir / f"steps-{len(os.listdir(self._dir))}.jsonl")})
+        v, base = plan.variant, plan.selector
+        plugin = PluginConfig(variant=v if plan.spec.speculates else None,
+                              b0=plan.budget if v.budget is None else None, p_hat=base.p_hat,
+                              selector=dataclasses.replace(base, budget=None, p_hat=None),
+                              trace=str(self._dir / f"steps-{len(os.listdir(self._dir))}.jsonl"))
         os.environ.update(to_env(plugin))
         spec = {}
-        if variant.spec.speculates:
+        if plan.spec.speculates:
             spec = dict(speculative_algorithm="EAGLE3", speculative_draft_model_path=str(self.draft),
                         speculative_num_steps=self.tree.num_steps, speculative_eagle_topk=self.tree.topk,
                         speculative_num_draft_tokens=self.tree.num_draft_tokens)
         self._engine = sglang.Engine(model_path=str(self.target), dtype=self.dtype, random_seed=0,
                                      **spec, **self.server_args)
-        self._key, self._plugin, self._offset = key, plugin, 0
+        self._key, self._plugin, self._offset = plan, plugin, 0
         return self._engine
 
     def _new_steps(self):
@@ -121,27 +123,28 @@ class SGLangBackend:
         self._engine, self._key = None, None
 
     # ----- EngineBackend -----
-    def generate(self, prompt_ids: Sequence[int], variant: Variant, max_new_tokens: int = 256,
-                 ignore_eos: bool = False, *, trace_layers: bool = True):
-        return self.generate_many([prompt_ids], variant, max_new_tokens, ignore_eos, trace_layers=trace_layers)[0]
+    def generate(self, prompt_ids: Sequence[int], plan: Plan, max_new_tokens: int, ignore_eos: bool = False, *,
+                 trace_layers: bool = True):
+        return self.generate_many([prompt_ids], plan, max_new_tokens, ignore_eos, trace_layers=trace_layers)[0]
 
-    def generate_many(self, prompts: Sequence[Sequence[int]], variant: Variant, max_new_tokens: int = 256,
+    def generate_many(self, prompts: Sequence[Sequence[int]], plan: Plan, max_new_tokens: int,
                       ignore_eos: bool = False, *, trace_layers: bool = True) -> list:
         from acceptmoe.engine.engine import Generation
 
-        engine = self._open(variant)
+        if plan.fit != self.fit:
+            raise UserError(f"plan {plan.name} was bound to {plan.fit}, not to this engine ({self.fit})")
+        engine = self._open(plan)
         params = {"temperature": 0.0, "max_new_tokens": max_new_tokens, "ignore_eos": ignore_eos}
         start = time.perf_counter()
         outs = engine.generate(input_ids=[list(map(int, p)) for p in prompts], sampling_params=params)
         wall = time.perf_counter() - start
         steps = self._new_steps()
         gens = []
-        for out in outs:
+        for prompt, out in zip(prompts, outs):
             meta = out["meta_info"]
             blocks = steps.get(str(meta["id"]), [])
-            trace = Trace(meta={"engine": "sglang", "method": variant.method, "variant": variant.describe(),
-                                "tree": {"num_steps": self.tree.num_steps, "topk": self.tree.topk,
-                                         "num_draft_tokens": self.tree.num_draft_tokens}},
+            trace = Trace(meta=trace_meta(self.name, plan, self.tree, "resident", len(prompt), max_new_tokens,
+                                          ignore_eos),
                           blocks=[b if trace_layers else BlockRecord(b.step, b.parents, b.path, b.accept_length)
                                   for b in blocks])
             tokens = list(out["output_ids"])

@@ -10,11 +10,14 @@ One `Runtime` per process. The hooks in `plugin.py` call it:
 
 Inside the forward (`restrict`) the work is fixed-shape tensor code on buffers allocated once: the verify
 batch is request-major with a fixed width n (token t belongs to request t // n), so router logits [B*n, E]
-are viewed as [B, n, E], the eligible sets [B, E] come from `SetSelector`, and router logits outside each
-request's set are masked to -inf before SGLang's own top-k (Eq. 2 for every output format). Per layer and
-request, the set size, anchor size, natural and routed unions and kept utility are written into a static
-record buffer that is read after the pass. Everything that varies per step (trees, valid tokens, commitment
-weights) is written into static buffers before the forward, so a captured graph replays it correctly.
+are viewed as [B, n, E], the eligible sets [B, E] come from the project's one verifier interface
+(`acceptmoe.kernels.make_verifier` with the plugin's `Plan`: the Triton kernel on CUDA, torch elsewhere),
+and router logits outside each request's set are masked to -inf before SGLang's own top-k (Eq. 2 for every
+output format). Per layer and request the trace fields come from `acceptmoe.engine.trace.layer_stats`, the
+function the native engine records with, into a static record buffer read after the pass. Everything that
+varies per step (trees, valid tokens, commitment weights) is written into the verifier's step buffers
+before the forward (`Verifier.prepare`, rows reserved for the server's largest batch), so a captured graph
+replays it correctly.
 """
 from __future__ import annotations
 
@@ -26,15 +29,14 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
-from acceptmoe.engine.trace import LAYER_FIELDS, BlockRecord
+from acceptmoe.engine.trace import LAYER_FIELDS, BlockRecord, layer_columns, layer_stats
 from acceptmoe.errors import UserError
-from acceptmoe.methods import BlockInfo, Router
+from acceptmoe.kernels import Verifier, VerifierOutput, make_verifier
+from acceptmoe.methods import BlockInfo, Fit, Router
 
 from .config import PluginConfig
-from .sets import SetSelector
 from .tree import parents_from_links
 
-STATS = LAYER_FIELDS[1:]          # set_size, anchor_size, natural_union, routed_union, utility_kept
 MAX_LAYERS = 512
 
 
@@ -59,9 +61,11 @@ class Runtime:
         self.mode: str | None = None          # None (pass through), "verify", "star" (test switch)
         self.width = 0                        # tokens per request in the current pass
         self.max_requests = 1
-        self.sets: SetSelector | None = None
+        self.max_depth = 1                    # the server's speculative_num_steps (deepest draft node)
+        self.verifier: Verifier | None = None
+        self.ready = False                    # the verifier (if any), router and record buffer exist
         self.router: Router | None = None
-        self.records: Tensor | None = None    # [MAX_LAYERS, B_max, len(STATS)] fp32, written inside the forward
+        self.records: Tensor | None = None    # [MAX_LAYERS, B_max, len(LAYER_FIELDS)] fp64, written inside the forward
         self.slots: dict[int, int] = {}       # TopK.layer_id -> row of `records`
         self.calls = 0                        # restricted TopK calls (eager passes only)
         self.step = 0
@@ -85,15 +89,25 @@ class Runtime:
 
     def begin_capture(self, graph_runner) -> None:
         self.max_requests = max(self.max_requests, int(getattr(graph_runner, "max_bs", 1)))
+        self._depth(getattr(graph_runner, "model_runner", None))
         self.mode, self.width = "verify", int(graph_runner.captured_req_width)
         self.parents = []
+
+    def _depth(self, runner) -> None:
+        steps = getattr(getattr(runner, "server_args", None), "speculative_num_steps", None)
+        self.max_depth = max(self.max_depth, int(steps or 1))
 
     def _begin(self, mode: str, width: int, parents: list[list[int]], runner) -> None:
         pool = getattr(runner, "req_to_token_pool", None)
         self.max_requests = max(self.max_requests, len(parents), int(getattr(pool, "size", 0) or 0))
+        self._depth(runner)
         self.mode, self.width, self.parents = mode, width, parents
-        if self.sets is not None and self.cfg.restricts:
-            self.sets.prepare([BlockInfo.from_parents(p) for p in parents])
+        if self.verifier is not None:
+            self._prepare()
+
+    def _prepare(self) -> None:
+        blocks = [BlockInfo.from_parents(p) for p in self.parents] or [BlockInfo.from_parents([-1])]
+        self.verifier.prepare(blocks, pad_to=self.width, rows=self.capacity)
 
     # ----- inside the forward (tensor code only) -----
     def restrict(self, topk, orig, hidden_states: Tensor, router_logits: Tensor, *args, **kwargs):
@@ -104,8 +118,8 @@ class Runtime:
         B = N // n
         self._ensure(topk, E, router_logits.device)
         z = router_logits[: B * n].view(B, n, E)                                   # [B, n, E]
-        sel = self.sets(z) if self.cfg.restricts else None
-        if sel is not None:
+        sel = self.verifier(z, route=False) if self.verifier is not None else None
+        if sel is not None and self.cfg.restricts:
             allow = sel.eligible[:, None, :].expand(B, n, E).reshape(B * n, E)     # [B*n, E]
             if N > B * n:                                                          # rows beyond whole requests
                 allow = torch.cat([allow, allow.new_ones(N - B * n, E)])
@@ -114,58 +128,53 @@ class Runtime:
             masked = router_logits
         out = orig(topk, hidden_states, masked, *args, **kwargs)
         ids = getattr(out, "topk_ids", None)
-        if sel is not None and not self.router.renormalize and ids is not None:
+        if self.cfg.restricts and not self.router.renormalize and ids is not None:
             # non-renormalising router: keep the unmasked softmax probabilities of the chosen experts
             out.topk_weights.copy_(torch.softmax(router_logits.float(), -1).gather(-1, ids.long())
                                    .to(out.topk_weights.dtype))
         self._record(topk, z, sel, ids[: B * n].view(B, n, -1) if ids is not None else None)
         self.calls += 1
-        if self.cfg.dump and sel is not None:
+        if self.cfg.dump and sel is not None and self.cfg.restricts:
             self._dump(router_logits, sel.eligible, out)
         return out
 
+    @property
+    def capacity(self) -> int:
+        return max(self.max_requests, self.width)
+
     def _ensure(self, topk, E: int, device) -> None:
-        if self.sets is not None:
+        if self.ready:
             return
         self.router = router_of(topk)
-        cap = max(self.max_requests, self.width)
-        if self.cfg.restricts:
-            self.sets = SetSelector(self.cfg.method, self.router, self.cfg.selector_config(), E, cap,
-                                    max(self.width, cap), device)
-            self.sets.prepare([BlockInfo.from_parents(p) for p in self.parents] or [BlockInfo.from_parents([-1])])
-        else:
-            self.sets = False  # recording only
-        self.records = torch.zeros(MAX_LAYERS, cap, len(STATS), device=device)
+        if self.cfg.variant is not None:
+            plan = self.cfg.bind(Fit(self.router, E, self.max_depth, "resident"))
+            self.verifier = make_verifier("auto", plan, device)
+            self._prepare()
+        self.records = torch.zeros(MAX_LAYERS, self.capacity, len(LAYER_FIELDS), dtype=torch.float64, device=device)
+        self.ready = True
 
-    def _record(self, topk, z: Tensor, sel, ids: Tensor | None) -> None:
-        """Per request: |S|, |A|, natural and routed unions over the request's valid tokens, kept utility."""
+    def _record(self, topk, z: Tensor, sel: VerifierOutput | None, ids: Tensor | None) -> None:
+        """Per request: the trace fields of this layer over the request's valid tokens (`layer_stats`)."""
         slot = self.slots.setdefault(int(topk.layer_id), len(self.slots))
         B, n, E = z.shape
-        valid = (self.sets.valid[:B, :n] > 0) if sel is not None else z.new_ones(B, n, dtype=torch.bool)
         nat_ids, _ = self.router.natural(z)                                        # [B, n, k]
         if ids is None:                                                            # fused formats: no ids out
-            zs = z.masked_fill(~sel.eligible[:, None, :], float("-inf")) if sel is not None else z
+            zs = z.masked_fill(~sel.eligible[:, None, :], float("-inf")) if self.cfg.restricts else z
             ids, _ = self.router.natural(zs)                                       # Eq. 2, no host sync
-        k = nat_ids.shape[-1]
-        def union(i: Tensor) -> Tensor:                                            # [B, n, k] -> [B]
-            hit = torch.zeros(B, n, E, dtype=torch.bool, device=z.device).scatter(-1, i.long(), True)
-            return (hit & valid[..., None]).any(1).sum(-1)
-        if sel is not None:
-            size, anchor = sel.eligible.sum(-1), sel.anchor.sum(-1)
-            total = sel.utility.sum(-1)
-            kept = torch.where(total > 0, (sel.utility * sel.eligible).sum(-1) / total.clamp_min(1e-30), 1.0)
+        if sel is None:                                                            # no method: natural routing
+            sel = VerifierOutput(None, None, torch.ones(B, E, dtype=torch.bool, device=z.device),
+                                 torch.zeros(B, E, device=z.device), torch.zeros(B, E, dtype=torch.bool, device=z.device))
+            valid = None
         else:
-            size = torch.full((B,), E, device=z.device)
-            anchor, kept = torch.zeros(B, device=z.device), torch.ones(B, device=z.device)
-        stats = torch.stack([size.float(), anchor.float(), union(nat_ids).float(),
-                             union(ids[..., :k]).float(), kept.float()], -1)       # [B, S]
-        self.records[slot, :B].copy_(stats)
+            valid = self.verifier.rows(B).valid > 0                                # [B, n]
+        k = nat_ids.shape[-1]
+        self.records[slot, :B].copy_(layer_stats(int(topk.layer_id), nat_ids, ids[..., :k].long(), sel, valid))
 
     # ----- after the forward (host) -----
     def end_pass(self) -> None:
         if self.mode == "verify" and self.records is not None and self.parents:
             L, bs = len(self.slots), len(self.parents)
-            self.pending = (self.parents, self.records[:L, :bs].cpu())            # [L, bs, S]
+            self.pending = (self.parents, self.records[:L, :bs].cpu())            # [L, bs, fields]
         elif self.mode == "star" and self.records is not None:
             self.pending = (self.parents, self.records[: len(self.slots), :1].cpu())
         self.mode = None
@@ -177,12 +186,11 @@ class Runtime:
         parents, layer = self.pending
         self.pending = None
         acc = accept_index.cpu().tolist() if accept_index is not None else [[0]] * len(parents)
-        layer_ids = sorted(self.slots, key=self.slots.get)
         for b, parent in enumerate(parents):
             path = [g - b * width for g in acc[b] if g >= 0]
             rec = {"rid": str(rids[b]) if b < len(rids) else str(b), "step": self.step, "parents": parent,
                    "path": path, "accept_length": len(path),
-                   "layers": {"layer": layer_ids, **{name: layer[:, b, i].tolist() for i, name in enumerate(STATS)}}}
+                   "layers": layer_columns(layer[:, b].tolist())}
             self.done.append(rec)
         self.step += 1
         if self.cfg.trace:

@@ -1,6 +1,8 @@
 """Table 1 from saved results only: accuracy per (model, task) and method, B0, tau, paired intervals.
 
 `build_table1(run_dir)` reads `config.json`, `samples.jsonl` and `b0/`; nothing is recomputed from models.
+tau is pooled (total accepted tokens / total target steps over the pair's prompts), never a mean of
+per-prompt ratios; the mean set size is pooled over every block and layer the same way.
 Per pair, only prompts finished by every configured method are used (a partial run says so). Reported:
 - accuracy (%) per pair and method, the unweighted mean over pairs, and its relative change vs Vanilla AR;
 - accuracy difference from Standard SD (pp) with a paired bootstrap interval over prompts per pair, and for
@@ -8,7 +10,7 @@ Per pair, only prompts finished by every configured method are used (a partial r
 - tau (accepted tokens per target step, pooled over prompts) and the mean set size over blocks and layers.
 Written as `table1.md`, `table1.csv` (one record per pair and method) and `table1.tex` into the run folder.
 
-    ./reproduce.sh table1 [--preset tiny|paper] [--limit N] [--methods ...] [--resume RUN_DIR]
+    text = write_table1("results/table1/tiny/<run-id>")       # also behind ./reproduce.sh tables
 """
 from __future__ import annotations
 
@@ -20,21 +22,17 @@ import numpy as np
 
 from acceptmoe.evals.stats import bootstrap_mean, no_discordance_bound, paired_bootstrap_diff
 from acceptmoe.evals.tasks import get_task
-from acceptmoe.experiments.runs import SampleLog
 from acceptmoe.methods import BASELINE, METHODS, REFERENCE
-from acceptmoe.commands import command, parser
 
-from . import render
-from .common import RunPaths
-from .config import BootstrapConfig, Table1Config, from_saved
-from acceptmoe.errors import UserError
+from ..spine import render
+from ..spine.b0 import B0Decision
+from ..spine.config import BootstrapConfig, Pair, from_saved
+from ..spine.layout import RunPaths
+from ..spine.runs import NothingToTabulate, SampleLog
+from .config import Table1Config
 
 OUTPUTS = ("table1.md", "table1.csv", "table1.tex")
 PLUS = "+"        # the task suffix of a pair graded on EvalPlus's extra tests
-
-
-class NothingToTabulate(UserError, ValueError):
-    """A run folder with no (model, task) pair finished by every method yet."""
 
 
 @dataclass
@@ -42,7 +40,7 @@ class Table1:
     cfg: Table1Config
     records: list[dict]           # one per (model, task, method), in table order
     means: dict[str, dict]        # method -> mean accuracy, rel. change vs AR, mean diff vs SD and interval
-    b0: dict[str, dict]           # "model|task" -> saved B0 decision
+    b0: dict[Pair, B0Decision]    # the saved B0 decisions
     incomplete: list[str]         # pairs with fewer finished prompts than evaluation prompts
     plus: list[dict]              # HumanEval+ / MBPP+ records (same replies graded on the plus tests)
 
@@ -51,11 +49,11 @@ def methods_of(cfg: Table1Config) -> list[str]:
     return [m for m in METHODS if m in cfg.methods]
 
 
-def group_rows(rows) -> dict[tuple[str, str], dict[str, dict[str, dict]]]:
-    """(model, task) -> method -> example_id -> row."""
+def group_rows(rows) -> dict[Pair, dict[str, dict[str, dict]]]:
+    """pair -> method -> example_id -> row."""
     out: dict = {}
     for r in rows:
-        out.setdefault((r["model"], r["task"]), {}).setdefault(r["method"], {})[r["example_id"]] = r
+        out.setdefault(Pair(r["model"], r["task"]), {}).setdefault(r["method"], {})[r["example_id"]] = r
     return out
 
 
@@ -72,7 +70,13 @@ def pooled(rows: list[dict], num: str, den: str) -> float | None:
     return sum(r[num] for r in rows) / d if d else None
 
 
-def pair_records(model: str, task: str, rows: dict[str, list[dict]], bs: BootstrapConfig, b0: dict | None) -> list[dict]:
+def pooled_tau(rows: list[dict]) -> float | None:
+    """Accepted tokens per target step over a pair's prompts: total accepted / total steps (pooled)."""
+    return pooled(rows, "accepted", "steps")
+
+
+def pair_records(model: str, task: str, rows: dict[str, list[dict]], bs: BootstrapConfig,
+                 b0: B0Decision | None) -> list[dict]:
     """One record per method for one pair; rows[method] are aligned on the same prompts."""
     kw = dict(n_resamples=bs.resamples, confidence=bs.confidence, seed=bs.seed)
     base = np.array([r["correct"] for r in rows[BASELINE]], float) if BASELINE in rows else None
@@ -87,11 +91,11 @@ def pair_records(model: str, task: str, rows: dict[str, list[dict]], bs: Bootstr
             "accuracy": 100 * acc.estimate, "accuracy_low": 100 * acc.low, "accuracy_high": 100 * acc.high,
             "diff_vs_standard_sd": 100 * diff.estimate if diff else None,
             "diff_low": 100 * diff.low if diff else None, "diff_high": 100 * diff.high if diff else None,
-            "tau": pooled(rs, "accepted", "steps") if spec.speculates else None,
+            "tau": pooled_tau(rs) if spec.speculates else None,
             "mean_set_size": pooled(rs, "set_size_sum", "block_layers") if spec.speculates else None,
             "mean_routed_union": pooled(rs, "routed_union_sum", "block_layers") if spec.speculates else None,
             "budget": rs[0]["budget"] if spec.needs_budget else None,
-            "b0": b0["b0"] if b0 else None})
+            "b0": b0.b0 if b0 else None})
     return out
 
 
@@ -136,26 +140,23 @@ def build_table1(run_dir: str | Path) -> Table1:
     methods, paths = methods_of(cfg), RunPaths(run_dir)
     grouped = group_rows(SampleLog(paths.samples))
     records, aligned, b0s, incomplete, plus = [], {}, {}, [], []
-    for spec in cfg.world.models:
-        for task in cfg.world.tasks:
-            by_method = grouped.get((spec.name, task), {})
-            ids = common_ids(by_method, methods)
-            b0_file = paths.b0(spec.name, task)
-            b0 = json.loads(b0_file.read_text()) if b0_file.is_file() else None
-            if b0:
-                b0s[f"{spec.name}|{task}"] = b0
-            expected = max([len(v) for v in by_method.values()] + [cfg.limit or 0])
-            if len(ids) < expected or not ids:
-                incomplete.append(f"{spec.name}|{task}: {len(ids)} prompts finished by every method")
-            if not ids:
-                continue
-            rows = {m: [by_method[m][i] for i in ids] for m in methods}
-            aligned[(spec.name, task)] = rows
-            records += pair_records(spec.name, task, rows, cfg.world.bootstrap, b0)
-            if "plus" in get_task(task).test_sets:            # HumanEval+ / MBPP+: the same replies, more tests
-                plus_rows = {m: [{**r, "correct": bool(r["score_details"]["plus"])} for r in rs]
-                             for m, rs in rows.items()}
-                plus += pair_records(spec.name, task + PLUS, plus_rows, cfg.world.bootstrap, b0)
+    for pair in cfg.world.pairs():
+        by_method = grouped.get(pair, {})
+        ids = common_ids(by_method, methods)
+        b0 = B0Decision.load(paths.b0(pair)) if paths.b0(pair).is_file() else None
+        if b0:
+            b0s[pair] = b0
+        expected = max([len(v) for v in by_method.values()] + [cfg.limit or 0])
+        if len(ids) < expected or not ids:
+            incomplete.append(f"{pair.model}|{pair.task}: {len(ids)} prompts finished by every method")
+        if not ids:
+            continue
+        rows = {m: [by_method[m][i] for i in ids] for m in methods}
+        aligned[pair] = rows
+        records += pair_records(pair.model, pair.task, rows, cfg.world.bootstrap, b0)
+        if "plus" in get_task(pair.task).test_sets:       # HumanEval+ / MBPP+: the same replies, more tests
+            plus_rows = {m: [{**r, "correct": bool(r["score_details"]["plus"])} for r in rs] for m, rs in rows.items()}
+            plus += pair_records(pair.model, pair.task + PLUS, plus_rows, cfg.world.bootstrap, b0)
     return Table1(cfg, records, mean_records(records, aligned, methods, cfg.world.bootstrap), b0s, incomplete, plus)
 
 
@@ -210,11 +211,11 @@ def speed_rows(t: Table1) -> tuple[list[str], list[list[str]]]:
 def b0_rows(t: Table1) -> tuple[list[str], list[list[str]]]:
     header = ["Model", "Task", "B0", "mean set size", "interval", "prompts", "rule"]
     rows = []
-    for key, d in t.b0.items():
-        rule = ("fallback (first interval crossed x.5)" if d["first_crossed"] else "first prompts")
-        rule += f"; only {d['available_prompts']} evaluation prompts" if d["limited"] else ""
-        rows.append([*key.split("|"), str(d["b0"]), fmt(d["mean_set_size"], 2),
-                     f"[{d['low']:.2f}, {d['high']:.2f}]", str(d["n_prompts"]), rule])
+    for pair, d in t.b0.items():
+        rule = ("fallback (first interval crossed x.5)" if d.first_crossed else "first prompts")
+        rule += f"; only {d.available_prompts} evaluation prompts" if d.limited else ""
+        rows.append([pair.model, pair.task, str(d.b0), fmt(d.mean_set_size, 2), f"[{d.low:.2f}, {d.high:.2f}]",
+                     str(d.n_prompts), rule])
     return header, rows
 
 
@@ -286,22 +287,3 @@ def write_table1(run_dir: str | Path) -> str:
     (run_dir / "table1.csv").write_text(render.csv_text(csv_records(t)))
     (run_dir / "table1.tex").write_text(render_latex(t))
     return md
-
-
-@command("table1", "Table 1: calibration, B0, every method on every (model, task) pair, then the table")
-def main(argv: list[str] | None = None) -> int:
-    from .accuracy import run_experiment
-    from .common import add_methods_option, add_run_options, open_experiment, run_to_completion
-    p = parser("table1")
-    add_run_options(p)
-    add_methods_option(p)
-    cfg, run = open_experiment(p.parse_args(argv))
-    if not run_to_completion("table1", run, lambda: {"b0": run_experiment(cfg, run)}):
-        return 130
-    print(write_table1(run.path))
-    print(f"written: {', '.join(str(run.path / f) for f in OUTPUTS)}")
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -19,9 +19,9 @@ from dataclasses import dataclass
 
 from acceptmoe.methods import METHODS, Variant, get_method
 
-from .config import ConfigKeyError, WorldConfig, from_saved, load_experiment
-from .engines import check_engine
-from .perf_tables import SweepRoles
+from ..spine.config import ConfigKeyError, WorldConfig, from_saved, load_experiment
+from ..spine.engines import check_engine
+from .records import SweepRoles
 
 PHASES = ("resident", "offload-timed", "offload-counters", "sweep")
 ThroughputConfigError = ConfigKeyError

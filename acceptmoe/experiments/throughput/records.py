@@ -10,7 +10,7 @@
   stall share = seconds waiting for loads / timed seconds, microseconds per load, all pooled over the rows.
 - `counter_records(rows, variants, bootstrap)`: Table 2: those per (pair, variant), accuracy with a bootstrap
   interval over prompts, and the change vs Standard SD (traffic %, hit rate pp, stall share pp).
-- `sweep_records(rows, variants, bootstrap)`: accuracy, mean set size and tau per (pair, variant) of the sweep.
+- the sweep's accuracy, mean set size and tau per (pair, variant): `spine.records.graded_records`.
 - `means(records, fields)`: unweighted means over pairs per variant.
 """
 from __future__ import annotations
@@ -22,19 +22,21 @@ from collections import defaultdict
 
 import numpy as np
 
-from acceptmoe.evals.stats import bootstrap_mean, paired_bootstrap_diff
 from acceptmoe.methods import BASELINE as BASELINE_METHOD
 from acceptmoe.methods import METHODS, Variant
+
+from ..spine.config import Pair
+from ..spine.records import accuracy_fields, aligned_rows, rate
 
 BASELINE = Variant(BASELINE_METHOD).name     # ratios and changes are taken against this variant
 NO_TAU = {Variant(n).name for n, s in METHODS.items() if not s.speculates}    # one token per step, no tree
 
 
-def by_pair(rows, phase: str) -> dict[tuple[str, str], list[dict]]:
+def by_pair(rows, phase: str) -> dict[Pair, list[dict]]:
     out: dict = defaultdict(list)
     for r in rows:
         if r.get("phase") == phase:
-            out[(r["model"], r["task"])].append(r)
+            out[Pair(r["model"], r["task"])].append(r)
     return dict(out)
 
 
@@ -45,11 +47,6 @@ def complete_reps(rows: list[dict], variants: tuple[str, ...], prompts: int) -> 
         grid[r["rep"]][r["variant"]].append(r)
     return {rep: {v: sorted(per[v], key=lambda r: r["index"]) for v in variants}
             for rep, per in sorted(grid.items()) if all(len(per.get(v, ())) == prompts for v in variants)}
-
-
-def rate(rows: list[dict], num: str, den: str) -> float | None:
-    d = sum(r[den] for r in rows)
-    return sum(r[num] for r in rows) / d if d else None
 
 
 def throughput_records(rows, phase: str, variants: tuple[str, ...], prompts: int, center: str) -> list[dict]:
@@ -93,28 +90,6 @@ def counter_metrics(rows: list[dict]) -> dict:
             "tokens_per_s": tokens / wall if wall else None}
 
 
-def accuracy_fields(rows: list[dict], base: list[dict] | None, resamples: int) -> dict:
-    correct = np.array([r["correct"] for r in rows], float)
-    acc = bootstrap_mean(correct, n_resamples=resamples)
-    out = {"accuracy": 100 * acc.estimate, "accuracy_low": 100 * acc.low, "accuracy_high": 100 * acc.high}
-    if base is not None:
-        d = paired_bootstrap_diff(correct, np.array([r["correct"] for r in base], float), n_resamples=resamples)
-        out.update(accuracy_diff=100 * d.estimate, accuracy_diff_low=100 * d.low, accuracy_diff_high=100 * d.high)
-    return out
-
-
-def _aligned(pair_rows: list[dict], variants: tuple[str, ...]) -> dict[str, list[dict]] | None:
-    """variant -> rows on the prompts every variant finished (prompt order), or None if none."""
-    per: dict = defaultdict(dict)
-    for r in pair_rows:
-        per[r["variant"]][r["example_id"]] = r
-    ids = set.intersection(*(set(per.get(v, {})) for v in variants))
-    if not ids:
-        return None
-    order = sorted(ids, key=lambda i: per[variants[0]][i]["index"])
-    return {v: [per[v][i] for i in order] for v in variants}
-
-
 POOLED = "pooled"          # the task label of a model's records pooled over its tasks
 
 
@@ -123,7 +98,7 @@ def counter_records(rows, variants: tuple[str, ...], resamples: int, pooled: boo
     (model, variant) over all the model's pairs instead (each pair on the prompts every variant finished)."""
     groups: dict = defaultdict(lambda: defaultdict(list))        # (model, task) -> variant -> rows
     for (model, task), pair_rows in by_pair(rows, "offload-counters").items():
-        aligned = _aligned(pair_rows, variants)
+        aligned = aligned_rows(pair_rows, variants)
         if aligned is not None:
             for v in variants:
                 groups[(model, POOLED if pooled else task)][v] += aligned[v]
@@ -141,21 +116,6 @@ def counter_records(rows, variants: tuple[str, ...], resamples: int, pooled: boo
                            hit_rate_change_pp=100 * (m["hit_rate"] - base["hit_rate"]),
                            stall_share_change_pp=100 * (m["stall_share"] - base["stall_share"]))
             out.append(rec)
-    return out
-
-
-def sweep_records(rows, variants: tuple[str, ...], resamples: int) -> list[dict]:
-    out = []
-    for (model, task), pair_rows in by_pair(rows, "sweep").items():
-        aligned = _aligned(pair_rows, variants)
-        if aligned is None:
-            continue
-        for v in variants:
-            rs = aligned[v]
-            out.append({"model": model, "task": task, "variant": v, "budget": rs[0].get("budget"),
-                        "prompts": len(rs), **accuracy_fields(rs, None if v == BASELINE else aligned.get(BASELINE), resamples),
-                        "mean_set_size": rate(rs, "set_size_sum", "block_layers"),
-                        "tau": rate(rs, "accepted", "steps")})
     return out
 
 

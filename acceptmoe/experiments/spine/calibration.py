@@ -5,19 +5,19 @@ Each evaluation task is calibrated on `calibration.sources[task]` (default: the 
 EOS or the calibration max_new_tokens. Tasks with the same source share one table. The Standard SD traces
 are kept next to the table, one per prompt, so an interrupted calibration resumes where it stopped.
 
-    ./reproduce.sh calibrate --preset tiny
+    tables = {source: calibrate_source(loaded, world, source, paths) for source in sources(world)}
 """
 from __future__ import annotations
 
 from typing import Callable
 
-from acceptmoe.evals.tasks import get_task
 from acceptmoe.engine.trace import commitment_table
+from acceptmoe.evals.tasks import get_task
 from acceptmoe.methods import CALIBRATION, CommitmentTable, Variant
-from acceptmoe.commands import command, parser
 
-from .common import Loaded, RunPaths, add_methods_option, add_run_options, load_model, open_experiment, set_threads
 from .config import WorldConfig
+from .engines import Loaded
+from .layout import RunPaths
 from .prompts import prompt_ids
 from .tracelog import TraceLog
 
@@ -40,24 +40,25 @@ def calibration_examples(world: WorldConfig, source: str) -> list[dict]:
 def calibrate_source(loaded: Loaded, world: WorldConfig, source: str, paths: RunPaths,
                      progress: Progress = lambda _: None) -> CommitmentTable:
     """The source's CommitmentTable for this model: loaded if saved, else computed (resuming traces)."""
-    name, split = loaded.spec.name, world.calibration.split
+    name, split = loaded.model.name, world.calibration.split
     out = paths.calibration(name, source, split)
     if out.is_file():
         return CommitmentTable.load(out)
     task = get_task(source)
     examples = calibration_examples(world, source)
     log = TraceLog(paths.calibration_traces(name, source, split))
-    max_new = world.max_new_tokens(loaded.spec)
+    max_new = world.max_new_tokens(loaded.model)
+    plan = loaded.plan(Variant(CALIBRATION))
     for ex in examples:
         if ex["id"] in log:
             continue
-        ids = prompt_ids(loaded.tokenizer, task.messages(ex), loaded.spec)
-        gen = loaded.engine.generate(ids, Variant(CALIBRATION), max_new, trace_layers=False)
+        ids = prompt_ids(loaded.tokenizer, task.messages(ex), loaded.model)
+        gen = loaded.engine.generate(ids, plan, max_new, trace_layers=False)
         log.append(ex["id"], gen.trace)
         progress(f"{name} calibrate {source}")
     by_key = {t.meta["key"]: t for t in log.read()}
     traces = [by_key[ex["id"]] for ex in examples]
-    provenance = {"target": loaded.spec.target, "draft": loaded.spec.draft, "task": source, "split": split,
+    provenance = {"target": loaded.model.target, "draft": loaded.model.draft, "task": source, "split": split,
                   "task_version": task.version, "prompts": len(examples), "max_new_tokens": max_new,
                   "calibrates": [t for t in world.tasks if world.calibration.source(t) == source],
                   "dtype": world.dtype, "device": world.device}
@@ -76,26 +77,3 @@ def pending(world: WorldConfig, paths: RunPaths, model: str) -> int:
         done = TraceLog(paths.calibration_traces(model, source, world.calibration.split))
         total += sum(ex["id"] not in done for ex in calibration_examples(world, source))
     return total
-
-
-@command("calibrate", "Standard SD on the training split: commitment tables (p_hat) per model and task")
-def main(argv: list[str] | None = None) -> int:
-    p = parser("calibrate")
-    add_run_options(p)
-    add_methods_option(p)
-    args = p.parse_args(argv)
-    cfg, run = open_experiment(args)
-    set_threads(cfg.world)
-    paths = RunPaths(run.path)
-    for spec in cfg.world.models:
-        loaded = load_model(spec, cfg.world, run.path)
-        for source in sources(cfg.world):
-            table = calibrate_source(loaded, cfg.world, source, paths)
-            p_hat = ", ".join(f"{p:.3f}" for p in table.p_hat)
-            print(f"{spec.name} {source}-{cfg.world.calibration.split}: p_hat = [{p_hat}]  (m_d = {table.proposed})")
-    print(f"run folder: {run.path}")
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -16,7 +16,7 @@ import threading
 from pathlib import Path
 from typing import Sequence
 
-from acceptmoe.experiments.runs import REPO
+from .runs import REPO
 
 HUB_PATTERNS = ("*.json", "*.safetensors", "pytorch_model*.bin", "*.model", "*.txt", "*.jinja", "tokenizer*")
 HUB_IGNORED = ("original/*", "metal/*")         # gpt-oss-120b's duplicate checkpoints in other layouts

@@ -16,7 +16,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-from .perf_tables import SweepRoles  # noqa: E402
+from .records import SweepRoles  # noqa: E402
 
 Labels = dict  # variant name -> display label (`Variant.label`, from the run's config)
 

@@ -8,9 +8,9 @@ tree, the selector, generation limits, and the calibration, B0 and bootstrap rul
 winning (nested mappings merge key by key):
 1. `configs/world.yaml`: defaults every preset shares (evaluation split, selector, calibration sources, B0 rule);
 2. `configs/presets/<preset>.yaml` without its experiment sections: the world itself.
-An experiment's section (`Table1Config`, `perf_config.ThroughputConfig`, `calibration_study.StudyConfig`)
-has a `world` field and a `SECTION` name; its sources are `configs/experiments/<SECTION>.yaml`, then the
-preset's `<SECTION>:` mapping, then overrides (dotted keys).
+An experiment's section (`table1.config.Table1Config`, `throughput.config.ThroughputConfig`,
+`study.config.StudyConfig`) is a frozen dataclass with a `world` field and a `SECTION` name; its sources are
+`configs/experiments/<SECTION>.yaml`, then the preset's `<SECTION>:` mapping, then overrides (dotted keys).
 
 `build(cls, data, where)` is the one loader: unknown keys, missing required keys, values of the wrong type and
 values a config class rejects are `ConfigKeyError`s naming the dotted key (`tiny.yaml: world.tree.topk: expected
@@ -26,14 +26,14 @@ import types
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Literal
+from typing import Any, Callable, Literal, NamedTuple
 
 import yaml
 
 from acceptmoe.engine.tree import TreeShape
 from acceptmoe.errors import UserError
 from acceptmoe.evals.tasks import TASK_MODULES
-from acceptmoe.methods import B0_METHOD, METHODS, SelectorConfig, Variant, get_method
+from acceptmoe.methods import ConfigError, SelectorConfig, Variant
 
 from .engines import check_engine
 from .runs import REPO
@@ -164,40 +164,32 @@ def _name(hint) -> str:
 
 
 def _variant(data, where: str) -> Variant:
-    """A variant in a config: a registry method name, or a mapping of `Variant` fields."""
+    """A variant in a config: a registry method name, or a mapping of `Variant` fields (`Variant.from_mapping`;
+    saved configs of earlier releases also hold null `commitment` and `b0`, which are dropped)."""
     if isinstance(data, str):
-        return Variant(data)
-    if isinstance(data, dict):
-        data = dict(data)
-        if isinstance(data.get("overrides"), dict):
-            data["overrides"] = list(data["overrides"].items())
-        if "method" not in data:
-            raise ConfigKeyError(f"{where}: a variant mapping needs `method`; got keys {sorted(data)}")
-        return build(_VariantFields, data, where).variant()
-    raise ConfigKeyError(f"{where}: a variant is a method name or a mapping, got {data!r}")
-
-
-@dataclass(frozen=True)
-class _VariantFields:
-    """The keys a variant mapping may have (run-time bindings are never configured)."""
-    method: str
-    budget: int | None = None
-    prune: bool | None = None
-    overrides: tuple[tuple[str, Any], ...] = ()
-    tag: str | None = None
-    commitment: tuple[float, ...] | None = None     # present in saved configs as null
-    b0: int | None = None
-
-    def variant(self) -> Variant:
-        return Variant(self.method, self.budget, self.prune, tuple(tuple(o) for o in self.overrides), self.tag)
+        data = {"method": data}
+    if not isinstance(data, dict):
+        raise ConfigKeyError(f"{where}: a variant is a method name or a mapping, got {data!r}")
+    data = {k: v for k, v in data.items() if not (k in ("commitment", "b0") and v is None)}
+    try:
+        return Variant.from_mapping(data)
+    except (ConfigError, TypeError) as exc:
+        raise ConfigKeyError(f"{where}: {exc}") from None
 
 
 CUSTOM: dict[type, Callable[[Any, str], Any]] = {Variant: _variant}
 
 
 # ----- the world -----
+class Pair(NamedTuple):
+    """A (model, task) pair of the world: the key of per-pair files and results (never a joined string)."""
+    model: str
+    task: str
+
+
 @dataclass(frozen=True)
-class ModelSpec:
+class ModelEntry:
+    """One model of the world: a target checkpoint with its EAGLE-3 draft and how its replies are read."""
     name: str                                   # short label used in row keys, folders and tables
     target: str                                 # target checkpoint: a folder (relative to the repo) or hub id
     draft: str                                  # its EAGLE-3 draft: a folder or hub id
@@ -261,7 +253,7 @@ class BootstrapConfig:
 @dataclass(frozen=True)
 class WorldConfig:
     preset: str
-    models: tuple[ModelSpec, ...]
+    models: tuple[ModelEntry, ...]
     tasks: tuple[str, ...]
     engine: str = "native"                      # which EngineBackend runs the models (experiments.engines)
     eval_split: str = "test"
@@ -275,7 +267,11 @@ class WorldConfig:
     b0: B0Config = B0Config()
     bootstrap: BootstrapConfig = BootstrapConfig()
 
-    def max_new_tokens(self, model: ModelSpec) -> int:
+    def pairs(self) -> list[Pair]:
+        """Every (model, task) pair, models in order, then tasks."""
+        return [Pair(m.name, t) for m in self.models for t in self.tasks]
+
+    def max_new_tokens(self, model: ModelEntry) -> int:
         """The graded-generation cap of `model` (its own, else the world's)."""
         return model.max_new_tokens or self.generation.max_new_tokens
 
@@ -295,29 +291,6 @@ class WorldConfig:
         if self.selector.budget is not None or self.selector.p_hat is not None:
             raise ConfigKeyError("selector.budget and selector.p_hat are set by the runner (B0 and the calibrated "
                                  "commitment table): remove them from the config")
-
-
-# ----- Table 1's section -----
-@dataclass(frozen=True)
-class Table1Config:
-    """Table 1: every method on every (model, task) pair of the world, greedy."""
-    SECTION = "table1"
-    world: WorldConfig
-    methods: tuple[str, ...] = tuple(METHODS)
-    limit: int | None = None                    # evaluation prompts per task (None: the whole split)
-    trace_layers: bool = True                   # per-layer trace fields for every method (B0's method: always)
-
-    def __post_init__(self) -> None:
-        for m in self.methods:
-            get_method(m)
-        if len(set(self.methods)) != len(self.methods) or not self.methods:
-            raise ConfigKeyError(f"methods must be a non-empty list without repeats, got {list(self.methods)}")
-        fixed = [m for m in self.methods if METHODS[m].needs_budget]
-        if fixed and B0_METHOD not in self.methods:
-            raise ConfigKeyError(f"{fixed} run at the budget B0, which comes from {B0_METHOD}'s traces: add "
-                                 f"{B0_METHOD} to methods")
-        if self.limit is not None and self.limit < 1:
-            raise ConfigKeyError(f"limit must be a positive number of prompts or null, got {self.limit}")
 
 
 # ----- loading -----

@@ -11,16 +11,15 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from acceptmoe.experiments.runs import SampleLog
-
 from acceptmoe.methods import B0_METHOD, Variant
 
-from . import figures, render
-from .budgets import used_budgets
-from .perf_config import ThroughputConfig, throughput_config_from_saved
-from .perf_tables import (BASELINE, counter_records, mean_ratio_spread, means, self_sized_vs_best, sweep_records,
-                          throughput_records)
-from .table1 import NothingToTabulate
+from ..spine import render
+from ..spine.budgets import used_budgets
+from ..spine.records import graded_records
+from ..spine.runs import NothingToTabulate, SampleLog
+from . import figures
+from .config import ThroughputConfig, throughput_config_from_saved
+from .records import BASELINE, counter_records, mean_ratio_spread, means, self_sized_vs_best, throughput_records
 
 
 def fmt(x, digits: int = 2) -> str:
@@ -86,7 +85,7 @@ def sweep_md(records: list[dict], roles, labels: dict) -> str:
             + "\n" + render.markdown(h2, r2, "Self-sized AcceptMoE vs the best fixed budget"))
 
 
-# The paper's headline numbers (METHOD.md), printed beside what this run measured; reference values only.
+# The paper's headline numbers (docs/method.md, "The paper's claims"), printed beside what this run measured.
 PAPER = {"resident": "1.290x mean (1.217-1.339 per pair)", "offload": "2.06x mean",
          "traffic": "-73.6 to -77.1 %", "hit_rate": "+10.8 to +14.2 pp", "stall_sd": "65-78 %",
          "stall_acceptmoe": "27-35 %", "prune_traffic": "-38.6 to -48.6 %", "prune_hit_rate": "+6.9 to +8.2 pp",
@@ -190,7 +189,7 @@ def write_outputs(run_dir: str | Path) -> tuple[str, list[Path]]:
         write(run_dir, "table2.tex", render.latex(h, r, "Offloading traffic, hit rate and stall share.",
                                                   "tab:table2", s), written)
         parts.append(md)
-    sweep = sweep_records(rows, cfg.names("sweep"), cfg.bootstrap_resamples) if "sweep" in cfg.phases else []
+    sweep = graded_records(rows, cfg.names("sweep"), cfg.bootstrap_resamples) if "sweep" in cfg.phases else []
     if sweep:
         write(run_dir, "sweep.md", sweep_md(sweep, roles, labels), written)
         write(run_dir, "sweep.csv", render.csv_text(sweep), written)
@@ -200,12 +199,13 @@ def write_outputs(run_dir: str | Path) -> tuple[str, list[Path]]:
         written += figures.figure5(sweep, counters, timed.get("offload-timed", []), run_dir / "fig5", roles,
                                    prune or (), labels)
         write(run_dir, "fig5.csv", render.csv_text(_flat(sweep + counters + timed.get("offload-timed", []))), written)
-    used = used_budgets(run_dir)
+    used = used_budgets(run_dir, cfg.world)
     if used:
-        rows_b = [[*k.split("|"), str(u["b0"]), f"{u['decision']['mean_set_size']:.2f}", str(u["decision"]["n_prompts"]),
-                   " ".join(f"{p:.3f}" for p in u["p_hat"]), u["source"]] for k, u in used.items()]
+        rows_b = [[pair.model, pair.task, str(u["b0"]), f"{u['decision']['mean_set_size']:.2f}",
+                   str(u["decision"]["n_prompts"]), " ".join(f"{p:.3f}" for p in u["p_hat"]), u["source"]]
+                  for pair, u in used.items()]
         parts.append(render.markdown(["Model", "Task", "B0", "mean set size", "prompts", "p_hat by depth", "from"],
-                                     rows_b, "Budgets used: B0 (AcceptMoE's mean set size, METHOD.md's rule) and "
+                                     rows_b, "Budgets used: B0 (AcceptMoE's mean set size, docs/method.md's rule) and "
                                              "p_hat (Standard SD on the training split)"))
     comparison = paper_comparison(timed, counters, prune, labels)
     if comparison:

@@ -148,6 +148,10 @@ def unit_key(*parts: object) -> str:
     return "|".join(str(p) for p in parts)
 
 
+class NothingToTabulate(UserError, ValueError):
+    """A run folder with nothing finished yet that a table could show."""
+
+
 class SampleLogError(UserError, ValueError):
     """A damaged `samples.jsonl`; the message names the file, the line and the fix."""
 

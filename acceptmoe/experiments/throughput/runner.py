@@ -11,14 +11,15 @@ fixed-budget sweep (Figure 5), one run folder per command.
 
 Timed phases (paper protocol): batch 1; per repetition a fresh engine (resident, or offloaded with X slots
 per MoE layer); per (task, variant) one untimed warm-up generation on the warm-up example, then the
-evaluation examples 0..n-1 in order, exactly `max_new_tokens` tokens with EOS ignored; the variant order
+evaluation examples 0..n-1 in order, exactly `generation.timed_tokens` tokens with EOS ignored; the variant order
 rotates by one per repetition. Each generation is timed with the engine's clock (device synchronised) around
 `generate`; throughput = total tokens / total timed seconds; each row also keeps the machine's 1-minute load
 average (other processes on the host distort timings; the report shows it). The store's counters are reset before every
 generation and saved with its row (prefill included). `offload-counters` is one more such run with per-layer
 traces on (set sizes) and each reply graded up to its first EOS (greedy decoding makes that prefix the reply
 a stop-at-EOS run gives). `sweep` grades AcceptMoE-B at each budget plus the references with Table 1's
-generation settings. p_hat and B0 come from `budgets.pair_budgets` (a Table 1 run, or computed here).
+generation settings (`spine.grading`). p_hat and B0 come from `spine.budgets.pair_budgets` (a Table 1 run,
+or computed here).
 
 One `samples.jsonl` row per (phase, repetition, model, task, variant, prompt), written as it finishes: an
 interrupted run resumes (`--resume RUN_DIR`) and never duplicates a row. Errors propagate.
@@ -26,32 +27,25 @@ interrupted run resumes (`--resume RUN_DIR`) and never duplicates a row. Errors 
 from __future__ import annotations
 
 import dataclasses
-
 import os
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Callable
 
 from tqdm import tqdm
 
-from acceptmoe.commands import command, parser
 from acceptmoe.evals.tasks import get_task
-from acceptmoe.experiments.runs import Run, SampleLog, unit_key
-from acceptmoe.methods import Variant
+from acceptmoe.methods import Plan, Variant
 
-from .accuracy import PairContext, free_device_memory, run_unit
-from .budgets import PairBudget, pair_budgets
-from .config import Table1Config
-from .common import (Loaded, RunPaths, add_budgets_option, add_run_options, load_model, open_or_resume,
-                     run_to_completion, set_threads)
-from .perf_config import ThroughputConfig, load_throughput_config, needs_budgets, throughput_config_from_saved
-from .prompts import decode, prompt_ids
-from .rows import COUNTER_FIELDS, Generated, Graded, TimedRow, TraceStats
+from ..spine.budgets import PairBudget, pair_budgets
+from ..spine.config import Pair
+from ..spine.engines import Loaded, free_device_memory, load_model, set_threads
+from ..spine.grading import PairRun, run_graded
+from ..spine.prompts import decode, prompt_ids
+from ..spine.rows import COUNTER_FIELDS, Generated, Graded, TimedRow, TraceStats
+from ..spine.runs import Run, SampleLog, unit_key
+from .config import ThroughputConfig, needs_budgets
 
 Progress = Callable[[str], None]
-COMMAND_PHASES = {"fig3": ("resident",), "fig4": ("offload-timed", "offload-counters"),
-                  "table2": ("offload-counters",), "sweep": ("sweep",),
-                  "fig5": ("sweep", "offload-timed", "offload-counters")}
 
 
 def repetitions(cfg: ThroughputConfig, phase: str) -> int:
@@ -84,26 +78,25 @@ class Unit:
     samples: SampleLog
 
 
-def bound(variant: Variant, budget: PairBudget | None) -> Variant:
-    """The variant bound to the pair's p_hat and B0 (when it needs them)."""
+def bound(loaded: Loaded, variant: Variant, budget: PairBudget | None) -> Plan:
+    """The variant bound to the engine and the pair's p_hat and B0 (when it needs them)."""
     if budget is None:
-        return variant
-    return variant.bind(commitment=budget.table.p_hat, b0=budget.b0)
+        return loaded.plan(variant)
+    return loaded.plan(variant, commitment=budget.table.p_hat, b0=budget.b0)
 
 
-def generate_timed(u: Unit, index: int, ex: dict, variant: Variant) -> tuple[TimedRow, object]:
+def generate_timed(u: Unit, index: int, ex: dict, plan: Plan) -> tuple[TimedRow, object]:
     """One timed generation of exactly `timed_tokens` tokens (EOS ignored): its row and the Generation."""
     engine = u.loaded.engine
-    ids = prompt_ids(u.loaded.tokenizer, u.task.messages(ex), u.loaded.spec)
-    variant = bound(variant, u.budget)
+    ids = prompt_ids(u.loaded.tokenizer, u.task.messages(ex), u.loaded.model)
     engine.reset_counters()
     start = engine.clock()
-    gen = engine.generate(ids, variant, u.cfg.world.generation.timed_tokens, ignore_eos=True,
+    gen = engine.generate(ids, plan, u.cfg.world.generation.timed_tokens, ignore_eos=True,
                           trace_layers=u.phase == "offload-counters")
     wall = engine.clock() - start
     totals = engine.counters()
-    row = TimedRow(u.phase, u.rep, u.loaded.spec.name, u.task.name, variant.name, ex["id"], index,
-                   variant.effective_budget, Generated.of(gen, ids), wall, totals["store"],
+    row = TimedRow(u.phase, u.rep, u.loaded.model.name, u.task.name, plan.name, ex["id"], index,
+                   plan.budget, Generated.of(gen, ids), wall, totals["store"],
                    os.getloadavg()[0], **{c: totals[c] for c in COUNTER_FIELDS})
     return row, gen
 
@@ -111,23 +104,24 @@ def generate_timed(u: Unit, index: int, ex: dict, variant: Variant) -> tuple[Tim
 def graded(u: Unit, ex: dict, gen) -> Graded:
     """The reply up to its first EOS, graded (greedy decoding makes it the reply a stop-at-EOS run gives)."""
     reply = up_to_eos(list(gen.tokens), u.loaded.engine.eos_token_ids)
-    fmt = u.loaded.spec.response_format
+    fmt = u.loaded.model.response_format
     response = decode(u.loaded.tokenizer, reply, fmt)
-    score = u.task.score_many([ex], [response], response_format=fmt)[0]
-    return Graded(bool(score.correct), score.extracted, reply_tokens=len(reply))
+    grade = u.task.score_many([ex], [response], response_format=fmt)[0]
+    return Graded(bool(grade.correct), grade.extracted, reply_tokens=len(reply))
 
 
 def run_timed_variant(u: Unit, variant: Variant, progress: Progress) -> None:
     """Warm-up, then every evaluation prompt of the pair with one variant (finished prompts skipped)."""
-    model, task = u.loaded.spec.name, u.task.name
+    model, task = u.loaded.model.name, u.task.name
     todo = [(i, ex) for i, ex in enumerate(u.examples[:u.cfg.prompts(u.phase)])
             if unit_key(u.phase, u.rep, model, task, variant.name, ex["id"]) not in u.samples]
     if not todo:
         return
+    plan = bound(u.loaded, variant, u.budget)
     warm = u.cfg.warmup_index(u.phase)
-    generate_timed(u, warm, u.examples[warm], variant)                          # untimed warm-up
+    generate_timed(u, warm, u.examples[warm], plan)                             # untimed warm-up
     for index, ex in todo:
-        row, gen = generate_timed(u, index, ex, variant)
+        row, gen = generate_timed(u, index, ex, plan)
         if u.phase == "offload-counters":
             row = dataclasses.replace(row, graded=graded(u, ex, gen), stats=TraceStats.of(gen.trace))
         u.samples.append(unit_key(u.phase, u.rep, model, task, variant.name, ex["id"]), row.to_json())
@@ -154,12 +148,12 @@ def run_timed_phase(cfg: ThroughputConfig, phase: str, samples: SampleLog, budge
     store, slots = ("offloaded", cfg.offload.slots) if phase.startswith("offload") else ("resident", None)
     examples = {t: examples_for(cfg, phase, t) for t in cfg.world.tasks}
     for rep in range(repetitions(cfg, phase)):
-        for spec in cfg.world.models:
-            if not pending(cfg, phase, rep, spec.name, samples, examples):
+        for model in cfg.world.models:
+            if not pending(cfg, phase, rep, model.name, samples, examples):
                 continue
-            loaded = load_model(spec, cfg.world, samples.path.parent, store, slots)   # fresh per repetition
+            loaded = load_model(model, cfg.world, samples.path.parent, store, slots)  # fresh per repetition
             for task in cfg.world.tasks:
-                u = Unit(cfg, phase, rep, loaded, get_task(task), examples[task], budgets.get((spec.name, task)),
+                u = Unit(cfg, phase, rep, loaded, get_task(task), examples[task], budgets.get(Pair(model.name, task)),
                          samples)
                 for variant in rotated(cfg.variants(phase), rep):
                     run_timed_variant(u, variant, progress)
@@ -168,28 +162,22 @@ def run_timed_phase(cfg: ThroughputConfig, phase: str, samples: SampleLog, budge
 
 
 def run_sweep_phase(cfg: ThroughputConfig, samples: SampleLog, budgets: dict, progress: Progress) -> None:
-    """AcceptMoE-B at each budget and the references on every pair, graded like Table 1 (Table 1's runner)."""
+    """AcceptMoE-B at each budget and the references on every pair, graded like Table 1 (`spine.grading`)."""
     examples = {t: examples_for(cfg, "sweep", t) for t in cfg.world.tasks}
-    t1 = Table1Config(cfg.world, trace_layers=True)            # graded exactly like Table 1
-    for spec in cfg.world.models:
-        if not pending(cfg, "sweep", 0, spec.name, samples, examples):
+    for model in cfg.world.models:
+        if not pending(cfg, "sweep", 0, model.name, samples, examples):
             continue
-        loaded = load_model(spec, cfg.world, samples.path.parent)
+        loaded = load_model(model, cfg.world, samples.path.parent)
         for task in cfg.world.tasks:
-            b = budgets.get((spec.name, task))
-            ctx = PairContext(loaded, get_task(task), examples[task], b.table if b else None, t1,
-                              RunPaths(Path()), samples)
+            run = PairRun(loaded, get_task(task), examples[task][:cfg.prompts("sweep")], samples)
             for variant in cfg.variants("sweep"):
-                for index, ex in enumerate(examples[task][:cfg.prompts("sweep")]):
-                    key = unit_key("sweep", 0, spec.name, task, variant.name, ex["id"])
-                    if key in samples:
-                        continue
-                    row, _ = run_unit(ctx, index, bound(variant, b))
-                    row = dataclasses.replace(row, phase="sweep", rep=0, variant=variant.name,
-                                              wall_s=row.generated.prefill_s + row.generated.decode_s)
-                    samples.append(key, row.to_json())
-                    progress(f"sweep {task} {variant.name}")
-        del loaded, ctx
+                units = [(i, unit_key("sweep", 0, model.name, task, variant.name, ex["id"]))
+                         for i, ex in enumerate(run.examples)]
+                relabel = lambda row, v=variant: dataclasses.replace(                     # noqa: E731
+                    row, phase="sweep", rep=0, variant=v.name, wall_s=row.generated.prefill_s + row.generated.decode_s)
+                run_graded(run, bound(loaded, variant, budgets.get(run.pair)), units, relabel=relabel,
+                           progress=progress)
+        del loaded
         free_device_memory()
 
 
@@ -216,47 +204,3 @@ def run_experiment(cfg: ThroughputConfig, run: Run, show_progress: bool = True) 
                 run_sweep_phase(cfg, samples, budgets, progress)
             else:
                 run_timed_phase(cfg, phase, samples, budgets, progress)
-
-
-# ----- command line -----
-
-
-@command("fig3", "Figure 3: resident throughput vs Standard SD (3 repetitions, 256 tokens, fresh engines)")
-def fig3(argv: list[str] | None = None) -> int:
-    return command_main("fig3", argv)
-
-
-@command("fig4", "Figure 4 + Table 2: offloaded throughput (X slots per layer) and its counters run")
-def fig4(argv: list[str] | None = None) -> int:
-    return command_main("fig4", argv)
-
-
-@command("table2", "Table 2: H2D traffic per token, hit rate, stall share (instrumented offload run)")
-def table2(argv: list[str] | None = None) -> int:
-    return command_main("table2", argv)
-
-
-@command("sweep", "fixed-budget sweep of AcceptMoE-B beside self-sized AcceptMoE, graded like Table 1")
-def sweep(argv: list[str] | None = None) -> int:
-    return command_main("sweep", argv)
-
-
-@command("fig5", "Figure 5: the sweep, pruning on vs off and the fetch-stall share, in one run")
-def fig5(argv: list[str] | None = None) -> int:
-    return command_main("fig5", argv)
-
-
-def command_main(command: str, argv: list[str] | None) -> int:
-    from .perf_report import write_outputs
-    p = parser(command)
-    add_run_options(p, "cap on prompts per pair in every phase (quick runs)")
-    add_budgets_option(p)
-    args = p.parse_args(argv)
-    cfg, run = open_or_resume(command, args, lambda o: load_throughput_config(args.preset, COMMAND_PHASES[command], o),
-                              throughput_config_from_saved)
-    if not run_to_completion(command, run, lambda: run_experiment(cfg, run)):
-        return 130
-    text, written = write_outputs(run.path)
-    print(text)
-    print("written: " + ", ".join(str(p) for p in written))
-    return 0

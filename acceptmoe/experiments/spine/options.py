@@ -1,86 +1,23 @@
-"""What the Table 1 runners share: the run folder's layout, loading a model, and the command-line options.
+"""What every experiment command shares: its options, its run folder (new or resumed), running to completion.
 
-Run folder `results/table1/<preset>/<run-id>/`:
-
-    config.json                                   frozen config, hash, environment (experiments.runs)
-    samples.jsonl                                 one row per (model, task, prompt, method)
-    calibration/<model>/<source>-<split>.json     CommitmentTable: counts and provenance
-    calibration/<model>/<source>-<split>.traces.jsonl   the Standard SD traces it counts
-    traces/<model>/<task>/<method>.jsonl          one trace per evaluation prompt
-    b0/<model>/<task>.json                        B0 and how it was decided
-    summary.json, table1.{md,csv,tex}             written when the run finishes
+    p = parser("fig3"); add_run_options(p); add_budgets_option(p)
+    cfg, run = open_or_resume("fig3", p.parse_args(argv), load=..., from_saved=...)
+    run_to_completion("fig3", run, lambda: run_experiment(cfg, run))   # Ctrl-C keeps every finished row
 """
 from __future__ import annotations
 
 import argparse
 import json
 import time
-from dataclasses import dataclass
-from typing import Callable
 from pathlib import Path
+from typing import Callable
 
-import torch
-
-from acceptmoe.errors import UserError
-from acceptmoe.experiments.runs import Run, SampleLog, code_state, open_run, record_resume
-
-from .config import ModelSpec, Table1Config, WorldConfig, from_saved, load_experiment
 from acceptmoe.engine.engine import check_device
+from acceptmoe.errors import UserError
 
-from .engines import ENGINES, open_backend, opener
-from .prompts import load_tokenizer, resolve_checkpoint
-
-EXPERIMENT = "table1"
-
-
-@dataclass(frozen=True)
-class RunPaths:
-    root: Path
-
-    @property
-    def samples(self) -> Path:
-        return self.root / "samples.jsonl"
-
-    def calibration(self, model: str, source: str, split: str) -> Path:
-        return self.root / "calibration" / model / f"{source}-{split}.json"
-
-    def calibration_traces(self, model: str, source: str, split: str) -> Path:
-        return self.root / "calibration" / model / f"{source}-{split}.traces.jsonl"
-
-    def traces(self, model: str, task: str, method: str) -> Path:
-        return self.root / "traces" / model / task / f"{method}.jsonl"
-
-    def b0(self, model: str, task: str) -> Path:
-        return self.root / "b0" / model / f"{task}.json"
-
-
-@dataclass
-class Loaded:
-    """A model ready to generate: its spec, engine and tokenizer, and where its checkpoints were found."""
-    spec: ModelSpec
-    engine: object
-    tokenizer: object
-    target: Path
-    draft: Path
-
-
-def load_model(spec: ModelSpec, world: WorldConfig, run_dir: Path, store: str = "resident",
-               slots: int | None = None) -> Loaded:
-    """A fresh engine (`world.engine`) for `spec`; store/slots select the expert store (offloaded: an X-slot
-    pool per layer, native engine only). The engine's `describe()` (name, version, settings) is appended to
-    `run_dir/engines.jsonl`, so every run says which engine made its rows."""
-    target, draft = resolve_checkpoint(spec.target), resolve_checkpoint(spec.draft)
-    engine = open_backend(world.engine, target=target, draft=draft, device=world.device, dtype=world.dtype,
-                          store=store, slots=slots, tree=world.tree, selector=world.selector)
-    with open(Path(run_dir) / "engines.jsonl", "a") as f:
-        f.write(json.dumps({"model": spec.name, **engine.describe()}, sort_keys=True) + "\n")
-    return Loaded(spec, engine, load_tokenizer(target), target, draft)
-
-
-def set_threads(world: WorldConfig) -> None:
-    if world.threads is not None:
-        torch.set_num_threads(world.threads)
-
+from .engines import ENGINES, opener
+from .prompts import resolve_checkpoint
+from .runs import Run, SampleLog, code_state, open_run, record_resume
 
 # ----- command line -----
 CONFIG_OPTIONS = {"limit": "limit", "methods": "methods", "budgets_from": "budgets_from",   # option -> config key
@@ -150,8 +87,8 @@ def open_or_resume(command: str, args: argparse.Namespace, load: Callable[[dict]
     cfg = load(given)
     opener(cfg.world.engine)                       # fail before creating a run folder
     check_device(cfg.world.device)
-    for spec in cfg.world.models:
-        resolve_checkpoint(spec.target), resolve_checkpoint(spec.draft)
+    for model in cfg.world.models:
+        resolve_checkpoint(model.target), resolve_checkpoint(model.draft)
     return cfg, open_run(command, cfg.world.preset, cfg, root=args.results)
 
 
@@ -169,12 +106,6 @@ def check_same_code(recorded: dict, run_dir: Path, allowed: bool) -> dict:
                         f"the changes, check out the run's commit, or pass --allow-code-change (recorded in "
                         f"{run_dir / 'resumes.jsonl'})")
     return now
-
-
-def open_experiment(args: argparse.Namespace) -> tuple[Table1Config, Run]:
-    """Table 1's config and run folder for these options."""
-    return open_or_resume(EXPERIMENT, args, lambda o: load_experiment(Table1Config, args.preset, o),
-                          lambda saved: from_saved(Table1Config, saved))
 
 
 def run_to_completion(command: str, run: Run, work: Callable[[], dict | None]) -> bool:

@@ -13,9 +13,10 @@ same for the Python API. Only `generate_until` is implemented (greedy, through `
 log-likelihood requests are refused with a clear error. Beside lm-eval's metrics the backend reports tau
 (output tokens per target step) and the mean set size over blocks and layers, per method, at the end.
 
-model_args: target, draft (folders or hub ids), method (a registry name), budget (fixed-size methods),
+model_args: target, draft (folders or hub ids), method (a registry name), budget (fixed-size methods), beta,
 commitment (a CommitmentTable JSON: p_hat) or p_hat (e.g. "1.0;0.8;0.6"), prune (true/false), engine
-(native | sglang), device, dtype, tree ("5;10;64": num_steps;topk;num_draft_tokens), max_gen_toks.
+(native | sglang), device, dtype, tree ("5;10;64": num_steps;topk;num_draft_tokens), max_gen_toks. The
+method's settings become a `Variant`, bound to the opened engine (`Variant.bind`), which checks the rest.
 """
 from __future__ import annotations
 
@@ -27,13 +28,15 @@ from lm_eval.api.registry import register_model
 from acceptmoe.commands import command
 from acceptmoe.engine.tree import TreeShape
 from acceptmoe.errors import UserError
-from acceptmoe.methods import CommitmentTable, Variant, get_method
+from acceptmoe.methods import CommitmentTable, ConfigError, Variant
 
-from .engines import open_backend
-from .prompts import load_tokenizer, resolve_checkpoint
-from .rows import TraceStats
+from .spine.config import GenerationConfig
+from .spine.engines import open_backend
+from .spine.prompts import load_tokenizer, resolve_checkpoint
+from .spine.rows import TraceStats
 
 NAME = "acceptmoe"
+MAX_GEN_TOKS = GenerationConfig().max_new_tokens      # a request without max_gen_toks: the world's default
 
 
 def _numbers(text, kind=float) -> tuple:
@@ -50,33 +53,41 @@ def _flag(value) -> bool | None:
     raise UserError(f"prune={value!r}: give true or false")
 
 
+def variant_of(method: str, budget=None, prune=None, beta=None) -> Variant:
+    """The model_args of a method, parsed into a `Variant` (the parser configs and the SGLang plugin share)."""
+    try:
+        return Variant.from_mapping({"method": method, "budget": int(budget) if budget is not None else None,
+                                     "prune": _flag(prune),
+                                     "overrides": {} if beta is None else {"beta": float(beta)}})
+    except (ConfigError, ValueError) as exc:
+        raise UserError(f"model_args: {exc}") from None
+
+
 @register_model(NAME)
 class AcceptMoELM(LM):
     """Greedy generation with one `Variant` of a target + EAGLE-3 draft pair."""
 
     def __init__(self, target: str = "models/tiny/target", draft: str = "models/tiny/draft",
-                 method: str = "acceptmoe", budget: int | None = None, commitment: str | None = None,
-                 p_hat: str | None = None, prune=None, engine: str = "native", device: str = "cpu",
-                 dtype: str = "float32", tree: str = "5;10;64", max_gen_toks: int = 256, batch_size=1,
-                 **unused) -> None:
+                 method: str = "acceptmoe", budget: int | None = None, beta: float | None = None,
+                 commitment: str | None = None, p_hat: str | None = None, prune=None, engine: str = "native",
+                 device: str = "cpu", dtype: str = "float32", tree: str = "5;10;64",
+                 max_gen_toks: int = MAX_GEN_TOKS, batch_size=1, **unused) -> None:
         super().__init__()
         if unused:
-            raise UserError(f"unknown model_args {sorted(unused)}; valid: target, draft, method, budget, commitment, "
-                            f"p_hat, prune, engine, device, dtype, tree, max_gen_toks")
-        spec = get_method(method)
+            raise UserError(f"unknown model_args {sorted(unused)}; valid: target, draft, method, budget, beta, "
+                            f"commitment, p_hat, prune, engine, device, dtype, tree, max_gen_toks")
+        variant = variant_of(method, budget, prune, beta)
         if commitment is not None and p_hat is not None:
             raise UserError("give commitment (a CommitmentTable JSON) or p_hat, not both")
         phat = CommitmentTable.load(commitment).p_hat if commitment else (_numbers(p_hat) if p_hat else None)
-        if spec.needs_commitment and phat is None:
-            raise UserError(f"method {method} needs p_hat: pass commitment=<table.json> (./reproduce.sh calibrate "
-                            f"writes one) or p_hat=1.0;0.8;...")
-        self.variant = Variant(method, budget=int(budget) if budget is not None else None,
-                               prune=_flag(prune)).bind(commitment=phat)
-        if spec.needs_budget and self.variant.effective_budget is None:
-            raise UserError(f"method {method} needs budget=<B>")
         target_dir, draft_dir = resolve_checkpoint(target), resolve_checkpoint(draft)
         self.engine = open_backend(engine, target=target_dir, draft=draft_dir, device=device, dtype=dtype,
                                    tree=TreeShape(*_numbers(tree, int)))
+        try:
+            self.plan = variant.bind(self.engine.fit, commitment=phat)
+        except ConfigError as exc:
+            raise UserError(f"model_args: {exc} (p_hat: commitment=<table.json> from ./reproduce.sh calibrate, or "
+                            f"p_hat=1.0;0.8;...; budget=<B> for fixed-budget methods)") from None
         self.tokenizer = load_tokenizer(target_dir)
         self.max_gen_toks = int(max_gen_toks)
         self.batch_size = int(batch_size)
@@ -105,7 +116,7 @@ class AcceptMoELM(LM):
             if gen_kwargs.get("do_sample") or (gen_kwargs.get("temperature") or 0) > 0:
                 raise UserError("the acceptmoe backend decodes greedily: set do_sample=false, temperature=0")
             ids = self.tokenizer(context, add_special_tokens=False)["input_ids"]
-            gen = self.engine.generate(ids, self.variant, int(gen_kwargs.get("max_gen_toks", self.max_gen_toks)))
+            gen = self.engine.generate(ids, self.plan, int(gen_kwargs.get("max_gen_toks", self.max_gen_toks)))
             text = self.tokenizer.decode(gen.tokens, skip_special_tokens=True)
             cut = min((i for i in (text.find(s) for s in until if s) if i >= 0), default=len(text))
             out.append(text[:cut])
@@ -132,7 +143,7 @@ class AcceptMoELM(LM):
 
     def summary(self) -> dict:
         s = self.stats
-        return {"method": self.variant.name, "generations": s["generations"],
+        return {"method": self.plan.name, "generations": s["generations"],
                 "tau": s["output_tokens"] / s["steps"] if s["steps"] else None,
                 "mean_set_size": s["set_size_sum"] / s["block_layers"] if s["block_layers"] else None}
 

@@ -1,0 +1,102 @@
+"""p_hat and B0 for the throughput and study runners: read from a Table 1 run, or computed by the world's rules.
+
+    budgets = pair_budgets(world, run_dir, source=None, limit=8)    # also writes budgets-used.json
+    budgets[Pair("tiny", "tiny-gsm")].b0, budgets[Pair("tiny", "tiny-gsm")].table
+
+With `source` (a Table 1 run folder) its `calibration/<model>/<source>-<split>.json` and `b0/<model>/<task>.json`
+are read; a missing file is an error naming the run and the fix. Without it, the same steps Table 1 takes run
+into `<dest>` with its layout (`layout.RunPaths`) and resume the same way: calibration on the training split
+(`calibration`), B0's method graded on the first evaluation prompts (`grading`), B0 from its traces (`b0`).
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from acceptmoe.evals.tasks import get_task
+from acceptmoe.methods import B0_METHOD, CommitmentTable, Variant
+
+from . import calibration
+from .b0 import B0Decision, b0_for_pair
+from .config import Pair, WorldConfig
+from .engines import free_device_memory, load_model, set_threads
+from .grading import PairRun, run_graded
+from .layout import RunPaths
+from .runs import SampleLog, unit_key, write_json
+from .tracelog import TraceLog
+
+USED = "budgets-used.json"
+
+
+@dataclass(frozen=True)
+class PairBudget:
+    b0: int
+    table: CommitmentTable
+    source: str                 # the folder the files came from
+    decision: B0Decision        # the saved B0 decision (mean set size, interval, prompts used, rule)
+
+
+def read_budgets(world: WorldConfig, folder: Path) -> dict[Pair, PairBudget]:
+    """Every (model, task) pair's B0 and commitment table from a Table 1 run folder's saved files."""
+    paths, out = RunPaths(folder), {}
+    for pair in world.pairs():
+        cal = paths.calibration(pair.model, world.calibration.source(pair.task), world.calibration.split)
+        missing = [str(p) for p in (cal, paths.b0(pair)) if not p.is_file()]
+        if missing:
+            raise FileNotFoundError(f"{folder} lacks {missing}: finish that Table 1 run (./reproduce.sh table1 "
+                                    f"--resume {folder}), or drop --budgets-from to compute p_hat and B0 here")
+        decision = B0Decision.load(paths.b0(pair))
+        out[pair] = PairBudget(decision.b0, CommitmentTable.load(cal), str(folder), decision)
+    return out
+
+
+def compute_budgets(world: WorldConfig, dest: Path, limit: int | None) -> dict[Pair, PairBudget]:
+    """Calibration and B0's method on the first `limit` evaluation prompts (at most the B0 rule's) into
+    `dest`, then B0 from those traces; finished files are reused (resume)."""
+    n = min(x for x in (limit, max(world.b0.prompts, world.b0.fallback_prompts)) if x is not None)
+    dest.mkdir(parents=True, exist_ok=True)
+    if not (dest / "config.json").is_file():
+        write_json(dest / "config.json", {"experiment": "budgets", "config": {"world": world, "limit": n}})
+    set_threads(world)
+    paths, samples = RunPaths(dest), SampleLog(dest / "samples.jsonl")
+    for model in world.models:
+        pairs = [p for p in world.pairs() if p.model == model.name]
+        if all(paths.b0(p).is_file() for p in pairs):
+            continue
+        loaded = load_model(model, world, dest)
+        tables = {s: calibration.calibrate_source(loaded, world, s, paths) for s in calibration.sources(world)}
+        for pair in pairs:
+            task, table = get_task(pair.task), tables[world.calibration.source(pair.task)]
+            run = PairRun(loaded, task, task.load(world.eval_split, n), samples)
+            log = TraceLog(paths.traces(pair, B0_METHOD), keep=samples)
+            units = [(i, unit_key(pair.model, pair.task, ex["id"], B0_METHOD)) for i, ex in enumerate(run.examples)]
+            run_graded(run, loaded.plan(Variant(B0_METHOD), commitment=table.p_hat), units, log=log)
+            b0_for_pair(log, world.b0, paths.b0(pair))
+        del loaded
+        free_device_memory()
+    return read_budgets(world, dest)
+
+
+def pair_budgets(world: WorldConfig, run_dir: Path, source: str | Path | None,
+                 limit: int | None) -> dict[Pair, PairBudget]:
+    """The pairs' budgets (from `source`, else computed into `run_dir/budgets`), recorded in
+    `run_dir/budgets-used.json` so the run's tables never need the source folder again."""
+    budgets = read_budgets(world, Path(source)) if source else compute_budgets(world, run_dir / "budgets", limit)
+    write_json(run_dir / USED, [{"model": pair.model, "task": pair.task, "b0": b.b0, "decision": b.decision.to_json(),
+                                 "source": b.source, "p_hat": list(b.table.p_hat), "proposed": b.table.proposed,
+                                 "committed": b.table.committed} for pair, b in budgets.items()])
+    return budgets
+
+
+def used_budgets(run_dir: Path, world: WorldConfig) -> dict[Pair, dict]:
+    """{pair: {b0, decision, source, p_hat, ...}} as recorded by `pair_budgets` ({} if none). Run folders of
+    earlier releases keyed the records by "model|task"; those are looked up by the world's pairs."""
+    path = run_dir / USED
+    if not path.is_file():
+        return {}
+    data = json.loads(path.read_text())
+    if isinstance(data, list):
+        return {Pair(r["model"], r["task"]): r for r in data}
+    by_key = {"|".join(pair): pair for pair in world.pairs()}
+    return {by_key[key]: record for key, record in data.items() if key in by_key}       # the file's order

@@ -1,0 +1,104 @@
+"""Which engine runs an experiment's models, and a model opened on it.
+
+    loaded = load_model(model, world, run_dir)         # an engine (`world.engine`) and its tokenizer
+    plan = loaded.plan(Variant("acceptmoe"), commitment=table.p_hat)     # bound to the engine and the world
+    gen = loaded.engine.generate(prompt_ids, plan, world.max_new_tokens(model))
+
+The native engine is always available; others are imported on first use from "module:function" so a missing
+optional dependency is one clear error naming the extra to install. Offloaded expert stores exist only in the
+native engine (SGLang has no X-slot expert cache), so offload phases refuse any other engine.
+"""
+from __future__ import annotations
+
+import gc
+import importlib
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Sequence
+
+import torch
+
+from acceptmoe.engine.backend import EngineBackend
+from acceptmoe.errors import UserError
+from acceptmoe.methods import Plan, Variant
+
+Opener = Callable[..., EngineBackend]
+ENGINES: dict[str, str | Opener] = {
+    "native": "acceptmoe.engine.engine:load_engine",
+    "sglang": "acceptmoe.serving.sglang:open_engine",
+}
+OFFLOAD_ENGINES = ("native",)
+
+
+def register_engine(name: str, opener: Opener | str) -> None:
+    """Make `open_backend(name, ...)` available (an opener, or "module:function" imported on first use)."""
+    ENGINES[name] = opener
+
+
+def check_engine(name: str, store: str = "resident") -> None:
+    if name not in ENGINES:
+        raise UserError(f"unknown engine {name!r}; valid engines: {', '.join(ENGINES)}")
+    if store == "offloaded" and name not in OFFLOAD_ENGINES:
+        raise UserError(f"offloaded expert stores run on the native engine only ({name} has no X-slot expert "
+                        f"cache): use --engine native for fig4, table2 and fig5")
+
+
+def opener(name: str) -> Opener:
+    """The engine's opener, imported now: a missing dependency is one clear error (checked before a run starts)."""
+    check_engine(name)
+    found = ENGINES[name]
+    if isinstance(found, str):
+        module, _, fn = found.partition(":")
+        try:
+            found = getattr(importlib.import_module(module), fn)
+        except ImportError as exc:
+            raise UserError(f"engine {name!r} is not available here ({exc}): install it on a machine it supports "
+                            f"(docs/{name}.md), or use --engine native") from None
+    return found
+
+
+def open_backend(name: str, **settings) -> EngineBackend:
+    """An engine of kind `name`, opened with `settings` (target, draft, device, dtype, store, slots, tree)."""
+    check_engine(name, settings.get("store", "resident"))
+    return opener(name)(**settings)
+
+
+@dataclass
+class Loaded:
+    """A model ready to generate: its entry in the world, engine and tokenizer, where its checkpoints were
+    found, and the world's base selector its plans are bound with."""
+    model: object                  # config.ModelEntry
+    engine: EngineBackend
+    tokenizer: object
+    target: Path
+    draft: Path
+    world: object                  # config.WorldConfig
+
+    def plan(self, variant: Variant, commitment: Sequence[float] | None = None, b0: int | None = None) -> Plan:
+        """`variant` bound to this engine, the pair's p_hat and B0 and the world's selector."""
+        return variant.bind(self.engine.fit, commitment=commitment, b0=b0, selector=self.world.selector)
+
+
+def load_model(model, world, run_dir: Path, store: str = "resident", slots: int | None = None) -> Loaded:
+    """A fresh engine (`world.engine`) for `model` (a ModelEntry); store/slots select the expert store
+    (offloaded: an X-slot pool per layer, native engine only). The engine's `describe()` (name, version,
+    settings) is appended to `run_dir/engines.jsonl`, so every run says which engine made its rows."""
+    from .prompts import load_tokenizer, resolve_checkpoint
+    target, draft = resolve_checkpoint(model.target), resolve_checkpoint(model.draft)
+    engine = open_backend(world.engine, target=target, draft=draft, device=world.device, dtype=world.dtype,
+                          store=store, slots=slots, tree=world.tree)
+    with open(Path(run_dir) / "engines.jsonl", "a") as f:
+        f.write(json.dumps({"model": model.name, **engine.describe()}, sort_keys=True) + "\n")
+    return Loaded(model, engine, load_tokenizer(target), target, draft, world)
+
+
+def set_threads(world) -> None:
+    if world.threads is not None:
+        torch.set_num_threads(world.threads)
+
+
+def free_device_memory() -> None:
+    gc.collect()
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()

@@ -1,0 +1,19 @@
+"""Table 1: every method on every (model, task) pair, greedy, with calibration and B0 first.
+
+| module     | what it holds                                                            |
+|------------|--------------------------------------------------------------------------|
+| `config`   | `Table1Config`, the `table1:` section                                    |
+| `runner`   | the method order and the runs (calibration, B0, every method)            |
+| `table`    | the table from saved results only (Markdown, CSV, LaTeX)                 |
+| `commands` | `table1`, `calibrate`, `b0`                                              |
+"""
+from pathlib import Path
+from typing import Callable
+
+
+def _table1(run: Path) -> str:
+    from .table import write_table1
+    return write_table1(run)
+
+
+BUILDERS: dict[str, Callable[[Path], str]] = {"table1": _table1}     # run folder -> its tables, from saved files

@@ -1,0 +1,23 @@
+"""Throughput: resident (Figure 3) and offloaded (Figure 4) timings, the offload counters (Table 2) and the
+fixed-budget sweep (Figure 5).
+
+| module     | what it holds                                                                   |
+|------------|---------------------------------------------------------------------------------|
+| `config`   | `ThroughputConfig`, the `throughput:` section (resident, offload, sweep phases) |
+| `runner`   | the timed phases and the graded sweep                                           |
+| `records`  | throughput, ratios, traffic, hit rate, stall share from saved rows              |
+| `report`   | Markdown / CSV / LaTeX outputs and the comparison with the paper's numbers      |
+| `figures`  | Figures 3, 4, 5 (matplotlib, Agg backend)                                        |
+| `commands` | `fig3`, `fig4`, `table2`, `sweep`, `fig5`                                        |
+"""
+from pathlib import Path
+from typing import Callable
+
+
+def _report(run: Path) -> str:
+    from .report import write_outputs
+    return write_outputs(run)[0]
+
+
+# run folder -> its tables and figures, from saved files (one builder per command's experiment name)
+BUILDERS: dict[str, Callable[[Path], str]] = {name: _report for name in ("fig3", "fig4", "table2", "sweep", "fig5")}
