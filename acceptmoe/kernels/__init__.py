@@ -4,8 +4,8 @@
     verifier.prepare(blocks)                         # per verification step
     out = verifier(logits, resident)                 # per MoE layer: logits [B, T, E] -> ids, weights, eligible, ...
 """
-from .verifier import (BACKENDS, StepBuffers, Verifier, VerifierInputError, VerifierOutput, make_verifier,
-                       register_backend, resolve_backend)
+from .backends import BACKENDS, make_verifier, register_backend, resolve_backend
+from .verifier import StepBuffers, Verifier, VerifierInputError, VerifierOutput
 
 __all__ = ["BACKENDS", "StepBuffers", "Verifier", "VerifierInputError", "VerifierOutput", "make_verifier",
            "register_backend", "resolve_backend"]

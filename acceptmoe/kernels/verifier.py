@@ -1,4 +1,6 @@
-"""The batched verifier: one interface (`Verifier`), backends by name, one factory (`make_verifier`).
+"""The batched verifier's interface: `Verifier` (prepare per step, call per layer), its output and errors.
+Backends subclass it (`torch_verifier.TorchVerifier`, `triton_verifier.TritonVerifier`); `backends.make_verifier`
+picks one by name.
 
     verifier = make_verifier("auto", plan, device)   # plan: Variant.bind(...), checked; backend torch | triton
     verifier.prepare(blocks)                         # once per verification step: B blocks, padded to T
@@ -16,7 +18,7 @@ Triton interpreter for the kernel. No host synchronisation and fixed shapes insi
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, NamedTuple, Sequence
+from typing import NamedTuple, Sequence
 
 import torch
 from torch import Tensor
@@ -142,41 +144,3 @@ class Verifier:
         if B == len(s.counts):
             return s
         return StepBuffers(s.alpha[:B], s.num_tokens[:B], s.valid[:B], s.counts[:B])
-
-
-VerifierFactory = Callable[[Plan, torch.device], Verifier]
-
-
-def _torch_backend(plan: Plan, device: torch.device) -> Verifier:
-    from .torch_verifier import TorchVerifier
-    return TorchVerifier(plan, device)
-
-
-def _triton_backend(plan: Plan, device: torch.device) -> Verifier:
-    from .triton_verifier import TritonVerifier       # imports triton only when asked for
-    return TritonVerifier(plan, device)
-
-
-BACKENDS: dict[str, VerifierFactory] = {"torch": _torch_backend, "triton": _triton_backend}
-
-
-def register_backend(name: str, factory: VerifierFactory) -> None:
-    """Make a backend available to `make_verifier(name, ...)` (and `Engine(backend=name)`); its module
-    declares what it serves with `acceptmoe.methods.register_backend`."""
-    BACKENDS[name] = factory
-
-
-def resolve_backend(backend: str, device: torch.device | str) -> str:
-    """The backend name `make_verifier` uses: `auto` is triton on CUDA, else torch."""
-    if backend == "auto":
-        return "triton" if torch.device(device).type == "cuda" else "torch"
-    if backend not in BACKENDS:
-        raise VerifierInputError(f"unknown verifier backend {backend!r}; registered: auto, {', '.join(BACKENDS)}")
-    return backend
-
-
-def make_verifier(backend: str, plan: Plan, device: torch.device | str = "cpu") -> Verifier:
-    """The batched verifier of `plan` on `backend` (torch | triton | auto | a registered name)."""
-    if not isinstance(plan, Plan):
-        raise TypeError(f"make_verifier takes a Plan (Variant(...).bind(fit, ...)), got {type(plan).__name__}")
-    return BACKENDS[resolve_backend(backend, device)](plan, torch.device(device))

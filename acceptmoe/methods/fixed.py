@@ -10,6 +10,9 @@ are exact integer arithmetic on them, so every backend computes the same sets bi
   S * (log2_fixed(n) + guard) >= S * log2_fixed(S) - sum_e U_e log2_fixed(U_e), i.e. n >= exp(H) (1 -
   rank_tolerance), clamped to the number of candidates; 0 without candidates. `rank_guard` = round(-log2(1
   - rank_tolerance) 2^16) keeps an effective rank that exceeds an integer by float error at that integer.
+  log2_fixed takes integers below 2^31, so the candidates' total demand S must stay below 2^(31 - score_bits)
+  units: a gate-based score adds at most 1 per token, so blocks of up to 511 tokens at 22 bits (the Triton
+  kernel refuses longer ones).
 - Pruning budget: a prefix D may be removed while 2^16 * sum_D U_e <= rho_fixed * sum_S U_e, with
   rho_fixed = round(prune_rho * 2^16).
 

@@ -7,10 +7,10 @@ import json
 import pytest
 import torch
 
-from variants import V
+from variants import plan
 from acceptmoe.engine import DraftTree, Eagle3Drafter, Engine, Trace, TreeShape, load_engine
 from acceptmoe.kernels import register_backend
-from acceptmoe.kernels.batched import TorchVerifier
+from acceptmoe.kernels.torch_verifier import TorchVerifier
 from acceptmoe.engine.trace import commitment_table, load_traces, save_traces
 from acceptmoe.errors import UserError
 from acceptmoe.methods import CommitmentTable, ConfigError
@@ -33,18 +33,18 @@ def draft_dir(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def engine(draft_dir):
-    return load_engine(target=cached_target(), draft=draft_dir)
+    return load_engine(target=cached_target(), draft=draft_dir, tree=SMALL)
 
 
 @pytest.fixture(scope="module")
 def offloaded(draft_dir):
-    return load_engine(target=cached_target(), draft=draft_dir, store="offloaded", slots=6)
+    return load_engine(target=cached_target(), draft=draft_dir, store="offloaded", slots=6, tree=SMALL)
 
 
 @pytest.fixture(scope="module")
 def reference(engine):
     """Vanilla AR tokens per prompt (EOS ignored), the ground truth of every lossless check."""
-    return [engine.generate(p, V("vanilla-ar"), max_new_tokens=24, ignore_eos=True).tokens for p in PROMPTS]
+    return [engine.generate(p, plan(engine, "vanilla-ar"), max_new_tokens=24, ignore_eos=True).tokens for p in PROMPTS]
 
 
 def use_oracle(monkeypatch, prompt_len: int, continuation: list[int]) -> None:
@@ -63,26 +63,27 @@ def use_oracle(monkeypatch, prompt_len: int, continuation: list[int]) -> None:
 
 @pytest.mark.parametrize("i, n", [(0, 1), (1, 9), (2, 24)])
 def test_standard_sd_is_lossless(engine, reference, i, n):
-    gen = engine.generate(PROMPTS[i], V("standard-sd"), max_new_tokens=n, ignore_eos=True, tree=SMALL)
+    gen = engine.generate(PROMPTS[i], plan(engine, "standard-sd"), max_new_tokens=n, ignore_eos=True)
     assert gen.tokens == reference[i][:n]
     assert len(gen.step_times) == len(gen.accept_lengths) == len(gen.trace.blocks)
     assert all(t > 0 for t in gen.step_times) and gen.prefill_time > 0
 
 
 def test_standard_sd_is_lossless_with_the_paper_tree(engine, reference):
-    gen = engine.generate(PROMPTS[1], V("standard-sd"), max_new_tokens=8, ignore_eos=True, tree=TreeShape(5, 10, 64))
+    paper = Engine(engine.model, engine.draft, tree=TreeShape(5, 10, 64))
+    gen = paper.generate(PROMPTS[1], plan(paper, "standard-sd"), max_new_tokens=8, ignore_eos=True)
     assert gen.tokens == reference[1][:8]
     assert all(len(b.parents) == 64 for b in gen.trace.blocks)
 
 
 def test_long_acceptances_stay_lossless_and_truncate(engine, reference, monkeypatch):
     use_oracle(monkeypatch, len(PROMPTS[2]), reference[2])
-    gen = engine.generate(PROMPTS[2], V("standard-sd"), max_new_tokens=24, ignore_eos=True, tree=SMALL)
+    gen = engine.generate(PROMPTS[2], plan(engine, "standard-sd"), max_new_tokens=24, ignore_eos=True)
     assert gen.tokens == reference[2]
     assert max(gen.accept_lengths) == SMALL.num_steps + 1
     blocks = [b.accept_length for b in gen.trace.blocks]
     assert blocks[:-1] == gen.accept_lengths[:-1] and blocks[-1] >= gen.accept_lengths[-1]
-    short = engine.generate(PROMPTS[2], V("standard-sd"), max_new_tokens=6, ignore_eos=True, tree=SMALL)
+    short = engine.generate(PROMPTS[2], plan(engine, "standard-sd"), max_new_tokens=6, ignore_eos=True)
     assert short.tokens == reference[2][:6] and short.stop_reason == "length"
     assert sum(short.accept_lengths) + 1 == 6                     # tau counts output tokens only ...
     assert sum(b.accept_length for b in short.trace.blocks) + 1 > 6   # ... the trace keeps the cut path
@@ -98,7 +99,7 @@ def test_drafter_state_equals_a_fresh_prefill(engine, reference, monkeypatch):
         seen.append((self.length, root_token, self.root_logp.clone()))
         return propose(self, root_token)
     monkeypatch.setattr(Eagle3Drafter, "propose", record)
-    gen = engine.generate(PROMPTS[1], V("standard-sd"), max_new_tokens=16, ignore_eos=True, tree=SMALL)
+    gen = engine.generate(PROMPTS[1], plan(engine, "standard-sd"), max_new_tokens=16, ignore_eos=True)
     assert max(gen.accept_lengths) > 1
     text = PROMPTS[1] + gen.tokens
     for L, root, logp in seen[1:]:
@@ -114,7 +115,7 @@ def test_drafter_state_equals_a_fresh_prefill(engine, reference, monkeypatch):
 @pytest.mark.parametrize("method", ["count-b", "moe-spec", "acceptmoe-b"])
 def test_full_budget_methods_equal_standard_sd(engine, reference, monkeypatch, method):
     use_oracle(monkeypatch, len(PROMPTS[1]), reference[1])
-    gen = engine.generate(PROMPTS[1], V(method, budget=EXPERTS, commitment=P_HAT), max_new_tokens=16, ignore_eos=True, tree=SMALL)
+    gen = engine.generate(PROMPTS[1], plan(engine, method, budget=EXPERTS, commitment=P_HAT), max_new_tokens=16, ignore_eos=True)
     assert gen.tokens == reference[1][:16]
     assert all(s == EXPERTS for b in gen.trace.blocks for s in b.layers["set_size"])
 
@@ -123,14 +124,14 @@ def test_acceptmoe_sets_hold_the_anchor(engine, reference, monkeypatch):
     seen = []
 
     class Capture(TorchVerifier):
-        def _run(self, logits, resident):
-            out = super()._run(logits, resident)
+        def _run(self, logits, resident, route):
+            out = super()._run(logits, resident, route)
             seen.append(out)
             return out
     register_backend("capture-test", Capture)
-    eng = Engine(engine.model, engine.draft, backend="capture-test")
+    eng = Engine(engine.model, engine.draft, backend="capture-test", tree=SMALL)
     use_oracle(monkeypatch, len(PROMPTS[1]), reference[1])
-    gen = eng.generate(PROMPTS[1], V("acceptmoe", commitment=P_HAT), max_new_tokens=12, ignore_eos=True, tree=SMALL)
+    gen = eng.generate(PROMPTS[1], plan(eng, "acceptmoe", commitment=P_HAT), max_new_tokens=12, ignore_eos=True)
     assert len(gen.tokens) == 12 and seen
     for out in seen:                                                         # one block per pass: B = 1
         assert not (out.anchor & ~out.eligible).any() and int(out.anchor.sum()) == TOP_K
@@ -147,15 +148,15 @@ def test_eos_stops_and_ignore_eos_runs_past(engine, reference, monkeypatch):
     j = next(i for i in range(2, len(ref)) if ref[i] not in ref[:i])       # first occurrence at index j >= 2
     monkeypatch.setattr(engine, "eos_token_ids", {ref[j]})
     for method in ("vanilla-ar", "standard-sd"):
-        gen = engine.generate(PROMPTS[1], V(method), max_new_tokens=24, tree=SMALL)
+        gen = engine.generate(PROMPTS[1], plan(engine, method), max_new_tokens=24)
         assert gen.tokens == ref[: j + 1] and gen.stop_reason == "eos"
-        exact = engine.generate(PROMPTS[1], V(method), max_new_tokens=j + 1, tree=SMALL)   # EOS is the last allowed token
+        exact = engine.generate(PROMPTS[1], plan(engine, method), max_new_tokens=j + 1)   # EOS is the last allowed token
         assert exact.tokens == ref[: j + 1] and exact.stop_reason == "eos"
-        past = engine.generate(PROMPTS[1], V(method), max_new_tokens=24, ignore_eos=True, tree=SMALL)
+        past = engine.generate(PROMPTS[1], plan(engine, method), max_new_tokens=24, ignore_eos=True)
         assert past.tokens == ref and past.stop_reason == "length"
     ends_at_eos = PROMPTS[1] + [ref[j]]                                     # a prompt ending in EOS still generates
-    ar = engine.generate(ends_at_eos, V("vanilla-ar"), max_new_tokens=10)
-    sd = engine.generate(ends_at_eos, V("standard-sd"), max_new_tokens=10, tree=SMALL)
+    ar = engine.generate(ends_at_eos, plan(engine, "vanilla-ar"), max_new_tokens=10)
+    sd = engine.generate(ends_at_eos, plan(engine, "standard-sd"), max_new_tokens=10)
     assert ar.tokens == sd.tokens and len(ar.tokens) >= 1
 
 
@@ -163,27 +164,28 @@ def test_eos_stops_and_ignore_eos_runs_past(engine, reference, monkeypatch):
                                         ("moe-spec", {"budget": 8}), ("acceptmoe-b", {"budget": 8}),
                                         ("acceptmoe", {"selector": {"prune_rho": 0.0}})])
 def test_offloaded_store_gives_resident_tokens(engine, offloaded, method, kw):
-    args = dict(max_new_tokens=10, ignore_eos=True, tree=SMALL)
-    res = engine.generate(PROMPTS[2], V(method, commitment=P_HAT, **kw), **args)
-    off = offloaded.generate(PROMPTS[2], V(method, commitment=P_HAT, **kw), **args)
+    args = dict(max_new_tokens=10, ignore_eos=True)
+    res = engine.generate(PROMPTS[2], plan(engine, method, commitment=P_HAT, **kw), **args)
+    off = offloaded.generate(PROMPTS[2], plan(offloaded, method, commitment=P_HAT, **kw), **args)
     assert off.tokens == res.tokens
     assert off.trace.meta["prune"] == (method == "acceptmoe") and not res.trace.meta["prune"]
 
 
-def test_pruning_runs_offloaded_and_is_a_no_op_at_full_residency(engine, offloaded):
-    args = dict(max_new_tokens=10, ignore_eos=True, tree=SMALL)
+def test_pruning_runs_offloaded_and_needs_an_offloaded_store(engine, offloaded):
+    args = dict(max_new_tokens=10, ignore_eos=True)
     sel = dict(commitment=P_HAT, selector={"prune_rho": 0.5, "prune_min_set": TOP_K})
     offloaded.model.store.reset_counters()
-    gen = offloaded.generate(PROMPTS[0], V("acceptmoe", **sel), **args)
+    gen = offloaded.generate(PROMPTS[0], plan(offloaded, "acceptmoe", **sel), **args)
     assert len(gen.tokens) == 10 and gen.trace.meta["prune"]
     assert offloaded.model.store.stats()["total"]["loads"] > 0
-    plain = engine.generate(PROMPTS[0], V("acceptmoe", **sel), **args)
-    pruned = engine.generate(PROMPTS[0], V("acceptmoe", prune=True, **sel), **args)
-    assert pruned.tokens == plain.tokens
+    with pytest.raises(ConfigError, match="residency pruning needs an offloaded expert store"):
+        plan(engine, "acceptmoe", prune=True, **sel)
+    with pytest.raises(UserError, match="not to this engine"):
+        engine.generate(PROMPTS[0], plan(offloaded, "acceptmoe", **sel), **args)
 
 
 def test_trace_round_trip_and_commitment_table(engine, tmp_path):
-    gens = [engine.generate(p, V("standard-sd"), max_new_tokens=6, ignore_eos=True, tree=SMALL) for p in PROMPTS]
+    gens = [engine.generate(p, plan(engine, "standard-sd"), max_new_tokens=6, ignore_eos=True) for p in PROMPTS]
     save_traces(tmp_path / "trace.jsonl", [g.trace for g in gens])
     back = load_traces(tmp_path / "trace.jsonl")
     assert [t.meta for t in back] == [g.trace.meta for g in gens]
@@ -200,19 +202,20 @@ def test_trace_round_trip_and_commitment_table(engine, tmp_path):
     assert table.proposed[0] == table.committed[0] == n_blocks
     assert sum(table.proposed) == n_blocks * SMALL.num_draft_tokens
     assert sum(table.committed) == sum(sum(g.accept_lengths) for g in gens)
-    gen = engine.generate(PROMPTS[0], V("acceptmoe", commitment=table), max_new_tokens=4, tree=SMALL)
+    gen = engine.generate(PROMPTS[0], plan(engine, "acceptmoe", commitment=table), max_new_tokens=4)
     assert gen.trace.meta["selector"]["p_hat"] == list(table.p_hat)
 
 
 def test_vanilla_ar_steps_one_token(engine, reference):
-    gen = engine.generate(PROMPTS[0], V("vanilla-ar"), max_new_tokens=5, ignore_eos=True)
+    gen = engine.generate(PROMPTS[0], plan(engine, "vanilla-ar"), max_new_tokens=5, ignore_eos=True)
     assert gen.tokens == reference[0][:5] and gen.accept_lengths == [1] * 4 and not gen.trace.blocks
 
 
 @pytest.mark.parametrize("method, kw, err, match", [
     ("greedy", {}, KeyError, "valid methods: vanilla-ar, standard-sd, count-b"),
     ("count-b", {}, ConfigError, "needs a budget"),
-    ("count-b", {"budget": TOP_K - 1}, ConfigError, "smaller than top_k"),
+    ("count-b", {"budget": TOP_K - 1}, ConfigError, f"must satisfy top_k={TOP_K} <= B"),
+    ("count-b", {"budget": EXPERTS + 1}, ConfigError, f"<= B <= E={EXPERTS}"),
     ("acceptmoe", {}, ConfigError, "needs commitment probabilities"),
     ("acceptmoe", {"commitment": (1.0, 0.5)}, ConfigError, "p_hat has 2 entries"),
     ("acceptmoe-b", {"commitment": P_HAT}, ConfigError, "needs a budget"),
@@ -223,21 +226,21 @@ def test_vanilla_ar_steps_one_token(engine, reference):
 ])
 def test_clear_errors(engine, method, kw, err, match):
     with pytest.raises(err, match=match):
-        engine.generate([1, 2, 3], V(method, **kw), max_new_tokens=2, tree=SMALL)
+        engine.generate([1, 2, 3], plan(engine, method, **kw), max_new_tokens=2)
 
 
-def test_generate_takes_a_typed_variant(engine):
-    with pytest.raises(TypeError, match=r"Variant\('standard-sd'\)"):
+def test_generate_takes_a_plan(engine):
+    with pytest.raises(TypeError, match=r"takes a Plan"):
         engine.generate([1, 2, 3], "standard-sd", max_new_tokens=2)
 
 
 def test_setup_errors(engine, draft_dir, tmp_path):
     with pytest.raises(UserError, match="prompt_ids is empty"):
-        engine.generate([], V("vanilla-ar"))
-    bare = Engine(engine.model)
+        engine.generate([], plan(engine, "vanilla-ar"), 4)
+    bare = Engine(engine.model, tree=SMALL)
     with pytest.raises(UserError, match="needs an EAGLE-3 draft"):
-        bare.generate([1, 2], V("standard-sd"), tree=SMALL)
-    assert len(bare.generate([1, 2], V("vanilla-ar"), max_new_tokens=3).tokens) <= 3
+        bare.generate([1, 2], plan(bare, "standard-sd"), 4)
+    assert len(bare.generate([1, 2], plan(bare, "vanilla-ar"), max_new_tokens=3).tokens) <= 3
     with pytest.raises(ValueError, match="either path"):
         load_engine(tmp_path, target=cached_target())
     with pytest.raises(ValueError, match="unknown verifier backend"):
@@ -247,9 +250,9 @@ def test_setup_errors(engine, draft_dir, tmp_path):
 def test_load_engine_from_one_folder(draft_dir, tmp_path, reference):
     (tmp_path / "target").symlink_to(cached_target())
     (tmp_path / "draft").symlink_to(draft_dir)
-    eng = load_engine(tmp_path)
+    eng = load_engine(tmp_path, tree=SMALL)
     assert eng.draft is not None and eng.draft.dtype == eng.model.dtype
-    assert eng.generate(PROMPTS[0], V("standard-sd"), max_new_tokens=4, ignore_eos=True, tree=SMALL).tokens == reference[0][:4]
+    assert eng.generate(PROMPTS[0], plan(eng, "standard-sd"), max_new_tokens=4, ignore_eos=True).tokens == reference[0][:4]
     assert isinstance(CommitmentTable(max_depth=1).proposed, list)
 
 
@@ -257,10 +260,11 @@ def test_load_engine_from_one_folder(draft_dir, tmp_path, reference):
 def test_triton_backend_gives_torch_tokens(engine, method, kw):
     """The fused kernel (Triton interpreter on CPU) behind the engine's verifier hook."""
     pytest.importorskip("triton")
-    fused = Engine(engine.model, engine.draft, backend="triton")
-    args = dict(max_new_tokens=3, ignore_eos=True, tree=TreeShape(2, 3, 6))
-    v = V(method, commitment=P_HAT, **kw)
-    a, b = fused.generate(PROMPTS[1], v, **args), engine.generate(PROMPTS[1], v, **args)
+    fused = Engine(engine.model, engine.draft, backend="triton", tree=TreeShape(2, 3, 6))
+    small = Engine(engine.model, engine.draft, backend="torch", tree=TreeShape(2, 3, 6))
+    args = dict(max_new_tokens=3, ignore_eos=True)
+    v = plan(fused, method, commitment=P_HAT, **kw)
+    a, b = fused.generate(PROMPTS[1], v, **args), small.generate(PROMPTS[1], v, **args)
     assert a.tokens == b.tokens
     assert [blk.layers for blk in a.trace.blocks] == [blk.layers for blk in b.trace.blocks]
 
@@ -271,7 +275,7 @@ def test_tau_counts_output_tokens_only(engine, reference, monkeypatch):
     j = next(i for i in range(2, len(ref)) if ref[i] not in ref[:i])
     monkeypatch.setattr(engine, "eos_token_ids", {ref[j]})
     for kw in ({"max_new_tokens": 24}, {"max_new_tokens": 7, "ignore_eos": True}):
-        gen = engine.generate(PROMPTS[1], V("standard-sd"), tree=SMALL, **kw)
+        gen = engine.generate(PROMPTS[1], plan(engine, "standard-sd"), **kw)
         assert sum(gen.accept_lengths) == len(gen.tokens) - 1          # the prefill pass yields tokens[0]
         path_total = sum(len(b.path) for b in gen.trace.blocks)
         assert path_total >= sum(gen.accept_lengths)                    # the trace keeps whole accepted paths
@@ -279,9 +283,9 @@ def test_tau_counts_output_tokens_only(engine, reference, monkeypatch):
 
 def test_tracing_standard_sd_does_not_change_its_routing(engine, reference):
     """Standard SD routes with `router.natural` whether or not its layers are traced through the verifier."""
-    args = dict(max_new_tokens=9, ignore_eos=True, tree=SMALL)
-    traced = engine.generate(PROMPTS[1], V("standard-sd"), trace_layers=True, **args)
-    untraced = engine.generate(PROMPTS[1], V("standard-sd"), trace_layers=False, **args)
+    args = dict(max_new_tokens=9, ignore_eos=True)
+    traced = engine.generate(PROMPTS[1], plan(engine, "standard-sd"), trace_layers=True, **args)
+    untraced = engine.generate(PROMPTS[1], plan(engine, "standard-sd"), trace_layers=False, **args)
     assert traced.tokens == untraced.tokens == reference[1][:9]
     assert all(s == EXPERTS for b in traced.trace.blocks for s in b.layers["set_size"])
     assert all(r == n for b in traced.trace.blocks

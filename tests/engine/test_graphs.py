@@ -3,6 +3,8 @@
 The capture and replay themselves need CUDA (`./reproduce.sh gpu-check`, check `graphs`); here the static
 passes (device-scalar start, attention over the whole persistent cache) are checked against the eager
 engine, which is the comparison that makes a replay trustworthy."""
+from dataclasses import dataclass
+
 import pytest
 import torch
 
@@ -27,7 +29,7 @@ def test_static_passes_equal_eager_for_every_method(engines):
     that close; where the trees agree, so do accepted paths and, to rounding, per-layer fields."""
     same_trees = 0
     for name in METHODS:
-        variant = Variant(name).bind(commitment=P_HAT, b0=24)
+        variant = Variant(name).bind(engines["eager"].fit, commitment=P_HAT, b0=24)    # both engines' fit
         for ids in PROMPTS:
             static, eager = (engines[m].generate(ids, variant, 40, ignore_eos=True) for m in ("static", "eager"))
             assert static.tokens == eager.tokens, name
@@ -44,7 +46,7 @@ def test_static_passes_equal_eager_for_every_method(engines):
 def test_static_verify_pass_matches_eager_numerically(engines):
     """One tree-masked target pass, static against eager on the same inputs."""
     eng = engines["static"]
-    gen = engines["eager"].generate(PROMPTS[1], Variant("standard-sd"), 12, ignore_eos=True)
+    gen = engines["eager"].generate(PROMPTS[1], Variant("standard-sd").bind(eng.fit), 12, ignore_eos=True)
     assert gen.tokens
     model = eng.model
     ids = torch.tensor(PROMPTS[1])
@@ -63,7 +65,7 @@ def test_one_persistent_cache_regrows_and_ignores_stale_slots(engines):
     """Static passes reuse one cache: a longer generation regrows it (powers of two), and slots left by an
     earlier, longer generation are masked, so a generation's tokens do not depend on what ran before."""
     eng = engines["static"]
-    variant = Variant("standard-sd")
+    variant = Variant("standard-sd").bind(eng.fit)
     short = eng.generate(PROMPTS[0], variant, 8, ignore_eos=True).tokens
     held = lambda: {name: c.max_len for name, c in eng.steps.caches.items()}  # noqa: E731
     before = held()
@@ -94,7 +96,7 @@ def test_offloaded_store_runs_static_passes_with_the_same_counters():
     out = {}
     for mode in ("eager", "static"):
         eng = load_engine(TINY, store="offloaded", slots=32, steps=mode)
-        gen = eng.generate(PROMPTS[1], Variant("acceptmoe").bind(commitment=P_HAT), 40, ignore_eos=True)
+        gen = eng.generate(PROMPTS[1], Variant("acceptmoe").bind(eng.fit, commitment=P_HAT), 40, ignore_eos=True)
         out[mode] = gen.tokens, eng.counters()
     assert out["static"][0] == out["eager"][0]
     assert {k: v for k, v in out["static"][1].items() if k != "wait_s"} == \
@@ -111,19 +113,21 @@ def test_static_passes_never_read_the_device(engines):
     seen: dict[str, int] = {}
     original = eng.steps.run
 
-    def counted(key, inputs, body, keep=None):
-        def watched(buf):
+    @dataclass(frozen=True)
+    class Watched:                                      # a step that counts the aten ops of the step it runs
+        step: object
+
+        def __call__(self, buf):
             with AtenCounter() as c:
-                out = body(buf)
+                out = self.step(buf)
             for op, n in c.ops.items():
                 seen[op] = seen.get(op, 0) + n
             return out
-        return original(key, inputs, watched, keep)
 
-    eng.steps.run = counted
+    eng.steps.run = lambda step, inputs: original(Watched(step), inputs)
     try:
         for name in METHODS:
-            eng.generate(PROMPTS[0], Variant(name).bind(commitment=P_HAT, b0=24), 16, ignore_eos=True)
+            eng.generate(PROMPTS[0], Variant(name).bind(eng.fit, commitment=P_HAT, b0=24), 16, ignore_eos=True)
     finally:
         del eng.steps.run
     host_reads = {op: n for op, n in seen.items()

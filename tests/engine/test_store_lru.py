@@ -75,7 +75,7 @@ def test_tiny_world_counters_and_tokens_as_recorded():
             run["slots"], load_engine(ROOT / ref["model"], store="offloaded", slots=run["slots"]))
         eng.model.store.reset_counters()
         p_hat = (1.0, 0.8, 0.64, 0.512, 0.41, 0.33)
-        gen = eng.generate(run["prompt"], Variant(run["method"]).bind(commitment=p_hat), ref["max_new_tokens"],
+        gen = eng.generate(run["prompt"], Variant(run["method"]).bind(eng.fit, commitment=p_hat), ref["max_new_tokens"],
                            ignore_eos=ref["ignore_eos"], trace_layers=False)
         s = eng.model.store.stats()
         where = f"{run['method']} slots={run['slots']} prompt={run['prompt'][:3]}"

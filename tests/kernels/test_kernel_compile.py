@@ -18,7 +18,7 @@ pytest.importorskip("triton")
 
 # Representative launches: the largest code (AcceptMoE with pruning), both routers, both logit widths,
 # the longest block and the next expert count.
-VARIANTS = [
+CASES = [
     (120, ("acceptmoe", "qwen3", "bf16", True, 64)),
     (90, ("count-b", "gpt-oss", "fp32", True, 128)),
     (90, ("acceptmoe", "qwen3-e256", "bf16", False, 128)),
@@ -27,9 +27,9 @@ VARIANTS = [
 
 SCRIPT = """
 import dataclasses, json, sys
-from acceptmoe.experiments.bench.kernel_table import Variant, measure
-rows = [measure((Variant(*v), arch)) for arch, v in json.loads(sys.argv[1])]
-print(json.dumps([{"arch": r["arch"], "variant": list(dataclasses.astuple(r["variant"])),
+from acceptmoe.experiments.bench.kernel_table import KernelCase, measure
+rows = [measure((KernelCase(*v), arch)) for arch, v in json.loads(sys.argv[1])]
+print(json.dumps([{"arch": r["arch"], "case": list(dataclasses.astuple(r["case"])),
                    "stats": dataclasses.asdict(r["stats"])} for r in rows]))
 """
 
@@ -37,13 +37,13 @@ print(json.dumps([{"arch": r["arch"], "variant": list(dataclasses.astuple(r["var
 def test_kernel_compiles_for_gpu_targets_without_spills_or_fp64():
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     root = Path(__file__).resolve().parents[2]
-    proc = subprocess.run([sys.executable, "-c", SCRIPT, json.dumps(VARIANTS)], cwd=root, env=env,
+    proc = subprocess.run([sys.executable, "-c", SCRIPT, json.dumps(CASES)], cwd=root, env=env,
                           capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stderr[-3000:]
     rows = json.loads(proc.stdout.splitlines()[-1])
-    assert len(rows) == len(VARIANTS)
+    assert len(rows) == len(CASES)
     for row in rows:
-        s, what = row["stats"], f"sm_{row['arch']} {row['variant']}"
+        s, what = row["stats"], f"sm_{row['arch']} {row['case']}"
         assert s["sass"] > 0 and s["registers"] > 0, what
         assert s["spill"] == 0 and s["local"] == 0 and s["local_ops"] == 0, f"{what} spills: {s}"
         assert s["fp64"] == 0, f"{what} has {s['fp64']} fp64 instructions"

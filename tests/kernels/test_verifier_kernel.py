@@ -3,9 +3,9 @@ Triton interpreter (conftest).
 
 Each case is one awkward shape (T in {1, 7, 64}, E in {8, 60, 64, 128}, k in {1, 2, 4, 8}), router kind,
 demand score, logit dtype, residency mask and logit draw (tie-free, or bf16-rounded with deliberate ties
-at the top-k boundary); every case runs all five verifier methods on one or two blocks (the second one
-padded) and compares with the per-block reference (`select`, `prune_nonresident`, `route`). Sets and routed
-ids must agree exactly, utilities and weights to 1e-6.
+at the top-k boundary); every case runs every registered verifier method on one or two blocks (the second
+one padded) and compares with the per-block reference (`select`, `prune`, `route`). Sets and routed ids
+must agree exactly, utilities and weights to 1e-6.
 """
 from __future__ import annotations
 
@@ -17,10 +17,11 @@ import torch
 
 from acceptmoe.kernels import VerifierInputError, VerifierOutput, make_verifier
 from acceptmoe.methods import (
-    BlockInfo, ConfigError, Router, SelectorConfig, commitment_weights, prune_nonresident, route, select,
+    METHODS, BlockInfo, ConfigError, Fit, Plan, Router, SelectorConfig, Variant, commitment_weight, prune, route,
+    select,
 )
 
-METHODS = ("standard-sd", "count-b", "moe-spec", "acceptmoe-b", "acceptmoe")
+SPECULATING = tuple(name for name, spec in METHODS.items() if spec.speculates)
 ROUTERS = {
     "renorm": Router("softmax_topk", 1, renormalize=True),
     "raw": Router("softmax_topk", 1, renormalize=False),
@@ -109,23 +110,28 @@ def make_inputs(case: Case, seed: int = 0):
     return blocks, p_hat, logits, resident
 
 
-def config_for(method: str, case: Case, p_hat: tuple) -> SelectorConfig:
+def plan_for(method: str, case: Case, p_hat: tuple, router: Router, depth: int) -> Plan:
     budget = {"k": case.k, "third": max(case.k, case.E // 3), "all": case.E}[case.budget]
-    fixed = method in ("count-b", "moe-spec", "acceptmoe-b")
-    return SelectorConfig(budget=budget if fixed else None, p_hat=p_hat, demand_score=case.demand,
-                          prune_rho=0.3, prune_min_set=case.k + 1)
+    fit = Fit(router, case.E, depth, "resident" if case.resident == "none" else "offloaded")
+    base = SelectorConfig(demand_score=case.demand, prune_rho=0.3, prune_min_set=case.k + 1)
+    return Variant(method).bind(fit, commitment=p_hat, b0=budget, selector=base)
 
 
-def reference(method, case, blocks, cfg, router, logits, resident):
+def simple_plan(method: str, router: Router, E: int, depth: int = 5, store: str = "resident",
+                p_hat=(1.0, 0.8, 0.6, 0.4, 0.3, 0.2), budget: int | None = None, **selector) -> Plan:
+    return Variant(method, budget=budget).bind(Fit(router, E, depth, store), commitment=p_hat,
+                                               selector=SelectorConfig(**selector))
+
+
+def reference(plan, blocks, logits, resident):
     """Per-block reference: ids [B, T, k], weights [B, T, k], eligible [B, E], utility [B, E], anchor [B, E]."""
     out = []
     for b, block in enumerate(blocks):
-        sel = select(method, logits[b, : block.num_tokens], block, router, cfg)
+        sel = select(plan, logits[b, : block.num_tokens], block)
         eligible = sel.eligible
         if resident is not None:
-            eligible = prune_nonresident(sel, resident if resident.dim() == 1 else resident[b], cfg,
-                                         min_size=router.top_k)
-        ids, weights = route(logits[b], eligible, router)
+            eligible = prune(sel, resident if resident.dim() == 1 else resident[b], plan)
+        ids, weights = route(logits[b], eligible, plan.router)
         out.append((ids, weights, eligible, sel.utility, sel.anchor))
     return [torch.stack(x) for x in zip(*out)]
 
@@ -143,18 +149,34 @@ def assert_matches(got, want, what: str) -> None:
 def test_verifier_matches_reference(case: Case, backend: str):
     blocks, p_hat, logits, resident = make_inputs(case)
     router = Router(ROUTERS[case.router].kind, case.k, ROUTERS[case.router].renormalize)
-    for method in METHODS:
-        cfg = config_for(method, case, p_hat)
-        verifier = make_verifier(backend, method, router, cfg, case.E, device="cpu")
+    depth = max(b.max_depth for b in blocks)
+    for method in SPECULATING:
+        plan = plan_for(method, case, p_hat, router, depth)
+        verifier = make_verifier(backend, plan, device="cpu")
         verifier.prepare(blocks, pad_to=case.T)
         got = verifier(logits, resident)
-        assert_matches(got, reference(method, case, blocks, cfg, router, logits, resident),
-                       f"{backend} {method} {case}")
+        assert_matches(got, reference(plan, blocks, logits, resident), f"{backend} {method} {case}")
 
 
-def one_block(method, logits, router, cfg, resident=None, backend="triton"):
+@pytest.mark.parametrize("k", range(1, 9))
+@pytest.mark.parametrize("router", ["renorm", "raw", "gptoss"])
+def test_kernel_serves_every_top_k_and_a_width_not_a_power_of_two(k, router):
+    """top_k from 1 to 8 (3, 5, 6, 7 leave unused places in the kernel's power-of-two slots) at E = 60."""
+    case = Case(7, 60, k, router, "gate", torch.float32, "none", 2, "third")
+    blocks, p_hat, logits, _ = make_inputs(case, seed=k)
+    r = Router(ROUTERS[router].kind, k, ROUTERS[router].renormalize)
+    for method in ("acceptmoe", "count-b"):
+        plan = plan_for(method, case, p_hat, r, max(b.max_depth for b in blocks))
+        verifier = make_verifier("triton", plan, device="cpu")
+        verifier.prepare(blocks, pad_to=case.T)
+        got = verifier(logits)
+        assert not got.weights.isnan().any(), (method, k)
+        assert_matches(got, reference(plan, blocks, logits, None), f"triton {method} k={k} {router}")
+
+
+def one_block(plan, logits, resident=None, backend="triton"):
     """The verifier's output for one block (all T tokens of logits [T, E]) with the first dim dropped."""
-    verifier = make_verifier(backend, method, router, cfg, logits.shape[-1], "cpu")
+    verifier = make_verifier(backend, plan, "cpu")
     verifier.prepare(BlockInfo.from_parents([-1] + [0] * (logits.shape[0] - 1)))
     return VerifierOutput(*(x[0] for x in verifier(logits[None], resident)))
 
@@ -163,14 +185,15 @@ def test_pruning_removes_nonresident_low_utility_experts():
     case = Case(7, 60, 2, "renorm", "gate", torch.float32, "shared", 1, "all")
     blocks, p_hat, logits, _ = make_inputs(case, seed=3)
     router = Router("softmax_topk", 2)
-    cfg = SelectorConfig(budget=60, p_hat=p_hat, prune_rho=0.5, prune_min_set=10)
+    plan = simple_plan("acceptmoe-b", router, 60, depth=blocks[0].max_depth, store="offloaded", p_hat=p_hat,
+                       budget=60, prune_rho=0.5, prune_min_set=10)
     resident = torch.zeros(60, dtype=torch.bool)
-    verifier = make_verifier("triton", "acceptmoe-b", router, cfg, 60, "cpu")
+    verifier = make_verifier("triton", plan, "cpu")
     verifier.prepare(blocks)
     out = verifier(logits[:1], resident)
     sel, ids = out.selection, out.ids[0]
-    ref = select("acceptmoe-b", logits[0], blocks[0], router, cfg)
-    assert torch.equal(sel.eligible[0], prune_nonresident(ref, resident, cfg))
+    ref = select(plan, logits[0], blocks[0])
+    assert torch.equal(sel.eligible[0], prune(ref, resident, plan))
     assert 10 <= int(sel.eligible.sum()) < 60 and bool((sel.eligible | ~sel.anchor).all())
     assert torch.equal(ids, route(logits[0], sel.eligible[0], router)[0])
 
@@ -180,12 +203,13 @@ def test_pruning_keeps_at_least_k_experts_without_an_anchor():
     case = Case(7, 60, 4, "renorm", "gate", torch.float32, "shared", 1, "k")
     blocks, _, logits, _ = make_inputs(case, seed=4)
     router = Router("softmax_topk", 4)
-    cfg = SelectorConfig(budget=8, prune_rho=1.0, prune_min_set=0)
+    plan = simple_plan("count-b", router, 60, store="offloaded", budget=8, prune_rho=1.0, prune_min_set=0)
     resident = torch.zeros(60, dtype=torch.bool)
-    ref = select("count-b", logits[0], blocks[0], router, cfg)
-    want = prune_nonresident(ref, resident, SelectorConfig(budget=8, prune_rho=1.0, prune_min_set=4))
+    star = BlockInfo.from_parents([-1] + [0] * (logits.shape[1] - 1))
+    want = prune(select(plan, logits[0], star), resident, plan)
+    assert plan.min_set == 4
     for backend in ("triton", "torch"):
-        out = one_block("count-b", logits[0], router, cfg, resident, backend)
+        out = one_block(plan, logits[0], resident, backend)
         assert int(out.eligible.sum()) == 4 and torch.equal(out.eligible, want)
         assert torch.equal(out.ids, route(logits[0], want, router)[0])
 
@@ -198,7 +222,7 @@ def test_standard_sd_routes_as_natural_routing_with_ties(kind, renorm):
     logits = tied_logits(1, 16, 64, 4, torch.bfloat16, torch.Generator().manual_seed(7))[0]   # [T, E]
     want_ids, want_weights = router.natural(logits)
     for backend in ("torch", "triton"):
-        out = one_block("standard-sd", logits, router, SelectorConfig(), backend=backend)
+        out = one_block(simple_plan("standard-sd", router, 64), logits, backend=backend)
         assert bool(out.eligible.all()) and torch.equal(out.ids, want_ids), backend
         if backend == "torch":
             assert torch.equal(out.weights, want_weights)
@@ -208,12 +232,14 @@ def test_standard_sd_routes_as_natural_routing_with_ties(kind, renorm):
 def test_prepare_pads_alpha_and_counts_tokens():
     gen = torch.Generator().manual_seed(2)
     blocks = [random_tree(7, gen), random_tree(3, gen)]
-    cfg = SelectorConfig(p_hat=(1.0, 0.8, 0.6, 0.4, 0.3, 0.2))
-    verifier = make_verifier("torch", "acceptmoe", Router("topk_softmax", 2), cfg, 8, "cpu")
-    verifier.prepare(blocks)
-    alpha, num_tokens = verifier.alpha, verifier.num_tokens
-    assert num_tokens.tolist() == [7, 3] and alpha.shape == (2, 7)
-    assert torch.equal(alpha[1, :3], commitment_weights(blocks[1], cfg)) and not alpha[1, 3:].any()
+    plan = simple_plan("acceptmoe", Router("topk_softmax", 2), 8)
+    verifier = make_verifier("torch", plan, "cpu")
+    verifier.prepare(blocks, rows=3)
+    alpha, num_tokens = verifier.step.alpha, verifier.step.num_tokens
+    assert num_tokens.tolist() == [7, 3, 0] and alpha.shape == (3, 7)
+    want = [commitment_weight(plan.selector.p_hat[d], n, plan.selector)
+            for d, n in zip(blocks[1].depth.tolist(), blocks[1].level_sizes[blocks[1].depth].tolist())]
+    assert alpha[1, :3].tolist() == want and not alpha[1, 3:].any() and not alpha[2].any()
 
 
 @pytest.mark.parametrize("backend", ["torch", "triton"])
@@ -223,33 +249,35 @@ def test_steps_of_one_shape_reuse_buffers_and_match_a_fresh_verifier(backend, me
     every step of a reused verifier equals a fresh verifier on the same blocks."""
     gen = torch.Generator().manual_seed(4)
     router, E, T = Router("softmax_topk", 2), 16, 9
-    cfg = SelectorConfig(budget=5 if method == "count-b" else None, p_hat=(1.0, 0.8, 0.6, 0.4, 0.3, 0.2))
-    reused = make_verifier(backend, method, router, cfg, E, "cpu")
+    plan = simple_plan(method, router, E, budget=5 if method == "count-b" else None)
+    reused = make_verifier(backend, plan, "cpu")
     first = None
-    for sizes in ((9, 4), (9, 4), (3, 9), (9, 9)):
+    for sizes in ((9, 4), (9, 4), (3, 9), (9, 9), (5,), (9, 4)):
         blocks = [random_tree(n, gen) for n in sizes]
-        logits = random_logits(2, T, E, torch.float32, gen)
+        logits = random_logits(len(sizes), T, E, torch.float32, gen)
         reused.prepare(blocks, pad_to=T)
-        first = first or (reused.alpha, reused.num_tokens)
-        fresh = make_verifier(backend, method, router, cfg, E, "cpu")
+        if len(sizes) == 2:
+            first = first or (reused.step.alpha, reused.step.num_tokens)
+            assert reused.step.alpha is first[0] and reused.step.num_tokens is first[1]   # the shape's buffers
+        fresh = make_verifier(backend, plan, "cpu")
         fresh.prepare(blocks, pad_to=T)
         for got, want in zip(reused(logits), fresh(logits)):
             assert torch.equal(got, want), sizes
-        assert reused.num_tokens.tolist() == list(sizes)
-    assert reused.alpha is first[0] and reused.num_tokens is first[1]          # the same buffers throughout
+        assert reused.step.num_tokens.tolist() == list(sizes)
+    assert set(reused.buffers) == {(2, T), (1, T)}                         # one buffer set per shape, kept
 
 
 @pytest.fixture(params=["triton", "torch"])
 def verifier(request):
-    v = make_verifier(request.param, "acceptmoe", Router("softmax_topk", 2),
-                      SelectorConfig(p_hat=(1.0, 0.5, 0.25)), 8, "cpu")
+    v = make_verifier(request.param, simple_plan("acceptmoe", Router("softmax_topk", 2), 8, depth=2,
+                                                 p_hat=(1.0, 0.5, 0.25)), "cpu")
     v.prepare([BlockInfo.from_parents([-1, 0, 0, 0, 1, 1, 2])])                 # B = 1, T = 7, depth 2
     return v
 
 
 @pytest.mark.parametrize("logits_shape", [(7, 8), (1, 7, 9), (1, 6, 8), (2, 7, 8)])
 def test_bad_shapes_are_named(verifier, logits_shape):
-    with pytest.raises(VerifierInputError, match="logits must be \\[B, T, E\\] = \\(1, 7, 8\\)"):
+    with pytest.raises(VerifierInputError, match="logits must be \\[B, T, E\\] with B <= 1 and \\(T, E\\) = \\(7, 8\\)"):
         verifier(torch.zeros(logits_shape))
 
 
@@ -261,36 +289,33 @@ def test_bad_dtypes_and_missing_inputs_are_named(verifier):
         verifier(logits, resident=torch.ones(8))
     with pytest.raises(VerifierInputError, match="resident must have shape \\(8,\\) or \\(1, 8\\)"):
         verifier(logits, resident=torch.ones(2, 8, dtype=torch.bool))
-    fresh = make_verifier("torch", "count-b", Router("softmax_topk", 2), SelectorConfig(budget=4), 8, "cpu")
+    count_b = simple_plan("count-b", Router("softmax_topk", 2), 8, budget=4)
+    fresh = make_verifier("torch", count_b, "cpu")
     with pytest.raises(VerifierInputError, match="call verifier.prepare"):
         fresh(logits)
     with pytest.raises(VerifierInputError, match="unknown verifier backend 'cuda-magic'"):
-        make_verifier("cuda-magic", "count-b", Router("softmax_topk", 2), SelectorConfig(budget=4), 8, "cpu")
+        make_verifier("cuda-magic", count_b, "cpu")
+    with pytest.raises(TypeError, match="takes a Plan"):
+        make_verifier("torch", "count-b", "cpu")
+    with pytest.raises(VerifierInputError, match="deeper than the plan's 2"):
+        verifier.prepare([BlockInfo.from_parents([-1, 0, 1, 2])])
+    with pytest.raises(VerifierInputError, match="2 blocks exceed the 1 reserved rows"):
+        verifier.prepare([BlockInfo.from_parents([-1])] * 2, rows=1)
 
 
 @pytest.mark.parametrize("backend", ["triton", "torch"])
-def test_bad_method_budget_and_router_are_named(backend):
-    with pytest.raises(ConfigError, match="budget B=2 is smaller than top_k=4"):
-        make_verifier(backend, "count-b", Router("softmax_topk", 4), SelectorConfig(budget=2), 8, "cpu")
-    with pytest.raises(ConfigError, match="needs a budget"):
-        make_verifier(backend, "moe-spec", Router("softmax_topk", 4), SelectorConfig(), 8, "cpu")
-    with pytest.raises(ConfigError, match="exceeds the number of experts"):
-        make_verifier(backend, "standard-sd", Router("softmax_topk", 9), SelectorConfig(), 8, "cpu")
+def test_a_plan_that_does_not_speculate_has_no_verifier(backend):
     with pytest.raises(VerifierInputError, match="does not speculate"):
-        make_verifier(backend, "vanilla-ar", Router("softmax_topk", 2), SelectorConfig(), 8, "cpu")
-    with pytest.raises(ConfigError, match="p_hat has 2 entries"):
-        v = make_verifier(backend, "acceptmoe", Router("softmax_topk", 2), SelectorConfig(p_hat=(1.0, 0.5)), 8, "cpu")
-        v.prepare([BlockInfo.from_parents([-1, 0, 1])])
+        make_verifier(backend, simple_plan("vanilla-ar", Router("softmax_topk", 2), 8), "cpu")
 
 
 def test_ties_go_to_the_lower_expert_index():
     logits = torch.zeros(7, 60)                        # every expert and every score ties
-    cfg = SelectorConfig(budget=12)
     for router in (Router("softmax_topk", 4), Router("topk_softmax", 4)):
+        plan = simple_plan("moe-spec", router, 60, budget=12)
         for backend in ("triton", "torch"):
-            out = one_block("moe-spec", logits, router, cfg, backend=backend)
-            assert torch.equal(out.eligible, select("moe-spec", logits, BlockInfo.from_parents([-1] + [0] * 6),
-                                                    router, cfg).eligible)
+            out = one_block(plan, logits, backend=backend)
+            assert torch.equal(out.eligible, select(plan, logits, BlockInfo.from_parents([-1] + [0] * 6)).eligible)
             assert out.eligible[:12].all() and not out.eligible[12:].any()
             assert torch.equal(out.ids, torch.arange(4).expand(7, 4))
             assert torch.allclose(out.weights, torch.full((7, 4), 0.25))
@@ -301,9 +326,9 @@ def test_ties_go_to_the_lower_expert_index():
 import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
 
-from acceptmoe.kernels.verifier import _effective_rank, _prune  # noqa: E402
-from acceptmoe.methods import Selection, effective_rank_size  # noqa: E402
-from acceptmoe.methods.fixed import log2_fixed, rank_guard, rho_fixed  # noqa: E402
+from acceptmoe.kernels.triton_verifier import _effective_rank, _prune  # noqa: E402
+from acceptmoe.methods import Selection, effective_rank  # noqa: E402
+from acceptmoe.methods.fixed import log2_fixed, rank_guard, rho_fixed, to_fixed  # noqa: E402
 
 
 @triton.jit
@@ -341,8 +366,8 @@ def on_grid(x: list[float]) -> torch.Tensor:
 
 def boundary_demands() -> list[torch.Tensor]:
     """Demand whose effective rank sits at the guarded ceiling's boundary (exp(H) = n * 2^(guard / 2^16),
-    the fixed-point form of n / (1 - tol)), just below, at and just above it, plus huge, single and tied
-    demand."""
+    the fixed-point form of n / (1 - tol)), just below, at and just above it, plus demand at the largest
+    total the fixed point holds (just below 2^(31 - 22) = 512: a block of 511 tokens), single and tied."""
     out = []
     for n in (2, 3, 7):
         for rel in (-1e-5, -1e-6, -1e-8, 0.0, 1e-8, 1e-6, 1e-5):
@@ -354,7 +379,7 @@ def boundary_demands() -> list[torch.Tensor]:
                 rank = math.exp(-sum(x * math.log(x) for x in q if x > 0))
                 lo, hi = (mid, hi) if rank < target else (lo, mid)
             out.append(on_grid([(1 - lo) / n * 37.0] * n + [lo * 37.0]))
-    out += [on_grid([300.0, 200.0, 100.0, 50.0]), on_grid([2.0**-22]), on_grid([0.25] * 9 + [0.0] * 3)]
+    out += [on_grid([300.0, 150.0, 50.0, 11.9]), on_grid([2.0**-22]), on_grid([0.25] * 9 + [0.0] * 3)]
     return out
 
 
@@ -364,7 +389,7 @@ def test_kernel_effective_rank_is_the_reference_at_boundaries(i):
     cfg = SelectorConfig()
     everything = torch.ones(u.numel(), dtype=torch.bool)
     n, _ = kernel_sizing(u, everything, ~everything, everything, cfg, 0)
-    assert n == effective_rank_size(u, cfg)
+    assert n == effective_rank([x for x in to_fixed(u, cfg.score_bits).tolist() if x > 0], rank_guard(cfg.rank_tolerance))
 
 
 @pytest.mark.parametrize("rho, min_set", [(0.25, 0), (0.5, 3), (0.1, 0), (1.0, 2), (0.0, 0)])
@@ -374,7 +399,8 @@ def test_kernel_pruning_is_the_reference_at_the_budget(rho, min_set):
     eligible = torch.tensor([1, 1, 1, 1, 1, 1, 1, 1, 1, 0], dtype=torch.bool)
     anchor = torch.tensor([0, 0, 0, 0, 1, 0, 0, 0, 0, 0], dtype=torch.bool)
     resident = torch.tensor([0, 0, 0, 0, 0, 0, 0, 1, 0, 0], dtype=torch.bool)
-    cfg = SelectorConfig(prune_rho=rho, prune_min_set=min_set)
-    _, kept = kernel_sizing(u, eligible, anchor, resident, cfg, min_set)
-    want = prune_nonresident(Selection(eligible, u, anchor), resident, cfg)
+    plan = simple_plan("acceptmoe", Router("softmax_topk", 1), 10, store="offloaded", prune_rho=rho,
+                       prune_min_set=min_set)
+    _, kept = kernel_sizing(u, eligible, anchor, resident, plan.selector, plan.min_set)
+    want = prune(Selection(eligible, u, anchor), resident, plan)
     assert torch.equal(kept, want), (kept, want)

@@ -8,11 +8,30 @@ import math
 import pytest
 import torch
 
-from acceptmoe.methods import (BlockInfo, CommitmentTable, ConfigError, Router, SelectorConfig, Selection,
-                               TreeError, UnknownMethodError, commitment_weights, effective_rank_size, get_method,
-                               prune_nonresident, route, select)
+from acceptmoe.methods import (BlockInfo, CommitmentTable, ConfigError, Fit, Router, SelectorConfig, Selection,
+                               Sizing, TreeError, UnknownMethodError, Variant, commitment_weight, effective_rank,
+                               get_method, prune, route, select)
+from acceptmoe.methods.fixed import rank_guard, to_fixed
 
 TOP2 = Router("softmax_topk", top_k=2, renormalize=True)
+
+
+def plan_for(method, num_experts, max_depth=3, router=TOP2, budget=None, p_hat=None, store="resident", **selector):
+    """A plan of `method` fitted to `num_experts` experts (budget pinned, p_hat bound, selector fields)."""
+    fit = Fit(router, num_experts, max_depth, store)
+    variant = Variant(method, budget=budget if get_method(method).needs_budget else None)
+    return variant.bind(fit, commitment=p_hat, selector=SelectorConfig(**selector))
+
+
+def choose(method, z, block, router=TOP2, **cfg):
+    """The reference's selection of `method` for one block (logits z [T, E])."""
+    return select(plan_for(method, z.shape[1], block.max_depth, router, **cfg), z, block)
+
+
+def rank_of(demand: torch.Tensor, cfg: SelectorConfig = SelectorConfig()) -> int:
+    """n_er of fp32 block scores (positive entries are the candidates), by the reference's integer rule."""
+    U = [u for u in to_fixed(demand, cfg.score_bits).tolist() if u > 0]
+    return effective_rank(U, rank_guard(cfg.rank_tolerance))
 
 
 def pair_logits(pairs, num_experts):
@@ -56,26 +75,26 @@ def test_count_b_votes_then_gate_mass_then_index():
     z = torch.tensor([[2.0, 0.0, -10.0, -10.0], [-10.0, 0.0, 1.0, -10.0], [-10.0, 1.0, -10.0, 0.5]])
     block = BlockInfo.from_parents([-1, 0, 1])
     # votes: e0 1, e1 3, e2 1, e3 1; ties at one vote broken by gate mass e0 0.8808 > e2 0.7311 > e3 0.3775
-    sel = select("count-b", z, block, TOP2, SelectorConfig(budget=2))
+    sel = choose("count-b", z, block, budget=2)
     assert sel.utility.tolist() == [1.0, 3.0, 1.0, 1.0]
     assert ids(sel.eligible) == [0, 1]
-    assert ids(select("count-b", z, block, TOP2, SelectorConfig(budget=3)).eligible) == [0, 1, 2]
+    assert ids(choose("count-b", z, block, budget=3).eligible) == [0, 1, 2]
     assert not sel.anchor.any()
 
 
 def test_moe_spec_sums_full_softmax_over_all_tokens():
     z = torch.tensor([[2.0, 0.0, -10.0, -10.0], [-10.0, 0.0, 1.0, -10.0], [-10.0, 1.0, -10.0, 0.5]])
     block = BlockInfo.from_parents([-1, 0, 1])
-    sel = select("moe-spec", z, block, TOP2, SelectorConfig(budget=2))
+    sel = choose("moe-spec", z, block, budget=2)
     # full-softmax mass per expert: 0.88081, 1.01058, 0.73106, 0.37755
     assert sel.utility.tolist() == pytest.approx([0.88081015, 1.01058287, 0.73105653, 0.37755044], abs=1e-6)
     assert ids(sel.eligible) == [0, 1]
-    assert ids(select("moe-spec", z, block, TOP2, SelectorConfig(budget=3)).eligible) == [0, 1, 2]
+    assert ids(choose("moe-spec", z, block, budget=3).eligible) == [0, 1, 2]
 
 
 def test_moe_spec_ties_go_to_lower_index():
     z = torch.zeros(2, 6)  # uniform softmax: every expert has mass 2/6
-    sel = select("moe-spec", z, BlockInfo.from_parents([-1, 0]), TOP2, SelectorConfig(budget=3))
+    sel = choose("moe-spec", z, BlockInfo.from_parents([-1, 0]), budget=3)
     assert ids(sel.eligible) == [0, 1, 2]
 
 
@@ -90,13 +109,16 @@ ACCEPT_CFG = dict(p_hat=(1.0, 0.81, 0.01), beta=0.5)
 
 
 def test_commitment_weights_by_hand():
-    alpha = commitment_weights(BlockInfo.from_parents(ACCEPT_BLOCK), SelectorConfig(**ACCEPT_CFG))
-    assert alpha.tolist() == pytest.approx([1.0, 0.9, 0.05, 0.05, 0.05, 0.05], abs=1e-7)
+    block, cfg = BlockInfo.from_parents(ACCEPT_BLOCK), SelectorConfig(beta=0.5)
+    p_hat = ACCEPT_CFG["p_hat"]
+    alpha = [commitment_weight(p_hat[d], n, cfg) for d, n in zip(block.depth.tolist(),
+                                                                  block.level_sizes[block.depth].tolist())]
+    assert alpha == pytest.approx([1.0, 0.9, 0.05, 0.05, 0.05, 0.05], abs=1e-7)
 
 
 def test_acceptmoe_self_sized_by_hand():
     z, block = pair_logits(ACCEPT_PAIRS, 8), BlockInfo.from_parents(ACCEPT_BLOCK)
-    sel = select("acceptmoe", z, block, TOP2, SelectorConfig(**ACCEPT_CFG))
+    sel = choose("acceptmoe", z, block, **ACCEPT_CFG)
     assert sel.utility.tolist() == pytest.approx([0.5, 0.5, 0.55, 0.45, 0.025, 0.025, 0.025, 0.025], abs=1e-6)
     assert ids(sel.anchor) == [0, 1]
     # n_er = ceil(2.87555) = 3 non-anchor experts: e2, e3, then e4 wins the four-way tie at 0.025 by index
@@ -105,28 +127,27 @@ def test_acceptmoe_self_sized_by_hand():
 
 def test_acceptmoe_b_fixed_budget_by_hand():
     z, block = pair_logits(ACCEPT_PAIRS, 8), BlockInfo.from_parents(ACCEPT_BLOCK)
-    sel = select("acceptmoe-b", z, block, TOP2, SelectorConfig(budget=4, **ACCEPT_CFG))
+    sel = choose("acceptmoe-b", z, block, budget=4, **ACCEPT_CFG)
     assert ids(sel.eligible) == [0, 1, 2, 3]          # anchor counted in B: 2 + top-2 by utility
-    sel6 = select("acceptmoe-b", z, block, TOP2, SelectorConfig(budget=6, **ACCEPT_CFG))
+    sel6 = choose("acceptmoe-b", z, block, budget=6, **ACCEPT_CFG)
     assert ids(sel6.eligible) == [0, 1, 2, 3, 4, 5]   # ties at 0.025 go to the lower indices
 
 
 def test_acceptmoe_root_only_block_is_the_anchor():
     z = pair_logits([(3, 5)], 8)
-    sel = select("acceptmoe", z, BlockInfo.from_parents([-1]), TOP2, SelectorConfig(p_hat=(1.0,)))
+    sel = choose("acceptmoe", z, BlockInfo.from_parents([-1]), p_hat=(1.0,))
     assert ids(sel.eligible) == [3, 5] and ids(sel.anchor) == [3, 5]
 
 
 def test_standard_sd_keeps_every_expert():
     z = pair_logits(ACCEPT_PAIRS, 8)
-    sel = select("standard-sd", z, BlockInfo.from_parents(ACCEPT_BLOCK), TOP2, SelectorConfig())
+    sel = choose("standard-sd", z, BlockInfo.from_parents(ACCEPT_BLOCK))
     assert sel.eligible.all() and not sel.anchor.any()
 
 
 def test_softmax_demand_score_uses_full_softmax_inside_top_k():
     z = torch.tensor([[3.0, 1.0, 0.0, 0.0]])
-    cfg = SelectorConfig(p_hat=(1.0,), demand_score="softmax")
-    sel = select("acceptmoe", z, BlockInfo.from_parents([-1]), TOP2, cfg)
+    sel = choose("acceptmoe", z, BlockInfo.from_parents([-1]), p_hat=(1.0,), demand_score="softmax")
     p = torch.softmax(z[0], 0)
     assert sel.utility.tolist() == pytest.approx([float(p[0]), float(p[1]), 0.0, 0.0], abs=2.0**-22)   # score_bits fixed point
 
@@ -149,21 +170,19 @@ def demand_with_rank(target: float, n: int = 4) -> torch.Tensor:
 @pytest.mark.parametrize("target, expected", [(3.0000001, 3), (3.0001, 3), (3.001, 4), (3.01, 4), (3.5, 4), (4.0, 4)])
 def test_effective_rank_guard(target, expected):
     """exp(H) just above an integer by float error rounds down to it (guard 1e-4); clearly above, up."""
-    cfg = SelectorConfig(rank_tolerance=1e-4)
-    assert effective_rank_size(demand_with_rank(target), cfg) == expected
+    assert rank_of(demand_with_rank(target), SelectorConfig(rank_tolerance=1e-4)) == expected
 
 
 def test_effective_rank_small_cases():
-    cfg = SelectorConfig()
-    assert effective_rank_size(torch.tensor([0.0, 0.0]), cfg) == 0
-    assert effective_rank_size(torch.tensor([0.5, 0.0]), cfg) == 1
-    assert effective_rank_size(torch.tensor([0.25, 0.25, 0.25]), cfg) == 3
-    assert effective_rank_size(torch.tensor([0.9, 0.1]), cfg) == 2          # exp(H) = 1.384
+    assert rank_of(torch.tensor([0.0, 0.0])) == 0
+    assert rank_of(torch.tensor([0.5, 0.0])) == 1
+    assert rank_of(torch.tensor([0.25, 0.25, 0.25])) == 3
+    assert rank_of(torch.tensor([0.9, 0.1])) == 2          # exp(H) = 1.384
 
 
 def test_guard_matters_without_tolerance():
-    assert effective_rank_size(demand_with_rank(3.001), SelectorConfig(rank_tolerance=0.0)) == 4
-    assert effective_rank_size(demand_with_rank(3.001), SelectorConfig(rank_tolerance=1e-3)) == 3
+    assert rank_of(demand_with_rank(3.001), SelectorConfig(rank_tolerance=0.0)) == 4
+    assert rank_of(demand_with_rank(3.001), SelectorConfig(rank_tolerance=1e-3)) == 3
 
 
 # --- routing ---------------------------------------------------------------------------------------
@@ -205,15 +224,17 @@ def test_pruning_by_hand():
                     utility=torch.tensor([5.0, 4.0, 3.0, 0.2, 0.3, 0.5]),
                     anchor=torch.tensor([True, True, False, False, False, False]))
     resident = torch.tensor([True, False, True, False, False, False])
+    pruning = lambda rho, min_set: plan_for("acceptmoe", 6, p_hat=(1.0, 0.5, 0.2, 0.1), store="offloaded",  # noqa
+                                            prune_rho=rho, prune_min_set=min_set)
     # C = {3, 4, 5} ascending u: 0.2, 0.3, 0.5; total u = 13; rho = 0.05 (3277 / 2^16) -> budget 0.65
-    cfg = SelectorConfig(prune_rho=0.05, prune_min_set=2)
-    assert ids(prune_nonresident(sel, resident, cfg)) == [0, 1, 2, 5]       # 0.2 + 0.3 <= 0.65 < 1.0
-    cfg = SelectorConfig(prune_rho=0.05, prune_min_set=5)
-    assert ids(prune_nonresident(sel, resident, cfg)) == [0, 1, 2, 4, 5]    # min set 5 stops after one
-    cfg = SelectorConfig(prune_rho=1.0, prune_min_set=0)
-    assert ids(prune_nonresident(sel, resident, cfg)) == [0, 1, 2]          # anchor 1 is non-resident, kept
+    assert ids(prune(sel, resident, pruning(0.05, 2))) == [0, 1, 2, 5]      # 0.2 + 0.3 <= 0.65 < 1.0
+    assert ids(prune(sel, resident, pruning(0.05, 5))) == [0, 1, 2, 4, 5]   # min set 5 stops after one
+    assert ids(prune(sel, resident, pruning(1.0, 0))) == [0, 1, 2]          # anchor 1 is non-resident, kept
+    top4 = plan_for("acceptmoe", 6, router=Router("softmax_topk", 4), p_hat=(1.0, 0.5, 0.2, 0.1), store="offloaded",
+                    prune_rho=1.0, prune_min_set=0)
+    assert ids(prune(sel, resident, top4)) == [0, 1, 2, 5]                  # never below top_k = 4 experts
     everything = torch.ones(6, dtype=torch.bool)
-    assert ids(prune_nonresident(sel, everything, cfg)) == [0, 1, 2, 3, 4, 5]  # full residency: no-op
+    assert ids(prune(sel, everything, pruning(1.0, 0))) == [0, 1, 2, 3, 4, 5]  # full residency: no-op
 
 
 # --- registry and configuration errors ---------------------------------------------------------------
@@ -221,24 +242,23 @@ def test_pruning_by_hand():
 def test_registry_names_and_unknown_method():
     from acceptmoe.methods import METHODS
     assert list(METHODS) == ["vanilla-ar", "standard-sd", "count-b", "moe-spec", "acceptmoe-b", "acceptmoe"]
-    assert METHODS["acceptmoe"].sizing == "self" and METHODS["count-b"].needs_budget
+    assert METHODS["acceptmoe"].sizing is Sizing.SELF and METHODS["count-b"].needs_budget
     assert not METHODS["vanilla-ar"].speculates
     with pytest.raises(UnknownMethodError, match="valid methods: vanilla-ar, standard-sd"):
         get_method("acceptmoe-x")
 
 
-@pytest.mark.parametrize("method, cfg, fragment", [
-    ("count-b", SelectorConfig(), "needs a budget"),
-    ("moe-spec", SelectorConfig(budget=1), "smaller than top_k=2"),
-    ("count-b", SelectorConfig(budget=9), "exceeds the number of experts"),
-    ("acceptmoe", SelectorConfig(budget=4, p_hat=(1.0, 0.5, 0.2)), "takes no budget"),
-    ("acceptmoe", SelectorConfig(), "needs commitment probabilities"),
-    ("acceptmoe-b", SelectorConfig(budget=4, p_hat=(1.0, 0.5)), "reaches depth 2"),
+@pytest.mark.parametrize("method, budget, p_hat, fragment", [
+    ("count-b", None, None, "needs a budget"),
+    ("moe-spec", 1, None, "must satisfy top_k=2 <= B"),
+    ("count-b", 9, None, "<= B <= E=8"),
+    ("acceptmoe", 4, (1.0, 0.5, 0.2), "a budget applies to fixed-budget methods only"),
+    ("acceptmoe", None, None, "needs commitment probabilities"),
+    ("acceptmoe-b", 4, (1.0, 0.5), "blocks reach depth 2"),
 ])
-def test_config_errors_name_the_problem(method, cfg, fragment):
-    z, block = pair_logits([(0, 1), (2, 3), (4, 5)], 8), BlockInfo.from_parents([-1, 0, 1])
+def test_plan_errors_name_the_problem(method, budget, p_hat, fragment):
     with pytest.raises(ConfigError, match=fragment):
-        select(method, z, block, TOP2, cfg)
+        Variant(method, budget=budget).bind(Fit(TOP2, 8, max_depth=2), commitment=p_hat)
 
 
 @pytest.mark.parametrize("kwargs, fragment", [
@@ -254,7 +274,7 @@ def test_invalid_config_values(kwargs, fragment):
 
 def test_vanilla_ar_has_no_selector():
     with pytest.raises(ValueError, match="does not speculate"):
-        select("vanilla-ar", torch.zeros(1, 4), BlockInfo.from_parents([-1]), TOP2, SelectorConfig())
+        select(plan_for("vanilla-ar", 4), torch.zeros(1, 4), BlockInfo.from_parents([-1]))
 
 
 # --- commitment table --------------------------------------------------------------------------------

@@ -1,9 +1,12 @@
-"""The fixed-point rules of `acceptmoe.methods.fixed` against the same rules spelled out on Python integers."""
+"""The fixed-point rules against the same rules spelled out on Python integers: the primitives of
+`acceptmoe.methods.fixed`, the reference's effective rank and the torch verifier's batched one."""
 import math
 
 import torch
 
-from acceptmoe.methods.fixed import effective_rank, log2_fixed, log2_sizes
+from acceptmoe.kernels.torch_verifier import effective_rank, log2_sizes
+from acceptmoe.methods import effective_rank as reference_rank
+from acceptmoe.methods.fixed import log2_fixed, log2_fixed_int
 
 
 def python_log2_fixed(x: int) -> int:
@@ -35,7 +38,7 @@ def test_log2_fixed_is_the_integer_rule():
     edges = [1 << j for j in range(31)] + [(1 << j) - 1 for j in range(2, 32)] + [(1 << j) + 1 for j in range(1, 31)]
     xs = list(range(1, 2049)) + edges + torch.randint(1, 2 ** 31, (3000,), generator=gen).tolist()
     got = log2_fixed(torch.tensor(xs)).tolist()
-    assert got == [python_log2_fixed(x) for x in xs]
+    assert got == [python_log2_fixed(x) for x in xs] == [log2_fixed_int(x) for x in xs]
     assert all(abs(g - math.log2(x) * 2 ** 16) < 2 for g, x in zip(got, xs))
     assert log2_fixed(torch.tensor([[5, 6], [7, 8]])).shape == (2, 2)      # any shape
 
@@ -54,5 +57,6 @@ def test_effective_rank_over_rows_is_the_integer_rule():
         demand = torch.randint(0, scale, (4, E), generator=gen) * (torch.rand(4, E, generator=gen) < 0.7)
         demand[0] = 0                                                      # a row without candidates
         guard = (0, 9, 3000)[trial % 3]
-        got = effective_rank(demand, demand > 0, guard)
-        assert got.tolist() == [python_effective_rank(row, guard) for row in demand.tolist()]
+        got = effective_rank(demand, guard)
+        want = [python_effective_rank(row, guard) for row in demand.tolist()]
+        assert got.tolist() == want == [reference_rank([u for u in row if u > 0], guard) for row in demand.tolist()]
