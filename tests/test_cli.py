@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from acceptmoe.commands import REGISTRY, declared
+from acceptmoe.commands import COMMANDS, declared
 
 
 def run(*args):
@@ -19,8 +19,8 @@ def test_every_declared_command_registers_when_its_module_is_imported():
             "train-tiny", "tiny-eval", "bench-engine"} <= set(commands)
     for name, d in commands.items():
         importlib.import_module(d.module)
-        assert name in REGISTRY, f"{d.module} declares {name!r} but did not register it"
-    assert set(REGISTRY) >= set(commands)
+        assert name in COMMANDS, f"{d.module} declares {name!r} but did not register it"
+    assert set(COMMANDS) >= set(commands)
 
 
 def test_help_lists_every_command_from_the_declarations():

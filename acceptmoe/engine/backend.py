@@ -5,7 +5,7 @@
     gen = engine.generate(prompt_ids, plan, max_new_tokens=96)
     gen.tokens, gen.accept_lengths, gen.trace (per block: tree, accepted path; per layer: set size, unions)
 
-Runners see only this protocol (`acceptmoe.experiments.engines.open_backend` picks one by name): the native engine
+Runners see only this protocol (`acceptmoe.experiments.spine.engines.open_backend` picks one by name): the native engine
 (`acceptmoe.engine.Engine`) implements it directly; the SGLang plugin implements it over its own server. The
 tree shape is fixed when the backend opens (a server is configured once); a `Plan` (a `Variant` bound to
 the backend's `fit`) says everything that changes per generation. Statistics (trace, counters) are read

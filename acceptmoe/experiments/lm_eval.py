@@ -4,7 +4,7 @@
         --model_args target=models/tiny/target,draft=models/tiny/draft,method=acceptmoe,commitment=p_hat.json \
         --tasks gsm8k --apply_chat_template --limit 50
 
-    import acceptmoe.experiments.lm_eval_model                    # registers "acceptmoe" with lm-eval
+    import acceptmoe.experiments.lm_eval                          # registers "acceptmoe" with lm-eval
     lm_eval.simple_evaluate(model="acceptmoe", model_args="method=standard-sd", tasks=[...])
 
 lm-eval 0.4.13 discovers models only through its own registry (no entry points), so the `lm-eval` command

@@ -14,7 +14,7 @@ def test_aten_ops_per_decode_step_is_fixed():
     engine = load_engine(TINY)
 
     def run(n):
-        return len(engine.generate([5, 17, 300], Variant("vanilla-ar"), n, ignore_eos=True).accept_lengths)
+        return len(engine.generate([5, 17, 300], Variant("vanilla-ar").bind(engine.fit), n, ignore_eos=True).accept_lengths)
     a, b = aten_ops_per_step(run, 4, 12), aten_ops_per_step(run, 6, 20)
     assert a == b and 100 < a < 2000
     with AtenCounter() as c:
@@ -24,7 +24,7 @@ def test_aten_ops_per_decode_step_is_fixed():
 
 def test_profile_components_find_the_verifier_and_natural_routing():
     engine = load_engine(TINY, tree=TreeShape(2, 3, 6))
-    sd, am = Variant("standard-sd"), Variant("acceptmoe").bind(commitment=(1.0, 0.8, 0.6))
+    sd, am = Variant("standard-sd").bind(engine.fit), Variant("acceptmoe").bind(engine.fit, commitment=(1.0, 0.8, 0.6))
     _, parts_sd = profile_components(lambda: time_ours(engine, [[5, 17, 300]], sd, 6))
     _, parts_am = profile_components(lambda: time_ours(engine, [[5, 17, 300]], am, 6))
     verifier, natural = "verifier: select + prune + route", "natural routing (Router.natural)"
@@ -37,6 +37,6 @@ def test_bench_select_times_every_method_on_changing_logits():
     sort); every speculative method gets a row with positive times and a set of at least top-k experts."""
     from acceptmoe.experiments.bench import select_latency
     rows = select_latency.run(tokens=9, experts=16, top_k=2, blocks=2, repeats=4, threads=1)
-    assert [r["method"] for r in rows] == list(select_latency.METHODS)
+    assert [r["method"] for r in rows] == list(select_latency.SPECULATING)
     assert all(r["verifier_ms"] > 0 and r["reference_ms"] > 0 and r["set_size"] >= 2 for r in rows)
     assert "| acceptmoe |" in select_latency.format_table(rows, 9, 16, 2, 2, 1)

@@ -53,7 +53,74 @@ def test_graphs_check_runs_its_cpu_side():
     """Without CUDA nothing is captured (SKIP), but the static passes a graph holds run against eager."""
     res = gpu_check.check_graphs("cpu", TINY)
     assert res["verdict"] == "SKIP" and "CUDA" in res["reason"]
-    assert len(res["rows"]) == 2 * len(gpu_check.REGISTRY) and all(r["static_equal_eager"] for r in res["rows"])
+    assert len(res["rows"]) == 2 * len(gpu_check.METHODS) and all(r["static_equal_eager"] for r in res["rows"])
+
+
+# ----- every verdict can fail -----
+def test_kernel_check_fails_on_a_backend_that_differs(monkeypatch):
+    """A verifier backend that drops one member of every set fails the kernel check."""
+    from acceptmoe.kernels import BACKENDS, VerifierOutput, register_backend
+    from acceptmoe.kernels.torch_verifier import TorchVerifier
+
+    class OffByOne(TorchVerifier):
+        def _run(self, logits, resident, route):
+            out = super()._run(logits, resident, route)
+            eligible = out.eligible.clone()
+            eligible[:, int(eligible[0].nonzero()[-1])] = False
+            return VerifierOutput(out.ids, out.weights, eligible, out.utility, out.anchor)
+    register_backend("off-by-one", OffByOne)
+    try:
+        res = gpu_check.check_kernel("cpu", T=5, E=16, k=2, ties=False, backend="off-by-one")
+        assert res["verdict"] == "FAIL" and res["rows_differing"] > 0
+        assert gpu_check.check_kernel("cpu", T=5, E=16, k=2, ties=False, backend="torch")["verdict"] == "PASS"
+    finally:
+        BACKENDS.pop("off-by-one")
+
+
+def test_parity_check_fails_on_a_perturbed_model(tmp_path):
+    from acceptmoe.engine.model import MoEModel
+
+    def perturbed(path, device, dtype):
+        model = MoEModel.from_pretrained(path, device=device, dtype=dtype)
+        model.norm.weight.mul_(1.01)                     # one scale 1% off: far beyond fp32's 1e-4
+        return model
+    res = gpu_check.check_parity("cpu", tmp_path, tokens=8, load=perturbed)
+    assert res["verdict"] == "FAIL" and any(r["rel_max_err"] > r["tolerance"] for r in res["rows"])
+
+
+def test_graphs_check_fails_when_a_static_pass_differs(monkeypatch):
+    """A static pass that lets tree nodes see every other node differs from eager: FAIL even without CUDA."""
+    from acceptmoe.engine import attention, kv
+
+    def leaky(slots, start, block):
+        return kv.visible_slots(slots, start, torch.ones_like(block))
+    monkeypatch.setattr(attention, "visible_slots", leaky)
+    res = gpu_check.check_graphs("cpu", TINY)
+    assert res["verdict"] == "FAIL" and not all(r["static_equal_eager"] for r in res["rows"])
+    assert gpu_check.graphs_verdict([{"static_equal_eager": True, "graphs_equal_static": True}],
+                                    {"replays": 0, "fallbacks": {}}) == "FAIL"          # nothing replayed
+    assert gpu_check.graphs_verdict([{"static_equal_eager": True, "graphs_equal_static": True}],
+                                    {"replays": 3, "fallbacks": {"k": "RuntimeError"}}) == "FAIL"
+    assert gpu_check.graphs_verdict([{"static_equal_eager": True, "graphs_equal_static": True}],
+                                    {"replays": 3, "fallbacks": {}}) == "PASS"
+
+
+def test_lossless_check_fails_for_a_lossy_variant():
+    """The check compares a speculative variant with Vanilla AR: AcceptMoE-B at B = top_k is not lossless."""
+    from acceptmoe.methods import Variant
+    engines = {"resident": load_engine(TINY)}
+    k = engines["resident"].router.top_k
+    res = gpu_check.check_lossless(engines, [[5, 17, 300, 41, 9], [1, 17, 42, 99, 7, 300, 12]], tokens=16,
+                                   variant=Variant("acceptmoe-b", budget=k))
+    assert res["verdict"] == "FAIL" and not all(r["equal"] for r in res["rows"])
+
+
+def test_pinned_verdict_fails_without_pinning_or_counted_loads():
+    assert gpu_check.pinned_verdict(True, 10, 0.5) == "PASS"
+    assert gpu_check.pinned_verdict(False, 10, 0.5) == "FAIL"          # pageable host memory
+    assert gpu_check.pinned_verdict(True, 0, 0.0) == "FAIL"            # no load counted
+    assert gpu_check.pinned_verdict(True, 10, 0.0) == "FAIL"           # loads not timed
+    assert gpu_check.pinned_verdict(None, 10, 0.5) == "SKIP"           # no CUDA
 
 
 def test_lossless_and_pinned_checks_on_the_tiny_world():

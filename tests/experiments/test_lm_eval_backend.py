@@ -43,7 +43,7 @@ def task_dir(tmp_path_factory):
 
 
 def run(task_dir: Path, out: Path, model_args: str) -> dict:
-    from acceptmoe.experiments import lm_eval_model
+    from acceptmoe.experiments import lm_eval as lm_eval_model
     assert lm_eval_model.main(["--model", "acceptmoe", "--model_args", model_args, "--tasks", "tiny_gsm_local",
                                "--include_path", str(task_dir), "--apply_chat_template", "--device", "cpu",
                                "--output_path", str(out), "--log_samples"]) == 0
@@ -66,9 +66,13 @@ def test_lm_eval_runs_every_method_kind_on_the_tiny_world(task_dir, tmp_path):
 
 
 def test_bad_model_args_are_clear_errors():
-    from acceptmoe.experiments.lm_eval_model import AcceptMoELM
-    with pytest.raises(UserError, match="needs p_hat"):
+    from acceptmoe.experiments.lm_eval import AcceptMoELM
+    with pytest.raises(UserError, match="needs commitment probabilities.*commitment=<table.json>"):
         AcceptMoELM(method="acceptmoe")
+    with pytest.raises(UserError, match="a budget applies to fixed-budget methods only"):
+        AcceptMoELM(method="standard-sd", budget=8)
+    with pytest.raises(UserError, match="needs an offloaded expert store"):
+        AcceptMoELM(method="acceptmoe", p_hat="1;0.8;0.6;0.5;0.4;0.3", prune="true")
     with pytest.raises(UserError, match="unknown model_args"):
         AcceptMoELM(method="standard-sd", colour="red")
     with pytest.raises(UserError, match="no CUDA GPU"):

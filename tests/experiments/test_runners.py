@@ -10,21 +10,24 @@ from pathlib import Path
 import pytest
 import yaml
 
-from acceptmoe.experiments import b0 as b0_runner
-from acceptmoe.experiments import table1, tables
-from acceptmoe.experiments.config import B0Config, ConfigKeyError, Table1Config, load_experiment
+from acceptmoe.engine.trace import Trace, load_traces
+from acceptmoe.evals.sandbox import isolation
+from acceptmoe.experiments import tables
+from acceptmoe.experiments.spine import b0 as b0_rule
+from acceptmoe.experiments.spine import options
+from acceptmoe.experiments.spine.config import B0Config, ConfigKeyError, load_experiment
+from acceptmoe.experiments.spine.runs import SampleLog
+from acceptmoe.experiments.spine.tracelog import TraceLog
+from acceptmoe.experiments.table1 import commands as table1
+from acceptmoe.experiments.table1.config import Table1Config
+from acceptmoe.experiments.table1.table import build_table1, write_table1
+from acceptmoe.methods import METHODS
+
+import runner_world as world
 
 
 def load_table1_config(preset, overrides=None):
     return load_experiment(Table1Config, preset, overrides)
-from acceptmoe.experiments.tracelog import TraceLog
-from acceptmoe.evals.sandbox import isolation
-from acceptmoe.experiments.runs import SampleLog
-from acceptmoe.engine.trace import Trace, load_traces
-
-import runner_world as world
-
-METHODS = ("vanilla-ar", "standard-sd", "count-b", "moe-spec", "acceptmoe-b", "acceptmoe")
 
 
 # ----- config -----
@@ -95,30 +98,33 @@ def _trace(index: int, set_sizes: list[list[int]]) -> Trace:
 
 def test_b0_pooled_mean_rounds_half_up():
     traces = [_trace(i, [[24, 25], [25, 25]]) for i in range(50)]         # mean 24.75 -> 25
-    d = b0_runner.decide_b0(traces, B0Config(resamples=200))
-    assert d["b0"] == 25 and d["n_prompts"] == 50 and not d["first_crossed"] and not d["limited"]
+    d = b0_rule.decide_b0(traces, B0Config(resamples=200))
+    assert d.b0 == 25 and d.n_prompts == 50 and not d.first_crossed and not d.limited
     halves = [_trace(i, [[23, 24]]) for i in range(50)]                    # exactly 23.5 -> 24 (halves up)
-    assert b0_runner.decide_b0(halves, B0Config(resamples=200))["b0"] == 24
+    assert b0_rule.decide_b0(halves, B0Config(resamples=200)).b0 == 24
+    below = [_trace(i, [[23, 24]] * 99 + [[23, 23]]) for i in range(50)]   # 23.4975: just below x.5 -> 23
+    assert b0_rule.decide_b0(below, B0Config(resamples=200)).b0 == 23
     # pooled over blocks and layers, not a mean of per-prompt means: 2 blocks at 20 and 1 block at 29
     pooled = [_trace(0, [[20], [20]]), _trace(1, [[29]])]
-    assert b0_runner.decide_b0(pooled, B0Config(resamples=200))["mean_set_size"] == pytest.approx(23.0)
+    assert b0_rule.decide_b0(pooled, B0Config(resamples=200)).mean_set_size == pytest.approx(23.0)
 
 
 def test_b0_uses_100_prompts_when_the_interval_crosses_a_boundary():
     rng = random.Random(0)
     first = [_trace(i, [[rng.choice([20, 27])]]) for i in range(50)]       # mean near 23.5, wide interval
     later = [_trace(50 + i, [[23]] * 40) for i in range(50)]               # many blocks at 23
-    d = b0_runner.decide_b0(list(reversed(first + later)), B0Config(resamples=500))   # any order in
-    assert d["first_crossed"] and d["n_prompts"] == 100 and d["b0"] == 23
-    narrow = b0_runner.decide_b0([_trace(i, [[23]]) for i in range(120)], B0Config(resamples=200))
-    assert narrow["n_prompts"] == 50 and not narrow["first_crossed"]
+    d = b0_rule.decide_b0(list(reversed(first + later)), B0Config(resamples=500))   # any order in
+    assert d.first_crossed and d.n_prompts == 100 and d.b0 == 23
+    narrow = b0_rule.decide_b0([_trace(i, [[23]]) for i in range(120)], B0Config(resamples=200))
+    assert narrow.n_prompts == 50 and not narrow.first_crossed
 
 
 def test_b0_with_fewer_prompts_than_the_rule_records_it():
-    d = b0_runner.decide_b0([_trace(i, [[30, 31]]) for i in range(6)], B0Config(resamples=200))
-    assert d["limited"] and d["n_prompts"] == 6 and d["available_prompts"] == 6 and d["b0"] == 31
+    d = b0_rule.decide_b0([_trace(i, [[30, 31]]) for i in range(6)], B0Config(resamples=200))
+    assert d.limited and d.n_prompts == 6 and d.available_prompts == 6 and d.b0 == 31
+    assert b0_rule.B0Decision.from_json(d.to_json()) == d                  # the saved form reads back as it was
     with pytest.raises(ValueError, match="first prompts in order"):
-        b0_runner.decide_b0([_trace(0, [[3]]), _trace(2, [[3]])], B0Config(resamples=50))
+        b0_rule.decide_b0([_trace(0, [[3]]), _trace(2, [[3]])], B0Config(resamples=50))
 
 
 # ----- sample log -----
@@ -187,18 +193,19 @@ def full_run(setup):
 
 def test_table1_end_to_end_files_and_structure(full_run, capsys):
     run = full_run
-    for name in ("config.json", "samples.jsonl", "summary.json", *table1.OUTPUTS):
+    from acceptmoe.experiments.table1.table import OUTPUTS
+    for name in ("config.json", "samples.jsonl", "summary.json", *OUTPUTS):
         assert (run / name).is_file(), name
     sandbox = json.loads((run / "config.json").read_text())["environment"]["sandbox"]
     assert sandbox == isolation().record()  # what the code sandbox could enforce here, fallbacks included
     rows = list(SampleLog(run / "samples.jsonl"))
-    assert len(rows) == 2 * 2 * 6 and len({r["key"] for r in rows}) == len(rows)
+    assert len(rows) == 2 * 2 * len(METHODS) and len({r["key"] for r in rows}) == len(rows)
     for task in world.TASKS:
         b0 = json.loads((run / "b0" / "rand" / f"{task}.json").read_text())
         assert b0["limited"] and b0["n_prompts"] == 2 and b0["b0"] >= 2
         assert {r["budget"] for r in rows if r["task"] == task and r["method"] in ("count-b", "moe-spec", "acceptmoe-b")} == {b0["b0"]}
         assert json.loads((run / "calibration" / "rand" / f"{task}-train.json").read_text())["provenance"]["split"] == "train"
-        for method in METHODS:
+        for method in METHODS:                                             # every registered method ran
             traces = TraceLog(run / "traces" / "rand" / task / f"{method}.jsonl").read()
             assert len(traces) == 2 and {t.meta["index"] for t in traces} == {0, 1}
     sd = [r for r in rows if r["method"] == "standard-sd"]
@@ -213,7 +220,7 @@ def test_table1_end_to_end_files_and_structure(full_run, capsys):
     assert r"\begin{tabular}" in (run / "table1.tex").read_text()
     assert tables.main(["--results", str(run.parents[2])]) == 0               # rebuild from saved files only
     assert (run / "table1.md").read_text() == md
-    assert b0_runner.main(["--run", str(run)]) == 0                         # recomputed B0 == saved B0
+    assert table1.b0(["--run", str(run)]) == 0                              # recomputed B0 == saved B0
     assert "B0 = " in capsys.readouterr().out
 
 
@@ -233,7 +240,7 @@ def test_interrupted_run_resumes_to_the_same_table(setup, full_run, monkeypatch)
     assert len(SampleLog(run / "samples.jsonl")) == 8 and not (run / "summary.json").exists()
     assert table1.main(["--resume", str(run), "--allow-code-change"]) == 0   # the tree may be dirty here
     rows = list(SampleLog(run / "samples.jsonl"))
-    assert len(rows) == 24 and len({r["key"] for r in rows}) == 24
+    assert len(rows) == 4 * len(METHODS) and len({r["key"] for r in rows}) == len(rows)
     for task in world.TASKS:
         for method in METHODS:
             assert len(TraceLog(run / "traces" / "rand" / task / f"{method}.jsonl")) == 2
@@ -243,8 +250,10 @@ def test_interrupted_run_resumes_to_the_same_table(setup, full_run, monkeypatch)
 
 # ----- the table's arithmetic on synthetic saved results -----
 def _saved_run(tmp_path: Path, correct: dict[str, list[int]], drop: tuple[str, int] | None = None,
-               tasks: tuple[str, ...] = ("tiny-gsm", "tiny-mbpp"), plus: dict | None = None) -> Path:
-    from acceptmoe.experiments.runs import open_run
+               tasks: tuple[str, ...] = ("tiny-gsm", "tiny-mbpp"), plus: dict | None = None,
+               stats: dict[int, tuple] | None = None) -> Path:
+    """Saved rows; stats: example index -> (accepted, steps, set_size_sum, block_layers) (default 6, 2, 30, 2)."""
+    from acceptmoe.experiments.spine.runs import open_run
     cfg = load_table1_config("tiny", {"world.tasks": list(tasks), "methods": list(correct),
                                       "limit": 4, "world.bootstrap.resamples": 200})
     run = open_run("table1", "tiny", cfg, root=tmp_path)
@@ -256,16 +265,17 @@ def _saved_run(tmp_path: Path, correct: dict[str, list[int]], drop: tuple[str, i
                     continue
                 key = f"tiny|{task}|{task}/{i}|{method}"
                 details = {"base": bool(c), "plus": bool((plus or correct)[method][i])}
+                accepted, steps, sizes, layers = (stats or {}).get(i, (6, 2, 30.0, 2))
                 log.append(key, {"model": "tiny", "task": task, "method": method, "example_id": f"{task}/{i}",
-                                 "index": i, "correct": bool(c), "accepted": 6, "steps": 2, "set_size_sum": 30.0,
-                                 "block_layers": 2, "routed_union_sum": 20.0, "budget": None,
-                                 "score_details": details})
+                                 "index": i, "correct": bool(c), "accepted": accepted, "steps": steps,
+                                 "set_size_sum": sizes, "block_layers": layers, "routed_union_sum": 20.0,
+                                 "budget": None, "score_details": details})
     return run.path
 
 
 def test_table_means_relative_change_and_paired_differences(tmp_path):
     run = _saved_run(tmp_path, {"vanilla-ar": [1, 1, 0, 0], "standard-sd": [1, 1, 1, 0], "acceptmoe": [1, 0, 1, 0]})
-    t = table1.build_table1(run)
+    t = build_table1(run)
     rec = {(r["task"], r["method"]): r for r in t.records}
     assert rec[("tiny-gsm", "standard-sd")]["accuracy"] == 75 and rec[("tiny-gsm", "acceptmoe")]["diff_vs_standard_sd"] == -25
     assert rec[("tiny-gsm", "acceptmoe")]["tau"] == 3 and rec[("tiny-gsm", "acceptmoe")]["mean_set_size"] == 15
@@ -273,13 +283,23 @@ def test_table_means_relative_change_and_paired_differences(tmp_path):
     assert t.means["standard-sd"]["accuracy"] == 75 and t.means["standard-sd"]["rel_change_vs_vanilla_ar"] == 50
     assert t.means["acceptmoe"]["diff_vs_standard_sd"] == -25
     assert t.means["acceptmoe"]["diff_low"] <= -25 <= t.means["acceptmoe"]["diff_high"]
-    md = table1.write_table1(run)
+    md = write_table1(run)
     assert "-25.0 [" in md and "| Mean (unweighted)" in md
+
+
+def test_tau_and_set_size_are_pooled_over_prompts_that_differ(tmp_path):
+    """tau = total accepted / total steps over a pair's prompts, not the mean of per-prompt ratios (which
+    differs here: prompt 0 accepts 10 tokens in 2 steps, prompt 1 4 in 4)."""
+    run = _saved_run(tmp_path, {"standard-sd": [1, 0], "acceptmoe": [1, 1]}, tasks=("tiny-gsm",),
+                     stats={0: (10, 2, 40.0, 2), 1: (4, 4, 10.0, 8)})
+    rec = {r["method"]: r for r in build_table1(run).records}
+    assert rec["acceptmoe"]["tau"] == pytest.approx(14 / 6) != pytest.approx((10 / 2 + 4 / 4) / 2)
+    assert rec["acceptmoe"]["mean_set_size"] == pytest.approx(50 / 10) != pytest.approx((40 / 2 + 10 / 8) / 2)
 
 
 def test_pairs_without_disagreement_get_an_exact_interval_not_zero_width(tmp_path):
     run = _saved_run(tmp_path, {"vanilla-ar": [1, 1, 0, 1], "standard-sd": [1, 1, 0, 1]})
-    t = table1.build_table1(run)
+    t = build_table1(run)
     rec = {(r["task"], r["method"]): r for r in t.records}
     low, high = rec[("tiny-gsm", "vanilla-ar")]["diff_low"], rec[("tiny-gsm", "vanilla-ar")]["diff_high"]
     assert low == -high and 100 * (1 - 0.025 ** (1 / 4)) == pytest.approx(high)     # Clopper-Pearson, 0 of 4
@@ -291,26 +311,26 @@ def test_evalplus_tasks_get_plus_rows_from_the_same_replies(tmp_path):
     correct = {"standard-sd": [1, 1, 1, 0], "acceptmoe": [1, 1, 0, 0]}
     plus = {"standard-sd": [1, 0, 1, 0], "acceptmoe": [1, 0, 0, 0]}
     run = _saved_run(tmp_path, correct, tasks=("humaneval", "tiny-gsm"), plus=plus)
-    t = table1.build_table1(run)
+    t = build_table1(run)
     base = {(r["task"], r["method"]): r["accuracy"] for r in t.records}
     extra = {(r["task"], r["method"]): r["accuracy"] for r in t.plus}
     assert base[("humaneval", "standard-sd")] == 75 and extra[("humaneval+", "standard-sd")] == 50
     assert extra[("humaneval+", "acceptmoe")] == 25 and ("tiny-gsm+", "acceptmoe") not in extra
     assert t.means["standard-sd"]["pairs"] == 2                      # the mean is over base pairs only
-    assert "HumanEval+ / MBPP+" in table1.write_table1(run)
+    assert "HumanEval+ / MBPP+" in write_table1(run)
 
 
 def test_table_of_a_partial_run_uses_prompts_every_method_finished(tmp_path):
     run = _saved_run(tmp_path, {"standard-sd": [1, 1, 1, 0], "acceptmoe": [1, 0, 1, 0]}, drop=("acceptmoe", 3))
-    t = table1.build_table1(run)
+    t = build_table1(run)
     assert {r["n"] for r in t.records if r["task"] == "tiny-mbpp"} == {3}
     assert t.incomplete == ["tiny|tiny-mbpp: 3 prompts finished by every method"]
     assert t.means["acceptmoe"]["rel_change_vs_vanilla_ar"] is None         # no Vanilla AR in this run
-    assert "Incomplete pairs" in table1.write_table1(run)
+    assert "Incomplete pairs" in write_table1(run)
 
 
 def test_prompts_use_the_chat_template_and_decoding_keeps_harmony_markers(setup):
-    from acceptmoe.experiments.prompts import decode, load_tokenizer, prompt_ids, resolve_checkpoint
+    from acceptmoe.experiments.spine.prompts import decode, load_tokenizer, prompt_ids, resolve_checkpoint
     root, _ = setup
     tok = load_tokenizer(root / "target")
     ids = prompt_ids(tok, [{"role": "user", "content": "2 + 3 = ?"}])
@@ -322,15 +342,14 @@ def test_prompts_use_the_chat_template_and_decoding_keeps_harmony_markers(setup)
 
 
 def test_resume_refuses_other_code_unless_allowed(full_run, monkeypatch, capsys):
-    from acceptmoe.experiments import common
     saved = json.loads((full_run / "config.json").read_text())["environment"]
-    monkeypatch.setattr(common, "code_state", lambda: {"git_commit": "f" * 40, "git_dirty": False})
-    with pytest.raises(common.UserError, match=r"the code differs from the run's \(commit .* -> ffffffffffff"):
-        common.check_same_code(saved, full_run, allowed=False)
-    common.check_same_code(saved, full_run, allowed=True)
-    monkeypatch.setattr(common, "code_state", lambda: {"git_commit": saved["git_commit"], "git_dirty": True})
-    with pytest.raises(common.UserError, match="uncommitted local changes"):
-        common.check_same_code({**saved, "git_dirty": False}, full_run, allowed=False)
+    monkeypatch.setattr(options, "code_state", lambda: {"git_commit": "f" * 40, "git_dirty": False})
+    with pytest.raises(options.UserError, match=r"the code differs from the run's \(commit .* -> ffffffffffff"):
+        options.check_same_code(saved, full_run, allowed=False)
+    options.check_same_code(saved, full_run, allowed=True)
+    monkeypatch.setattr(options, "code_state", lambda: {"git_commit": saved["git_commit"], "git_dirty": True})
+    with pytest.raises(options.UserError, match="uncommitted local changes"):
+        options.check_same_code({**saved, "git_dirty": False}, full_run, allowed=False)
     lines = (full_run / "resumes.jsonl").read_text().splitlines() if (full_run / "resumes.jsonl").exists() else []
     assert all({"git_commit", "git_dirty", "time"} <= set(json.loads(x)) for x in lines)
 
@@ -338,20 +357,20 @@ def test_resume_refuses_other_code_unless_allowed(full_run, monkeypatch, capsys)
 def test_b0_limited_when_the_fallback_needs_more_prompts_than_exist():
     # 60 prompts whose first-50 interval crosses x.5: the rule wants 100 but only 60 exist
     traces = [_trace(i, [[24 if i % 2 else 25]]) for i in range(60)]
-    d = b0_runner.decide_b0(traces, B0Config(resamples=200))
-    assert d["first_crossed"] and d["available_prompts"] == 60 and d["limited"]
+    d = b0_rule.decide_b0(traces, B0Config(resamples=200))
+    assert d.first_crossed and d.available_prompts == 60 and d.limited
 
 
 def test_fixed_template_date_makes_prompts_day_independent():
-    from acceptmoe.experiments.config import ModelSpec
-    from acceptmoe.experiments.prompts import load_tokenizer, prompt_ids
+    from acceptmoe.experiments.spine.config import ModelEntry
+    from acceptmoe.experiments.spine.prompts import load_tokenizer, prompt_ids
     tok = load_tokenizer(Path(__file__).parents[2] / "models/tiny/target")
     tok.chat_template = "Current date: {{ strftime_now('%Y-%m-%d') }}\n{% for m in messages %}{{ m.content }}{% endfor %}"
-    spec = ModelSpec("m", "t", "d", template_date="2025-08-05")
-    ids = prompt_ids(tok, [{"role": "user", "content": "hi"}], spec)
+    model = ModelEntry("m", "t", "d", template_date="2025-08-05")
+    ids = prompt_ids(tok, [{"role": "user", "content": "hi"}], model)
     assert tok.decode(ids).startswith("Current date: 2025-08-05")
     with pytest.raises(ConfigKeyError, match="not YYYY-MM-DD"):
-        ModelSpec("m", "t", "d", template_date="Aug 5")
+        ModelEntry("m", "t", "d", template_date="Aug 5")
 
 
 def test_runs_record_the_engine_that_made_their_rows(full_run):

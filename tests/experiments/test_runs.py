@@ -4,12 +4,12 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from acceptmoe.experiments.config import ConfigKeyError, build, dotted, read_yaml
-from acceptmoe.experiments.runs import SampleLog, config_hash, open_run
+from acceptmoe.experiments.spine.config import ConfigKeyError, build, dotted, read_yaml
+from acceptmoe.experiments.spine.runs import SampleLog, config_hash, open_run
 
 
 def load_config(cls, path, overrides=None):
-    from acceptmoe.experiments.config import deep_merge
+    from acceptmoe.experiments.spine.config import deep_merge
     return build(cls, deep_merge(read_yaml(path), dotted(overrides or {})), str(path))
 
 
@@ -112,7 +112,7 @@ def test_trace_stats_cover_every_layer_field():
     import dataclasses as dc
 
     from acceptmoe.engine.trace import LAYER_FIELDS
-    from acceptmoe.experiments.rows import TraceStats
+    from acceptmoe.experiments.spine.rows import TraceStats
     names = {f.name for f in dc.fields(TraceStats)}
     assert names == {"blocks", "block_layers"} | {f"{n}_sum" for n in LAYER_FIELDS[1:]} \
         | {f"mean_{n}" for n in LAYER_FIELDS[1:]}

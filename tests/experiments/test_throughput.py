@@ -11,11 +11,13 @@ from acceptmoe.methods import UnknownMethodError
 import torch
 import yaml
 
-from acceptmoe.experiments import calibration_study, perf, tables
-from acceptmoe.experiments.config import ConfigKeyError
-from acceptmoe.experiments.perf_config import ThroughputConfigError, load_throughput_config
-from acceptmoe.experiments.perf_tables import counter_metrics, throughput_records
-from acceptmoe.experiments.runs import SampleLog
+from acceptmoe.experiments import tables
+from acceptmoe.experiments.spine.config import ConfigKeyError
+from acceptmoe.experiments.spine.runs import SampleLog
+from acceptmoe.experiments.study import commands as calibration_study
+from acceptmoe.experiments.throughput import commands as perf
+from acceptmoe.experiments.throughput.config import ThroughputConfigError, load_throughput_config
+from acceptmoe.experiments.throughput.records import counter_metrics, throughput_records
 from acceptmoe.engine.store import ExpertMath, make_store
 
 import runner_world as world
@@ -180,7 +182,7 @@ def test_throughput_config_rejects_unknown_keys_and_bad_values(tmp_path):
         load_throughput_config(path, ("offload-timed",))
     with pytest.raises(UnknownMethodError, match="unknown method 'fast-moe'; valid methods: vanilla-ar"):
         load_throughput_config("tiny", ("resident",), {"resident.variants": ["acceptmoe", "fast-moe"]})
-    with pytest.raises(ThroughputConfigError, match="a variant mapping needs `method`"):
+    with pytest.raises(ThroughputConfigError, match=r"variants\[0\]: unknown variant key\(s\) \['methd'\]"):
         load_throughput_config("tiny", ("resident",), {"resident.variants": [{"methd": "acceptmoe"}]})
     cfg = load_throughput_config("tiny", ("offload-timed",), {"offload.variants": ["acceptmoe", {"method": "acceptmoe",
                                                                                                 "prune": False}]})

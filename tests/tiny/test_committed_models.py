@@ -1,7 +1,7 @@
 """The committed tiny world (models/tiny): it loads in transformers and in the engine, fixed prompts give the
 recorded greedy outputs in both, and speculative decoding with the committed draft is lossless on them."""
 import json
-from variants import V
+from variants import plan
 from pathlib import Path
 
 import pytest
@@ -48,7 +48,7 @@ def test_tokenizer_and_chat_template_load():
 
 @pytest.mark.parametrize("case", GOLDEN, ids=[g["family"] for g in GOLDEN])
 def test_recorded_greedy_outputs_in_engine_and_transformers(case, engine, hf_model):
-    ours = engine.generate(case["prompt_ids"], V("vanilla-ar"), max_new_tokens=48).tokens
+    ours = engine.generate(case["prompt_ids"], plan(engine, "vanilla-ar"), max_new_tokens=48).tokens
     assert ours == case["greedy_ids"]
     n = len(case["prompt_ids"])
     theirs = hf_model.generate(torch.tensor([case["prompt_ids"]]), max_new_tokens=48, do_sample=False,
@@ -58,7 +58,7 @@ def test_recorded_greedy_outputs_in_engine_and_transformers(case, engine, hf_mod
 
 @pytest.mark.parametrize("case", GOLDEN, ids=[g["family"] for g in GOLDEN])
 def test_standard_sd_with_committed_draft_is_lossless_and_accepts(case, engine):
-    gen = engine.generate(case["prompt_ids"], V("standard-sd"), max_new_tokens=48)
+    gen = engine.generate(case["prompt_ids"], plan(engine, "standard-sd"), max_new_tokens=48)
     assert gen.tokens == case["greedy_ids"]
     assert gen.mean_accept_length >= 2.5
 

@@ -35,7 +35,7 @@ from acceptmoe.methods import B0_METHOD, BASELINE, REFERENCE, Plan, Variant
 # counting only the calls made from `caller` (file suffix, function name) when one is given
 COMPONENTS = (
     ("expert MLPs (ExpertStore.run)", "engine/store.py", ("run",), None),
-    ("verifier: select + prune + route", "kernels/interface.py", ("__call__", "prepare"), None),
+    ("verifier: select + prune + route", "kernels/verifier.py", ("__call__", "prepare"), None),
     ("natural routing (Router.natural)", "methods/routing.py", ("natural",), ("engine/model.py", "_mlp")),
     ("attention core + masks", "engine/attention.py", ("attend", "block_masks"), None),
     ("drafting (EAGLE-3 propose/extend)", "engine/eagle3.py", ("propose", "extend"), None),
@@ -56,7 +56,7 @@ def time_ours(engine, prompts, plan: Plan, tokens: int) -> tuple[float, float]:
     total_t, total_n, taus = 0.0, 0, []
     for ids in prompts:
         t0 = time.perf_counter()
-        gen = engine.generate(ids, variant, tokens, ignore_eos=True,
+        gen = engine.generate(ids, plan, tokens, ignore_eos=True,
                               trace_layers=False)
         total_t += time.perf_counter() - t0
         total_n += len(gen.tokens)
@@ -108,7 +108,7 @@ def aten_ops_per_step(run, short: int = 8, long: int = 24) -> float:
 
 def ours_ops(engine, ids, plan: Plan) -> float:
     def run(n):
-        gen = engine.generate(ids, variant, n, ignore_eos=True,
+        gen = engine.generate(ids, plan, n, ignore_eos=True,
                               trace_layers=False)
         return len(gen.accept_lengths)
     return aten_ops_per_step(run)
@@ -160,7 +160,7 @@ def main(argv: list[str] | None = None) -> int:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from acceptmoe.engine import TreeShape, load_engine
-    from acceptmoe.experiments.config import load_world
+    from acceptmoe.experiments.spine.config import load_world
     from acceptmoe.methods import CommitmentTable
     if a.tree is None:
         tree = load_world("tiny").tree

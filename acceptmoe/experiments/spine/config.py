@@ -33,7 +33,7 @@ import yaml
 from acceptmoe.engine.tree import TreeShape
 from acceptmoe.errors import UserError
 from acceptmoe.evals.tasks import TASK_MODULES
-from acceptmoe.methods import ConfigError, SelectorConfig, Variant
+from acceptmoe.methods import ConfigError, SelectorConfig, UnknownMethodError, Variant
 
 from .engines import check_engine
 from .runs import REPO
@@ -173,7 +173,9 @@ def _variant(data, where: str) -> Variant:
     data = {k: v for k, v in data.items() if not (k in ("commitment", "b0") and v is None)}
     try:
         return Variant.from_mapping(data)
-    except (ConfigError, TypeError) as exc:
+    except UnknownMethodError as exc:          # keeps its type: the message lists the valid methods
+        raise UnknownMethodError(f"{where}: {exc}") from None
+    except (ConfigError, TypeError) as exc:    # the variant's own checks
         raise ConfigKeyError(f"{where}: {exc}") from None
 
 

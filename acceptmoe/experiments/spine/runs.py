@@ -25,7 +25,7 @@ from typing import Any, Iterator
 
 from acceptmoe.errors import UserError
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]       # acceptmoe/experiments/spine/runs.py -> the repository
 
 
 def to_jsonable(obj: Any) -> Any:

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from acceptmoe.methods import METHODS, Variant, get_method
+from acceptmoe.methods import METHODS, Sizing, Variant, get_method
 
 from ..spine.config import ConfigKeyError, WorldConfig, from_saved, load_experiment
 from ..spine.engines import check_engine
@@ -92,7 +92,7 @@ class ThroughputConfig:
 
     def sweep_self_sized(self) -> str | None:
         """The name of the self-sizing reference of the sweep (its star in Figure 5), if any."""
-        return next((v.name for v in self.sweep.references if v.spec.sizing == "self" and not v.overrides), None)
+        return next((v.name for v in self.sweep.references if v.spec.sizing is Sizing.SELF and not v.overrides), None)
 
     def pruning_pair(self) -> tuple[str, str] | None:
         """(pruning on, pruning off) variant names of the offload phases, if both are configured."""
