@@ -29,31 +29,41 @@ def block_sum(terms: Tensor, bits: int) -> Tensor:
 class Gates:
     """One layer's natural routing of B blocks, dense [B, T, E], computed when first read (MoE-Spec without
     an anchor reads none of it): K_t membership, the model's own weight r[t, e] on it (zero outside K_t) and
-    the demand score's weight (`demand_score`: the gate, or the full softmax restricted to K_t)."""
+    the demand score's weight (`demand_score`: the gate, or the full softmax restricted to K_t). Plain lazy
+    attributes (no `functools.cached_property`, whose lock torch.compile cannot trace)."""
 
     def __init__(self, plan: Plan, z: Tensor, order: Tensor):
         self.plan, self.z, self.order = plan, z, order        # fp32 logits [B, T, E] and their ranking
+        self._ids = self._weights = self._member = self._gate = self._demand = None
 
-    @functools.cached_property
-    def _natural(self) -> tuple[Tensor, Tensor]:
-        return self.plan.router.natural(self.z, self.order)                             # ids, weights [B, T, k]
+    def _natural(self) -> Tensor:
+        if self._ids is None:
+            self._ids, self._weights = self.plan.router.natural(self.z, self.order)     # [B, T, k] each
+        return self._ids
 
     def _dense(self, values: Tensor) -> Tensor:
-        return torch.zeros_like(self.z).scatter(-1, self._natural[0], values)            # [B, T, E]
+        return torch.zeros_like(self.z).scatter(-1, self._natural(), values)            # [B, T, E]
 
-    @functools.cached_property
+    @property
     def member(self) -> Tensor:
-        return torch.zeros(self.z.shape, dtype=torch.bool, device=self.z.device).scatter(-1, self._natural[0], True)
+        if self._member is None:
+            ids = self._natural()
+            self._member = torch.zeros(self.z.shape, dtype=torch.bool, device=self.z.device).scatter(-1, ids, True)
+        return self._member
 
-    @functools.cached_property
+    @property
     def gate(self) -> Tensor:
-        return self._dense(self._natural[1])
+        if self._gate is None:
+            self._natural()
+            self._gate = self._dense(self._weights)
+        return self._gate
 
-    @functools.cached_property
+    @property
     def demand(self) -> Tensor:
-        if self.plan.selector.demand_score == "gate":
-            return self.gate
-        return self._dense(torch.softmax(self.z, -1).gather(-1, self._natural[0]))
+        if self._demand is None:
+            self._demand = self.gate if self.plan.selector.demand_score == "gate" else \
+                self._dense(torch.softmax(self.z, -1).gather(-1, self._natural()))
+        return self._demand
 
 
 # score -> (primary [B, E], secondary [B, E] | None) from the gates, alpha [B, T] and valid [B, T]

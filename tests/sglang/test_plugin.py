@@ -13,10 +13,10 @@ import pytest
 import torch
 
 from acceptmoe.errors import UserError
-from acceptmoe.methods import BlockInfo, CommitmentTable, Router, SelectorConfig, select
+from acceptmoe.kernels import make_verifier
+from acceptmoe.methods import BlockInfo, CommitmentTable, Fit, Router, select
 from acceptmoe.serving.sglang.config import PluginConfigError, load_config, to_env
 from acceptmoe.serving.sglang.runtime import Runtime
-from acceptmoe.serving.sglang.sets import select_sets
 from acceptmoe.serving.sglang.tree import links_from_parents, parents_from_links
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -46,14 +46,21 @@ def test_chain_and_star_trees():
 @pytest.mark.parametrize("method,budget", [("acceptmoe", None), ("acceptmoe-b", 12), ("count-b", 12),
                                            ("moe-spec", 12), ("standard-sd", None)])
 def test_per_request_sets_equal_the_reference_selector(method, budget):
+    """The plugin's settings bound to SGLang's router: its verifier, with rows reserved for more requests than
+    are in flight (as the plugin reserves them), gives each request the reference's set."""
     rng = random.Random(1)
-    router = Router("softmax_topk", top_k=4)
-    cfg = SelectorConfig(budget=budget, p_hat=(1.0, 0.7, 0.4, 0.2, 0.1, 0.05) if method.startswith("acceptmoe") else None)
+    env = {"ACCEPTMOE_METHOD": method, "ACCEPTMOE_P_HAT": "1,0.7,0.4,0.2,0.1,0.05,0.02,0.01,0.01"}
+    if budget:
+        env["ACCEPTMOE_BUDGET"] = str(budget)
+    plan = load_config(env).bind(Fit(Router("softmax_topk", top_k=4), 32, max_depth=8))
     blocks = [BlockInfo.from_parents(random_parents(rng, n)) for n in (9, 5, 9)]
     logits = torch.randn(3, 9, 32, generator=torch.Generator().manual_seed(2))
-    got = select_sets(method, logits, blocks, router, cfg)
+    verifier = make_verifier("torch", plan)
+    verifier.prepare(blocks, pad_to=9, rows=8)
+    got = verifier(logits, route=False)
+    assert got.ids is None
     for b, block in enumerate(blocks):
-        want = select(method, logits[b, : block.num_tokens], block, router, cfg)
+        want = select(plan, logits[b, : block.num_tokens], block)
         assert torch.equal(got.eligible[b], want.eligible), (method, b)
 
 
@@ -62,9 +69,14 @@ def test_settings_from_environment_and_file(tmp_path):
     table.save(tmp_path / "p.json")
     (tmp_path / "s.yaml").write_text(f"method: acceptmoe\ncommitment: {tmp_path / 'p.json'}\nbeta: 0.25\n")
     cfg = load_config({"ACCEPTMOE_SGLANG_CONFIG": str(tmp_path / "s.yaml"), "ACCEPTMOE_BETA": "1.0"})
-    assert (cfg.method, cfg.beta, cfg.p_hat) == ("acceptmoe", 1.0, table.p_hat)     # the environment wins
+    assert (cfg.method, dict(cfg.variant.overrides)["beta"], cfg.p_hat) == ("acceptmoe", 1.0, table.p_hat)  # env wins
     assert load_config(to_env(cfg)) == cfg
     assert load_config({}).method is None and not load_config({}).restricts
+    (tmp_path / "b.json").write_text(json.dumps({"method": "count-b", "b0": 12, "selector": {"score_bits": 20}}))
+    fixed = load_config({"ACCEPTMOE_SGLANG_CONFIG": str(tmp_path / "b.json")})
+    plan = fixed.bind(Fit(Router("softmax_topk", 4), 32, 5))
+    assert plan.budget == 12 and plan.selector.score_bits == 20 and fixed.variant.budget is None
+    assert load_config(to_env(fixed)) == fixed                         # the backend's way: b0 and a base selector
 
 
 @pytest.mark.parametrize("env,needle", [
@@ -76,6 +88,8 @@ def test_settings_from_environment_and_file(tmp_path):
     ({"ACCEPTMOE_PRUNE": "on"}, "offloaded"),
     ({"ACCEPTMOE_METHOD": "acceptmoe", "ACCEPTMOE_P_HAT": "0.5,0.2"}, "p_hat[0] must be 1.0"),
     ({"ACCEPTMOE_SGLANG_CONFIG": "/nonexistent.json"}, "no such file"),
+    ({"ACCEPTMOE_METHOD": "count-b", "ACCEPTMOE_B0": "8", "ACCEPTMOE_SELECTOR": '{"rho": 1}'}, "ACCEPTMOE_SELECTOR must map"),
+    ({"ACCEPTMOE_BETA": "0.3"}, "need ACCEPTMOE_METHOD"),
 ])
 def test_bad_settings_are_one_clear_error(env, needle):
     with pytest.raises(PluginConfigError) as err:
@@ -128,6 +142,7 @@ def test_in_forward_work_is_one_graph_reading_static_buffers(method, budget):
         env["ACCEPTMOE_BUDGET"] = str(budget)
     rt = Runtime(load_config(env))
     cfg = load_config(env)
+    rt.max_depth = 7                                    # what SGLang's speculative_num_steps would give
     topk = SimpleNamespace(topk_config=SimpleNamespace(use_grouped_topk=False, scoring_func="softmax",
                                                        correction_bias=None, custom_routing_function=None,
                                                        num_shared_topk_slots=0, top_k=4, renormalize=True),
@@ -139,18 +154,18 @@ def test_in_forward_work_is_one_graph_reading_static_buffers(method, budget):
     hidden = z[:, :0]
     eager = rt.restrict(topk, _natural_topk, hidden, z)                 # the warm-up pass allocates the buffers
     compiled = torch.compile(lambda h, x: rt.restrict(topk, _natural_topk, h, x), backend="eager", fullgraph=True)
+    plan = cfg.bind(Fit(Router("softmax_topk", 4), 32, 7))
     for step, trees in enumerate([trees[:3], trees[1:]]):
-        if step and rt.sets:                                             # next step: new trees, same buffers
-            rt.sets.prepare([BlockInfo.from_parents(p) for p in trees])
+        if step:                                                         # next step: new trees, same buffers
+            rt.parents = trees
+            rt._prepare()
         want = rt.restrict(topk, _natural_topk, hidden, z)
         rec = rt.records[0, :3].clone()
         rt.records.zero_()
         got = compiled(hidden, z)
         assert torch.equal(got.topk_ids, want.topk_ids) and torch.equal(rt.records[0, :3], rec)
-        if rt.sets:
-            for b, tree in enumerate(trees):
-                ref = select(method, z.view(4, 8, 32)[b], BlockInfo.from_parents(tree), Router("softmax_topk", 4),
-                             cfg.selector_config())
-                assert ref.eligible[got.topk_ids.view(4, 8, 4)[b]].all()
-                assert int(rec[b, 0]) == int(ref.eligible.sum())
+        for b, tree in enumerate(trees):
+            ref = select(plan, z.view(4, 8, 32)[b], BlockInfo.from_parents(tree))
+            assert ref.eligible[got.topk_ids.view(4, 8, 4)[b]].all()
+            assert int(rec[b, 1]) == int(ref.eligible.sum())             # LAYER_FIELDS[1]: set_size
     assert eager is not None

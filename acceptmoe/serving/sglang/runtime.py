@@ -80,6 +80,7 @@ class Runtime:
         n, bs = int(spec.draft_token_num), int(forward_batch.batch_size)
         parents = parents_from_links(spec.retrieve_next_token[:bs].long(),
                                      spec.retrieve_next_sibling[:bs].long()).cpu()   # [bs, n]; one small copy
+        self.max_depth = max(self.max_depth, int(getattr(spec, "spec_steps", 0) or 0))
         self._begin("verify", n, [p.tolist() for p in parents], runner)
 
     def begin_star(self, runner, forward_batch) -> None:
@@ -94,6 +95,8 @@ class Runtime:
         self.parents = []
 
     def _depth(self, runner) -> None:
+        """The deepest draft node the server verifies: its speculative_num_steps (the verify input's
+        spec_steps where a pass has one)."""
         steps = getattr(getattr(runner, "server_args", None), "speculative_num_steps", None)
         self.max_depth = max(self.max_depth, int(steps or 1))
 

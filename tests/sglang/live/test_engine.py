@@ -10,7 +10,7 @@ import os
 import pytest
 import torch
 
-from acceptmoe.methods import BlockInfo, Router, SelectorConfig, Variant, route, select
+from acceptmoe.methods import BlockInfo, Fit, Router, Variant, route, select
 from acceptmoe.serving.sglang.runtime import read_steps
 
 from common import CPU_ARGS, PROMPTS, TARGET, engine, greedy
@@ -47,7 +47,8 @@ def plain(monkeypatch_module):
     monkeypatch_module.setenv("SGLANG_PLUGINS", "no-such-plugin")
     backend = open_engine(TARGET, TARGET.parent / "draft", dtype=torch.float32, **CPU_ARGS)
     try:
-        gens = backend.generate_many(PROMPTS, Variant("vanilla-ar"), max_new_tokens=NEW, ignore_eos=True)
+        gens = backend.generate_many(PROMPTS, Variant("vanilla-ar").bind(backend.fit), max_new_tokens=NEW,
+                                     ignore_eos=True)
     finally:
         backend.close()
     assert all(len(g.tokens) == NEW and g.stop_reason == "length" for g in gens)
@@ -67,14 +68,14 @@ def test_hooks_restrict_decode_in_the_scheduler_process(restricted):
     layers = 4
     assert len(dumps) == layers * (NEW - 1)                   # every decode pass after prefill, every layer
     router = Router("softmax_topk", top_k=8, renormalize=True)
-    cfg = SelectorConfig(budget=8)
+    plan = Variant("count-b", budget=8).bind(Fit(router, 128, max_depth=1))     # a star block: depth 1
     for path in dumps:
         x = torch.load(path)
         assert x["pid"] != os.getpid()                        # written by SGLang's scheduler subprocess
         logits, eligible = x["logits"], x["eligible"][0]      # one star block over the pass's tokens
         assert x["width"] == logits.shape[0] == len(PROMPTS)  # decode rows only: prefill never restricted
         block = BlockInfo.from_parents([-1] + [0] * (logits.shape[0] - 1))
-        assert torch.equal(eligible, select("count-b", logits, block, router, cfg).eligible)
+        assert torch.equal(eligible, select(plan, logits, block).eligible)
         assert int(eligible.sum()) == 8
         assert eligible[x["topk_ids"].long()].all()          # every routed id in S
         ids, weights = route(logits, eligible, router)        # Eq. 2

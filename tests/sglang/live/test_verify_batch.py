@@ -15,7 +15,7 @@ from sglang.srt.model_executor.forward_batch_info import ForwardMode
 from sglang.srt.speculative.eagle_info import EagleVerifyInput
 
 from acceptmoe.engine.trace import Trace
-from acceptmoe.methods import BlockInfo, CommitmentTable, Router, route, select
+from acceptmoe.methods import BlockInfo, CommitmentTable, Fit, Router, route, select
 from acceptmoe.serving.sglang import plugin
 from acceptmoe.serving.sglang.config import load_config
 from acceptmoe.serving.sglang.runtime import Runtime, read_steps
@@ -79,7 +79,7 @@ def test_verify_pass_sets_routing_and_records(tmp_path, method, budget):
     assert runtime.mode is None
     assert runtime.parents == trees                                  # trees recovered from the linked lists
     router = Router("softmax_topk", top_k=K)
-    cfg = load_config(env).selector_config()
+    plan = load_config(env).bind(Fit(router, E, max_depth=N - 1))          # the verify input's spec_steps
     dumps = sorted((tmp_path / "dump").glob("*.pt"))
     assert len(dumps) == LAYERS                                      # the draft layer was not restricted
     for layer, (path, out) in enumerate(zip(dumps, outs)):
@@ -87,7 +87,7 @@ def test_verify_pass_sets_routing_and_records(tmp_path, method, budget):
         ids, weights = out.topk_ids.view(padded, N, K), out.topk_weights.view(padded, N, K)
         z = logits[layer].view(padded, N, E)
         for b, tree in enumerate(trees):
-            want = select(method, z[b], BlockInfo.from_parents(tree), router, cfg)
+            want = select(plan, z[b], BlockInfo.from_parents(tree))
             assert torch.equal(d["eligible"][b], want.eligible), (method, layer, b)
             assert want.eligible[ids[b]].all()                       # every routed id inside S
             ref_ids, ref_w = route(z[b], want.eligible, router)      # Eq. 2
