@@ -14,7 +14,7 @@ bound for that rate is U = 1 - ((1 - confidence) / 2) ** (1 / n); the interval r
 (method "clopper-pearson-discordant", n_resamples 0). It is conservative: its coverage is at least the
 stated confidence whatever the true rates.
 
-B0 (METHOD.md): the mean AcceptMoE set size over every block and layer of the first 50 evaluation
+B0 (docs/method.md, "B0"): the mean AcceptMoE set size over every block and layer of the first 50 evaluation
 prompts, rounded to nearest with halves up; if the bootstrap interval of that mean crosses a rounding
 boundary (a half-integer), the first 100 prompts are used instead.
 """
