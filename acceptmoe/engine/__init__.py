@@ -1,9 +1,12 @@
 """The engine: target model and expert store, EAGLE-3 drafter and draft trees, the verify/accept loop, traces.
 
-    from acceptmoe.engine import load_engine, TreeShape
-    from acceptmoe.methods import Variant
-    engine = load_engine("models/tiny", tree=TreeShape(5, 10, 64))       # target/ and draft/ inside
-    gen = engine.generate(prompt_ids, Variant("acceptmoe").bind(commitment=table.p_hat), max_new_tokens=96)
+    >>> from acceptmoe.engine import TreeShape, load_engine
+    >>> from acceptmoe.methods import Variant
+    >>> engine = load_engine("models/tiny", tree=TreeShape(3, 4, 12))     # target/ and draft/ inside
+    >>> plan = Variant("acceptmoe").bind(engine.fit, commitment=(1.0, 0.8, 0.6, 0.4))
+    >>> gen = engine.generate([1, 17, 42, 99], plan, max_new_tokens=8, ignore_eos=True)
+    >>> len(gen.tokens), sum(gen.accept_lengths) == len(gen.tokens) - 1   # the prefill yields tokens[0]
+    (8, True)
 
 The engine knows nothing of tokenization, tasks or run folders: it maps token ids and a `Variant` to a
 `Generation` (the `EngineBackend` contract that experiments call).

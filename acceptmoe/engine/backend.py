@@ -1,9 +1,13 @@
 """`EngineBackend`: the one contract between the experiments and an engine that runs a target + draft pair.
 
-    engine: EngineBackend = load_engine("models/tiny", tree=TreeShape(5, 10, 64))
-    plan = Variant("acceptmoe").bind(engine.fit, commitment=p_hat)
-    gen = engine.generate(prompt_ids, plan, max_new_tokens=96)
-    gen.tokens, gen.accept_lengths, gen.trace (per block: tree, accepted path; per layer: set size, unions)
+    >>> from acceptmoe.engine import EngineBackend, load_engine
+    >>> from acceptmoe.methods import Variant
+    >>> engine = load_engine("models/tiny")
+    >>> isinstance(engine, EngineBackend), engine.fit.num_experts, engine.fit.max_depth
+    (True, 128, 5)
+    >>> gen = engine.generate([1, 2, 3], Variant("standard-sd").bind(engine.fit), max_new_tokens=4)
+    >>> sorted(gen.trace.blocks[0].layers)                # per block: tree, path; per layer: sizes, unions
+    ['anchor_size', 'layer', 'natural_union', 'routed_union', 'set_size', 'utility_kept']
 
 Runners see only this protocol (`acceptmoe.experiments.spine.engines.open_backend` picks one by name): the native engine
 (`acceptmoe.engine.Engine`) implements it directly; the SGLang plugin implements it over its own server. The

@@ -33,16 +33,23 @@ class CheckpointError(UserError, ValueError):
     """A checkpoint that cannot be loaded; the message names the problem and the fix."""
 
 
+ROPE_KINDS = ("default", "linear", "llama3", "yarn")
+
+
 @dataclass(frozen=True)
 class RopeConfig:
+    """RoPE frequencies of the target (default, YaRN) and of EAGLE-3 drafts (default, linear, llama3), by
+    transformers' formulas in fp32 (`modeling_rope_utils`), as SGLang computes them too."""
     theta: float
-    kind: str = "default"                  # "default" | "yarn"
-    factor: float = 1.0                    # yarn: context extension factor
-    beta_fast: float = 32.0
+    kind: str = "default"                  # one of ROPE_KINDS
+    factor: float = 1.0                    # linear, llama3, yarn: context extension factor
+    beta_fast: float = 32.0                # yarn
     beta_slow: float = 1.0
-    original_max_position: int = 0
+    original_max_position: int = 0         # llama3, yarn: the pre-extension context length
     truncate: bool = True
     attention_factor: float | None = None  # yarn: cos/sin scale; None = 0.1 ln(factor) + 1
+    low_freq_factor: float = 1.0           # llama3
+    high_freq_factor: float = 4.0          # llama3
 
     def inv_freq(self, head_dim: int) -> tuple[torch.Tensor, float]:
         """Inverse frequencies [head_dim // 2] fp32 and the cos/sin scale (transformers' formulas)."""
@@ -50,6 +57,10 @@ class RopeConfig:
         pos_freqs = self.theta ** exps                                        # [D/2]
         if self.kind == "default":
             return 1.0 / pos_freqs, 1.0
+        if self.kind == "linear":
+            return 1.0 / pos_freqs / self.factor, 1.0
+        if self.kind == "llama3":
+            return self._llama3(1.0 / pos_freqs), 1.0
         scale = self.attention_factor
         if scale is None:
             scale = 1.0 if self.factor <= 1 else 0.1 * math.log(self.factor) + 1.0
@@ -60,6 +71,17 @@ class RopeConfig:
         extrapolate = 1 - ramp                                                # [D/2]
         inv = (1.0 / (self.factor * pos_freqs)) * (1 - extrapolate) + (1.0 / pos_freqs) * extrapolate
         return inv, float(scale)
+
+    def _llama3(self, inv: torch.Tensor) -> torch.Tensor:
+        """Llama 3's smooth interpolation between the extended and the original frequencies."""
+        old = self.original_max_position
+        low_wavelen, high_wavelen = old / self.low_freq_factor, old / self.high_freq_factor
+        wavelen = 2 * math.pi / inv
+        scaled = torch.where(wavelen > low_wavelen, inv / self.factor, inv)
+        smooth = (old / wavelen - self.low_freq_factor) / (self.high_freq_factor - self.low_freq_factor)
+        smoothed = (1 - smooth) * scaled / self.factor + smooth * scaled
+        medium = ~(wavelen < high_wavelen) * ~(wavelen > low_wavelen)
+        return torch.where(medium, smoothed, scaled)
 
     def _correction_range(self, dim: int) -> tuple[float, float]:
         def corr(rotations: float) -> float:
@@ -146,24 +168,32 @@ def _common(raw: dict, extra_eos: tuple[int, ...]) -> dict:
         num_heads=heads, num_kv_heads=raw.get("num_key_value_heads") or heads, head_dim=head_dim,
         num_experts=raw.get("num_experts") or raw.get("num_local_experts"),
         top_k=raw.get("num_experts_per_tok") or raw.get("experts_per_token"),
-        rope=_rope(raw), rms_norm_eps=raw.get("rms_norm_eps", 1e-6),
+        rope=rope_config(raw, ("default", "yarn")), rms_norm_eps=raw.get("rms_norm_eps", 1e-6),
         tie_word_embeddings=bool(raw.get("tie_word_embeddings", False)), eos_token_ids=eos,
         max_position_embeddings=raw.get("max_position_embeddings", 0), dtype=DTYPES[dtype_name],
     )
 
 
-def _rope(raw: dict) -> RopeConfig:
-    """RoPE from `rope_parameters` (transformers 5) or the older `rope_theta` + `rope_scaling` pair."""
+def rope_config(raw: dict, kinds: tuple[str, ...] = ROPE_KINDS) -> RopeConfig:
+    """RoPE from a config.json: `rope_parameters` (transformers 5) or the older `rope_theta` + `rope_scaling`
+    pair; `kinds` are those the model family uses."""
     params = dict(raw.get("rope_scaling") or {})
     params.update(raw.get("rope_parameters") or {})
-    theta = params.get("rope_theta", raw.get("rope_theta", 10000.0))
+    theta = float(params.get("rope_theta", raw.get("rope_theta", 10000.0)))
     kind = params.get("rope_type", params.get("type", "default"))
+    if kind not in kinds:
+        raise CheckpointError(f"rope_type {kind!r} is not supported; supported: {', '.join(kinds)}")
     if kind == "default":
-        return RopeConfig(theta=float(theta))
-    if kind != "yarn":
-        raise CheckpointError(f"rope_type {kind!r} is not supported; supported: default, yarn")
+        return RopeConfig(theta=theta)
+    if kind == "linear":
+        return RopeConfig(theta=theta, kind=kind, factor=float(params["factor"]))
+    if kind == "llama3":
+        return RopeConfig(theta=theta, kind=kind, factor=float(params["factor"]),
+                          low_freq_factor=float(params["low_freq_factor"]),
+                          high_freq_factor=float(params["high_freq_factor"]),
+                          original_max_position=int(params["original_max_position_embeddings"]))
     return RopeConfig(
-        theta=float(theta), kind="yarn", factor=float(params["factor"]),
+        theta=theta, kind="yarn", factor=float(params["factor"]),
         beta_fast=float(params.get("beta_fast") or 32.0), beta_slow=float(params.get("beta_slow") or 1.0),
         original_max_position=int(params["original_max_position_embeddings"]),
         truncate=bool(params.get("truncate", True)), attention_factor=params.get("attention_factor"),

@@ -18,26 +18,23 @@ layers 1, L//2 - 1, L - 4.
 """
 from __future__ import annotations
 
-import functools
 import json
-import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
 import torch
-import torch.nn.functional as F
 from safetensors.torch import load_file, save_file
 from torch import Tensor, nn
 
-from .attention import Linear
+from .config import rope_config
 from .kv import Start, visible_slots
-from .model import DenseMLP
+from .layers import Attention, DenseMLP, Linear, RMSNorm, Rope
 from .tree import DraftTree, TreeShape, eagle2_expand, select_tree
 from acceptmoe.errors import UserError
 
 ARCHITECTURE = "LlamaForCausalLMEagle3"
-ROPE_TYPES = ("default", "linear", "llama3")
+DRAFT_ROPE_KINDS = ("default", "linear", "llama3")
 _IGNORED_KEYS = ("rotary_emb.inv_freq",)
 
 
@@ -45,72 +42,20 @@ class DraftMismatchError(UserError, ValueError):
     """A draft checkpoint that does not fit the target model it is paired with."""
 
 
-class RMSNorm(nn.Module):
-    def __init__(self, dim: int, eps: float):
-        super().__init__()
-        self.weight = nn.Parameter(torch.ones(dim))
-        self.eps = eps
-
-    def forward(self, x: Tensor) -> Tensor:
-        h = x.float()
-        h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + self.eps)
-        return self.weight * h.to(x.dtype)
-
-
-def rope_inv_freq(head_dim: int, theta: float, scaling: dict | None) -> Tensor:
-    """Llama RoPE inverse frequencies [head_dim / 2] (fp32), with optional linear or llama3 scaling."""
-    inv = 1.0 / theta ** (torch.arange(0, head_dim, 2, dtype=torch.float64) / head_dim)
-    kind = (scaling or {}).get("rope_type", (scaling or {}).get("type", "default"))
-    if kind not in ROPE_TYPES:
-        raise ValueError(f"unsupported rope_scaling type {kind!r} in the draft config; supported: {ROPE_TYPES}")
-    if kind == "linear":
-        inv = inv / scaling["factor"]
-    elif kind == "llama3":
-        factor, lo, hi = scaling["factor"], scaling["low_freq_factor"], scaling["high_freq_factor"]
-        old = scaling["original_max_position_embeddings"]
-        wavelen = 2 * math.pi / inv
-        smooth = ((old / wavelen - lo) / (hi - lo)).clamp(0, 1)
-        scaled = (1 - smooth) * inv / factor + smooth * inv
-        inv = torch.where(wavelen > old / lo, inv / factor, torch.where(wavelen < old / hi, inv, scaled))
-    return inv.float()
-
-
-def rope_tables(positions: Tensor, inv_freq: Tensor) -> tuple[Tensor, Tensor]:
-    """positions [T] -> fp32 cos [T, 1, hd] and sign-folded sin [T, 1, hd] (-sin on the first half)."""
-    freqs = positions.float()[:, None] * inv_freq.to(positions.device)[None]   # [T, hd/2]
-    emb = torch.cat([freqs, freqs], dim=-1)[:, None, :]                         # [T, 1, hd]
-    return emb.cos(), emb.sin() * _rope_sign(freqs.shape[-1], positions.device)
-
-
-@functools.lru_cache(maxsize=16)
-def _rope_sign(half: int, device: torch.device) -> Tensor:
-    """[2 * half]: -1 on the first half, +1 on the second."""
-    return torch.cat([-torch.ones(half), torch.ones(half)]).to(device)
-
-
-def rotate(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
-    """x [..., heads, hd] with tables from `rope_tables`: rotate-half RoPE (x1 c - x2 s, x2 c + x1 s) in fp32."""
-    xf = x.float()
-    return (xf * cos + xf.roll(xf.shape[-1] // 2, -1) * sin).to(x.dtype)
-
-
-def apply_rope(x: Tensor, positions: Tensor, inv_freq: Tensor) -> Tensor:
-    """x [T, heads, hd]; rotate-half RoPE computed in fp32."""
-    return rotate(x, *rope_tables(positions, inv_freq))
-
-
 class DraftCache:
     """Static KV cache of the draft's one attention layer: k, v [max_len, kv_heads, head_dim]. A pass
     starts at an int slot (keys: slots [0, start + T)) or at a 0-d device tensor (static shapes: keys are
-    all slots and the pass's mask covers all of them; see `acceptmoe.engine.kv`)."""
+    all slots and the pass's mask covers all of them; see `acceptmoe.engine.kv`). Its `write` takes what
+    `layers.Attention` hands a `KVCache` (the layer index is always 0)."""
 
     def __init__(self, max_len: int, kv_heads: int, head_dim: int, dtype: torch.dtype, device):
         self.k = torch.zeros(max_len, kv_heads, head_dim, dtype=dtype, device=device)
         self.v = torch.zeros_like(self.k)
         self.slots = torch.arange(max_len, device=device)                 # [S]
 
-    def write(self, start: Start, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
-        """k, v [T, kv_heads, hd] to slots start..start+T-1 -> keys, values [1, kv_heads, S', hd]."""
+    def write(self, layer: int, start: Start, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
+        """k, v [kv_heads, T, hd] to slots start..start+T-1 -> keys, values [1, kv_heads, S', hd]."""
+        k, v = k.transpose(0, 1), v.transpose(0, 1)                       # [T, kv_heads, hd]
         T = k.shape[0]
         if isinstance(start, Tensor):
             idx = start + self.slots[:T]
@@ -127,50 +72,26 @@ class DraftCache:
         return self.k.shape[0]
 
 
-class Attention(nn.Module):
-    def __init__(self, cfg: dict):
-        super().__init__()
-        H = cfg["hidden_size"]
-        self.heads, self.kv_heads = cfg["num_attention_heads"], cfg.get("num_key_value_heads") or cfg["num_attention_heads"]
-        self.head_dim = cfg.get("head_dim") or H // self.heads
-        self.q_proj = Linear(2 * H, self.heads * self.head_dim, bias=False)
-        self.k_proj = Linear(2 * H, self.kv_heads * self.head_dim, bias=False)
-        self.v_proj = Linear(2 * H, self.kv_heads * self.head_dim, bias=False)
-        self.o_proj = Linear(self.heads * self.head_dim, H, bias=False)
-        # fp32 always, so kept out of the module's buffers (a dtype cast would round it); one copy per device
-        self.inv_freq = rope_inv_freq(self.head_dim, cfg.get("rope_theta", 10000.0), cfg.get("rope_scaling"))
-        self._inv_freq_on: dict[torch.device, Tensor] = {}
-
-    def forward(self, x: Tensor, positions: Tensor, cache: DraftCache, start: Start, mask: Tensor) -> Tensor:
-        """x [T, 2H]; mask [T, S'] bool (True: attend; S' = start + T, or max_len for a tensor start).
-        Writes K/V to slots start..start+T-1."""
-        T = x.shape[0]
-        inv_freq = self._inv_freq_on.get(x.device)
-        if inv_freq is None:
-            inv_freq = self._inv_freq_on[x.device] = self.inv_freq.to(x.device)
-        cos, sin = rope_tables(positions, inv_freq)                                # [T, 1, hd] each
-        q = rotate(self.q_proj(x).view(T, self.heads, self.head_dim), cos, sin)
-        keys, vals = cache.write(start, rotate(self.k_proj(x).view(T, self.kv_heads, self.head_dim), cos, sin),
-                                 self.v_proj(x).view(T, self.kv_heads, self.head_dim))  # [1, kv_heads, S', hd]
-        out = F.scaled_dot_product_attention(q.transpose(0, 1)[None], keys, vals, attn_mask=mask,
-                                             enable_gqa=True)                      # [1, heads, T, hd]
-        return self.o_proj(out[0].transpose(0, 1).reshape(T, self.heads * self.head_dim))
-
-
 class MidLayer(nn.Module):
     """The draft's one decoder layer; attention reads concat(norm(embeds), norm(hidden)) of width 2H."""
 
     def __init__(self, cfg: dict):
         super().__init__()
         H, eps = cfg["hidden_size"], cfg.get("rms_norm_eps", 1e-6)
+        heads = cfg["num_attention_heads"]
+        kv_heads, head_dim = cfg.get("num_key_value_heads") or heads, cfg.get("head_dim") or H // heads
         self.input_layernorm, self.hidden_norm = RMSNorm(H, eps), RMSNorm(H, eps)
         self.post_attention_layernorm = RMSNorm(H, eps)
-        self.self_attn, self.mlp = Attention(cfg), DenseMLP(H, cfg["intermediate_size"])
+        self.self_attn = Attention(2 * H, H, heads, kv_heads, head_dim)
+        self.mlp = DenseMLP(H, cfg["intermediate_size"])
+        self.rope = Rope(rope_config(cfg, DRAFT_ROPE_KINDS), head_dim, cfg.get("max_position_embeddings") or 0)
 
     def forward(self, embeds: Tensor, hidden: Tensor, positions: Tensor, cache: DraftCache, start: Start,
                 mask: Tensor) -> Tensor:
+        """mask [T, S'] bool (True: attend; S' = start + T, or max_len for a tensor start)."""
         x = torch.cat([self.input_layernorm(embeds), self.hidden_norm(hidden)], dim=-1)   # [T, 2H]
-        h = hidden + self.self_attn(x, positions, cache, start, mask)                      # [T, H]
+        cos, sin = self.rope(positions, x.dtype, cache.max_len)                           # [T, 1, hd] each
+        h = hidden + self.self_attn(x, cos, sin, cache, start, mask)                       # [T, H]
         return h + self.mlp(self.post_attention_layernorm(h))
 
 
@@ -214,7 +135,7 @@ class Eagle3Draft(nn.Module):
         draft = draft.to(device=device, dtype=dtype or stored).eval()
         for m in draft.modules():
             if isinstance(m, Linear):
-                m.freeze()                                   # one mm per call (see attention.Linear)
+                m.freeze()                                   # one mm per call (see layers.Linear)
         return draft
 
     def save_pretrained(self, path: str | Path) -> None:
@@ -263,7 +184,7 @@ class Eagle3Draft(nn.Module):
 
     def new_cache(self, max_len: int) -> DraftCache:
         a = self.midlayer.self_attn
-        return DraftCache(max_len, a.kv_heads, a.head_dim, self.dtype, self.fc.weight.device)
+        return DraftCache(max_len, a.nkv, a.D, self.dtype, self.fc.weight.device)
 
     def embed(self, ids: Tensor) -> Tensor:
         """ids [T] target vocabulary -> [T, H] in the draft dtype."""

@@ -1,9 +1,12 @@
 """The speculative decoding engine: prefill, draft tree, one verification pass, greedy acceptance.
 
-    engine = load_engine("models/tiny", tree=TreeShape(5, 10, 64))    # holds target/ and draft/
-    plan = Variant("acceptmoe").bind(engine.fit, commitment=table.p_hat)
-    gen = engine.generate(prompt_ids, plan, max_new_tokens=96)
-    gen.tokens, gen.accept_lengths, gen.step_times, gen.trace
+    >>> from acceptmoe.engine import TreeShape, load_engine
+    >>> from acceptmoe.methods import Variant
+    >>> engine = load_engine("models/tiny", tree=TreeShape(3, 4, 12))    # holds target/ and draft/
+    >>> ar, sd = (engine.generate([5, 17, 300], Variant(m).bind(engine.fit), 12, ignore_eos=True)
+    ...           for m in ("vanilla-ar", "standard-sd"))
+    >>> ar.tokens == sd.tokens, len(sd.trace.blocks) == len(sd.accept_lengths)   # lossless; one block per step
+    (True, True)
 
 Every method shares one loop. `vanilla-ar` decodes one token per target step with natural routing. The
 speculative methods draft an EAGLE-2 tree with the EAGLE-3 head, then run one target pass over root +

@@ -3,9 +3,19 @@
 extension by an accepted path (one graph per length), each replayed after its inputs are copied into
 static buffers.
 
-    steps = StepGraphs(device, "graphs", state=(store.tally,))   # STEP_MODES: "eager" | "static" | "graphs"
-    cache = steps.cache("target", max_len, model.new_cache)      # one persistent cache, grown by powers of two
-    outputs = steps.run(step, {"ids": ids, "start": start, ...})  # step(inputs) -> tuple of tensors
+    >>> import torch
+    >>> from acceptmoe.engine import load_engine
+    >>> from acceptmoe.engine.graphs import StepGraphs
+    >>> from acceptmoe.engine.passes import TargetPass
+    >>> model = load_engine("models/tiny").model
+    >>> steps = StepGraphs("cpu", "static", state=(model.store.tally,))   # "graphs" on CUDA captures the same
+    >>> cache = steps.cache("target", 40, model.new_cache)   # one persistent cache, grown by powers of two
+    >>> cache.max_len
+    64
+    >>> inputs = {"ids": torch.tensor([5, 17, 300]), "positions": torch.arange(3), "start": 0}
+    >>> logits, _, _ = steps.run(TargetPass(model, cache), inputs)     # step(inputs) -> tuple of tensors
+    >>> tuple(logits.shape), steps.describe()["mode"]
+    ((3, 1024), 'static')
 
 A step is a frozen dataclass whose fields are everything its `__call__` reads besides the inputs (the model,
 the cache, the verifier, whether it prunes or records, ...): `engine.passes.TargetPass`,

@@ -20,26 +20,13 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ..methods import Router
-from .attention import Attention, Linear, RMSNorm, Rope, block_masks
+from .layers import Attention, DenseMLP, Linear, RMSNorm, Rope, block_masks
 from .config import DTYPES, ModelConfig
 from .kv import KVCache, Start
 from .loading import Checkpoint, expert_weights, module_state
 from .store import ExpertMath, ExpertStore, make_store, validate_store_args
 
 Policy = Callable[[int, Tensor], tuple[Tensor, Tensor]]
-
-
-class DenseMLP(nn.Module):
-    """SwiGLU MLP of Qwen3's non-MoE layers (`mlp_only_layers`, `decoder_sparse_step`)."""
-
-    def __init__(self, hidden: int, inter: int):
-        super().__init__()
-        self.gate_proj = Linear(hidden, inter, bias=False)
-        self.up_proj = Linear(hidden, inter, bias=False)
-        self.down_proj = Linear(inter, hidden, bias=False)
-
-    def forward(self, x: Tensor) -> Tensor:
-        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
 
 
 class RouterLinear(nn.Module):
@@ -54,7 +41,7 @@ class DecoderLayer(nn.Module):
     def __init__(self, cfg: ModelConfig, layer: int):
         super().__init__()
         self.input_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
-        self.self_attn = Attention(cfg, layer)
+        self.self_attn = Attention.of(cfg, layer)
         self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
         moe = cfg.moe_layers[layer]
         self.mlp = RouterLinear(cfg) if moe else DenseMLP(cfg.hidden_size, cfg.dense_intermediate_size)
@@ -74,7 +61,7 @@ class MoEModel(nn.Module):
         for m in self.modules():
             if isinstance(m, Linear):
                 m.freeze()
-        self.rope = Rope(cfg).to(self.device)
+        self.rope = Rope(cfg.rope, cfg.head_dim, cfg.max_position_embeddings).to(self.device)
 
     @classmethod
     def from_pretrained(cls, path: str | Path, device: torch.device | str = "cpu",
@@ -128,7 +115,8 @@ class MoEModel(nn.Module):
         wanted = {l: None for l in aux_layers}
         x = self.embed_tokens(ids)                                       # [T, H]
         for i, layer in enumerate(self.layers):
-            x = x + layer.self_attn(layer.input_layernorm(x), cos, sin, cache, start, masks)
+            attn = layer.self_attn
+            x = x + attn(layer.input_layernorm(x), cos, sin, cache, start, masks[attn.window])
             x = x + self._mlp(i, layer.mlp, layer.post_attention_layernorm(x), policy)
             if i in wanted:
                 wanted[i] = x

@@ -1,8 +1,16 @@
 """The target's passes as `StepGraphs` steps: a frozen dataclass whose fields are everything the pass reads
 besides its inputs, so its CUDA-graph key is derived, never listed by hand.
 
-    step = TargetPass(model, cache, verifier=v, prune=False, record=True, aux_layers=(1, 3, 4))
-    logits, aux, stats = steps.run(step, {"ids": ..., "positions": ..., "start": ..., "mask": ...})
+    >>> import torch
+    >>> from acceptmoe.engine import load_engine
+    >>> from acceptmoe.engine.passes import TargetPass
+    >>> engine = load_engine("models/tiny")
+    >>> cache = engine.model.new_cache(16)
+    >>> step = TargetPass(engine.model, cache)           # natural routing; a verifier restricts or records
+    >>> logits, aux, stats = engine.steps.run(step, {"ids": torch.tensor([1, 2, 3]), "positions": torch.arange(3),
+    ...                                              "start": 0})
+    >>> tuple(logits.shape), aux, stats, step == TargetPass(engine.model, cache)   # the step is its graph key
+    ((3, 1024), None, None, True)
 
 `verifier` None routes every MoE layer naturally (`router.natural`): prefill-free decode steps, Vanilla AR,
 and Standard SD without a trace. With a verifier, a restricting method routes inside the verifier's set S

@@ -1,6 +1,8 @@
 """The verifier backends by name and the one factory, `make_verifier(backend, plan, device)`.
 
-    verifier = make_verifier("auto", plan, device)     # torch | triton | auto (triton on CUDA) | registered
+    >>> from acceptmoe.kernels import BACKENDS, resolve_backend
+    >>> {"torch", "triton"} <= set(BACKENDS), resolve_backend("auto", "cpu"), resolve_backend("auto", "cuda")
+    (True, 'torch', 'triton')
 
 A backend module declares what it serves with `acceptmoe.methods.register_backend` when it is imported
 (`make_verifier` imports it on first use: triton only when asked for).

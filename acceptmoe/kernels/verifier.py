@@ -2,11 +2,15 @@
 Backends subclass it (`torch_verifier.TorchVerifier`, `triton_verifier.TritonVerifier`); `backends.make_verifier`
 picks one by name.
 
-    verifier = make_verifier("auto", plan, device)   # plan: Variant.bind(...), checked; backend torch | triton
-    verifier.prepare(blocks)                         # once per verification step: B blocks, padded to T
-    out = verifier(logits, resident)                 # per MoE layer: logits [B, T, E], resident [E] | [B, E]
-    out.ids, out.weights                             # [B, T, k] routing inside S (Eq. 2)
-    out.eligible, out.utility, out.anchor            # [B, E] the selection
+    >>> import torch
+    >>> from acceptmoe.kernels import make_verifier
+    >>> from acceptmoe.methods import BlockInfo, Fit, Router, Variant
+    >>> plan = Variant("acceptmoe").bind(Fit(Router("softmax_topk", 2), 16, max_depth=2), commitment=(1.0, 0.8, 0.5))
+    >>> verifier = make_verifier("auto", plan, "cpu")      # torch on CPU, the fused Triton kernel on CUDA
+    >>> verifier.prepare([BlockInfo.from_parents([-1, 0, 1]), BlockInfo.from_parents([-1, 0])])  # per step
+    >>> out = verifier(torch.randn(2, 3, 16))             # per MoE layer: logits [B, T, E] (a resident mask prunes)
+    >>> tuple(out.ids.shape), tuple(out.eligible.shape)   # routing inside S [B, T, k]; the sets [B, E]
+    ((2, 3, 2), (2, 16))
 
 Every step of one shape reuses the same device buffers, held for the verifier's life, so a CUDA graph
 captured through a call reads each step's values at replay; `prepare(..., rows=R)` reserves R block rows

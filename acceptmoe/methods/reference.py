@@ -1,8 +1,15 @@
 """The readable reference: one verification block, one MoE layer, the rules of docs/method.md step by step.
 
-    sel = select(plan, logits, block)              # logits [T, E] -> Selection(eligible, utility, anchor) [E]
-    eligible = prune(sel, resident, plan)          # residency-aware pruning against the pool, bool [E]
-    ids, weights = route(logits, eligible, router)  # constrained top-k (Eq. 2), [T, k] each
+    >>> import torch
+    >>> from acceptmoe.methods import BlockInfo, Fit, Router, Variant, prune, route, select
+    >>> router, block = Router("softmax_topk", top_k=2), BlockInfo.from_parents([-1, 0, 0, 1])
+    >>> plan = Variant("acceptmoe").bind(Fit(router, 8, max_depth=2, store="offloaded"), commitment=(1.0, 0.8, 0.5))
+    >>> logits = torch.randn(4, 8, generator=torch.Generator().manual_seed(0))           # [T, E]
+    >>> sel = select(plan, logits, block)                       # Selection(eligible, utility, anchor), [E] each
+    >>> eligible = prune(sel, torch.zeros(8, dtype=torch.bool), plan)   # residency pruning: nothing resident
+    >>> ids, weights = route(logits, eligible, router)          # constrained top-k (Eq. 2), [T, k] each
+    >>> bool(eligible[ids].all()), int(sel.anchor.sum()), tuple(weights.shape)
+    (True, 2, (4, 2))
 
 It exists to be read and to check the batched backends (`acceptmoe.kernels`), which must agree with it
 exactly on sets and ids. It is written in plain Python over exact integers and shares no code with them

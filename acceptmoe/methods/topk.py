@@ -6,10 +6,15 @@ verifier backend, and residency pruning (which walks the same order from the end
 implements the same rule. A stable descending sort gives it directly: equal values keep their index
 order. Pure tensor code on the device: no host synchronisation, fixed output shapes.
 
-    values, ids = topk(logits, k)          # [..., k] each, best first
-    ids = topk_ids(logits, k)              # [..., k], the same ids without gathering their values
-    ids = first_k_in(order, member, k)     # [..., k], the top-k among members, read from a ranking order
-    rank = rank_desc(votes, mass)          # [..., N] long, 0 = best: votes desc, mass desc, index asc
+    >>> import torch
+    >>> from acceptmoe.methods import first_k_in, order_desc, rank_desc, topk, topk_ids
+    >>> x = torch.tensor([1.0, 3.0, 3.0, 2.0])
+    >>> topk(x, 2)                         # values and ids, best first; the tie goes to the lower index
+    (tensor([3., 3.]), tensor([1, 2]))
+    >>> topk_ids(x, 3).tolist(), first_k_in(order_desc(x), torch.tensor([True, False, True, True]), 2).tolist()
+    ([1, 2, 3], [2, 3])
+    >>> rank_desc(torch.tensor([2.0, 2.0, 5.0]), torch.tensor([0.1, 0.3, 0.0])).tolist()   # primary, then secondary
+    [2, 1, 0]
 """
 from __future__ import annotations
 

@@ -1,12 +1,18 @@
 """`Variant` (what an experiment asks for) and `Plan` (that variant checked against an engine, the one object
 engines, verifiers, the SGLang plugin and the lm-eval backend accept).
 
-    v = Variant("acceptmoe")                                  # the method as the registry defines it
-    v = Variant("acceptmoe-b", budget=24)                     # a pinned budget (the sweep)
-    v = Variant("acceptmoe", prune=False)                     # AcceptMoE without residency-aware pruning
-    v = Variant("acceptmoe", overrides=(("beta", 1.0),))      # a selector knob changed (the beta study)
-    plan = v.bind(engine.fit, commitment=table.p_hat, b0=30, selector=world.selector)
-    gen = engine.generate(prompt_ids, plan, max_new_tokens=96)
+    >>> from acceptmoe.methods import Fit, Router, Variant
+    >>> Variant("acceptmoe-b", budget=24).name, Variant("acceptmoe", prune=False).label
+    ('acceptmoe-b@24', 'AcceptMoE (no pruning)')
+    >>> v = Variant("acceptmoe", overrides=(("beta", 1.0),))  # a selector knob changed (the beta study)
+    >>> fit = Fit(Router("softmax_topk", top_k=8), num_experts=128, max_depth=2)   # engine.fit in practice
+    >>> plan = v.bind(fit, commitment=(1.0, 0.8, 0.5))       # p_hat; b0=... for fixed-budget methods
+    >>> plan.selector.beta, plan.selector.p_hat, plan.prune
+    (1.0, (1.0, 0.8, 0.5), False)
+    >>> Variant("acceptmoe-b").bind(fit, commitment=(1.0, 0.8, 0.5), b0=4)
+    Traceback (most recent call last):
+    ...
+    acceptmoe.methods.config.ConfigError: variant acceptmoe-b: budget B=4 must satisfy top_k=8 <= B <= E=128 (every token needs k eligible experts)
 
 A variant is declared without run-time inputs and is hashable, so configs hold it. `bind` adds them (the
 calibrated p_hat, the pair's matched budget B0, the experiment's base selector) and fits the variant to a

@@ -1,7 +1,7 @@
 """EAGLE-3 training-time test (TTT): the draft head unrolled over whole sequences, with gradients.
 
 `Eagle3Draft.forward` is the inference path (batch 1, no grad, writes a KV cache), so training runs the
-same modules (`fc`, `midlayer.*`, `norm`, `lm_head`, `apply_rope`) through this batched forward, whose
+same modules (`fc`, `midlayer.*` with its `rope`, `norm`, `lm_head`) through this batched forward, whose
 attention reproduces exactly what `Eagle3Drafter` lets a tree node see.
 
 Unrolled step s at sequence index i (the draft's prediction at depth s + 1 when x_{i+1} is the root):
@@ -21,7 +21,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from acceptmoe.engine.eagle3 import Eagle3Draft, apply_rope
+from acceptmoe.engine.eagle3 import Eagle3Draft
+from acceptmoe.engine.layers import apply_rope
 
 from .draft_data import IGNORE, DraftBatch
 
@@ -65,7 +66,8 @@ def unroll(draft: Eagle3Draft, ids: Tensor, feats: Tensor, steps: int) -> list[T
     Returns the draft's output hidden state of each step s, [B, N, H] (before the final norm)."""
     B, N = ids.shape
     layer, attn = draft.midlayer, draft.midlayer.self_attn
-    rep = attn.heads // attn.kv_heads
+    heads, kv_heads, head_dim = attn.nq, attn.nkv, attn.D
+    rep = heads // kv_heads
     hidden = draft.fc(feats.to(draft.dtype))                                      # [B, N, H]
     keys: list[Tensor] = []
     values: list[Tensor] = []
@@ -74,12 +76,13 @@ def unroll(draft: Eagle3Draft, ids: Tensor, feats: Tensor, steps: int) -> list[T
         positions = torch.arange(N, device=ids.device) + s                        # [N]
         embeds = draft.embed(shift(ids, 1 + s, 0))                                # [B, N, H]
         x = torch.cat([layer.input_layernorm(embeds), layer.hidden_norm(hidden)], dim=-1)   # [B, N, 2H]
-        q = apply_rope(attn.q_proj(x).view(B, N, attn.heads, attn.head_dim), positions, attn.inv_freq)
-        k = apply_rope(attn.k_proj(x).view(B, N, attn.kv_heads, attn.head_dim), positions, attn.inv_freq)
-        v = attn.v_proj(x).view(B, N, attn.kv_heads, attn.head_dim)
+        cos, sin = layer.rope(positions, x.dtype)                                 # [N, 1, d] each
+        q = apply_rope(attn.q_proj(x).view(B, N, heads, head_dim), cos, sin)
+        k = apply_rope(attn.k_proj(x).view(B, N, kv_heads, head_dim), cos, sin)
+        v = attn.v_proj(x).view(B, N, kv_heads, head_dim)
         keys.append(k.repeat_interleave(rep, dim=2))
         values.append(v.repeat_interleave(rep, dim=2))
-        o = ttt_attention(q, keys, values).reshape(B, N, attn.heads * attn.head_dim)
+        o = ttt_attention(q, keys, values).reshape(B, N, heads * head_dim)
         h = hidden + attn.o_proj(o)                                               # [B, N, H]
         hidden = h + layer.mlp(layer.post_attention_layernorm(h))
         outs.append(hidden)

@@ -87,6 +87,28 @@ def test_no_import_cycles():
     assert not cycles, "import cycles:\n" + "\n".join(cycles)
 
 
+EXPERIMENT_PACKAGES = ("table1", "throughput", "study", "bench")     # each stands on the spine alone
+
+
+def test_experiments_stand_on_the_spine_and_not_on_each_other():
+    """Inside experiments/: the spine imports no experiment package; an experiment package imports the spine
+    and itself only (no runner inside another runner); the cross-cutting commands (cli, tables, gpu_check,
+    lm_eval) may import any of them."""
+    def part(module: str) -> str | None:
+        parts = module.split(".")
+        return parts[2] if len(parts) > 2 and parts[:2] == ["acceptmoe", "experiments"] else None
+    bad = []
+    for src, targets in graph().items():
+        a = part(src)
+        if a not in ("spine",) + EXPERIMENT_PACKAGES:
+            continue
+        for dst in targets:
+            b = part(dst)
+            if b is not None and b != a and b != "spine":
+                bad.append(f"{src} -> {dst}")
+    assert not bad, "experiment packages importing each other (or the spine importing one):\n" + "\n".join(bad)
+
+
 def test_every_room_is_known():
     rooms = {room(module_name(p)) for p in PACKAGE.rglob("*.py")} - {"__main__", None}
     assert rooms <= set(RANK), f"rooms without a rank: {rooms - set(RANK)}"

@@ -130,7 +130,7 @@ def test_own_embedding_and_bf16(tmp_path, target):
     assert draft.embed_tokens is not None and draft.dtype == torch.bfloat16
     out = draft(torch.tensor([1, 2]), torch.randn(2, 3 * HIDDEN), torch.arange(2), draft.new_cache(4), 0)
     assert out.dtype == torch.bfloat16 and draft.logits(out).dtype == torch.float32
-    assert draft.midlayer.self_attn.inv_freq.dtype == torch.float32
+    assert draft.midlayer.rope.inv_freq.dtype == torch.float32          # RoPE frequencies stay fp32
 
 
 def test_default_aux_layers_follow_sglang(tmp_path, target):

@@ -248,7 +248,7 @@ def test_frozen_linear_is_f_linear_bit_for_bit_in_one_op():
     from torch import nn
     from torch.nn import functional as F
 
-    from acceptmoe.engine.attention import Linear
+    from acceptmoe.engine.layers import Linear
     from acceptmoe.experiments.bench.engine_speed import AtenCounter
     torch.manual_seed(0)
     for bias in (False, True):

@@ -1,4 +1,4 @@
-"""GSM8K scoring is lm-eval's own: our Score equals what lm-eval's ConfigurableTask (built from the gsm8k
+"""GSM8K scoring is lm-eval's own: our Grade equals what lm-eval's ConfigurableTask (built from the gsm8k
 YAML shipped in lm_eval, with local data) computes for the same replies, on replies chosen to be tricky."""
 import json
 

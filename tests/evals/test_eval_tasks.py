@@ -3,7 +3,7 @@ import re
 
 import pytest
 
-from acceptmoe.evals.tasks import TASK_MODULES, Score, get_task
+from acceptmoe.evals.tasks import TASK_MODULES, Grade, get_task
 
 REAL_COUNTS = {("gsm8k", "test"): 1319, ("gsm8k", "train"): 7473, ("math500", "test"): 500,
                ("humaneval", "test"): 164, ("mbpp", "test"): 378, ("mbpp", "validation"): 90 - 39,
@@ -107,7 +107,7 @@ def test_score_many_reads_the_harmony_final_channel():
     right, wrong = f"\\boxed{{{ex['answer']}}}", "\\boxed{0}"
     scores = task.score_many([ex, ex], [harmony(wrong, right), harmony(right, wrong)], response_format="harmony")
     assert [s.correct for s in scores] == [True, False]
-    assert all(isinstance(s, Score) for s in scores)
+    assert all(isinstance(s, Grade) for s in scores)
 
 
 @pytest.mark.parametrize("name", TINY)

@@ -90,11 +90,11 @@ def test_parity_check_fails_on_a_perturbed_model(tmp_path):
 
 def test_graphs_check_fails_when_a_static_pass_differs(monkeypatch):
     """A static pass that lets tree nodes see every other node differs from eager: FAIL even without CUDA."""
-    from acceptmoe.engine import attention, kv
+    from acceptmoe.engine import layers, kv
 
     def leaky(slots, start, block):
         return kv.visible_slots(slots, start, torch.ones_like(block))
-    monkeypatch.setattr(attention, "visible_slots", leaky)
+    monkeypatch.setattr(layers, "visible_slots", leaky)
     res = gpu_check.check_graphs("cpu", TINY)
     assert res["verdict"] == "FAIL" and not all(r["static_equal_eager"] for r in res["rows"])
     assert gpu_check.graphs_verdict([{"static_equal_eager": True, "graphs_equal_static": True}],

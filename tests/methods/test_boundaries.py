@@ -55,8 +55,8 @@ def plan_with(rho: float, min_set: int = 0, k: int = 1):
 
 @pytest.mark.parametrize("rho, kept", [
     (0.25, [True, True, False, False]),     # 0.125 + 0.125 == 0.25 of the total: the budget includes equality
-    (0.2499, [True, True, False, True]),    # just under: only the first 0.125 goes (ties: higher index first)
-    (0.125, [True, True, False, True]),     # exactly one 0.125
+    (0.2499, [True, True, True, False]),    # just under: only the first 0.125 goes (ties: higher index first)
+    (0.125, [True, True, True, False]),     # exactly one 0.125
     (0.0, [True, True, True, True]),        # no budget, no pruning
 ])
 def test_pruning_budget_at_exactly_rho(rho, kept):

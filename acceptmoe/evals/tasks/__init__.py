@@ -4,12 +4,12 @@
     load(split="test", limit=None) -> list[dict]   examples, each with a unique "id"
     messages(example) -> list[{"role", "content"}]  the chat prompt (the model's chat template is applied later)
     extract(example, response) -> str          the answer (text tasks) or sanitised code (code tasks) that is graded
-    score(example, response) -> Score          one graded response
+    score(example, response) -> Grade          one graded response
     problem(example) -> CodeProblem            code tasks only: entry point, reference solution, test inputs
     TEST_SETS                                  code tasks only: the verdicts a graded test-split row holds
 
 `Task.score_many` grades a batch; code tasks go through `acceptmoe.evals.codecheck` (EvalPlus's rules,
-the candidate run in the sandbox, its return values compared in this process). A code Score's `correct`
+the candidate run in the sandbox, its return values compared in this process). A code Grade's `correct`
 is the "base" verdict; `details` holds "base" and, where the task has EvalPlus's extra inputs, "plus"
 (base and plus inputs both pass), each with its sandbox status and the first failure. `Task.test_sets`
 names those verdicts for tables: a sample row's `score_details[name]` is the pass/fail of column `name`.
@@ -39,7 +39,7 @@ TASK_MODULES = {
 
 
 @dataclass(frozen=True)
-class Score:
+class Grade:
     """One graded response: correct or not, what was graded, and task-specific details (JSON-ready)."""
 
     correct: bool
@@ -55,7 +55,7 @@ class Task:
     load: Callable[..., list[dict]]
     messages: Callable[[dict], list[dict]]
     extract: Callable[[dict, str], str]
-    score: Callable[[dict, str], Score]
+    score: Callable[[dict, str], Grade]
     problem: Callable[[dict], CodeProblem] | None = None
     test_sets: tuple[str, ...] = ()  # code tasks: ("base",) or ("base", "plus"); "base" is also `correct`
 
@@ -64,7 +64,7 @@ class Task:
         return self.problem is not None
 
     def score_many(self, examples: list[dict], responses: list[str], response_format: str = "plain",
-                   workers: int = 2, limits: Limits = CANDIDATE_LIMITS) -> list[Score]:
+                   workers: int = 2, limits: Limits = CANDIDATE_LIMITS) -> list[Grade]:
         """Grade responses[i] against examples[i]; code runs `workers` sandboxed programs at a time."""
         if len(examples) != len(responses):
             raise ValueError(f"{len(examples)} examples but {len(responses)} responses")
@@ -75,16 +75,16 @@ class Task:
 
 
 def grade_code(problem: Callable[[dict], CodeProblem], extract: Callable[[dict, str], str], examples: list[dict],
-               responses: list[str], workers: int = 2, limits: Limits = CANDIDATE_LIMITS) -> list[Score]:
+               responses: list[str], workers: int = 2, limits: Limits = CANDIDATE_LIMITS) -> list[Grade]:
     """Scores of code responses (plain text, already out of any Harmony wrapper)."""
     verdicts = grade_many([problem(ex) for ex in examples], [extract(ex, r) for ex, r in zip(examples, responses)],
                           workers, limits)
-    return [code_score(v) for v in verdicts]
+    return [code_grade(v) for v in verdicts]
 
 
-def code_score(verdict: CodeVerdict) -> Score:
-    """A code verdict as a Score: `correct` is the base verdict; details hold every test set's verdict."""
-    return Score(correct=verdict.passed("base"), extracted=verdict.code, details=verdict.details())
+def code_grade(verdict: CodeVerdict) -> Grade:
+    """A code verdict as a Grade: `correct` is the base verdict; details hold every test set's verdict."""
+    return Grade(correct=verdict.passed("base"), extracted=verdict.code, details=verdict.details())
 
 
 def _from_module(module: ModuleType) -> Task:

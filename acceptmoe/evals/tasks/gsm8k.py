@@ -19,7 +19,7 @@ import yaml
 
 from acceptmoe.errors import UserError
 from acceptmoe.evals.data import read_records, take
-from acceptmoe.evals.tasks import Score, check_split, user_message
+from acceptmoe.evals.tasks import Grade, check_split, user_message
 
 NAME = "gsm8k"
 VERSION = "1"
@@ -108,13 +108,13 @@ def extract(example: dict, response: str) -> str:
     return flexible_extract(response)
 
 
-def score_against(reference: str, response: str) -> Score:
+def score_against(reference: str, response: str) -> Grade:
     """Grade a response against a reference answer (full GSM8K solution or a bare number)."""
     flexible, strict = flexible_extract(response), strict_extract(response)
-    return Score(correct=exact_match(flexible, reference), extracted=flexible,
+    return Grade(correct=exact_match(flexible, reference), extracted=flexible,
                  details={"strict_extracted": strict, "strict_match": exact_match(strict, reference),
                           "target": reference.rsplit("#### ", 1)[-1].strip()})
 
 
-def score(example: dict, response: str) -> Score:
+def score(example: dict, response: str) -> Grade:
     return score_against(example["answer"], response)

@@ -7,7 +7,7 @@ plain completion of the body), placed after the prompt (its imports and helpers)
 full definition after a newline. Then evalplus's sanitiser keeps the imports, the entry point and what
 it reaches. Grading (acceptmoe.evals.codecheck): the entry point is called on HumanEval+'s `base_input`
 (the original HumanEval tests' inputs) and `plus_input` in the sandbox, and its return values are
-compared here with the canonical solution's. Score.correct is base pass@1 (HumanEval); details["plus"]
+compared here with the canonical solution's. Grade.correct is base pass@1 (HumanEval); details["plus"]
 is HumanEval+ (base and plus inputs both pass).
 """
 from __future__ import annotations
@@ -15,7 +15,7 @@ from __future__ import annotations
 from acceptmoe.evals.codecheck import CodeProblem, sanitize
 from acceptmoe.evals.data import read_records, take
 from acceptmoe.evals.extract import defines, extract_code
-from acceptmoe.evals.tasks import Score, check_split, grade_code, user_message
+from acceptmoe.evals.tasks import Grade, check_split, grade_code, user_message
 
 NAME = "humaneval"
 VERSION = "2"
@@ -51,5 +51,5 @@ def problem(example: dict) -> CodeProblem:
                        dataset="humaneval", atol=float(example["atol"]))
 
 
-def score(example: dict, response: str) -> Score:
+def score(example: dict, response: str) -> Grade:
     return grade_code(problem, extract, [example], [response])[0]

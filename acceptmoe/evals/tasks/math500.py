@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from acceptmoe.evals.data import read_records, take
 from acceptmoe.evals.mathcheck import math_check, parse_answer
-from acceptmoe.evals.tasks import Score, check_split, user_message
+from acceptmoe.evals.tasks import Grade, check_split, user_message
 
 NAME = "math500"
 VERSION = "1"
@@ -31,13 +31,13 @@ def extract(example: dict, response: str) -> str:
     return str(parsed[-1]) if parsed else ""
 
 
-def score_against(gold_answer: str, response: str) -> Score:
+def score_against(gold_answer: str, response: str) -> Grade:
     verdict = math_check(gold_answer, response)
     details = {"target": gold_answer}
     if verdict.gold_error:
         details["gold_error"] = verdict.gold_error
-    return Score(correct=verdict.correct, extracted=verdict.extracted, details=details)
+    return Grade(correct=verdict.correct, extracted=verdict.extracted, details=details)
 
 
-def score(example: dict, response: str) -> Score:
+def score(example: dict, response: str) -> Grade:
     return score_against(example["answer"], response)

@@ -9,7 +9,7 @@ asserts, asking for the function in a fenced block. Code: the first fenced Pytho
 function (else the first Python block, else the whole response), sanitised by evalplus.
 Grading (acceptmoe.evals.codecheck): test-split problems call the function on MBPP+'s `base_input` (the
 original MBPP tests' inputs) and `plus_input` in the sandbox and compare the return values here with the
-canonical solution's by EvalPlus's MBPP rules. Score.correct is base pass@1 (MBPP); details["plus"] is
+canonical solution's by EvalPlus's MBPP rules. Grade.correct is base pass@1 (MBPP); details["plus"] is
 MBPP+ (base and plus inputs both pass). Problems of the other splits have one base set: the literal
 arguments of their asserts, compared with the original reference code's outputs (3 of those 320
 problems call the function on objects built in the assert; grading them raises ValueError).
@@ -21,7 +21,7 @@ import re
 from acceptmoe.evals.codecheck import CodeProblem, assert_inputs, mbpp_plus_inputs, sanitize
 from acceptmoe.evals.data import read_records, take
 from acceptmoe.evals.extract import extract_code
-from acceptmoe.evals.tasks import Score, check_split, grade_code, user_message
+from acceptmoe.evals.tasks import Grade, check_split, grade_code, user_message
 
 NAME = "mbpp"
 VERSION = "2"
@@ -84,5 +84,5 @@ def problem(example: dict) -> CodeProblem:
                        test_sets=(("base", assert_inputs(example["test_list"], example["entry_point"])),))
 
 
-def score(example: dict, response: str) -> Score:
+def score(example: dict, response: str) -> Grade:
     return grade_code(problem, extract, [example], [response])[0]

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from acceptmoe.evals.codecheck import CodeProblem, assert_inputs, sanitize
 from acceptmoe.evals.extract import extract_code
-from acceptmoe.evals.tasks import Score, grade_code, tiny_common
+from acceptmoe.evals.tasks import Grade, grade_code, tiny_common
 from acceptmoe.evals.tasks.humaneval import completion_code
 
 NAME = "tiny-humaneval"
@@ -34,5 +34,5 @@ def problem(example: dict) -> CodeProblem:
                        test_sets=(("base", assert_inputs(asserts, example["entry_point"])),))
 
 
-def score(example: dict, response: str) -> Score:
+def score(example: dict, response: str) -> Grade:
     return grade_code(problem, extract, [example], [response])[0]

@@ -2,7 +2,7 @@
 (math_verify against the LaTeX answer)."""
 from __future__ import annotations
 
-from acceptmoe.evals.tasks import Score, math500, tiny_common
+from acceptmoe.evals.tasks import Grade, math500, tiny_common
 
 NAME = "tiny-math"
 VERSION = tiny_common.VERSION
@@ -20,5 +20,5 @@ def extract(example: dict, response: str) -> str:
     return math500.extract(example, response)
 
 
-def score(example: dict, response: str) -> Score:
+def score(example: dict, response: str) -> Grade:
     return math500.score_against(example["answer"], response)

@@ -5,7 +5,19 @@ docs/method.md ("B0"): the pooled mean AcceptMoE set size over every block and l
 prompts) crosses a rounding boundary, the first `b0.fallback_prompts` (100) are used. With fewer evaluation
 prompts than that (a `--limit` run) all of them are used, and the decision records it (`limited`).
 
-    decision = b0_for_pair(trace_log, world.b0, paths.b0(pair))      # saved once, then read back
+    >>> from acceptmoe.engine.trace import Trace
+    >>> from acceptmoe.experiments.spine.b0 import decide_b0
+    >>> from acceptmoe.experiments.spine.config import B0Config
+    >>> def trace(index, sizes):                         # one block per entry, one set size per layer
+    ...     t = Trace(meta={"index": index})
+    ...     for step, s in enumerate(sizes):
+    ...         t.add_block(step, [-1, 0], [0], [[0, s, 8, 10, s, 1.0]])
+    ...     return t
+    >>> d = decide_b0([trace(i, [30, 31]) for i in range(60)], B0Config(resamples=200))   # mean 30.5
+    >>> d.b0, d.n_prompts, d.first_crossed                # halves up; no spread, so no fallback
+    (31, 50, False)
+
+`b0_for_pair(trace_log, world.b0, path)` saves the decision once and reads it back afterwards.
 """
 from __future__ import annotations
 

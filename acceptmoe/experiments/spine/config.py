@@ -1,7 +1,14 @@
 """The config spine: one world, one small section per experiment, one strict loader.
 
-    cfg = load_experiment(Table1Config, "tiny", {"limit": 2})   # world + the table1 section + overrides
-    cfg.world.models, cfg.world.tree, cfg.methods, cfg.limit
+    >>> from acceptmoe.experiments.spine.config import load_experiment
+    >>> from acceptmoe.experiments.table1.config import Table1Config
+    >>> cfg = load_experiment(Table1Config, "tiny", {"limit": 2})   # world + the table1 section + overrides
+    >>> cfg.limit, cfg.world.tree.num_steps, [pair.task for pair in cfg.world.pairs()][:2]
+    (2, 5, ['tiny-gsm', 'tiny-math'])
+    >>> load_experiment(Table1Config, "tiny", {"world.tree.topk": "ten"})
+    Traceback (most recent call last):
+    ...
+    acceptmoe.experiments.spine.config.ConfigKeyError: tiny.yaml.tree.topk: expected int, got 'ten' (str)
 
 The world (`WorldConfig`) is everything the experiments share: models, tasks, device, dtype, threads, the draft
 tree, the selector, generation limits, and the calibration, B0 and bootstrap rules. Its sources, later ones

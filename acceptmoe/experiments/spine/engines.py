@@ -1,8 +1,14 @@
 """Which engine runs an experiment's models, and a model opened on it.
 
-    loaded = load_model(model, world, run_dir)         # an engine (`world.engine`) and its tokenizer
-    plan = loaded.plan(Variant("acceptmoe"), commitment=table.p_hat)     # bound to the engine and the world
-    gen = loaded.engine.generate(prompt_ids, plan, world.max_new_tokens(model))
+    >>> import tempfile
+    >>> from acceptmoe.experiments.spine.config import load_world
+    >>> from acceptmoe.experiments.spine.engines import load_model
+    >>> from acceptmoe.methods import Variant
+    >>> world = load_world("tiny")
+    >>> loaded = load_model(world.models[0], world, tempfile.mkdtemp())   # an engine (world.engine), tokenizer
+    >>> plan = loaded.plan(Variant("acceptmoe"), commitment=(1.0, 0.8, 0.6, 0.5, 0.4, 0.3))   # engine + world
+    >>> plan.fit == loaded.engine.fit and plan.selector.beta == world.selector.beta
+    True
 
 The native engine is always available; others are imported on first use from "module:function" so a missing
 optional dependency is one clear error naming the extra to install. Offloaded expert stores exist only in the

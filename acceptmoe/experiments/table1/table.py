@@ -10,7 +10,10 @@ Per pair, only prompts finished by every configured method are used (a partial r
 - tau (accepted tokens per target step, pooled over prompts) and the mean set size over blocks and layers.
 Written as `table1.md`, `table1.csv` (one record per pair and method) and `table1.tex` into the run folder.
 
-    text = write_table1("results/table1/tiny/<run-id>")       # also behind ./reproduce.sh tables
+    >>> from acceptmoe.experiments.table1.table import build_table1
+    >>> t = build_table1("results/reference/table1/tiny-20261130-084138-d612e5")    # write_table1 also writes
+    >>> round(t.means["standard-sd"]["accuracy"], 1), [pair.task for pair in t.b0][:2], t.incomplete
+    (85.7, ['tiny-gsm', 'tiny-math'], [])
 """
 from __future__ import annotations
 

@@ -1,7 +1,9 @@
 """The throughput experiments' section of the config spine: resident and offloaded throughput, the sweep.
 
-    cfg = load_throughput_config("tiny", phases=("resident",), overrides={"limit": 3})
-    cfg.world (models, tasks, tree, generation.timed_tokens, ...), cfg.resident, cfg.offload, cfg.sweep
+    >>> from acceptmoe.experiments.throughput.config import load_throughput_config
+    >>> cfg = load_throughput_config("tiny", phases=("resident",), overrides={"limit": 3})
+    >>> cfg.prompts("resident"), cfg.names("resident"), cfg.world.generation.timed_tokens
+    (3, ('vanilla-ar', 'standard-sd', 'moe-spec', 'acceptmoe-b', 'acceptmoe'), 256)
 
 Sources: the world of the preset, then `configs/experiments/throughput.yaml` (the paper's protocol: methods,
 repetitions, X = 48, sweep budgets), the preset's `throughput:` section (its sizes), overrides (dotted keys).

@@ -1,9 +1,13 @@
-"""Attention pieces for batch-1 decoding over the static KV cache: RMSNorm, RoPE, masks, GQA attention.
+"""The layers the target and the EAGLE-3 draft share, for batch-1 decoding over a static KV cache: `Linear`,
+`RMSNorm`, RoPE (`Rope`, `apply_rope`), masks, GQA `Attention` and the SwiGLU `DenseMLP`.
 
 Config-driven: q/k RMSNorm (Qwen3), qkv/o biases and per-head attention sinks (GPT-OSS), a per-layer
-sliding window on RoPE positions (GPT-OSS `sliding_attention` layers). Without sinks, attention is
-`scaled_dot_product_attention` with an explicit bool mask; with sinks, a manual softmax with one extra
-logit column per head (the sink) that takes probability mass and is then dropped.
+sliding window on RoPE positions (GPT-OSS `sliding_attention` layers), the input width (the draft attends
+over 2H: embedding and hidden state side by side). Without sinks, attention is
+`scaled_dot_product_attention` with the given mask (additive or bool) and scale head_dim^-0.5; with sinks,
+a manual softmax with one extra logit column per head (the sink) that takes probability mass and is then
+dropped. Numerics follow transformers' and SGLang's reference implementations: RMSNorm in fp32 with the
+weight applied in fp32 and one cast back, RoPE frequencies in fp32 (`config.RopeConfig`).
 """
 from __future__ import annotations
 
@@ -11,7 +15,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .config import ModelConfig
+from .config import ModelConfig, RopeConfig
 from .kv import KVCache, Start, visible_slots
 
 
@@ -36,7 +40,7 @@ class RMSNorm(nn.Module):
 
     def __init__(self, dim: int, eps: float):
         super().__init__()
-        self.weight = nn.Parameter(torch.ones(dim), requires_grad=False)
+        self.weight = nn.Parameter(torch.ones(dim))
         self.eps = eps
 
     def forward(self, x: Tensor) -> Tensor:
@@ -46,22 +50,30 @@ class RMSNorm(nn.Module):
 
 
 class Rope(nn.Module):
-    """cos/sin tables for given positions (default RoPE or YaRN), applied to halves of the head.
+    """cos/sin tables for given positions (`RopeConfig`: default, linear, llama3 or YaRN frequencies),
+    applied to halves of the head.
 
     Returned full width and broadcastable over heads: cos [T, 1, D] = (c, c) and sin [T, 1, D] = (-s, s),
     so that `apply_rope` is x * cos + roll(x, D/2) * sin. When every position is known to lie below
-    `max_position_embeddings` (`bound`, the cache length), they are looked up in tables built once;
-    otherwise computed."""
+    `max_positions` (`bound`, the cache length), they are looked up in tables built once; otherwise
+    computed. The buffers are fp32 and kept out of the module's dtype casts."""
 
-    def __init__(self, cfg: ModelConfig):
+    def __init__(self, rope: RopeConfig, head_dim: int, max_positions: int):
         super().__init__()
-        inv_freq, self.scale = cfg.rope.inv_freq(cfg.head_dim)
+        inv_freq, self.scale = rope.inv_freq(head_dim)
         self.register_buffer("inv_freq", torch.cat((inv_freq, inv_freq)), persistent=False)   # [D] fp32
         half = inv_freq.numel()
         sign = torch.cat((-torch.ones(half), torch.ones(half)))
         self.register_buffer("sin_scale", sign * self.scale, persistent=False)             # [D]
-        self.table_len = cfg.max_position_embeddings
+        self.table_len = max_positions
         self.tables: dict[torch.dtype, tuple[Tensor, Tensor]] = {}
+
+    def _apply(self, fn, recurse=True):
+        """Moves to a device keep the fp32 buffers fp32 (a `.to(bfloat16)` of the module casts only weights)."""
+        out = super()._apply(fn, recurse)
+        self.inv_freq, self.sin_scale = self.inv_freq.float(), self.sin_scale.float()
+        self.tables = {}
+        return out
 
     def compute(self, positions: Tensor, dtype: torch.dtype) -> tuple[Tensor, Tensor]:
         freqs = positions.float()[:, None, None] * self.inv_freq                           # [T, 1, D]
@@ -130,28 +142,37 @@ def attend(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, scale: float, s
 
 
 class Attention(nn.Module):
-    """Loads as q/k/v projections and q/k norms (the checkpoint's names); `fuse()` then joins them into one
-    qkv projection and one per-head norm over the q and k heads, which `forward` uses."""
+    """GQA attention of one layer: `in_features` -> Hq query heads and Hkv key/value heads of width D, an
+    output projection to `hidden`. Loads as q/k/v projections and q/k norms (the checkpoints' names);
+    `fuse()` (the target, after loading) joins them into one qkv projection and one per-head norm over the
+    q and k heads. The draft keeps the three projections (its training reads them)."""
 
-    def __init__(self, cfg: ModelConfig, layer: int):
+    def __init__(self, in_features: int, hidden: int, heads: int, kv_heads: int, head_dim: int, *,
+                 bias: bool = False, qk_norm: bool = False, eps: float = 1e-6, sinks: bool = False,
+                 window: int | None = None, layer: int = 0):
         super().__init__()
-        H, D = cfg.hidden_size, cfg.head_dim
-        self.layer, self.window = layer, cfg.windows[layer]
-        self.nq, self.nkv, self.D, self.scale = cfg.num_heads, cfg.num_kv_heads, D, D ** -0.5
-        bias = cfg.attention_bias
-        self.q_proj = nn.Linear(H, self.nq * D, bias=bias)
-        self.k_proj = nn.Linear(H, self.nkv * D, bias=bias)
-        self.v_proj = nn.Linear(H, self.nkv * D, bias=bias)
-        self.o_proj = Linear(self.nq * D, H, bias=bias)
-        self.q_norm = RMSNorm(D, cfg.rms_norm_eps) if cfg.qk_norm else None
-        self.k_norm = RMSNorm(D, cfg.rms_norm_eps) if cfg.qk_norm else None
-        self.sinks = nn.Parameter(torch.zeros(self.nq), requires_grad=False) if cfg.attention_sinks else None
+        self.layer, self.window = layer, window
+        self.nq, self.nkv, self.D, self.scale = heads, kv_heads, head_dim, head_dim ** -0.5
+        self.q_proj = Linear(in_features, heads * head_dim, bias=bias)
+        self.k_proj = Linear(in_features, kv_heads * head_dim, bias=bias)
+        self.v_proj = Linear(in_features, kv_heads * head_dim, bias=bias)
+        self.o_proj = Linear(heads * head_dim, hidden, bias=bias)
+        self.q_norm = RMSNorm(head_dim, eps) if qk_norm else None
+        self.k_norm = RMSNorm(head_dim, eps) if qk_norm else None
+        self.sinks = nn.Parameter(torch.zeros(heads), requires_grad=False) if sinks else None
         self.qkv: Linear | None = None
         self.qk_norm: RMSNorm | None = None
 
+    @classmethod
+    def of(cls, cfg: ModelConfig, layer: int) -> "Attention":
+        """Layer `layer` of a target."""
+        return cls(cfg.hidden_size, cfg.hidden_size, cfg.num_heads, cfg.num_kv_heads, cfg.head_dim,
+                   bias=cfg.attention_bias, qk_norm=cfg.qk_norm, eps=cfg.rms_norm_eps, sinks=cfg.attention_sinks,
+                   window=cfg.windows[layer], layer=layer)
+
     @torch.no_grad()
     def fuse(self) -> None:
-        """Replace q/k/v_proj by one projection [(Hq + 2 Hkv) D, H] and q/k_norm by one norm whose weight
+        """Replace q/k/v_proj by one projection [(Hq + 2 Hkv) D, in] and q/k_norm by one norm whose weight
         is per head [Hq + Hkv, D] (the same numbers, fewer operations)."""
         projs = (self.q_proj, self.k_proj, self.v_proj)
         w = torch.cat([p.weight for p in projs])
@@ -167,15 +188,37 @@ class Attention(nn.Module):
                                                requires_grad=False)       # [Hq + Hkv, D]
         del self.q_proj, self.k_proj, self.v_proj, self.q_norm, self.k_norm
 
-    def forward(self, x: Tensor, cos: Tensor, sin: Tensor, cache: KVCache, start: Start,
-                masks: dict[int | None, Tensor]) -> Tensor:
-        """x [T, H] -> [T, H]; writes this layer's new K/V to cache slots start..start+T-1."""
+    def _qkv(self, x: Tensor) -> tuple[Tensor, Tensor]:
+        """x [T, in] -> q and k heads [T, Hq + Hkv, D] (normed), v heads [T, Hkv, D]."""
         T, nqk = x.shape[0], self.nq + self.nkv
-        qkv = self.qkv(x).view(T, nqk + self.nkv, self.D)                # [T, Hq + 2 Hkv, D]
-        qk, v = qkv[:, :nqk], qkv[:, nqk:]                               # [T, Hq + Hkv, D], [T, Hkv, D]
-        if self.qk_norm is not None:
-            qk = self.qk_norm(qk)
+        if self.qkv is not None:
+            qkv = self.qkv(x).view(T, nqk + self.nkv, self.D)                # [T, Hq + 2 Hkv, D]
+            qk, v = qkv[:, :nqk], qkv[:, nqk:]
+            return (self.qk_norm(qk) if self.qk_norm is not None else qk), v
+        if self.q_norm is not None:
+            raise RuntimeError("q/k norms run fused: call fuse() after loading the weights")
+        q, k = self.q_proj(x).view(T, self.nq, self.D), self.k_proj(x).view(T, self.nkv, self.D)
+        return torch.cat((q, k), 1), self.v_proj(x).view(T, self.nkv, self.D)
+
+    def forward(self, x: Tensor, cos: Tensor, sin: Tensor, cache, start: Start, mask: Tensor | None) -> Tensor:
+        """x [T, in] -> [T, hidden]; writes this layer's new K/V to cache slots start..start+T-1 (cache: a
+        `KVCache`, or the draft's cache with the same `write`); mask [T, S'] additive or bool, or None."""
+        T = x.shape[0]
+        qk, v = self._qkv(x)
         qk = apply_rope(qk, cos, sin).transpose(0, 1)                    # [Hq + Hkv, T, D]
         keys, values = cache.write(self.layer, start, qk[self.nq:], v.transpose(0, 1))  # [1, Hkv, S', D]
-        o = attend(qk[None, :self.nq], keys, values, masks[self.window], self.scale, self.sinks)  # [1, Hq, T, D]
+        o = attend(qk[None, :self.nq], keys, values, mask, self.scale, self.sinks)      # [1, Hq, T, D]
         return self.o_proj(o.transpose(1, 2).reshape(T, self.nq * self.D))
+
+
+class DenseMLP(nn.Module):
+    """SwiGLU MLP: Qwen3's non-MoE layers (`mlp_only_layers`, `decoder_sparse_step`) and the draft's layer."""
+
+    def __init__(self, hidden: int, inter: int):
+        super().__init__()
+        self.gate_proj = Linear(hidden, inter, bias=False)
+        self.up_proj = Linear(hidden, inter, bias=False)
+        self.down_proj = Linear(inter, hidden, bias=False)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
