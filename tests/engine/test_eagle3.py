@@ -86,6 +86,20 @@ def test_forward_matches_reference_and_cache_is_consistent(draft_dir, target):
     assert draft.logits(whole).shape == (9, 96)
 
 
+def test_a_draft_with_its_own_embedding_uses_it(tmp_path, target):
+    """A checkpoint with embed_tokens.weight embeds with it, not with the target's embedding."""
+    folder = make_draft(tmp_path / "own", own_embedding=True)
+    draft = Eagle3Draft.from_pretrained(folder).bind(target)
+    sd = load_file(str(folder / "model.safetensors"))
+    g = torch.Generator().manual_seed(2)
+    ids, fused = torch.randint(0, VOCAB, (6,), generator=g), torch.randn(6, 3 * HIDDEN, generator=g)
+    pos = torch.arange(6)
+    out = draft(ids, fused, pos, draft.new_cache(8), 0)
+    torch.testing.assert_close(out, reference_forward(sd, sd["embed_tokens.weight"][ids], fused, pos),
+                               rtol=1e-4, atol=1e-5)
+    assert not torch.allclose(out, reference_forward(sd, target.embed(ids), fused, pos), rtol=1e-3, atol=1e-3)
+
+
 def test_tree_scores_equal_sequential_path_evaluation(draft_dir, target):
     """Every node's cumulative log-prob equals feeding its path one token at a time with a plain cache."""
     draft = Eagle3Draft.from_pretrained(draft_dir).bind(target)

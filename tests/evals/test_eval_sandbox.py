@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 import acceptmoe
-from acceptmoe.evals.sandbox import Isolation, Limits, SandboxError, isolation, run_many, run_program
+from acceptmoe.evals.sandbox import OPEN_FILES, Isolation, Limits, SandboxError, isolation, run_many, run_program
 
 # Generous wall clock: programs that end by themselves must never time out on a busy 2-core machine.
 LIMITS = Limits(timeout_s=60.0, memory_mb=512)
@@ -121,6 +121,30 @@ def test_no_new_processes_or_threads(spawn):
 def test_writing_a_large_file_hits_the_file_size_limit():
     res = run("open('big.bin', 'wb').write(b'x' * (32 << 20))", Limits(timeout_s=60, file_mb=4))
     assert res.status == "error" and "File too large" in res.stderr
+
+
+def test_open_files_stop_at_the_limit():
+    """RLIMIT_NOFILE: a program can hold a few files open, not OPEN_FILES of them."""
+    few = run("fs = [open(f'f{i}', 'w') for i in range(8)]")
+    assert few.passed, few.stderr
+    many = run(f"fs = [open(f'f{{i}}', 'w') for i in range({OPEN_FILES + 4})]")
+    assert many.status == "error" and "Too many open files" in many.stderr
+
+
+def test_no_core_files_and_the_limits_are_the_ones_set():
+    """RLIMIT_CORE is 0 (an aborting program leaves no core file behind) and the other rlimits are the
+    configured ones, read from inside the program."""
+    res = run(f"""
+        import resource
+        assert resource.getrlimit(resource.RLIMIT_CORE) == (0, 0)
+        assert resource.getrlimit(resource.RLIMIT_NOFILE)[0] <= {OPEN_FILES}
+        assert resource.getrlimit(resource.RLIMIT_FSIZE)[0] == 3 << 20
+        assert resource.getrlimit(resource.RLIMIT_CPU)[0] == 7
+        assert resource.getrlimit(resource.RLIMIT_NPROC)[0] == 0
+    """, Limits(timeout_s=60, file_mb=3, cpu_s=7))
+    assert res.passed, res.stderr
+    aborted = run("import os\nos.abort()")
+    assert aborted.status == "error" and not aborted.passed
 
 
 def test_output_is_truncated():
