@@ -114,10 +114,10 @@ def read_text(path: Path) -> str:
 
 @lru_cache(maxsize=None)
 def _read_cached(name: str, root: str) -> tuple[dict, ...]:
-    spec = FILES[name]
-    path = Path(root) / spec.path
-    verify_checksum(path, spec.sha256)
-    return tuple(parse_jsonl(read_text(path), str(path), spec.fields))
+    entry = FILES[name]
+    path = Path(root) / entry.path
+    verify_checksum(path, entry.sha256)
+    return tuple(parse_jsonl(read_text(path), str(path), entry.fields))
 
 
 def read_records(name: str) -> list[dict]:

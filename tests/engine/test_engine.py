@@ -290,3 +290,26 @@ def test_tracing_standard_sd_does_not_change_its_routing(engine, reference):
     assert all(s == EXPERTS for b in traced.trace.blocks for s in b.layers["set_size"])
     assert all(r == n for b in traced.trace.blocks
                for r, n in zip(b.layers["routed_union"], b.layers["natural_union"]))
+
+
+def test_layer_stats_count_only_each_blocks_valid_tokens():
+    """The one trace-statistics function both engines record with: per block, the set and anchor sizes,
+    the natural and routed unions over the block's valid tokens (padding ignored), the utility kept."""
+    from acceptmoe.engine.trace import LAYER_FIELDS, layer_stats
+    from acceptmoe.kernels import VerifierOutput
+    natural = torch.tensor([[[0, 1], [2, 3], [4, 5]], [[0, 1], [6, 7], [6, 7]]])     # [B=2, T=3, k=2]
+    routed = torch.tensor([[[0, 1], [2, 1], [0, 1]], [[0, 1], [6, 1], [7, 1]]])
+    eligible = torch.zeros(2, 8, dtype=torch.bool)
+    eligible[0, [0, 1, 2]] = eligible[1, [0, 1, 6, 7]] = True
+    utility = torch.tensor([[2.0, 1.0, 1.0, 0, 0, 0, 0, 4.0], [1.0, 1.0, 0, 0, 0, 0, 2.0, 0]])
+    anchor = torch.zeros(2, 8, dtype=torch.bool)
+    anchor[:, [0, 1]] = True
+    valid = torch.tensor([[True, True, True], [True, True, False]])                      # block 1: 2 tokens
+    rows = layer_stats(3, natural, routed, VerifierOutput(None, None, eligible, utility, anchor), valid)
+    got = [dict(zip(LAYER_FIELDS, r)) for r in rows.tolist()]
+    assert got[0] == {"layer": 3, "set_size": 3, "anchor_size": 2, "natural_union": 6, "routed_union": 3,
+                      "utility_kept": 0.5}
+    assert got[1] == {"layer": 3, "set_size": 4, "anchor_size": 2, "natural_union": 4, "routed_union": 3,
+                      "utility_kept": 1.0}
+    everything = layer_stats(3, natural, routed, VerifierOutput(None, None, eligible, utility, anchor))
+    assert everything[1, LAYER_FIELDS.index("routed_union")] == 4                     # without a mask: all tokens

@@ -368,7 +368,7 @@ def upgrade(saved: dict) -> dict:
     for phase in ("resident", "offload"):
         if phase in out:
             out[phase] = dict(out[phase])
-            world["generation"]["timed_tokens"] = out[phase].pop("max_new_tokens", 256)
+            world["generation"]["timed_tokens"] = out[phase].pop("max_new_tokens", GenerationConfig.timed_tokens)
     if "sweep" in out:
         out["sweep"] = {k: v for k, v in out["sweep"].items() if k != "max_new_tokens"}
         out["sweep"]["prompts"] = out["sweep"].get("prompts") or old_t1.get("limit")
@@ -386,6 +386,6 @@ def _old_world(flat: dict) -> tuple[dict, dict]:
         raise ConfigKeyError(f"config.json: calibration.max_new_tokens {cal_tokens} differs from max_new_tokens; "
                              f"this run predates one generation limit per world and cannot be upgraded")
     world["calibration"] = calibration
-    world["generation"] = {"max_new_tokens": flat.get("max_new_tokens", 256)}
+    world["generation"] = {"max_new_tokens": flat.get("max_new_tokens", GenerationConfig.max_new_tokens)}
     section = {k: flat[k] for k in ("methods", "limit", "trace_layers") if k in flat}
     return world, section

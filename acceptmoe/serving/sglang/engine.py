@@ -96,13 +96,13 @@ class SGLangBackend:
                               selector=dataclasses.replace(base, budget=None, p_hat=None),
                               trace=str(self._dir / f"steps-{len(os.listdir(self._dir))}.jsonl"))
         os.environ.update(to_env(plugin))
-        spec = {}
+        speculative = {}
         if plan.spec.speculates:
-            spec = dict(speculative_algorithm="EAGLE3", speculative_draft_model_path=str(self.draft),
+            speculative = dict(speculative_algorithm="EAGLE3", speculative_draft_model_path=str(self.draft),
                         speculative_num_steps=self.tree.num_steps, speculative_eagle_topk=self.tree.topk,
                         speculative_num_draft_tokens=self.tree.num_draft_tokens)
         self._engine = sglang.Engine(model_path=str(self.target), dtype=self.dtype, random_seed=0,
-                                     **spec, **self.server_args)
+                                     **speculative, **self.server_args)
         self._key, self._plugin, self._offset = plan, plugin, 0
         return self._engine
 

@@ -60,8 +60,8 @@ def _around_forward(orig, runner, forward_batch, *args, **kwargs):
     if not _active() or getattr(runner, "is_draft_worker", False):
         return orig(runner, forward_batch, *args, **kwargs)
     mode = forward_batch.forward_mode
-    spec = getattr(forward_batch, "spec_info", None)
-    if mode.is_target_verify() and getattr(spec, "retrieve_next_token", None) is not None:
+    verify_input = getattr(forward_batch, "spec_info", None)
+    if mode.is_target_verify() and getattr(verify_input, "retrieve_next_token", None) is not None:
         RUNTIME.begin_verify(runner, forward_batch)
     elif RUNTIME.cfg.force_decode and mode.is_decode():
         RUNTIME.begin_star(runner, forward_batch)

@@ -76,11 +76,11 @@ class Runtime:
 
     # ----- before the forward (host) -----
     def begin_verify(self, runner, forward_batch) -> None:
-        spec = forward_batch.spec_info
-        n, bs = int(spec.draft_token_num), int(forward_batch.batch_size)
-        parents = parents_from_links(spec.retrieve_next_token[:bs].long(),
-                                     spec.retrieve_next_sibling[:bs].long()).cpu()   # [bs, n]; one small copy
-        self.max_depth = max(self.max_depth, int(getattr(spec, "spec_steps", 0) or 0))
+        verify_input = forward_batch.spec_info
+        n, bs = int(verify_input.draft_token_num), int(forward_batch.batch_size)
+        parents = parents_from_links(verify_input.retrieve_next_token[:bs].long(),
+                                     verify_input.retrieve_next_sibling[:bs].long()).cpu()   # [bs, n]: one copy
+        self.max_depth = max(self.max_depth, int(getattr(verify_input, "spec_steps", 0) or 0))
         self._begin("verify", n, [p.tolist() for p in parents], runner)
 
     def begin_star(self, runner, forward_batch) -> None:
