@@ -32,12 +32,12 @@ class EngineBackend(Protocol):
         """What plans for this backend are bound to: router, experts, tree depth, expert store."""
 
     def generate(self, prompt_ids: Sequence[int], plan: Plan, max_new_tokens: int,
-                 ignore_eos: bool = False, *, trace_layers: bool = True):
+                 ignore_eos: bool = False, *, trace_layers: bool = True, record_routes: bool = False):
         """One greedy generation -> `Generation` (tokens, accept_lengths, step_times, trace, prefill_time,
-        stop_reason)."""
+        stop_reason, routes when record_routes; a backend that cannot record routes refuses)."""
 
     def generate_many(self, prompts: Sequence[Sequence[int]], plan: Plan, max_new_tokens: int,
-                      ignore_eos: bool = False, *, trace_layers: bool = True) -> list:
+                      ignore_eos: bool = False, *, trace_layers: bool = True, record_routes: bool = False) -> list:
         """One `Generation` per prompt, in prompt order (a backend may run them concurrently)."""
 
     def clock(self) -> float:

@@ -46,6 +46,7 @@ from .eagle3 import Eagle3Draft, Eagle3Drafter
 from .graphs import StepGraphs, resolve_steps
 from .kv import KVCache
 from .passes import TargetPass
+from .routes import RouteLog, Routes
 from .trace import Trace, trace_meta
 from .tree import TreeShape
 
@@ -67,6 +68,7 @@ class Generation:
     trace: Trace
     prefill_time: float = 0.0         # seconds of the prefill pass (it yields tokens[0])
     stop_reason: str = "length"       # "eos" | "length"
+    routes: Routes | None = None      # what every target pass sent to the experts (record_routes=True)
 
     @property
     def mean_accept_length(self) -> float:
@@ -81,6 +83,7 @@ class Request:
     max_new_tokens: int
     ignore_eos: bool
     trace_layers: bool
+    record_routes: bool = False
 
 
 @dataclass
@@ -88,6 +91,7 @@ class Progress:
     """Where one generation is: its cache, the tokens so far, the trace."""
     cache: KVCache
     trace: Trace
+    routes: RouteLog | None = None
     tokens: list[int] = field(default_factory=list)
     length: int = 0                   # committed target positions in the cache (the root is not among them)
     done: bool = False
@@ -120,9 +124,10 @@ class Engine:
 
     # ----- public -----
     def generate(self, prompt_ids: Sequence[int] | Tensor, plan: Plan, max_new_tokens: int,
-                 ignore_eos: bool = False, *, trace_layers: bool = True) -> Generation:
+                 ignore_eos: bool = False, *, trace_layers: bool = True, record_routes: bool = False) -> Generation:
         """Greedy generation of `plan` (`Variant.bind(engine.fit, ...)`); trace_layers False skips the
-        per-layer trace fields (blocks are always traced). Recording never changes the computation."""
+        per-layer trace fields (blocks are always traced); record_routes keeps what every target pass sent to
+        the experts (`Generation.routes`, see `routes`). Recording never changes the computation."""
         if not isinstance(plan, Plan):
             raise TypeError(f"generate takes a Plan (Variant(...).bind(engine.fit, ...)), got {type(plan).__name__}")
         if plan.fit != self.fit:
@@ -137,11 +142,12 @@ class Engine:
         speculates = plan.spec.speculates
         if speculates and self.draft is None:
             raise UserError(f"method {plan.spec.name!r} speculates and needs an EAGLE-3 draft: load the engine with one")
-        req = Request(plan, max_new_tokens, ignore_eos, trace_layers)
+        req = Request(plan, max_new_tokens, ignore_eos, trace_layers, record_routes)
         meta = trace_meta(self.name, plan, self.tree, self.model.store.kind, prompt.numel(), max_new_tokens,
                           ignore_eos)
         cache_len = prompt.numel() + max_new_tokens + self.tree.num_draft_tokens
-        run = Progress(self.steps.cache("target", cache_len, self.model.new_cache), Trace(meta=meta))
+        run = Progress(self.steps.cache("target", cache_len, self.model.new_cache), Trace(meta=meta),
+                       RouteLog.begin(self.model.store) if record_routes else None)
         gen = Generation([], [], [], run.trace)
         drafter = Eagle3Drafter(self.draft, cache_len, self.tree, self.steps) if speculates else None
         t0 = self._clock()
@@ -156,12 +162,16 @@ class Engine:
             gen.accept_lengths.append(n)
             step += 1
         gen.tokens, gen.stop_reason = run.tokens, run.stop_reason
+        if run.routes is not None:
+            gen.routes = run.routes.finish(self._route_meta(meta))
         return gen
 
     def generate_many(self, prompts: Sequence[Sequence[int]], plan: Plan, max_new_tokens: int,
-                      ignore_eos: bool = False, *, trace_layers: bool = True) -> list[Generation]:
+                      ignore_eos: bool = False, *, trace_layers: bool = True,
+                      record_routes: bool = False) -> list[Generation]:
         """One generation per prompt, in order (this engine runs batch 1; see `EngineBackend`)."""
-        return [self.generate(p, plan, max_new_tokens, ignore_eos, trace_layers=trace_layers) for p in prompts]
+        return [self.generate(p, plan, max_new_tokens, ignore_eos, trace_layers=trace_layers,
+                              record_routes=record_routes) for p in prompts]
 
     # ----- the rest of the EngineBackend contract -----
     def reset_counters(self) -> None:
@@ -183,9 +193,12 @@ class Engine:
     def _prefill(self, prompt: Tensor, run: Progress, drafter: Eagle3Drafter | None) -> int:
         n = prompt.numel()
         aux_layers = self.draft.aux_layer_ids if drafter is not None else ()
+        recorder = run.routes.recorder() if run.routes is not None else None
         logits, aux = self.model.forward(prompt, torch.arange(n, device=self.device), run.cache, 0,
-                                         aux_layers=aux_layers)
+                                         aux_layers=aux_layers, routes=recorder)
         root = int(logits[-1].argmax())
+        if recorder is not None:
+            run.routes.add("prefill", recorder.outputs(), 1)
         run.length = n
         if drafter is not None:
             nxt = torch.cat([prompt[1:], torch.tensor([root], device=self.device)])
@@ -195,20 +208,25 @@ class Engine:
     def _ar_step(self, req: Request, run: Progress) -> int:
         root = torch.tensor([run.tokens[-1]], device=self.device)
         inputs = {"ids": root, "positions": torch.tensor([run.length], device=self.device), "start": run.length}
-        logits, _, _ = self.steps.run(TargetPass(self.model, run.cache), inputs)
+        logits, _, _, routes = self.steps.run(TargetPass(self.model, run.cache, routes=req.record_routes), inputs)
         run.length += 1
-        return self._commit(req, run, [int(logits.argmax())])                  # [1, V]: the one row
+        output = self._commit(req, run, [int(logits.argmax())])                # [1, V]: the one row
+        if routes is not None:
+            run.routes.add("decode", routes, output)
+        return output
 
     def _sd_step(self, req: Request, run: Progress, drafter: Eagle3Drafter, step: int) -> int:
         tree = drafter.propose(run.tokens[-1])
         run.cache.check(run.length, tree.num_tokens)
         inputs = {"ids": tree.tokens, "positions": tree.positions, "start": run.length, "mask": tree.mask}
-        logits, aux, stats = self.steps.run(self._verify_pass(tree, req, run), inputs)
+        logits, aux, stats, routes = self.steps.run(self._verify_pass(tree, req, run), inputs)
         path, bonus = tree.accept(logits.argmax(-1))
         new = tree.tokens[path[1:]].tolist() + [bonus]
         layer_rows = stats.tolist() if stats is not None else ([] if req.trace_layers else None)
         run.trace.add_block(step, tree.parents.tolist(), path, layer_rows)
         output = self._commit(req, run, new)
+        if routes is not None:
+            run.routes.add("verify", routes, output)
         if not run.done:
             idx = torch.tensor(path, device=self.device)
             run.cache.keep(run.length, idx)
@@ -222,10 +240,18 @@ class Engine:
         place, so a captured pass sees each step's tree)."""
         plan, aux = req.plan, tuple(self.draft.aux_layer_ids)
         if not plan.spec.restricts and not req.trace_layers:
-            return TargetPass(self.model, run.cache, aux_layers=aux)
+            return TargetPass(self.model, run.cache, aux_layers=aux, routes=req.record_routes)
         verifier = _verifier(self.backend, plan, self.device)
         verifier.prepare([tree.block])
-        return TargetPass(self.model, run.cache, verifier, plan.prune, req.trace_layers, aux)
+        return TargetPass(self.model, run.cache, verifier, plan.prune, req.trace_layers, aux, req.record_routes)
+
+    def _route_meta(self, meta: dict) -> dict:
+        """What a routes file says about the experts beside the routes: shapes, activation, the trace's meta."""
+        cfg = self.model.config
+        return {"hidden_size": cfg.hidden_size, "intermediate_size": cfg.moe_intermediate_size,
+                "activation": cfg.expert_activation, "num_hidden_layers": cfg.num_layers,
+                "prompt_len": meta["prompt_len"],
+                **{k: meta[k] for k in ("method", "variant", "prune", "selector") if k in meta}}
 
     def _commit(self, req: Request, run: Progress, new: list[int]) -> int:
         """Append tokens, stopping at EOS (kept) unless ignored, and at max_new_tokens; returns how many were

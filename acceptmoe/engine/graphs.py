@@ -13,7 +13,7 @@ static buffers.
     >>> cache.max_len
     64
     >>> inputs = {"ids": torch.tensor([5, 17, 300]), "positions": torch.arange(3), "start": 0}
-    >>> logits, _, _ = steps.run(TargetPass(model, cache), inputs)     # step(inputs) -> tuple of tensors
+    >>> logits, _, _, _ = steps.run(TargetPass(model, cache), inputs)     # step(inputs) -> tuple of tensors
     >>> tuple(logits.shape), steps.describe()["mode"]
     ((3, 1024), 'static')
 

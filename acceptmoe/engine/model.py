@@ -2,13 +2,14 @@
 
     model = MoEModel.from_pretrained(path, device="cpu", dtype=None, store="resident", slots=None)
     cache = model.new_cache(max_len)
-    logits, aux = model.forward(ids, positions, cache, start, mask=None, policy=None, aux_layers=())
+    logits, aux = model.forward(ids, positions, cache, start, mask=None, policy=None, aux_layers=(), routes=None)
     cache.keep(start, idx)
 
 A decoder layer is x += attn(norm(x)); x += mlp(norm(x)). At a MoE layer the router gives logits
 [T, E] (fp32); `policy(layer, logits) -> (ids [T, k], weights [T, k])` routes them (None = the model's
-natural routing, `router.natural`), and the ExpertStore computes the routed experts. Layers are indexed
-by their decoder-layer index everywhere (policy, store, aux_layers).
+natural routing, `router.natural`), and the ExpertStore computes the routed experts (through `routes`, a
+`routes.PassRoutes`, when the pass records them). Layers are indexed by their decoder-layer index everywhere
+(policy, store, aux_layers).
 """
 from __future__ import annotations
 
@@ -24,6 +25,7 @@ from .layers import Attention, DenseMLP, Linear, RMSNorm, Rope, block_masks
 from .config import DTYPES, ModelConfig
 from .kv import KVCache, Start
 from .loading import Checkpoint, expert_weights, module_state
+from .routes import PassRoutes
 from .store import ExpertMath, ExpertStore, make_store, validate_store_args
 
 Policy = Callable[[int, Tensor], tuple[Tensor, Tensor]]
@@ -96,7 +98,8 @@ class MoEModel(nn.Module):
 
     @torch.no_grad()
     def forward(self, ids: Tensor, positions: Tensor, cache: KVCache, start: Start, mask: Tensor | None = None,
-                policy: Policy | None = None, aux_layers: Sequence[int] = ()) -> tuple[Tensor, Tensor | None]:
+                policy: Policy | None = None, aux_layers: Sequence[int] = (),
+                routes: PassRoutes | None = None) -> tuple[Tensor, Tensor | None]:
         """ids [T], positions [T] -> logits [T, V] fp32, aux [T, len(aux_layers) * H] | None.
 
         Positions are below cache.max_len (a token's position never exceeds its slot; the engine's trees
@@ -117,7 +120,7 @@ class MoEModel(nn.Module):
         for i, layer in enumerate(self.layers):
             attn = layer.self_attn
             x = x + attn(layer.input_layernorm(x), cos, sin, cache, start, masks[attn.window])
-            x = x + self._mlp(i, layer.mlp, layer.post_attention_layernorm(x), policy)
+            x = x + self._mlp(i, layer.mlp, layer.post_attention_layernorm(x), policy, routes)
             if i in wanted:
                 wanted[i] = x
         logits = self.lm_head(self.norm(x)).float()                      # [T, V]
@@ -128,13 +131,14 @@ class MoEModel(nn.Module):
             raise ValueError(f"aux_layers {missing} out of range; the model has {len(self.layers)} layers")
         return logits, torch.cat([wanted[l] for l in aux_layers], dim=-1)
 
-    def _mlp(self, layer: int, mlp: nn.Module, x: Tensor, policy: Policy | None) -> Tensor:
-        """x [T, H] -> [T, H]: a dense MLP, or router -> policy -> ExpertStore."""
+    def _mlp(self, layer: int, mlp: nn.Module, x: Tensor, policy: Policy | None,
+             routes: PassRoutes | None) -> Tensor:
+        """x [T, H] -> [T, H]: a dense MLP, or router -> policy -> ExpertStore (via the recorder, if any)."""
         if isinstance(mlp, DenseMLP):
             return mlp(x)
         logits = mlp.router(x).float()                                   # [T, E]
         ids, weights = self.router.natural(logits) if policy is None else policy(layer, logits)  # [T, k]
-        return self.store.run(layer, x, ids, weights)
+        return (self.store if routes is None else routes).run(layer, x, ids, weights)
 
 
 def _build_skeleton(module: nn.Module, cfg: ModelConfig) -> nn.Module:

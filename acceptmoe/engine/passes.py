@@ -7,16 +7,18 @@ besides its inputs, so its CUDA-graph key is derived, never listed by hand.
     >>> engine = load_engine("models/tiny")
     >>> cache = engine.model.new_cache(16)
     >>> step = TargetPass(engine.model, cache)           # natural routing; a verifier restricts or records
-    >>> logits, aux, stats = engine.steps.run(step, {"ids": torch.tensor([1, 2, 3]), "positions": torch.arange(3),
-    ...                                              "start": 0})
-    >>> tuple(logits.shape), aux, stats, step == TargetPass(engine.model, cache)   # the step is its graph key
-    ((3, 1024), None, None, True)
+    >>> logits, aux, stats, routes = engine.steps.run(step, {"ids": torch.tensor([1, 2, 3]),
+    ...                                                      "positions": torch.arange(3), "start": 0})
+    >>> tuple(logits.shape), aux, stats, routes, step == TargetPass(engine.model, cache)   # the step is its key
+    ((3, 1024), None, None, None, True)
 
 `verifier` None routes every MoE layer naturally (`router.natural`): prefill-free decode steps, Vanilla AR,
 and Standard SD without a trace. With a verifier, a restricting method routes inside the verifier's set S
 (pruned against the expert pool when `prune`), and Standard SD routes naturally while the verifier only
 scores its sets for the trace; `record` stacks one `trace.layer_stats` row per MoE layer ([L, 6], computed
-on the device). Recording never changes what is computed.
+on the device); `routes` returns what the experts received (`routes.PassRoutes.outputs`: ids and weights
+[L, T, k], residency [L, E] of the offloaded store, expert seconds on CPU). Recording never changes what is
+computed.
 """
 from __future__ import annotations
 
@@ -28,6 +30,7 @@ from torch import Tensor
 from acceptmoe.kernels import Verifier
 
 from .kv import KVCache
+from .routes import PassRoutes
 from .trace import layer_stats
 
 
@@ -39,14 +42,19 @@ class TargetPass:
     prune: bool = False
     record: bool = False
     aux_layers: tuple[int, ...] = ()
+    routes: bool = False
 
-    def __call__(self, inputs: dict) -> tuple[Tensor, Tensor | None, Tensor | None]:
-        """inputs ids [T], positions [T], start, mask [T, T] (optional) -> (logits [T, V], aux, stats [L, 6])."""
+    def __call__(self, inputs: dict) -> tuple[Tensor, Tensor | None, Tensor | None, tuple | None]:
+        """inputs ids [T], positions [T], start, mask [T, T] (optional) -> (logits [T, V], aux, stats [L, 6],
+        routes)."""
         rows: list[Tensor] = []
         policy = None if self.verifier is None else self._policy(rows)
+        store = self.model.store
+        recorder = PassRoutes(store, timed=store.device.type == "cpu") if self.routes else None
         logits, aux = self.model.forward(inputs["ids"], inputs["positions"], self.cache, inputs["start"],
-                                         mask=inputs.get("mask"), policy=policy, aux_layers=self.aux_layers)
-        return logits, aux, (torch.stack(rows) if rows else None)
+                                         mask=inputs.get("mask"), policy=policy, aux_layers=self.aux_layers,
+                                         routes=recorder)
+        return logits, aux, (torch.stack(rows) if rows else None), (recorder.outputs() if recorder else None)
 
     def _policy(self, rows: list[Tensor]):
         verifier, store, router = self.verifier, self.model.store, self.model.router

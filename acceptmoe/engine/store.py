@@ -3,6 +3,7 @@
     y = store.run(layer, x[T, H], ids[T, k], weights[T, k])     # only experts that received tokens run
     store.resident(layer) -> bool [E]                           # the residency mask (pruning input)
     store.stats(), store.reset_counters()
+    state = store.pool_state(); store.restore_pool(state)      # offloaded: the pool, saved and put back
 
 A MoE layer is a fixed sequence of tensor operations, whatever the routing: the T*k (token, expert) pairs
 are sorted by their weight group, the experts are two grouped matmuls over the sorted rows (`grouped_mm`,
@@ -194,6 +195,15 @@ def combine(y: Tensor, weights: Tensor) -> Tensor:
     return (y.view(T, k, -1) * weights.to(y.dtype).unsqueeze(-1)).sum(1)
 
 
+@dataclass(frozen=True)
+class PoolState:
+    """An offloaded store's pool: `expert_in` [L, X + 1] (slot -> expert or -1, the last slot the zero slot),
+    `last_use` [L, X + 1] (LRU stamps), `clock` (the next wave's base stamp)."""
+    expert_in: Tensor
+    last_use: Tensor
+    clock: int
+
+
 class ExpertStore:
     """Common part: device counters and the residency/run interface."""
     kind = "base"
@@ -312,6 +322,33 @@ class OffloadedStore(ExpertStore):
 
     def stats(self) -> dict:
         return {**super().stats(), "slots": self.slots}
+
+    def pool_state(self) -> PoolState:
+        """The pool's state now (slot -> expert, LRU stamps, clock), copied on the device (no host sync)."""
+        return PoolState(torch.stack([self.expert_in[l] for l in self.layer_ids]),
+                         torch.stack([self.last_use[l] for l in self.layer_ids]), self.clock)
+
+    def restore_pool(self, state: PoolState | None) -> None:
+        """Put the pool in `state` (None: empty) without counting anything: the held experts' weights are
+        copied into their slots, so every later pass loads, hits and evicts as it did after `state` was
+        taken (the LRU order depends only on these tensors and the clock)."""
+        E, X = self.num_experts, self.slots
+        if state is not None and tuple(state.expert_in.shape) != (len(self.layer_ids), X + 1):
+            raise ValueError(f"pool state for {tuple(state.expert_in.shape)} [layers, slots + 1] does not fit this "
+                             f"store ({len(self.layer_ids)} MoE layers, {X} slots)")
+        for i, l in enumerate(self.layer_ids):
+            held = (torch.full((X + 1,), -1, dtype=torch.long) if state is None else state.expert_in[i].long())
+            held = held.to(self.device)
+            self.expert_in[l].copy_(held)
+            self.last_use[l].copy_(torch.full_like(held, -1) if state is None else state.last_use[i].long())
+            self.slot_of[l].fill_(-1)
+            slots = (held[:X] >= 0).nonzero().flatten()
+            experts = held[slots]
+            self.slot_of[l].index_copy_(0, experts, slots)
+            for n, buf in self.stage[l].items():
+                buf.index_copy_(0, slots, self.host[l][n].index_select(0, experts.to(self.host[l][n].device)).to(buf.device))
+            self._dequantize(l, slots)
+        self.clock = 0 if state is None else int(state.clock)
 
     def run(self, layer: int, x: Tensor, ids: Tensor, weights: Tensor) -> Tensor:
         self._check_layer(layer)

@@ -98,6 +98,32 @@ def bootstrap_ratio(numerators, denominators, n_resamples: int = DEFAULT_RESAMPL
                     n_resamples, seed)
 
 
+def paired_bootstrap_speedup(base_num, base_den, other_num, other_den, n_resamples: int = DEFAULT_RESAMPLES,
+                             confidence: float = 0.95, seed: int = DEFAULT_SEED) -> Interval:
+    """Interval for (sum(base_num) / sum(base_den)) / (sum(other_num) / sum(other_den)): how many times
+    `other` is faster than `base` per unit of work (e.g. seconds / passes), entry i of all four on the same
+    prompt i; each resample draws prompts, keeping the four together."""
+    _check(n_resamples, confidence)
+    arrs = [_as_1d(v, n) for v, n in ((base_num, "base_num"), (base_den, "base_den"), (other_num, "other_num"),
+                                      (other_den, "other_den"))]
+    if len({a.size for a in arrs}) != 1:
+        raise ValueError(f"paired values need one entry per prompt in all four: {[a.size for a in arrs]}")
+    bn, bd, on, od = arrs
+    if min(bn.sum(), bd.sum(), on.sum(), od.sum()) <= 0:
+        raise ValueError("every sum must be positive")
+
+    def stat(idx):
+        return (bn[idx].sum(-1) / bd[idx].sum(-1)) / (on[idx].sum(-1) / od[idx].sum(-1))
+
+    with np.errstate(invalid="ignore", divide="ignore"):
+        stats = np.concatenate([stat(idx) for idx in _resampled_index_chunks(bn.size, n_resamples, seed)])
+    stats = stats[np.isfinite(stats)]
+    alpha = (1 - confidence) / 2
+    low, high = np.quantile(stats, [alpha, 1 - alpha])
+    return Interval(float(stat(np.arange(bn.size))), float(low), float(high), int(bn.size), confidence,
+                    n_resamples, seed)
+
+
 def bootstrap_mean(values, n_resamples: int = DEFAULT_RESAMPLES, confidence: float = 0.95,
                    seed: int = DEFAULT_SEED) -> Interval:
     """Interval for the mean of per-prompt values (e.g. 0/1 correctness)."""

@@ -227,6 +227,8 @@ class GenerationConfig:
     timed_tokens: int = 256        # timed throughput generations: exactly this many tokens, EOS ignored
     batch: int = 16                # graded prompts handed to the engine at once (the native engine runs them
                                    # one after another; a serving engine keeps them in flight together)
+    record_routes: bool = False    # save what every target pass sent to the experts, one file per generation
+                                   # (`engine.routes`; routes/ in the run folder; read by `replay`)
 
     def __post_init__(self) -> None:
         if min(self.max_new_tokens, self.timed_tokens, self.batch) < 1:
@@ -286,6 +288,8 @@ class WorldConfig:
 
     def __post_init__(self) -> None:
         check_engine(self.engine)
+        if self.generation.record_routes:
+            check_engine(self.engine, routes=True)
         names = [m.name for m in self.models]
         if not names or len(set(names)) != len(names):
             raise ConfigKeyError(f"models need unique names, got {names}")

@@ -35,6 +35,7 @@ ENGINES: dict[str, str | Opener] = {
     "sglang": "acceptmoe.serving.sglang:open_engine",
 }
 OFFLOAD_ENGINES = ("native",)
+ROUTE_ENGINES = ("native",)                    # engines whose generations can record routes (`engine.routes`)
 
 
 def register_engine(name: str, opener: Opener | str) -> None:
@@ -42,9 +43,13 @@ def register_engine(name: str, opener: Opener | str) -> None:
     ENGINES[name] = opener
 
 
-def check_engine(name: str, store: str = "resident") -> None:
+def check_engine(name: str, store: str = "resident", routes: bool = False) -> None:
     if name not in ENGINES:
         raise UserError(f"unknown engine {name!r}; valid engines: {', '.join(ENGINES)}")
+    if routes and name not in ROUTE_ENGINES:
+        raise UserError(f"generation.record_routes: routes are recorded by the {', '.join(ROUTE_ENGINES)} engine "
+                        f"only ({name} does not expose what each pass sent to the experts): drop --record-routes "
+                        f"or use --engine native")
     if store == "offloaded" and name not in OFFLOAD_ENGINES:
         raise UserError(f"offloaded expert stores run on the native engine only ({name} has no X-slot expert "
                         f"cache): use --engine native for fig4, table2 and fig5")

@@ -2,11 +2,12 @@
 
     pair = PairRun(loaded, get_task("tiny-gsm"), examples, samples)
     run_graded(pair, plan, units, log=trace_log)      # units: (example index, unit key); finished keys skipped
+    run_graded(pair, plan, units, routes_as="table1") # with generation.record_routes: routes/table1/... too
 
 What Table 1, the sweep, the calibration study and the budgets a throughput run computes share: prompts in
 batches of `generation.batch` through `EngineBackend.generate_many` (an engine may run them concurrently),
-each reply graded by its task, its trace appended to `log` (if any) before its row goes to the sample log,
-both fsynced as each finishes, so an interrupted run resumes at the first unfinished unit and never
+each reply graded by its task, its trace appended to `log` (if any) and its routes saved (`routes_as`, when
+the world records routes) before its row goes to the sample log, all fsynced as each finishes, so an interrupted run resumes at the first unfinished unit and never
 duplicates a row. Errors propagate: an exception is never recorded as an answer.
 """
 from __future__ import annotations
@@ -14,11 +15,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
-from acceptmoe.engine.trace import Trace
 from acceptmoe.evals.tasks import Task
 from acceptmoe.methods import Plan
 
 from .config import Pair
+from .layout import RunPaths
 from .engines import Loaded
 from .prompts import decode, prompt_ids
 from .rows import Generated, Graded, GradedRow, TraceStats
@@ -41,16 +42,19 @@ class PairRun:
         return Pair(self.loaded.model.name, self.task.name)
 
 
-def graded(pair: PairRun, indices: Sequence[int], plan: Plan, trace_layers: bool) -> list[tuple[GradedRow, Trace]]:
+def graded(pair: PairRun, indices: Sequence[int], plan: Plan, trace_layers: bool,
+           record_routes: bool = False) -> list[tuple[GradedRow, object]]:
     """Generate the prompts at `indices` with `plan` in one `generate_many` call, then grade each reply:
-    (row, trace) per index, in order."""
+    (row, Generation) per index, in order."""
     model, world = pair.loaded.model, pair.loaded.world
     prompts = [prompt_ids(pair.loaded.tokenizer, pair.task.messages(pair.examples[i]), model) for i in indices]
-    gens = pair.loaded.engine.generate_many(prompts, plan, world.max_new_tokens(model), trace_layers=trace_layers)
+    extra = {"record_routes": True} if record_routes else {}
+    gens = pair.loaded.engine.generate_many(prompts, plan, world.max_new_tokens(model), trace_layers=trace_layers,
+                                            **extra)
     return [_row(pair, i, plan, ids, gen) for i, ids, gen in zip(indices, prompts, gens)]
 
 
-def _row(pair: PairRun, index: int, plan: Plan, ids: list[int], gen) -> tuple[GradedRow, Trace]:
+def _row(pair: PairRun, index: int, plan: Plan, ids: list[int], gen) -> tuple[GradedRow, object]:
     model, ex = pair.loaded.model, pair.examples[index]
     response = decode(pair.loaded.tokenizer, gen.tokens, model.response_format)
     grade = pair.task.score_many([ex], [response], response_format=model.response_format)[0]
@@ -59,20 +63,31 @@ def _row(pair: PairRun, index: int, plan: Plan, ids: list[int], gen) -> tuple[Gr
                     Graded(bool(grade.correct), grade.extracted, score_details=grade.details, response=response),
                     TraceStats.of(gen.trace))
     gen.trace.meta.update(model=model.name, task=pair.task.name, example_id=ex["id"], index=index)
-    return row, gen.trace
+    return row, gen
 
 
 def run_graded(pair: PairRun, plan: Plan, units: Sequence[tuple[int, str]], *, trace_layers: bool = True,
                log: TraceLog | None = None, relabel: Callable[[GradedRow], GradedRow] = lambda row: row,
-               progress: Progress = lambda _: None) -> None:
+               progress: Progress = lambda _: None, routes_as: str | None = None) -> None:
     """Every unit (example index, unit key) not yet in the sample log, generated with `plan` and graded;
-    `relabel` adds the experiment's fields to a row (the sweep's variant and phase, ...)."""
+    `relabel` adds the experiment's fields to a row (the sweep's variant and phase, ...); `routes_as` names
+    the phase under which the routes of these generations are saved when the world records routes."""
     todo = [(i, key) for i, key in units if key not in pair.samples]
     step = pair.loaded.world.generation.batch
+    record = routes_as is not None and pair.loaded.world.generation.record_routes
+    paths = RunPaths(pair.samples.path.parent)
     for start in range(0, len(todo), step):                  # each batch's rows are saved as soon as it returns
         batch = todo[start:start + step]
-        for (index, key), (row, trace) in zip(batch, graded(pair, [i for i, _ in batch], plan, trace_layers)):
+        for (index, key), (row, gen) in zip(batch, graded(pair, [i for i, _ in batch], plan, trace_layers, record)):
             if log is not None:
-                log.append(key, trace)
+                log.append(key, gen.trace)
+            if record:
+                save_routes(gen, paths.routes(routes_as, pair.pair, plan.name, 0, index), key)
             pair.samples.append(key, relabel(row).to_json())
             progress(f"{pair.pair.model} {pair.pair.task} {plan.name}")
+
+
+def save_routes(gen, path, key: str) -> None:
+    """A generation's routes to `path` (atomic), with the sample key that names it."""
+    gen.routes.meta["unit"] = key
+    gen.routes.save(path)

@@ -7,6 +7,8 @@ computes for itself use the same one, in its `budgets/` folder).
     calibration/<model>/<source>-<split>.traces.jsonl  the Standard SD traces it counts
     traces/<model>/<task>/<method>.jsonl               one trace per evaluation prompt
     b0/<model>/<task>.json                             the B0 decision (`b0.B0Decision`)
+    routes/<phase>/<model>/<task>/<variant>/r<rep>-<index>.npz
+                                                       one generation's routes (generation.record_routes)
 """
 from __future__ import annotations
 
@@ -35,3 +37,6 @@ class RunPaths:
 
     def b0(self, pair: Pair) -> Path:
         return self.root / "b0" / pair.model / f"{pair.task}.json"
+
+    def routes(self, phase: str, pair: Pair, variant: str, rep: int, index: int) -> Path:
+        return self.root / "routes" / phase / pair.model / pair.task / variant / f"r{rep}-{index:04d}.npz"

@@ -21,7 +21,7 @@ from .runs import Run, SampleLog, code_state, open_run, record_resume
 
 # ----- command line -----
 CONFIG_OPTIONS = {"limit": "limit", "methods": "methods", "budgets_from": "budgets_from",   # option -> config key
-                  "engine": "world.engine"}
+                  "engine": "world.engine", "record_routes": "world.generation.record_routes"}
 
 
 def positive_int(text: str) -> int:
@@ -44,6 +44,8 @@ def add_run_options(p: argparse.ArgumentParser, limit_help: str = "evaluation pr
     p.add_argument("--results", type=Path, default=None, help="results root (default: results/)")
     p.add_argument("--engine", default=None, choices=tuple(ENGINES),
                    help="the engine that runs the models (default: the preset's, native)")
+    p.add_argument("--record-routes", action="store_true", default=None,
+                   help="save what every target pass sent to the experts (routes/, for `replay`; native engine)")
     p.add_argument("--allow-code-change", action="store_true",
                    help="with --resume: continue although the code differs from the run's (commit or local changes)")
 

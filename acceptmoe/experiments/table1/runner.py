@@ -48,7 +48,8 @@ def run_pair(run: PairRun, table: CommitmentTable, cfg: Table1Config, paths: Run
         plan = run.loaded.plan(Variant(method), commitment=table.p_hat, b0=decision.b0 if decision else None)
         log = TraceLog(paths.traces(run.pair, method), keep=run.samples)
         units = [(i, unit_key(run.pair.model, run.pair.task, ex["id"], method)) for i, ex in enumerate(run.examples)]
-        run_graded(run, plan, units, trace_layers=cfg.trace_layers or plan.spec.sets_b0, log=log, progress=progress)
+        run_graded(run, plan, units, trace_layers=cfg.trace_layers or plan.spec.sets_b0, log=log, progress=progress,
+                   routes_as="table1")
         if plan.spec.sets_b0:
             decision = b0_for_pair(log, cfg.world.b0, paths.b0(run.pair))
     return decision

@@ -39,7 +39,8 @@ from acceptmoe.methods import Plan, Variant
 from ..spine.budgets import PairBudget, pair_budgets
 from ..spine.config import Pair
 from ..spine.engines import Loaded, free_device_memory, load_model, set_threads
-from ..spine.grading import PairRun, run_graded
+from ..spine.grading import PairRun, run_graded, save_routes
+from ..spine.layout import RunPaths
 from ..spine.prompts import decode, prompt_ids
 from ..spine.rows import COUNTER_FIELDS, Generated, Graded, TimedRow, TraceStats
 from ..spine.runs import Run, SampleLog, unit_key
@@ -85,14 +86,21 @@ def bound(loaded: Loaded, variant: Variant, budget: PairBudget | None) -> Plan:
     return loaded.plan(variant, commitment=budget.table.p_hat, b0=budget.b0)
 
 
-def generate_timed(u: Unit, index: int, ex: dict, plan: Plan) -> tuple[TimedRow, object]:
+def records_routes(u: Unit, warmup: bool) -> bool:
+    """Routes are saved for the evaluation generations of repetition 0 (greedy decoding repeats them in the
+    others), when the world records routes."""
+    return u.cfg.world.generation.record_routes and u.rep == 0 and not warmup
+
+
+def generate_timed(u: Unit, index: int, ex: dict, plan: Plan, warmup: bool = False) -> tuple[TimedRow, object]:
     """One timed generation of exactly `timed_tokens` tokens (EOS ignored): its row and the Generation."""
     engine = u.loaded.engine
     ids = prompt_ids(u.loaded.tokenizer, u.task.messages(ex), u.loaded.model)
     engine.reset_counters()
+    extra = {"record_routes": True} if records_routes(u, warmup) else {}
     start = engine.clock()
     gen = engine.generate(ids, plan, u.cfg.world.generation.timed_tokens, ignore_eos=True,
-                          trace_layers=u.phase == "offload-counters")
+                          trace_layers=u.phase == "offload-counters", **extra)
     wall = engine.clock() - start
     totals = engine.counters()
     row = TimedRow(u.phase, u.rep, u.loaded.model.name, u.task.name, plan.name, ex["id"], index,
@@ -119,12 +127,16 @@ def run_timed_variant(u: Unit, variant: Variant, progress: Progress) -> None:
         return
     plan = bound(u.loaded, variant, u.budget)
     warm = u.cfg.warmup_index(u.phase)
-    generate_timed(u, warm, u.examples[warm], plan)                             # untimed warm-up
+    generate_timed(u, warm, u.examples[warm], plan, warmup=True)                # untimed warm-up
     for index, ex in todo:
         row, gen = generate_timed(u, index, ex, plan)
         if u.phase == "offload-counters":
             row = dataclasses.replace(row, graded=graded(u, ex, gen), stats=TraceStats.of(gen.trace))
-        u.samples.append(unit_key(u.phase, u.rep, model, task, variant.name, ex["id"]), row.to_json())
+        key = unit_key(u.phase, u.rep, model, task, variant.name, ex["id"])
+        if gen.routes is not None:
+            save_routes(gen, RunPaths(u.samples.path.parent).routes(u.phase, Pair(model, task), variant.name,
+                                                                    u.rep, index), key)
+        u.samples.append(key, row.to_json())
         progress(f"{u.phase} r{u.rep} {task} {variant.name}")
 
 
@@ -176,7 +188,7 @@ def run_sweep_phase(cfg: ThroughputConfig, samples: SampleLog, budgets: dict, pr
                 relabel = lambda row, v=variant: dataclasses.replace(                     # noqa: E731
                     row, phase="sweep", rep=0, variant=v.name, wall_s=row.generated.prefill_s + row.generated.decode_s)
                 run_graded(run, bound(loaded, variant, budgets.get(run.pair)), units, relabel=relabel,
-                           progress=progress)
+                           progress=progress, routes_as="sweep")
         del loaded
         free_device_memory()
 

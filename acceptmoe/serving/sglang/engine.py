@@ -124,13 +124,17 @@ class SGLangBackend:
 
     # ----- EngineBackend -----
     def generate(self, prompt_ids: Sequence[int], plan: Plan, max_new_tokens: int, ignore_eos: bool = False, *,
-                 trace_layers: bool = True):
-        return self.generate_many([prompt_ids], plan, max_new_tokens, ignore_eos, trace_layers=trace_layers)[0]
+                 trace_layers: bool = True, record_routes: bool = False):
+        return self.generate_many([prompt_ids], plan, max_new_tokens, ignore_eos, trace_layers=trace_layers,
+                                  record_routes=record_routes)[0]
 
     def generate_many(self, prompts: Sequence[Sequence[int]], plan: Plan, max_new_tokens: int,
-                      ignore_eos: bool = False, *, trace_layers: bool = True) -> list:
+                      ignore_eos: bool = False, *, trace_layers: bool = True, record_routes: bool = False) -> list:
         from acceptmoe.engine.engine import Generation
 
+        if record_routes:
+            raise UserError("record_routes: the SGLang backend does not record routes; record them with the native "
+                            "engine (--engine native)")
         if plan.fit != self.fit:
             raise UserError(f"plan {plan.name} was bound to {plan.fit}, not to this engine ({self.fit})")
         engine = self._open(plan)

@@ -1,0 +1,69 @@
+"""The replay's section of the config spine (`configs/experiments/replay.yaml`, then the preset's `replay:`
+mapping, then the command line).
+
+    >>> from acceptmoe.experiments.replay.config import load_replay_config
+    >>> cfg = load_replay_config("tiny", {"source": "results/fig4/tiny/RUN", "shape": "qwen3-30b-a3b"})
+    >>> cfg.shape, cfg.repeats, [d.name for d in cfg.devices]
+    ('qwen3-30b-a3b', 3, ['H200', 'RTX PRO 6000', 'RTX 5090'])
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..spine.config import ConfigKeyError, WorldConfig, load_experiment
+
+EXPERIMENT = "replay"
+
+
+@dataclass(frozen=True)
+class DeviceBound:
+    """A GPU's published bandwidths: device memory and host-to-device (GB/s = 1e9 B/s)."""
+    name: str
+    memory_gbps: float
+    h2d_gbps: float
+
+
+@dataclass(frozen=True)
+class ReplayConfig:
+    SECTION = EXPERIMENT
+    world: WorldConfig
+    source: str                              # the run folder whose routes/ are replayed
+    shape: str = "qwen3-30b-a3b"
+    device: str | None = None                # None: the world's device
+    dtype: str = "auto"
+    offload: int | None = None               # X; None: the recording's X when it was offloaded
+    phase: str | None = None
+    model: str | None = None
+    variants: tuple[str, ...] | None = None  # None: every recorded variant
+    generations: int | None = 4              # None: every generation every variant recorded
+    passes_per_generation: int | None = 16   # None: whole generations
+    repeats: int = 3
+    layers: int | None = None
+    weight_sets: int = 2
+    memory_gib: float = 16.0
+    seed: int = 0
+    bootstrap_resamples: int = 2000
+    devices: tuple[DeviceBound, ...] = ()
+
+    def __post_init__(self) -> None:
+        for name in ("repeats", "weight_sets"):
+            if getattr(self, name) < 1:
+                raise ConfigKeyError(f"{name} must be >= 1, got {getattr(self, name)}")
+        for name in ("offload", "generations", "passes_per_generation", "layers"):
+            value = getattr(self, name)
+            if value is not None and value < 1:
+                raise ConfigKeyError(f"{name} must be >= 1 or null, got {value}")
+        if self.memory_gib <= 0:
+            raise ConfigKeyError(f"memory_gib must be positive, got {self.memory_gib}")
+
+    @property
+    def preset(self) -> str:
+        return self.world.preset
+
+    @property
+    def run_device(self) -> str:
+        return self.device or self.world.device
+
+
+def load_replay_config(preset: str, overrides: dict | None = None) -> ReplayConfig:
+    return load_experiment(ReplayConfig, preset, overrides)

@@ -1,0 +1,185 @@
+"""The replay's tables and figure, rebuilt from its run folder only (config.json, replay.json, bandwidth.json,
+samples.jsonl).
+
+Per store and variant, over the step passes (verification passes; decode steps for Vanilla AR) of the
+replayed generations, each pass's seconds the median over rounds:
+- `ms/pass`: measured expert seconds per target pass (replayed layers' sum x L_t / n, see `runner`);
+- `engine ms/pass`: the engine's own expert seconds on the same passes, recorded with the routes (CPU runs;
+  shown when the replay runs the recorded model's own shape, dtype, device and store: the two must agree);
+- `experts/layer`, `loads/layer`: experts used and loaded per replayed layer and pass; `hit rate` = used
+  experts already in the pool / used;
+- `read MB`, `moved MB`: expert bytes per target pass in the shape's format (what the GPU bounds use): used
+  experts x dense bytes, loads x stored bytes;
+- `bound ms <device>`: read / memory bandwidth + moved / host-to-device bandwidth (loads not overlapped, as
+  the store runs them), published numbers; `local` uses this machine's measured bandwidths and the bytes of
+  the dtype it ran; `measured / local bound` says how far the measured time is from bytes / bandwidth.
+Speedups over the reference (Standard SD): per step pass and per output token, with paired bootstrap
+intervals over generations (the same prompts for every variant), and the H200 bound's ratio.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+
+from acceptmoe.evals.stats import paired_bootstrap_speedup
+
+from ..spine import render
+from ..spine.runs import NothingToTabulate, SampleLog
+
+
+def _load(run_dir: Path) -> tuple[dict, dict, dict, list[dict]]:
+    run_dir = Path(run_dir)
+    cfg = json.loads((run_dir / "config.json").read_text())["config"]
+    plan = json.loads((run_dir / "replay.json").read_text())
+    bw = json.loads((run_dir / "bandwidth.json").read_text())
+    rows = list(SampleLog(run_dir / "samples.jsonl"))
+    if not rows:
+        raise NothingToTabulate(f"{run_dir}: no finished replay rows yet; run or resume it first")
+    return cfg, plan, bw, rows
+
+
+def per_generation(rows: list[dict], store: str, variant: str) -> dict[str, np.ndarray] | None:
+    """Per generation totals over step passes (seconds: per pass the median over rounds)."""
+    mine = sorted((r for r in rows if r["store"] == store and r["variant"] == variant), key=lambda r: r["round"])
+    if not mine:
+        return None
+    gens0 = mine[0]["generations"]
+    out = {k: [] for k in ("seconds", "passes", "output", "used", "loads", "hits", "engine_s")}
+    match = []
+    for g, first in enumerate(gens0):
+        step = np.array([k != "prefill" for k in first["kinds"]])
+        secs = np.median(np.array([r["generations"][g]["seconds"] for r in mine]), axis=0)
+        out["seconds"].append(secs[step].sum())
+        out["passes"].append(step.sum())
+        for name in ("output", "used", "loads", "hits", "engine_s"):
+            out[name].append(np.asarray(first[name], dtype=float)[step].sum())
+        match.append(first["counters_match"])
+    arrays = {k: np.asarray(v, dtype=float) for k, v in out.items()}
+    arrays["match"] = np.array([m for m in match if m is not None], dtype=bool)
+    return arrays
+
+
+def records(run_dir: Path) -> list[dict]:
+    cfg, plan, bw, rows = _load(run_dir)
+    shape, scale, n = plan["shape"], plan["scale"], plan["layers"]
+    bytes_gpu = (shape["dense_bytes"], shape["stored_bytes"])
+    local = plan["local_bytes"]
+    rec, devices = plan["recording"], cfg["devices"]
+    recorded_store = rec["store"] if rec["store"] == "resident" else f"offloaded-{rec['slots']}"
+    out = []
+    for store in plan["stores"]:
+        ref = per_generation(rows, store, rec["variants"][0])
+        for variant in rec["variants"]:
+            g = per_generation(rows, store, variant)
+            if g is None:
+                continue
+            P = g["passes"].sum()
+            used, loads = g["used"].sum() / P, g["loads"].sum() / P             # per pass, replayed layers
+            read, moved = used * scale * bytes_gpu[0], loads * scale * bytes_gpu[1]
+            ms = g["seconds"].sum() / P * scale * 1e3
+            lbound = (used * scale * local[0] / (bw["memory_gbps"] * 1e9)
+                      + loads * scale * local[1] / (bw["copy_gbps"] * 1e9)) * 1e3
+            r = {"store": store, "variant": variant, "generations": int(g["passes"].size), "passes": int(P),
+                 "experts_per_layer": used / n, "loads_per_layer": loads / n,
+                 "hit_rate": g["hits"].sum() / g["used"].sum() if g["used"].sum() else None,
+                 "ms_per_pass": ms, "ms_per_token": g["seconds"].sum() / g["output"].sum() * scale * 1e3,
+                 "engine_ms_per_pass": (g["engine_s"].sum() / P * scale * 1e3)
+                 if plan["same_shape"] and store == recorded_store else None,
+                 "read_mb": read / 1e6, "moved_mb": moved / 1e6,
+                 "bound_ms_local": lbound, "measured_over_local_bound": ms / lbound if lbound else None,
+                 "counters_match": f"{int(g['match'].sum())}/{g['match'].size}" if g["match"].size else "n/a"}
+            for d in devices:
+                r[f"bound_ms_{d['name']}"] = (read / (d["memory_gbps"] * 1e9) + moved / (d["h2d_gbps"] * 1e9)) * 1e3
+            if ref is not None and variant != rec["variants"][0] and ref["passes"].size == g["passes"].size:
+                n_res, seed = cfg["bootstrap_resamples"], cfg["seed"]
+                for unit, den in (("pass", "passes"), ("token", "output")):
+                    iv = paired_bootstrap_speedup(ref["seconds"], ref[den], g["seconds"], g[den], n_res, seed=seed)
+                    r[f"speedup_per_{unit}"], r[f"speedup_per_{unit}_low"], r[f"speedup_per_{unit}_high"] = \
+                        iv.estimate, iv.low, iv.high
+            out.append(r)
+    for r in out:                                         # bound ratio against the reference's bound, same store
+        base = next(b for b in out if b["store"] == r["store"] and b["variant"] == rec["variants"][0])
+        d0 = devices[0]["name"] if devices else None
+        if d0 and r is not base:
+            r[f"bound_speedup_{d0}"] = base[f"bound_ms_{d0}"] / r[f"bound_ms_{d0}"]
+    return out
+
+
+def _f(v, fmt: str = "{:.2f}") -> str:
+    return "-" if v is None else fmt.format(v)
+
+
+def tables(run_dir: Path) -> str:
+    cfg, plan, bw, _ = _load(run_dir)
+    recs = records(run_dir)
+    devices = [d["name"] for d in cfg["devices"]]
+    shape, rec = plan["shape"], plan["recording"]
+    head = [f"Replay of {rec['model']} {rec['phase']} routes ({rec['store']}"
+            f"{', X = ' + str(rec['slots']) if rec.get('slots') else ''}) at {shape['name']} "
+            f"({shape['hidden_size']} x {shape['intermediate_size']}, {shape['format']}, {shape['num_layers']} MoE "
+            f"layers) on {plan['device']} in {plan['dtype']}",
+            f"- dtype: {plan['dtype_reason']}",
+            f"- layers: {plan['rules']['layers']}", f"- pool: {plan['rules']['pool']}",
+            f"- generations: {len(plan['generations'])} per variant; rounds: {cfg['repeats']} (order rotated); "
+            f"bandwidth here: memory {bw['memory_gbps']:.1f} GB/s, copy {bw['copy_gbps']:.1f} GB/s "
+            f"({bw['how']['memory']}; {bw['how']['copy']})", ""]
+    header = ["store", "variant", "passes", "experts/layer", "loads/layer", "hit rate", "ms/pass",
+              "engine ms/pass", "read MB", "moved MB", "bound ms local", "measured / local bound",
+              *[f"bound ms {d}" for d in devices], "counters = run"]
+    rows = [[r["store"], r["variant"], str(r["passes"]), _f(r["experts_per_layer"], "{:.1f}"),
+             _f(r["loads_per_layer"], "{:.1f}"), _f(r["hit_rate"], "{:.3f}"), _f(r["ms_per_pass"], "{:.1f}"),
+             _f(r["engine_ms_per_pass"], "{:.1f}"), _f(r["read_mb"], "{:.0f}"), _f(r["moved_mb"], "{:.0f}"),
+             _f(r["bound_ms_local"], "{:.1f}"), _f(r["measured_over_local_bound"], "{:.2f}"),
+             *[_f(r[f"bound_ms_{d}"], "{:.3f}") for d in devices], r["counters_match"]] for r in recs]
+    ref = rec["variants"][0]
+    sp_header = ["store", "variant", f"{ref} / variant per pass [95% CI]", "per output token [95% CI]",
+                 f"bound ratio {devices[0]}" if devices else "bound ratio"]
+    sp_rows = [[r["store"], r["variant"],
+                f"{r['speedup_per_pass']:.3f} [{r['speedup_per_pass_low']:.3f}, {r['speedup_per_pass_high']:.3f}]",
+                f"{r['speedup_per_token']:.3f} [{r['speedup_per_token_low']:.3f}, {r['speedup_per_token_high']:.3f}]",
+                _f(r.get(f"bound_speedup_{devices[0]}") if devices else None, "{:.3f}")]
+               for r in recs if "speedup_per_pass" in r]
+    return ("\n".join(head) + "\n" + render.markdown(header, rows, "Expert work per target step pass")
+            + "\n" + render.markdown(sp_header, sp_rows, f"Speedup of expert work over {ref} (paired bootstrap "
+                                                         f"over generations)"))
+
+
+def write_outputs(run_dir: Path) -> tuple[str, list[Path]]:
+    run_dir = Path(run_dir)
+    text = tables(run_dir)
+    recs = records(run_dir)
+    written = [run_dir / "replay.md", run_dir / "replay.csv"]
+    written[0].write_text(text)
+    written[1].write_text(render.csv_text(recs))
+    written += figure(recs, run_dir / "replay")
+    return text, written
+
+
+def figure(recs: list[dict], stem: Path) -> list[Path]:
+    """Per store: measured ms per target pass beside the bounds, per variant."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    stores = list(dict.fromkeys(r["store"] for r in recs))
+    fig, axes = plt.subplots(1, len(stores), figsize=(5.5 * len(stores), 3.6), squeeze=False)
+    for ax, store in zip(axes[0], stores):
+        mine = [r for r in recs if r["store"] == store]
+        bounds = [k for k in mine[0] if k.startswith("bound_ms_")]
+        xs = np.arange(len(mine))
+        width = 0.8 / (1 + len(bounds))
+        ax.bar(xs - 0.4 + width / 2, [r["ms_per_pass"] for r in mine], width, label="measured")
+        for i, b in enumerate(bounds):
+            ax.bar(xs - 0.4 + width * (i + 1.5), [r[b] for r in mine], width, label=b.removeprefix("bound_ms_") + " bound")
+        ax.set_xticks(xs, [r["variant"] for r in mine], rotation=20, fontsize=8)
+        ax.set_yscale("log")
+        ax.set_ylabel("expert ms per target pass")
+        ax.set_title(store, fontsize=9)
+        ax.legend(fontsize=6)
+    fig.tight_layout()
+    out = [stem.with_suffix(".png"), stem.with_suffix(".pdf")]
+    for p in out:
+        fig.savefig(p, dpi=150, metadata={"CreationDate": None} if p.suffix == ".pdf" else None)  # reproducible bytes
+    plt.close(fig)
+    return out

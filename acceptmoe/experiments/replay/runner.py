@@ -1,0 +1,306 @@
+"""The replay's runner: each recorded pass's expert work re-executed at a model's expert shapes through the
+engine's own `ExpertStore` (`make_store`, `store.run`: the same grouped matmuls, pool and counters as a
+generation), resident and with an X-slot pool, every variant in one process, order rotated, repeated.
+
+Rules (each stated in the run's `replay.json` and its report):
+- Layers: replayed layer j (of n, default the recording's L MoE layers) replays recorded MoE layer
+  floor(j * L / n); the target has L_t MoE layers, so per-pass times and bytes are the replayed layers' sums
+  times L_t / n (each replayed layer stands for L_t / n target layers).
+- Weights: random, in the shape's storage format (`shapes.ExpertShape.stored_weights`); `weight_sets`
+  distinct sets, replayed layer j uses set j mod weight_sets (consecutive layers never share weights; the
+  sets keep memory within `memory_gib`).
+- Pool: when the recording was offloaded with the same X, every generation starts from the pool the run had
+  at its start (`store.restore_pool`), so loads, hits and misses equal the run's counters exactly (checked per
+  generation and layer). Otherwise the pool starts empty for each variant's sequence of generations in each
+  round and carries over between them.
+- Dtype: the shape's on CUDA; on CPU fp32, because bf16 matrix multiplication on a CPU without bf16 units is
+  emulated and compute-bound (time would not follow bytes); bytes for the GPU bounds stay in the shape's dtype.
+- Inputs: one random hidden state [T, H] per pass length T (expert time does not depend on its values).
+
+One `samples.jsonl` row per (store, round, variant): per generation and pass the kind, tokens, output tokens,
+seconds, experts used, loads and hits (summed over replayed layers), the engine's recorded expert seconds,
+and whether the counters matched the run's. An interrupted replay resumes at the first unfinished row.
+"""
+from __future__ import annotations
+
+import gc
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+from tqdm import tqdm
+
+from acceptmoe.engine.routes import Routes
+from acceptmoe.engine.store import PoolState, make_store
+from acceptmoe.errors import UserError
+
+from ..spine.engines import set_threads
+from ..spine.runs import Run, SampleLog, unit_key, write_json
+from . import bandwidth
+from .config import ReplayConfig
+from .shapes import ExpertShape, get_shape, parse_dtype
+from .source import GenKey, Recording, find_recording, select, step_passes
+
+CPU_DTYPE_REASON = ("CPU: fp32, because bf16 matrix multiplication on a CPU without bf16 units is emulated and "
+                    "compute-bound (time would not follow bytes); GPU bounds use the shape's bf16 bytes")
+
+
+@dataclass(frozen=True)
+class ReplayPlan:
+    """Everything a replay run decided before it starts (saved as replay.json)."""
+    shape: ExpertShape
+    dtype: torch.dtype
+    dtype_reason: str
+    device: torch.device
+    recording: Recording
+    keys: tuple[GenKey, ...]
+    layers: int                       # n replayed layers
+    mapping: tuple[int, ...]          # replayed layer j -> recorded MoE layer position
+    slots: int | None                 # X of the offloaded replay (None: resident only)
+    exact_pool: bool                  # the recorded pool is restored per generation
+    steps: int | None                 # step passes per generation (None: all)
+
+    @property
+    def stores(self) -> tuple[str, ...]:
+        return ("resident",) + ((f"offloaded-{self.slots}",) if self.slots else ())
+
+    @property
+    def same_shape(self) -> bool:
+        """The replay runs the recorded model's own experts (shape, dtype, device, every layer once): its times
+        are comparable with the engine's recorded expert seconds."""
+        m, s = self.recording.meta, self.shape
+        return ((m.get("hidden_size"), m.get("intermediate_size"), m.get("activation"), len(m["layers"]))
+                == (s.hidden_size, s.intermediate_size, s.activation, s.num_layers)
+                and m.get("dtype") == str(self.dtype) and m.get("device") == str(self.device)
+                and self.layers == len(m["layers"]))
+
+    @property
+    def scale(self) -> float:
+        return self.shape.num_layers / self.layers
+
+    def describe(self) -> dict:
+        rec, L = self.recording, len(self.recording.meta["layers"])
+        return {"shape": self.shape.describe(), "dtype": str(self.dtype).removeprefix("torch."),
+                "dtype_reason": self.dtype_reason, "device": str(self.device),
+                "recording": {"phase": rec.phase, "model": rec.model, "variants": list(rec.variants),
+                              "store": rec.meta["store"], "slots": rec.meta.get("slots"), "layers": rec.meta["layers"],
+                              "num_experts": rec.meta["num_experts"], "top_k": rec.meta["top_k"],
+                              "hidden_size": rec.meta.get("hidden_size"),
+                              "intermediate_size": rec.meta.get("intermediate_size"),
+                              "dtype": rec.meta.get("dtype"), "device": rec.meta.get("device")},
+                "generations": [k.name for k in self.keys], "layers": self.layers, "mapping": list(self.mapping),
+                "steps_per_generation": self.steps, "scale": self.scale, "slots": self.slots, "exact_pool": self.exact_pool, "stores": list(self.stores),
+                "local_bytes": [self.shape.dense_bytes(self.dtype), self.shape.stored_bytes(self.dtype)],
+                "same_shape": self.same_shape,
+                "rules": {"layers": f"replayed layer j of {self.layers} replays recorded MoE layer floor(j * {L} / "
+                                    f"{self.layers}); per-pass sums x {self.shape.num_layers}/{self.layers} = the "
+                                    f"target's {self.shape.num_layers} MoE layers",
+                          "pool": ("the run's pool restored at every generation's start (counters exact)"
+                                   if self.exact_pool else "empty at the start of each variant's generations in "
+                                                           "each round, carried over between them")}}
+
+
+def plan_replay(cfg: ReplayConfig) -> ReplayPlan:
+    shape = get_shape(cfg.shape)
+    rec = find_recording(_source(cfg), cfg.phase, cfg.model)
+    E, k = rec.meta["num_experts"], rec.meta["top_k"]
+    if (shape.num_experts, shape.top_k) != (E, k):
+        raise UserError(f"shape {shape.name} routes top-{shape.top_k} of {shape.num_experts} experts; the recording "
+                        f"routes top-{k} of {E}: replay it at a shape with the same experts and top-k "
+                        f"(tiny, qwen3-30b-a3b for the tiny world), or record a model that routes like {shape.name}")
+    device = torch.device(cfg.run_device)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise UserError("device cuda: this machine has no CUDA GPU; use --device cpu")
+    if cfg.dtype != "auto":
+        dtype, why = parse_dtype(cfg.dtype), "as configured"
+    elif device.type == "cuda" or shape.dtype == torch.float32:
+        dtype, why = shape.dtype, "the shape's dtype"
+    else:
+        dtype, why = torch.float32, CPU_DTYPE_REASON
+    L = len(rec.meta["layers"])
+    n = cfg.layers or L
+    slots = cfg.offload or (rec.meta.get("slots") if rec.meta["store"] == "offloaded" else None)
+    if slots is not None and slots > E:
+        raise UserError(f"offload {slots}: X is at most the {E} experts per layer")
+    exact = rec.meta["store"] == "offloaded" and slots == rec.meta.get("slots")
+    rec = select(rec, cfg.variants, cfg.generations)
+    plan = ReplayPlan(shape, dtype, why, device, rec, rec.keys, n, tuple(j * L // n for j in range(n)), slots, exact,
+                      cfg.passes_per_generation)
+    check_memory(plan, cfg)
+    return plan
+
+
+def _source(cfg: ReplayConfig) -> Path:
+    path = Path(cfg.source)
+    if not path.is_dir():
+        raise UserError(f"--run {cfg.source}: not a folder; give a run folder recorded with --record-routes")
+    return path
+
+
+def check_memory(plan: ReplayPlan, cfg: ReplayConfig) -> None:
+    """Weights (the sets, plus their dense copies for a packed format) and the offloaded pools must fit."""
+    s, E, d = plan.shape, plan.shape.num_experts, plan.dtype
+    sets = min(cfg.weight_sets, plan.layers)
+    need = sets * E * (s.stored_bytes(d) + (s.dense_bytes(d) if s.format == "mxfp4" else 0))
+    if plan.slots:
+        need += plan.layers * (plan.slots + 1) * (s.dense_bytes(d) + (s.stored_bytes(d) if s.format == "mxfp4" else 0))
+    if need > cfg.memory_gib * (1 << 30):
+        raise UserError(f"replay needs about {need / (1 << 30):.1f} GiB ({sets} weight sets of {E} experts, "
+                        f"{plan.layers} layers x {plan.slots or 0} slots at {s.name}, {str(d).removeprefix('torch.')}) "
+                        f"> memory_gib {cfg.memory_gib}: lower --layers, --weight-sets or --offload, or raise "
+                        f"--memory-gib")
+
+
+# ----- stores -----
+def weight_sets(plan: ReplayPlan, cfg: ReplayConfig) -> list[dict[str, torch.Tensor]]:
+    """The random weight sets in the stored format, where the stores read them (pinned on CUDA)."""
+    out = []
+    for i in range(min(cfg.weight_sets, plan.layers)):
+        w = plan.shape.stored_weights(plan.dtype, cfg.seed + i)
+        out.append({n: (t.pin_memory() if plan.device.type == "cuda" else t) for n, t in w.items()})
+    return out
+
+
+def build_store(plan: ReplayPlan, kind: str, sets: list[dict]):
+    """The engine's store over n replayed layers sharing the weight sets (no copy per layer)."""
+    math = plan.shape.math(plan.dtype)
+    if kind == "resident":
+        dense = [{n: t.to(plan.device) for n, t in math.dense(w).items()} for w in sets]
+        layers = {j: dict(dense[j % len(sets)]) for j in range(plan.layers)}
+        return make_store("resident", math, layers, plan.shape.num_experts, plan.device)
+    layers = {j: dict(sets[j % len(sets)]) for j in range(plan.layers)}
+    return make_store("offloaded", math, layers, plan.shape.num_experts, plan.device, plan.slots)
+
+
+def mapped_pool(plan: ReplayPlan, routes: Routes) -> PoolState:
+    pool = routes.pool()
+    idx = torch.tensor(plan.mapping)
+    return PoolState(pool.expert_in[idx], pool.last_use[idx], pool.clock)
+
+
+# ----- one generation -----
+class Inputs:
+    """One random hidden state [T, H] per pass length, made once."""
+
+    def __init__(self, plan: ReplayPlan, seed: int):
+        self.plan, self.gen, self.held = plan, torch.Generator().manual_seed(seed), {}
+
+    def __call__(self, T: int) -> torch.Tensor:
+        if T not in self.held:
+            x = torch.randn(T, self.plan.shape.hidden_size, generator=self.gen)
+            self.held[T] = x.to(self.plan.dtype).to(self.plan.device)
+        return self.held[T]
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def replay_generation(plan: ReplayPlan, store, routes: Routes, xs: Inputs) -> dict:
+    """The prefill and the first `plan.steps` step passes of one recorded generation, in order: per pass seconds
+    and counts (summed over replayed layers), and whether the counters agree with the run's (`counters_match`)."""
+    dev, mapping = plan.device, plan.mapping
+    exact = plan.exact_pool and store.kind == "offloaded"
+    if exact:
+        store.restore_pool(mapped_pool(plan, routes))
+    store.reset_counters()
+    out = {"kinds": [], "tokens": [], "output": [], "seconds": [], "used": [], "loads": [], "hits": [],
+           "engine_s": []}
+    before, pool_agrees, steps = store.tally.clone(), True, 0
+    for p in routes.passes():
+        if p.kind != "prefill":
+            if plan.steps is not None and steps == plan.steps:
+                break
+            steps += 1
+        ids, weights = p.ids.to(dev), p.weights.to(dev)
+        x = xs(ids.shape[1])
+        if exact:                       # the pool at pass start is the run's: every hit and miss is the run's
+            pool_agrees &= all(bool(torch.equal(store.resident(j).cpu(), p.resident[r])) for j, r in enumerate(mapping))
+        _sync(dev)
+        t0 = time.perf_counter()
+        for j, r in enumerate(mapping):
+            store.run(j, x, ids[r], weights[r])
+        _sync(dev)
+        seconds = time.perf_counter() - t0
+        after = store.tally.clone()
+        hits, misses, loads, _ = (after - before).sum(0).tolist()
+        before = after
+        for name, v in (("kinds", p.kind), ("tokens", int(ids.shape[1])), ("output", p.output_tokens),
+                        ("seconds", seconds), ("used", hits + misses), ("loads", loads), ("hits", hits),
+                        ("engine_s", p.expert_s)):
+            out[name].append(v)
+    whole = len(out["kinds"]) == routes.num_passes
+    out["counters_match"] = counters_match(plan, store, routes, whole, pool_agrees if exact else None)
+    return out
+
+
+def counters_match(plan: ReplayPlan, store, routes: Routes, whole: bool, pool_agrees: bool | None) -> bool | None:
+    """Replayed counters against the run's. With the run's pool restored: the pool at every pass start equals
+    the recorded residency (so every hit and miss is the run's) and, over a whole generation, hits, misses
+    and loads per layer equal the run's counters. Resident: over a whole generation, experts used per layer
+    equal the run's hits + misses. None where nothing is comparable."""
+    recorded = [routes.meta["counters"][str(routes.meta["layers"][r])] for r in plan.mapping]
+    mine = store.stats()["layers"]
+    if store.kind == "resident":
+        return all(mine[j]["hits"] == rec["hits"] + rec["misses"] for j, rec in enumerate(recorded)) if whole else None
+    if pool_agrees is None:
+        return None
+    if not whole:
+        return pool_agrees
+    return pool_agrees and all((mine[j]["hits"], mine[j]["misses"], mine[j]["loads"]) ==
+                               (rec["hits"], rec["misses"], rec["loads"]) for j, rec in enumerate(recorded))
+
+
+# ----- the run -----
+def rotated(items: tuple[str, ...], r: int) -> list[str]:
+    r %= len(items)
+    return list(items[r:] + items[:r])
+
+
+def run_replay(cfg: ReplayConfig, run: Run, show_progress: bool = True) -> dict:
+    """Every (store, round, variant) of the plan into `run` (finished rows are skipped)."""
+    set_threads(cfg.world)
+    plan = plan_replay(cfg)
+    samples = SampleLog(run.path / "samples.jsonl")
+    if not (run.path / "bandwidth.json").is_file():
+        write_json(run.path / "bandwidth.json", bandwidth.measure(plan.device, plan.dtype))
+    write_json(run.path / "replay.json", plan.describe())
+    rec = plan.recording
+    todo = [(s, r, v) for s in plan.stores for r in range(cfg.repeats) for v in rotated(rec.variants, r)
+            if unit_key(s, r, v) not in samples]
+    total = sum(_step_passes(rec, v, plan.keys, plan.steps) for s, r, v in todo)
+    sets = weight_sets(plan, cfg) if todo else []
+    with tqdm(total=total, disable=not show_progress, unit="pass", dynamic_ncols=True) as bar:
+        for label in plan.stores:
+            units = [(r, v) for s, r, v in todo if s == label]
+            if not units:
+                continue
+            store = build_store(plan, "resident" if label == "resident" else "offloaded", sets)
+            xs = Inputs(plan, cfg.seed)
+            replay_generation(plan, store, rec.load(rec.variants[0], plan.keys[0]), xs)     # untimed warm-up
+            for r, v in units:
+                if store.kind == "offloaded" and not plan.exact_pool:
+                    store.restore_pool(None)
+                gens = []
+                for key in plan.keys:
+                    g = replay_generation(plan, store, rec.load(v, key), xs)
+                    gens.append({"task": key.task, "rep": key.rep, "index": key.index, **g})
+                    bar.update(sum(k != "prefill" for k in g["kinds"]))
+                    bar.set_description(f"{label} r{r} {v}", refresh=False)
+                samples.append(unit_key(label, r, v), {"store": label, "round": r, "variant": v,
+                                                       "position": rotated(rec.variants, r).index(v),
+                                                       "generations": gens})
+            del store
+            gc.collect()
+    return {"generations": len(plan.keys), "stores": list(plan.stores)}
+
+
+def _step_passes(rec: Recording, variant: str, keys, cap: int | None) -> int:
+    n = 0
+    for key in keys:
+        with np.load(rec.path(variant, key)) as z:
+            n += min(step_passes(z["kind"]), cap or 1 << 30)
+    return n

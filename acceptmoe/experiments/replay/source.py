@@ -1,0 +1,114 @@
+"""The recorded routes of a run folder (`routes/<phase>/<model>/<task>/<variant>/r<rep>-<index>.npz`, written
+with `generation.record_routes`): which phase, model and variants a replay reads, and which generations.
+
+A replay compares variants on the same prompts: it takes the first generations every variant recorded, in
+order (repetition, prompt index, task order); the reference variant (Standard SD when recorded) comes first.
+"""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from acceptmoe.engine.routes import KINDS, Routes
+from acceptmoe.errors import UserError
+from acceptmoe.methods import METHODS
+
+REFERENCE = "standard-sd"
+PHASE_ORDER = ("resident", "offload-timed", "offload-counters", "table1", "sweep")
+
+
+@dataclass(frozen=True, order=True)
+class GenKey:
+    rep: int
+    index: int
+    task: str
+
+    @property
+    def name(self) -> str:
+        return f"{self.task}/r{self.rep}-{self.index:04d}"
+
+
+@dataclass(frozen=True)
+class Recording:
+    root: Path                        # routes/<phase>/<model>
+    phase: str
+    model: str
+    variants: tuple[str, ...]         # the reference first, then by registry order
+    keys: tuple[GenKey, ...]          # generations every variant recorded, in order
+    meta: dict                        # the first file's meta (experts, layers, store, slots, shapes)
+
+    def path(self, variant: str, key: GenKey) -> Path:
+        return self.root / key.task / variant / f"r{key.rep}-{key.index:04d}.npz"
+
+    def load(self, variant: str, key: GenKey) -> Routes:
+        return Routes.load(self.path(variant, key))
+
+    @property
+    def reference(self) -> str:
+        return self.variants[0]
+
+    def methods(self) -> dict[str, str]:
+        """variant -> method (from each variant's first file)."""
+        return {v: self.load(v, self.keys[0]).meta.get("method", v) for v in self.variants}
+
+
+def _children(p: Path) -> list[str]:
+    return sorted(c.name for c in p.iterdir() if c.is_dir()) if p.is_dir() else []
+
+
+def find_recording(run_dir: Path, phase: str | None = None, model: str | None = None) -> Recording:
+    """The recorded routes of `run_dir` for one phase and model (default: the first recorded of each)."""
+    routes = Path(run_dir) / "routes"
+    if not routes.is_dir():
+        raise UserError(f"{run_dir} has no routes/: record them with --record-routes (e.g. ./reproduce.sh fig4 "
+                        f"--record-routes), then replay that run folder")
+    phases = sorted(_children(routes), key=lambda p: (PHASE_ORDER.index(p) if p in PHASE_ORDER else 99, p))
+    if not phases:
+        raise UserError(f"{routes} is empty: the run recorded no generation yet")
+    phase = phase or phases[0]
+    if phase not in phases:
+        raise UserError(f"phase {phase!r} has no routes in {routes}; recorded phases: {', '.join(phases)}")
+    models = _children(routes / phase)
+    model = model or (models[0] if models else None)
+    if model not in models:
+        raise UserError(f"model {model!r} has no routes in {routes / phase}; recorded models: {', '.join(models)}")
+    root = routes / phase / model
+    per_variant: dict[str, set[GenKey]] = {}
+    for task in _children(root):
+        for variant in _children(root / task):
+            for f in (root / task / variant).glob("r*-*.npz"):
+                rep, index = f.stem[1:].split("-")
+                per_variant.setdefault(variant, set()).add(GenKey(int(rep), int(index), task))
+    if not per_variant:
+        raise UserError(f"{root} holds no routes files")
+    keys = sorted(set.intersection(*per_variant.values()))
+    if not keys:
+        raise UserError(f"{root}: no generation was recorded by every variant ({', '.join(sorted(per_variant))}); "
+                        f"let the recording run finish (--resume) and replay again")
+    first = {v: Routes.load(root / keys[0].task / v / f"r{keys[0].rep}-{keys[0].index:04d}.npz").meta
+             for v in per_variant}
+    order = list(METHODS)
+    rank = lambda v: (v != REFERENCE, order.index(first[v].get("method")) if first[v].get("method") in order  # noqa: E731
+                      else len(order), v)
+    variants = tuple(sorted(per_variant, key=rank))
+    return Recording(root, phase, model, variants, tuple(keys), first[variants[0]])
+
+
+def select(rec: Recording, variants: tuple[str, ...] | None, generations: int | None) -> Recording:
+    """The recording narrowed to `variants` (None: all; the reference stays first when chosen) and its first
+    `generations` generations (None: all)."""
+    chosen = rec.variants
+    if variants is not None:
+        unknown = [v for v in variants if v not in rec.variants]
+        if unknown:
+            raise UserError(f"variants {unknown} have no routes in {rec.root}; recorded: {', '.join(rec.variants)}")
+        chosen = tuple(v for v in rec.variants if v in variants)
+    return dataclasses.replace(rec, variants=chosen, keys=rec.keys[:generations])
+
+
+def step_passes(kinds: np.ndarray) -> int:
+    """Passes after the prefill (verification or decode steps)."""
+    return int((kinds != KINDS.index("prefill")).sum())
