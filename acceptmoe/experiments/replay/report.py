@@ -34,6 +34,8 @@ def _load(run_dir: Path) -> tuple[dict, dict, dict, list[dict]]:
     cfg = json.loads((run_dir / "config.json").read_text())["config"]
     plan = json.loads((run_dir / "replay.json").read_text())
     bw = json.loads((run_dir / "bandwidth.json").read_text())
+    ratios = run_dir / "engine-ratios.json"
+    plan["engine_ratios"] = json.loads(ratios.read_text()) if ratios.is_file() else {}
     rows = list(SampleLog(run_dir / "samples.jsonl"))
     if not rows:
         raise NothingToTabulate(f"{run_dir}: no finished replay rows yet; run or resume it first")
@@ -85,6 +87,9 @@ def records(run_dir: Path) -> list[dict]:
                  "experts_per_layer": used / n, "loads_per_layer": loads / n,
                  "hit_rate": g["hits"].sum() / g["used"].sum() if g["used"].sum() else None,
                  "ms_per_pass": ms, "ms_per_token": g["seconds"].sum() / g["output"].sum() * scale * 1e3,
+                 "tokens_per_pass": g["output"].sum() / P,
+                 "engine_ratio": (plan["engine_ratios"].get("ratios", {}).get(variant)
+                                  if plan["engine_ratios"].get("store") == store else None),
                  "engine_ms_per_pass": (g["engine_s"].sum() / P * scale * 1e3)
                  if plan["same_shape"] and store == recorded_store else None,
                  "read_mb": read / 1e6, "moved_mb": moved / 1e6,
@@ -104,6 +109,7 @@ def records(run_dir: Path) -> list[dict]:
         d0 = devices[0]["name"] if devices else None
         if d0 and r is not base:
             r[f"bound_speedup_{d0}"] = base[f"bound_ms_{d0}"] / r[f"bound_ms_{d0}"]
+            r[f"bound_speedup_per_token_{d0}"] = r[f"bound_speedup_{d0}"] * r["tokens_per_pass"] / base["tokens_per_pass"]
     return out
 
 
@@ -134,12 +140,14 @@ def tables(run_dir: Path) -> str:
              _f(r["bound_ms_local"], "{:.1f}"), _f(r["measured_over_local_bound"], "{:.2f}"),
              *[_f(r[f"bound_ms_{d}"], "{:.3f}") for d in devices], r["counters_match"]] for r in recs]
     ref = rec["variants"][0]
+    d0 = devices[0] if devices else None
     sp_header = ["store", "variant", f"{ref} / variant per pass [95% CI]", "per output token [95% CI]",
-                 f"bound ratio {devices[0]}" if devices else "bound ratio"]
+                 f"{d0} bound per pass", f"{d0} bound per token", "tiny engine tokens/s ratio (recorded run)"]
     sp_rows = [[r["store"], r["variant"],
                 f"{r['speedup_per_pass']:.3f} [{r['speedup_per_pass_low']:.3f}, {r['speedup_per_pass_high']:.3f}]",
                 f"{r['speedup_per_token']:.3f} [{r['speedup_per_token_low']:.3f}, {r['speedup_per_token_high']:.3f}]",
-                _f(r.get(f"bound_speedup_{devices[0]}") if devices else None, "{:.3f}")]
+                _f(r.get(f"bound_speedup_{d0}"), "{:.3f}"), _f(r.get(f"bound_speedup_per_token_{d0}"), "{:.3f}"),
+                _f(r["engine_ratio"], "{:.3f}")]
                for r in recs if "speedup_per_pass" in r]
     return ("\n".join(head) + "\n" + render.markdown(header, rows, "Expert work per target step pass")
             + "\n" + render.markdown(sp_header, sp_rows, f"Speedup of expert work over {ref} (paired bootstrap "
@@ -158,23 +166,33 @@ def write_outputs(run_dir: Path) -> tuple[str, list[Path]]:
 
 
 def figure(recs: list[dict], stem: Path) -> list[Path]:
-    """Per store: measured ms per target pass beside the bounds, per variant."""
+    """Per store: each variant's speedup over the reference per output token: the tiny engine's own measured
+    tokens/s ratio (the recorded run), the replay's measured expert time at the target shape (95% CI) and the
+    first device's bytes / bandwidth bound."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     stores = list(dict.fromkeys(r["store"] for r in recs))
     fig, axes = plt.subplots(1, len(stores), figsize=(5.5 * len(stores), 3.6), squeeze=False)
     for ax, store in zip(axes[0], stores):
-        mine = [r for r in recs if r["store"] == store]
-        bounds = [k for k in mine[0] if k.startswith("bound_ms_")]
-        xs = np.arange(len(mine))
-        width = 0.8 / (1 + len(bounds))
-        ax.bar(xs - 0.4 + width / 2, [r["ms_per_pass"] for r in mine], width, label="measured")
-        for i, b in enumerate(bounds):
-            ax.bar(xs - 0.4 + width * (i + 1.5), [r[b] for r in mine], width, label=b.removeprefix("bound_ms_") + " bound")
-        ax.set_xticks(xs, [r["variant"] for r in mine], rotation=20, fontsize=8)
-        ax.set_yscale("log")
-        ax.set_ylabel("expert ms per target pass")
+        mine = [r for r in recs if r["store"] == store and "speedup_per_token" in r]
+        bound = next((k for k in (mine[0] if mine else {}) if k.startswith("bound_speedup_per_token_")), None)
+        series = [("tiny engine, tokens/s", "engine_ratio", None),
+                  ("replay, expert time", "speedup_per_token", ("speedup_per_token_low", "speedup_per_token_high")),
+                  (f"{bound.removeprefix('bound_speedup_per_token_')} bound" if bound else "bound", bound, None)]
+        xs, width = np.arange(len(mine)), 0.8 / len(series)
+        for i, (label, key, ci) in enumerate(series):
+            ys = [r.get(key) if key else None for r in mine]
+            pos = [x - 0.4 + width * (i + 0.5) for x, y in zip(xs, ys) if y is not None]
+            vals = [y for y in ys if y is not None]
+            err = None
+            if ci:
+                err = [[r[key] - r[ci[0]] for r in mine], [r[ci[1]] - r[key] for r in mine]]
+            if vals:
+                ax.bar(pos, vals, width, yerr=err, capsize=2, label=label, color=f"C{i}")
+        ax.axhline(1.0, color="black", lw=0.6)
+        ax.set_xticks(xs, [r["variant"] for r in mine], rotation=15, fontsize=8)
+        ax.set_ylabel("speedup over the reference, per token")
         ax.set_title(store, fontsize=9)
         ax.legend(fontsize=6)
     fig.tight_layout()

@@ -268,6 +268,8 @@ def run_replay(cfg: ReplayConfig, run: Run, show_progress: bool = True) -> dict:
     if not (run.path / "bandwidth.json").is_file():
         write_json(run.path / "bandwidth.json", bandwidth.measure(plan.device, plan.dtype))
     write_json(run.path / "replay.json", plan.describe())
+    if not (run.path / "engine-ratios.json").is_file():
+        write_json(run.path / "engine-ratios.json", engine_ratios(plan))
     rec = plan.recording
     todo = [(s, r, v) for s in plan.stores for r in range(cfg.repeats) for v in rotated(rec.variants, r)
             if unit_key(s, r, v) not in samples]
@@ -296,6 +298,29 @@ def run_replay(cfg: ReplayConfig, run: Run, show_progress: bool = True) -> dict:
             del store
             gc.collect()
     return {"generations": len(plan.keys), "stores": list(plan.stores)}
+
+
+ENGINE_TABLES = {"resident": "throughput-resident.csv", "offload-timed": "throughput-offload.csv"}
+
+
+def engine_ratios(plan: ReplayPlan) -> dict:
+    """The recorded run's own measured tokens/s ratio to Standard SD per variant (its throughput table, mean
+    over the replayed tasks), for the store it ran with: what the replay's ratios stand beside."""
+    rec = plan.recording
+    table = rec.root.parents[2] / ENGINE_TABLES.get(rec.phase, "")
+    if rec.phase not in ENGINE_TABLES or not table.is_file():
+        return {}
+    import csv
+    tasks = {k.task for k in plan.keys}
+    rows = [r for r in csv.DictReader(table.open()) if r["model"] == rec.model and r["task"] in tasks]
+    store = "resident" if rec.meta["store"] == "resident" else f"offloaded-{rec.meta.get('slots')}"
+    out = {}
+    for v in rec.variants:
+        vals = [float(r["ratio_vs_standard_sd"]) for r in rows if r["variant"] == v and r["ratio_vs_standard_sd"]]
+        if vals:
+            out[v] = sum(vals) / len(vals)
+    return {"store": store, "table": str(table.relative_to(rec.root.parents[2])), "tasks": sorted(tasks),
+            "ratios": out}
 
 
 def _step_passes(rec: Recording, variant: str, keys, cap: int | None) -> int:
