@@ -7,7 +7,10 @@ Checks, each with a verdict (PASS / FAIL / SKIP):
 - graphs:   CUDA-graph replay equals the same static passes run eagerly, and eager, every method on the tiny
             world, with no capture falling back (SKIP on CPU, where only static = eager runs);
 - lossless: Standard SD = Vanilla AR token for token on the tiny world, resident and offloaded;
-- pinned:   the offloaded store's host weights are pinned and its loads are counted and timed.
+- pinned:   the offloaded store's host weights are pinned and its loads are counted and timed;
+- replay:   Standard SD and AcceptMoE routes recorded on the offloaded tiny engine, replayed at Qwen3-30B-A3B's
+            expert shape in bf16 through the same store (`replay`): the replayed pool equals the recorded one at
+            every pass; its table gives expert ms per target pass beside the H200 / RTX bytes-over-bandwidth bounds.
 Then a timing table: decode step, verify step, selection per layer and aten operations per step, eager and
 replayed from CUDA graphs, on the tiny world and on a random MoE with Qwen3-30B-A3B's layer shape (hidden 2048, 128 experts, top-8, expert
 width 768; 4 layers, bf16). Writes `<out>/gpu_check.json` next to `<out>/gpu_check.md` (the table).
@@ -379,9 +382,45 @@ def time_tiny(engine, prompts: list[list[int]], tokens: int) -> list[dict]:
     return rows
 
 
+def check_replay(engine, prompts: list[list[int]], tokens: int, device, folder: Path,
+                 shape: str = "qwen3-30b-a3b") -> tuple[dict, list[dict]]:
+    """Routes of Standard SD and AcceptMoE recorded on `engine` (offloaded), replayed at `shape` on `device`
+    (`experiments.replay`): PASS when the replayed pool agrees with the recorded one at every pass; the
+    records (ms per target pass beside the bytes / bandwidth bounds) go to the timing table."""
+    from acceptmoe.experiments.replay import report
+    from acceptmoe.experiments.replay.config import load_replay_config
+    from acceptmoe.experiments.replay.runner import run_replay
+    from acceptmoe.experiments.spine.config import Pair
+    from acceptmoe.experiments.spine.layout import RunPaths
+    from acceptmoe.experiments.spine.runs import open_run
+    paths = RunPaths(folder / "recorded")
+    for method in (REFERENCE, B0_METHOD):
+        plan = Variant(method).bind(engine.fit, commitment=P_HAT)
+        for i, ids in enumerate(prompts[:2]):
+            gen = engine.generate(ids, plan, tokens, ignore_eos=True, record_routes=True)
+            gen.routes.save(paths.routes("gpu-check", Pair("tiny", "prompts"), plan.name, 0, i))
+    cfg = load_replay_config("tiny", {"source": str(paths.root), "shape": shape, "device": str(device),
+                                      "generations": 2, "passes_per_generation": 8, "repeats": 2})
+    run = open_run("replay", "tiny", cfg, root=folder / "replay")
+    run_replay(cfg, run, show_progress=False)
+    recs = report.records(run.path)
+    offloaded = [r for r in recs if r["store"] != "resident"]
+    ok = bool(offloaded) and all(r["counters_match"] == "2/2" for r in offloaded)
+    return {"check": "replay", "verdict": verdict(ok), "shape": shape,
+            "counters": {r["variant"]: r["counters_match"] for r in offloaded}}, recs
+
+
 def table(results: dict) -> str:
     lines = ["| check | verdict |", "|---|---|"]
     lines += [f"| {c['check']} | {c['verdict']} |" for c in results["checks"]]
+    if results.get("replay"):
+        bounds = [k for k in results["replay"][0] if k.startswith("bound_ms_")]
+        lines += ["", "| replay store | variant | experts/layer | hit rate | ms / target pass | "
+                  + " | ".join(b.removeprefix("bound_ms_") + " bound ms" for b in bounds) + " |",
+                  "|---|---|---:|---:|---:|" + "---:|" * len(bounds)]
+        for r in results["replay"]:
+            lines.append(f"| {r['store']} | {r['variant']} | {r['experts_per_layer']:.1f} | {r['hit_rate']:.3f} | "
+                         f"{r['ms_per_pass']:.3f} | " + " | ".join(f"{r[b]:.3f}" for b in bounds) + " |")
     lines += ["", "| workload | step | ms | aten ops / step | tokens/s | tau |", "|---|---|---:|---:|---:|---:|"]
     for workload, rows in results["timing"].items():
         for r in rows:
@@ -419,6 +458,9 @@ def run_all(device, model_dir: Path, out: Path, prompts: int = 4, tokens: int = 
     engines["offloaded"].model.store.reset_counters()
     record(check_lossless(engines, ids, tokens))
     record(check_pinned(engines["offloaded"]))
+    with tempfile.TemporaryDirectory() as tmp:
+        replay, results["replay"] = check_replay(engines["offloaded"], ids, tokens, device, Path(tmp))
+        record(replay)
     results["timing"]["tiny world"] = time_tiny(engines["resident"], ids, tokens)
     if engines["resident"].steps.mode != "eager":
         results["timing"]["tiny world"] += time_tiny(load_engine(model_dir, device=device, steps="eager"), ids, tokens)

@@ -156,3 +156,18 @@ def test_run_all_on_cpu_writes_the_json_beside_the_table(tmp_path):
     assert saved["checks"] == res["checks"] and set(saved["timing"]) == set(res["timing"])
     assert len(saved["timing"]["tiny world"]) == 3 and all(r["aten_ops"] > 0 for r in saved["timing"]["tiny world"])
     assert (tmp_path / "gpu_check.md").read_text().strip() == gpu_check.table(res)
+
+
+def test_replay_check_runs_its_cpu_side_and_fails_when_the_pool_is_not_restored(tmp_path, monkeypatch):
+    from acceptmoe.engine import load_engine
+    from acceptmoe.engine.store import OffloadedStore
+    engine = load_engine("models/tiny", store="offloaded", slots=32)
+    prompts = [[5, 17, 300, 4], [9, 8, 7, 6, 5]]
+    check, recs = gpu_check.check_replay(engine, prompts, 16, "cpu", tmp_path / "a", shape="tiny")
+    assert check["verdict"] == "PASS" and {r["store"] for r in recs} == {"resident", "offloaded-32"}
+    original = OffloadedStore.restore_pool
+    monkeypatch.setattr(OffloadedStore, "restore_pool", lambda self, state: original(self, None))
+    engine = load_engine("models/tiny", store="offloaded", slots=32)
+    engine.generate(prompts[1], gpu_check.Variant("standard-sd").bind(engine.fit), 16)    # a warm pool
+    check, _ = gpu_check.check_replay(engine, prompts, 16, "cpu", tmp_path / "b", shape="tiny")
+    assert check["verdict"] == "FAIL"
