@@ -152,13 +152,20 @@ def native_grouped_mm(device: torch.device, dtype: torch.dtype) -> bool:
     return False
 
 
-def gathers_per_pair(x: Tensor, pairs: int, num_experts: int) -> bool:
+GATHER_BYTES = 2 << 20          # per-pair gathers copy pairs x expert bytes; above this one grouped matmul wins
+
+
+def gathers_per_pair(x: Tensor, pairs: int, num_experts: int, w: dict[str, Tensor]) -> bool:
     """The one rule choosing how experts are multiplied: per pair on gathered weights for a CPU pass with
-    few pairs (pairs * 6 <= E; the CPU grouped_mm costs a few microseconds per group, used or not) and on
-    a GPU without a native grouped matmul for the dtype (`native_grouped_mm`); else one grouped matmul. It
-    depends on the pass, the device and E only, so both stores make the same choice."""
+    few pairs whose gathered weights are small (pairs * 6 <= E, and pairs * one expert's w1 + w2 bytes <=
+    GATHER_BYTES: the CPU grouped_mm costs a few microseconds per group, used or not, while a gather copies
+    each pair's weights: at the tiny model's 49 KB experts a decode step gathers, at Qwen3-30B-A3B's 19 MB
+    (fp32) it runs grouped, 11 ms against 114 ms per layer on one core) and on a GPU without a native grouped
+    matmul for the dtype (`native_grouped_mm`); else one grouped matmul. It depends on the pass, the device,
+    E and the experts' shape only, so both stores make the same choice."""
     if x.device.type == "cpu":
-        return 6 * pairs <= num_experts
+        per_expert = w["w1"][0].numel() * w["w1"].element_size() + w["w2"][0].numel() * w["w2"].element_size()
+        return 6 * pairs <= num_experts and pairs * per_expert <= GATHER_BYTES
     return not native_grouped_mm(x.device, x.dtype)
 
 
@@ -274,7 +281,7 @@ class ResidentStore(ExpertStore):
         self._check_layer(layer)
         flat = ids.reshape(-1)                                           # [T*k]
         y, counts = experts_by_group(self.math, x, flat, ids.shape[1], self.num_experts, self.weights[layer],
-                                     gathers_per_pair(x, flat.shape[0], self.num_experts))
+                                     gathers_per_pair(x, flat.shape[0], self.num_experts, self.weights[layer]))
         cells = self.cells[layer]
         cells[_HITS].add_(counts.count_nonzero())
         cells[_PASSES].add_(1)
@@ -366,7 +373,7 @@ class OffloadedStore(ExpertStore):
         rank = torch.empty_like(order).index_copy_(0, order, self.arange_e)   # [E]
         wave_of = rank // X                                              # [E]
         y = torch.zeros(flat.shape[0], x.shape[1], dtype=x.dtype, device=x.device)   # [P, H]
-        per_pair = gathers_per_pair(x, flat.shape[0], E)
+        per_pair = gathers_per_pair(x, flat.shape[0], E, self.operands[layer])
         for w in range(self._num_waves(used, flat.shape[0])):
             in_wave = used & (wave_of == w)                              # [E]
             self._admit(layer, in_wave, order, rank)

@@ -152,7 +152,7 @@ def test_per_pair_and_grouped_paths_match_the_definition(kind, n_tokens):
     x = torch.randn(n_tokens, H, generator=g)
     ids = torch.rand(n_tokens, E64, generator=g).topk(K, dim=-1).indices
     weights = torch.rand(n_tokens, K, generator=g).softmax(-1)
-    assert gathers_per_pair(x, n_tokens * K, E64) == (n_tokens == 1)
+    assert gathers_per_pair(x, n_tokens * K, E64, resident.weights[0]) == (n_tokens == 1)
     y = resident.run(0, x, ids, weights)
     torch.testing.assert_close(y, _dense_reference(math, layer, x, ids, weights))
     assert torch.equal(offloaded.run(0, x, ids, weights), y)
@@ -171,3 +171,14 @@ def test_resident_pass_is_a_fixed_op_sequence_whatever_the_experts_used():
             store.run(0, x, ids, weights)
         counts.append(dict(c.ops))
     assert counts[0] == counts[1] and counts[0].get("aten._grouped_mm") == 2
+
+
+def test_large_experts_run_grouped_even_for_one_token():
+    """A decode step's gathers copy every pair's weights: at a real model's expert size (here 2 MiB + 1 of w1
+    and w2 together) one grouped matmul reads each used expert once instead."""
+    from acceptmoe.engine.store import GATHER_BYTES, gathers_per_pair
+    x = torch.zeros(1, 4)
+    small = {"w1": torch.zeros(128, 8, 4), "w2": torch.zeros(128, 4, 4)}
+    per_expert = GATHER_BYTES // K + 4                               # K pairs gather just over the limit
+    big = {"w1": torch.zeros(128, per_expert // 4, 1), "w2": torch.zeros(128, 1, 0)}
+    assert gathers_per_pair(x, K, 128, small) and not gathers_per_pair(x, K, 128, big)
