@@ -5,9 +5,11 @@
 
 What Table 1, the sweep, the calibration study and the budgets a throughput run computes share: prompts in
 batches of `generation.batch` through `EngineBackend.generate_many` (an engine may run them concurrently),
-each reply graded by its task, its trace appended to `log` (if any) before its row goes to the sample log,
-both fsynced as each finishes, so an interrupted run resumes at the first unfinished unit and never
-duplicates a row. Errors propagate: an exception is never recorded as an answer.
+then each reply graded by its task and saved at once, its trace appended to `log` (if any) before its row
+goes to the sample log, both fsynced, so an interrupted run resumes at the first unfinished unit, never
+duplicates a row and never loses a graded one. A reply whose grading goes wrong is that reply's failure,
+with its reason in the row (`Task.score_many`); other errors propagate: an exception is never recorded as
+an answer.
 """
 from __future__ import annotations
 
@@ -41,13 +43,18 @@ class PairRun:
         return Pair(self.loaded.model.name, self.task.name)
 
 
-def graded(pair: PairRun, indices: Sequence[int], plan: Plan, trace_layers: bool) -> list[tuple[GradedRow, Trace]]:
-    """Generate the prompts at `indices` with `plan` in one `generate_many` call, then grade each reply:
-    (row, trace) per index, in order."""
+def generated(pair: PairRun, indices: Sequence[int], plan: Plan, trace_layers: bool) -> list[tuple[list[int], object]]:
+    """Generate the prompts at `indices` with `plan` in one `generate_many` call: (prompt ids, generation)
+    per index, in order."""
     model, world = pair.loaded.model, pair.loaded.world
     prompts = [prompt_ids(pair.loaded.tokenizer, pair.task.messages(pair.examples[i]), model) for i in indices]
     gens = pair.loaded.engine.generate_many(prompts, plan, world.max_new_tokens(model), trace_layers=trace_layers)
-    return [_row(pair, i, plan, ids, gen) for i, ids, gen in zip(indices, prompts, gens)]
+    return list(zip(prompts, gens))
+
+
+def graded(pair: PairRun, indices: Sequence[int], plan: Plan, trace_layers: bool) -> list[tuple[GradedRow, Trace]]:
+    """Generate the prompts at `indices` with `plan`, then grade each reply: (row, trace) per index, in order."""
+    return [_row(pair, i, plan, ids, gen) for i, (ids, gen) in zip(indices, generated(pair, indices, plan, trace_layers))]
 
 
 def _row(pair: PairRun, index: int, plan: Plan, ids: list[int], gen) -> tuple[GradedRow, Trace]:
@@ -69,9 +76,10 @@ def run_graded(pair: PairRun, plan: Plan, units: Sequence[tuple[int, str]], *, t
     `relabel` adds the experiment's fields to a row (the sweep's variant and phase, ...)."""
     todo = [(i, key) for i, key in units if key not in pair.samples]
     step = pair.loaded.world.generation.batch
-    for start in range(0, len(todo), step):                  # each batch's rows are saved as soon as it returns
+    for start in range(0, len(todo), step):
         batch = todo[start:start + step]
-        for (index, key), (row, trace) in zip(batch, graded(pair, [i for i, _ in batch], plan, trace_layers)):
+        for (index, key), (ids, gen) in zip(batch, generated(pair, [i for i, _ in batch], plan, trace_layers)):
+            row, trace = _row(pair, index, plan, ids, gen)   # graded and saved one unit at a time
             if log is not None:
                 log.append(key, trace)
             pair.samples.append(key, relabel(row).to_json())
