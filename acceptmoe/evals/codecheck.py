@@ -349,7 +349,8 @@ def grade_many(problems: list[CodeProblem], codes: list[str], workers: int = 2,
         caps = value_caps(exp.sizes)
         watch = harness.SetWatch(len(inputs), per_input, run_s, caps, judge=_judge(problems[p], inputs, wanted, rules))
         try:
-            source = harness.program(codes[p], problems[p].entry_point, inputs, per_input, caps, rules.guard)
+            preload = harness.preloads(codes[p]) if rules.guard and rules.packages else []
+            source = harness.program(codes[p], problems[p].entry_point, inputs, per_input, caps, rules.guard, preload)
         except Exception as exc:
             return SetVerdict(False, f"the code cannot be run ({type(exc).__name__})", "not run")
         result = _run_watched(source, candidate_limits(rules, run_s), watch)

@@ -134,6 +134,9 @@ def bwrap_args(bwrap: str, tmp_bytes: int, hide: tuple[str, ...] = (), packages:
         if os.path.isdir(folder) and any(_inside(folder, b) for b in bound) and (folder in site or not needed):
             args += ["--tmpfs", folder]
     for folder in packages:
+        for parent in reversed([str(p) for p in Path(folder).parents if str(p) != "/"]):
+            if not any(_inside(parent, b) for b in bound):
+                args += ["--perms", "0755", "--dir", parent]  # made by bubblewrap: readable by the program's uid
         args += ["--ro-bind", folder, folder]
     for path in cover:
         args += ["--ro-bind", "/dev/null", path]

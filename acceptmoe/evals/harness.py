@@ -5,7 +5,10 @@ In the sandbox (`program`): codec's source, evalplus's `evalplus/eval/utils.py` 
 `time_limit` and `reliability_guard`, as shipped), then the runner, which does what
 `evalplus.eval.unsafe_execute` does: it applies `reliability_guard` (when `guard`), executes the code in
 a fresh namespace (`exec(code, {})`) and calls the entry point on each input under `time_limit` and
-`swallow_io`, stopping at the first exception. Where unsafe_execute compares, the runner reports: before
+`swallow_io`, stopping at the first exception. Before the guard it imports the modules the code imports
+that evalplus's own process has loaded by then (`preloads`: there they are already in `sys.modules`, and
+some, numpy among them, cannot be imported once `open` is gone). Where unsafe_execute compares, the runner
+reports: before
 the code runs, the program's own stdout and stderr file descriptors are pointed at /dev/null and the
 result lines go to a saved descriptor; it reports "start", then "loaded" (or the exception's type name),
 then per input "called" as soon as the call returns and then its value (`codec.encode_result` under that
@@ -25,6 +28,11 @@ with its reason.
 """
 from __future__ import annotations
 
+import json
+import re
+import subprocess
+import sys
+from functools import lru_cache
 from pathlib import Path
 from typing import Callable
 
@@ -43,7 +51,7 @@ def _name(exc):
         return str(type(exc).__name__)[:100]
     except BaseException:
         return "?"
-def _run(code, entry_point, inputs, limits, caps, guard):
+def _run(code, entry_point, inputs, limits, caps, guard, preload):
     out = _os.dup(1)
     null = _os.open(_os.devnull, _os.O_WRONLY)
     _os.dup2(null, 1)
@@ -52,6 +60,11 @@ def _run(code, entry_point, inputs, limits, caps, guard):
     def emit(record):
         write(out, ("\n%s%s\n" % (_MARK, json.dumps(record, separators=(",", ":"), allow_nan=False))).encode())
     emit({"start": 1})
+    for name in preload:  # what the process evalplus runs code in has loaded before its guard
+        try:
+            __import__(name)
+        except BaseException:
+            pass
     if guard:
         _evalplus.reliability_guard(maximum_memory_bytes=None)  # the sandbox sets the memory limits
     exec_globals = {}
@@ -102,13 +115,46 @@ def harness_source() -> str:
             f"exec(compile({utils}, 'evalplus/eval/utils.py', 'exec'), _evalplus.__dict__)\n{_RUNNER}\n")
 
 
+_IMPORT = re.compile(r"^[ \t]*import[ \t]+([^#\n]+)|^[ \t]*from[ \t]+([\w.]+)[ \t]+import\b", re.M)
+
+
+def imported(code: str) -> list[str]:
+    """The modules `code`'s import statements name (and their parent packages), read line by line."""
+    names = []
+    for plain, source in _IMPORT.findall(code):
+        for part in ([source] if source else plain.split(",")):
+            name = part.strip().split(" ")[0].rstrip("\\").strip()
+            pieces = name.split(".")
+            names += [".".join(pieces[:i]) for i in range(1, len(pieces) + 1) if all(p.isidentifier() for p in pieces)]
+    return list(dict.fromkeys(names))
+
+
+@lru_cache(maxsize=1)
+def evalplus_loaded() -> frozenset[str]:
+    """The modules loaded in a process that has imported `evalplus.evaluate`, as the processes evalplus runs
+    code in have (they are forked from it): there `import numpy` after `reliability_guard` finds numpy
+    loaded, while importing it afresh needs the `open` the guard removes."""
+    done = subprocess.run([sys.executable, "-I", "-c", "import json, sys\nimport evalplus.evaluate\n"
+                           "print(json.dumps(sorted(sys.modules)))"], capture_output=True, text=True, timeout=300)
+    if done.returncode != 0:
+        raise RuntimeError(f"evalplus.evaluate could not be imported: {done.stderr[-500:]}")
+    return frozenset(json.loads(done.stdout))
+
+
+def preloads(code: str) -> list[str]:
+    """The modules `code` imports that evalplus's process has loaded before its guard."""
+    loaded = evalplus_loaded()
+    return [name for name in imported(code) if name in loaded]
+
+
 def program(code: str, entry_point: str, inputs: list, limits_s: list[float] | None, caps: list[int],
-            guard: bool) -> str:
+            guard: bool, preload: list[str] = ()) -> str:
     """The sandboxed program: the harness, then the call on the embedded code and inputs. `limits_s` None:
-    no per-input time limit (the canonical solution, as evalplus's trusted_exec)."""
+    no per-input time limit (the canonical solution, as evalplus's trusted_exec). `preload`: modules
+    imported before the guard (`preloads`)."""
     limits = None if limits_s is None else [float(s) for s in limits_s]
     args = ", ".join([repr(code), repr(entry_point), f"decode(json.loads({codec.dumps(inputs)!r}))", repr(limits),
-                      repr([int(c) for c in caps]), repr(bool(guard))])
+                      repr([int(c) for c in caps]), repr(bool(guard)), repr(list(preload))])
     return f"{harness_source()}_run({args})\n"
 
 

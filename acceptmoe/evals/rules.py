@@ -7,7 +7,9 @@
   for a direct completion, the prompt followed by the reply;
 - running: the sanitised code executed after `evalplus.eval.utils.reliability_guard` (no `open`, `exit`,
   `os.kill`, `os.system`, `os.fork`, `subprocess.Popen`, file removal, ...), with the installed
-  packages importable, threads allowed, 4 GiB of address space, stdout and stderr swallowed;
+  packages importable (those the code imports that evalplus's own process has loaded, numpy among them,
+  imported before the guard, as there), threads allowed, 4 GiB of address space, stdout, stderr and stdin
+  swallowed (`swallow_io`), no per-input deep copy;
 - time: per input max(DEFAULT_MIN_TIME_LIMIT, DEFAULT_GT_TIME_LIMIT_FACTOR x the canonical solution's
   time), per run min(60 s, the sum of those) + 2 s;
 - comparing: `out == exp`, the special oracles of `evalplus.eval._special_oracle`, float tolerance

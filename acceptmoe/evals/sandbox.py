@@ -250,9 +250,11 @@ def isolation() -> Isolation:
 
 
 def clean_env(workdir: str) -> dict[str, str]:
-    """The child's whole environment: nothing of the caller's, only what Python needs."""
+    """The child's whole environment: nothing of the caller's, only what Python needs (and one thread for
+    numerical libraries, which otherwise start one per core at import)."""
     return {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": workdir, "TMPDIR": workdir,
-            "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8"}
+            "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8", "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1",
+            "MKL_NUM_THREADS": "1"}
 
 
 def _truncate(text: str, limit: int) -> str:
