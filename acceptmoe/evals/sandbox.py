@@ -30,8 +30,9 @@ limits and output caps that way).
 Fallbacks, each named by `isolation().fallbacks`, warned about once per process and recorded with a run's
 environment: without bubblewrap the program shares the host's filesystem (a fresh working folder that is
 deleted afterwards, plus `/tmp` and `/dev/shm`, where files can outlive it until that removal) and PID
-namespace, and the network is cut by `unshare --net` where possible, else by replacing `socket.socket`
-(weaker). Without a delegated memory controller, memory is bounded by RLIMIT_AS (every mapping, memfds
+namespace, the code tasks' data is covered in a mount namespace of its own where `unshare --mount` works
+(`data_paths`), and the network is cut by `unshare --net` where possible, else by replacing
+`socket.socket` (weaker). Without a delegated memory controller, memory is bounded by RLIMIT_AS (every mapping, memfds
 included), the two tmpfs sizes and SysV shared memory of the program's IPC namespace capped at one
 tmpfs size; memfds, which hold memory RLIMIT_AS no longer sees once unmapped, are refused by a seccomp
 filter (`confine.no_memfd_filter`; on machines it does not know, at most OPEN_FILES x `Limits.file_mb`).
@@ -190,12 +191,37 @@ def _probe(iso: Isolation, program: str = "pass") -> str | None:
     return None if res.passed else f"a trivial program ended as {res.status}: {res.stderr.strip()[-300:]}"
 
 
+# Without bubblewrap, a mount namespace of the program's own covers the code tasks' data (the data folder,
+# and data files in the package folders) before the bootstrap starts: an empty read-only tmpfs over a
+# folder, /dev/null over a file.
+_OWN_MOUNTS = ("--mount", "--propagation", "private")
+_COVER = ('while [ "$1" != "--" ]; do '
+          'if [ -d "$1" ]; then mount -t tmpfs -o ro,size=4096,mode=0555 none "$1"; '
+          'else mount --bind /dev/null "$1"; fi || exit 125; shift; done; shift; exec "$@"')
+
+
+def _covered(launcher: tuple[str, ...], paths: list[str]) -> list[str]:
+    """The launcher's command prefix, covering `paths` first when it makes a mount namespace."""
+    if _OWN_MOUNTS[0] not in launcher:
+        return list(launcher)
+    return [*launcher, "/bin/sh", "-c", _COVER, "sh", *paths, "--"]
+
+
+def data_paths(packages: bool) -> list[str]:
+    """What of the code tasks' data exists on this machine: the data folder, and data files in the package
+    folders when those are visible."""
+    from acceptmoe.evals.data import data_dir
+    found = [str(data_dir().resolve())] if data_dir().is_dir() else []
+    return found + (list(confine.data_files()) if packages else [])
+
+
 def _launcher_works(launcher: tuple[str, ...]) -> bool:
-    try:
-        done = subprocess.run([*launcher, sys.executable, "-I", "-S", "-c", "pass"], capture_output=True,
-                              timeout=30, env=clean_env("/"), stdin=subprocess.DEVNULL)
-    except (OSError, subprocess.TimeoutExpired):
-        return False
+    with tempfile.TemporaryDirectory() as folder:
+        try:
+            done = subprocess.run([*_covered(launcher, [folder]), sys.executable, "-I", "-S", "-c", "pass"],
+                                  capture_output=True, timeout=30, env=clean_env("/"), stdin=subprocess.DEVNULL)
+        except (OSError, subprocess.TimeoutExpired):
+            return False
     return done.returncode == 0
 
 
@@ -220,11 +246,13 @@ def isolation() -> Isolation:
         fallbacks.append("bubblewrap is not installed (`apt-get install bubblewrap`): programs share the host's "
                          "filesystem and PID namespace")
     if iso is None:
-        candidates = [("unshare", "--net")] if root else []
-        candidates.append(("unshare", "--user", "--net"))
+        bases = ([("unshare", "--net")] if root else []) + [("unshare", "--user", "--net")]
+        candidates = [(*b, *_OWN_MOUNTS) for b in bases] + bases
         launcher = next((c for c in candidates if shutil.which("unshare") and _launcher_works(c)), None)
         if launcher is None:
             fallbacks.append("no network namespace: sockets are only disabled inside Python")
+        if launcher is None or _OWN_MOUNTS[0] not in launcher:
+            fallbacks.append("no mount namespace: the code tasks' data files are readable by programs")
         iso = Isolation("netns" if launcher else "socket-patch", uid, launcher or (), "shared", "rlimit", root)
     if not root:
         fallbacks.append("the harness is not root: programs run under the caller's uid" + (
@@ -293,7 +321,7 @@ def _command(limits: Limits, iso: Isolation, uid: int, control_fd: int, cgroup: 
         if filter_fd is not None:
             prefix += ["--seccomp", str(filter_fd)]
     else:
-        exe, prefix = sys.executable, list(iso.launcher)
+        exe, prefix = sys.executable, _covered(iso.launcher, data_paths(limits.packages))
     cmd = [*prefix, exe, "-I", "-S", "-B", "-c", bootstrap.SOURCE, *map(str, args)]
     if cgroup is not None:  # enter the program's cgroup before anything else starts
         cmd = ["/bin/sh", "-c", 'echo $$ > "$0" && exec "$@"', os.path.join(cgroup, "cgroup.procs"), *cmd]

@@ -390,3 +390,30 @@ def test_threads_run_only_as_limits_allow():
     assert run(program, Limits(timeout_s=60, threads=4)).passed
     refused = run(program, Limits(timeout_s=60))
     assert refused.status == "error" and "can't start new thread" in refused.stderr
+
+
+def _mount_namespace_launcher():
+    from acceptmoe.evals import sandbox
+    bases = ([("unshare", "--net")] if os.geteuid() == 0 else []) + [("unshare", "--user", "--net")]
+    return next((c for c in ((*b, "--mount", "--propagation", "private") for b in bases)
+                 if shutil.which("unshare") and sandbox._launcher_works(c)), None)
+
+
+@pytest.mark.parametrize("mode", ["detected", "shared-filesystem"])
+def test_the_code_tasks_data_is_out_of_reach_in_every_mode(mode):
+    """Under bubblewrap the data folder does not exist; without it, a mount namespace covers it."""
+    from acceptmoe.evals.data import FILES, data_dir
+    iso = isolation()
+    if mode == "shared-filesystem":
+        launcher = _mount_namespace_launcher()
+        if launcher is None:
+            pytest.skip("unshare cannot make a mount namespace here")
+        iso = Isolation("netns", iso.run_as_uid, launcher, "shared", "rlimit", iso.uid_per_program)
+    canonical = data_dir() / FILES["humaneval-plus"].path
+    assert canonical.is_file()
+    res = run(f"""
+        import os
+        assert not os.path.exists({str(canonical)!r})
+        assert not os.path.isdir({str(data_dir())!r}) or os.listdir({str(data_dir())!r}) == []
+    """, Limits(timeout_s=60, packages=True), iso)
+    assert res.passed, res.stderr
