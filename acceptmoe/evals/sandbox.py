@@ -1,27 +1,38 @@
 """Run model-written Python programs in a confined, limited process and report pass or fail.
 
-Each program runs in a fresh interpreter (`python -I -S -B`: isolated mode, no site-packages) with an
-environment that holds none of the caller's variables. Where the machine allows (see `isolation()`):
+Each program runs in a fresh interpreter (`python -I -S -B`: isolated mode, no site-packages unless
+`Limits.packages` makes the installed packages importable, read-only) with an environment that holds
+none of the caller's variables. Where the machine allows (see `isolation()`):
 
 - bubblewrap (`confine.bwrap_args`; why bubblewrap: `confine`'s docstring) gives the program its own PID,
   mount, network, IPC and UTS namespaces: it sees and signals only its own processes, has no network and
   no reachable path-addressed socket, and sees only `/usr`, the Python installation (read-only) and its
   private, size-limited tmpfs mounts (`/tmp` = working directory, `/var/tmp`, `/dev/shm`), which vanish
-  with it. The repository, results, virtual environment and home folders do not exist there.
+  with it. The repository (its data files included), results, virtual environment and home folders do
+  not exist there; with `Limits.packages` the package folders do, read-only, with any file that looks
+  like a code task's data set covered (`confine.data_files`).
 - when the harness runs as root, every program running at the same time gets its own unprivileged uid
   (`confine.UidPool`), so programs cannot signal, trace or write to each other or to outside processes.
 - a cgroup v2 leaf per program (`confine.MemoryCgroups`) charges everything it maps or stores (heap,
   memfds, tmpfs files) against `Limits.memory_mb`, with no swap; its processes are killed together.
 
-A small trusted bootstrap in the child reads the program from stdin, applies resource limits (address
-space, CPU time, file size, open files, no core files), drops root privileges to the program's uid,
-forbids new processes and threads (RLIMIT_NPROC = 0), then executes the program.
+A small trusted bootstrap in the child (`acceptmoe.evals.bootstrap`) reads the program from stdin,
+applies resource limits (address space, CPU time, file size, open files, no core files), drops root
+privileges to the program's uid, forbids new processes and threads (RLIMIT_NPROC = 0; `Limits.threads`
+allows that many under bubblewrap, whose PID namespace ends them all with the program), then executes
+the program.
+
+The parent reads stdout through a pipe as it comes (`acceptmoe.evals.pump`) and keeps at most
+`Limits.output_chars` bytes of its head and of its tail; a `pump.Watch` given to `run_program` sees every
+chunk with its arrival time and may stop the program (the harness of `codecheck` enforces its time
+limits and output caps that way).
 
 Fallbacks, each named by `isolation().fallbacks`, warned about once per process and recorded with a run's
 environment: without bubblewrap the program shares the host's filesystem (a fresh working folder that is
 deleted afterwards, plus `/tmp` and `/dev/shm`, where files can outlive it until that removal) and PID
-namespace, and the network is cut by `unshare --net` where possible, else by replacing `socket.socket`
-(weaker). Without a delegated memory controller, memory is bounded by RLIMIT_AS (every mapping, memfds
+namespace, the code tasks' data is covered in a mount namespace of its own where `unshare --mount` works
+(`data_paths`), and the network is cut by `unshare --net` where possible, else by replacing
+`socket.socket` (weaker). Without a delegated memory controller, memory is bounded by RLIMIT_AS (every mapping, memfds
 included), the two tmpfs sizes and SysV shared memory of the program's IPC namespace capped at one
 tmpfs size; memfds, which hold memory RLIMIT_AS no longer sees once unmapped, are refused by a seccomp
 filter (`confine.no_memfd_filter`; on machines it does not know, at most OPEN_FILES x `Limits.file_mb`).
@@ -36,7 +47,8 @@ its stderr; they never stop a batch.
 
 Statuses: passed; failed (an assertion failed, or the program exited before its end); error (any other
 exception, e.g. SyntaxError, NameError, MemoryError, a refused fork, or death by a signal such as
-SIGXFSZ, or the memory cgroup's kill); timeout (wall clock or CPU limit). Under bubblewrap a death by
+SIGXFSZ, or the memory cgroup's kill; or a watch's stop for a reason other than time); timeout (wall
+clock or CPU limit, or a watch's stop for a time limit). Under bubblewrap a death by
 signal N reaches the harness as exit status 128 + N and is read back as that signal.
 
 What it does not defend against: Python-level tricks inside the child (inspecting the bootstrap's frame
@@ -61,133 +73,27 @@ from dataclasses import asdict, dataclass, field, replace
 from functools import lru_cache
 from pathlib import Path
 
-from acceptmoe.evals import confine
+from acceptmoe.evals import bootstrap, confine
+from acceptmoe.evals.pump import Watch, pump
 
 OPEN_FILES = 32  # RLIMIT_NOFILE of a program
 
 STATUSES = ("passed", "failed", "error", "timeout")
 
-# The bootstrap exits 1 on AssertionError, 2 on any other exception, 3 on SystemExit, 4 if the pass token
-# could not be written, 0 after writing it.
-_EXIT_EXCEPTION = 2
 
 # Host folders covered by an empty tmpfs should they lie inside a folder bound into the sandbox.
 _HIDDEN = tuple(os.path.realpath(p) for p in (Path(__file__).resolve().parents[2], sys.prefix,
                                                os.path.expanduser("~")))
 
-_BOOTSTRAP = r'''
-import os, sys, resource
-_write, _exit = os.write, os._exit
-def _report(exc):
-    try:
-        import traceback
-        traceback.print_exception(exc)
-    except BaseException:
-        sys.stderr.write("%s: %s\n" % (type(exc).__name__, exc))
-    try:
-        sys.stderr.flush()
-    except BaseException:
-        pass
-def _block_sockets():
-    import socket, _socket
-    class _NoSocket:
-        def __init__(self, *a, **k):
-            raise OSError("network access is disabled in the sandbox")
-    socket.socket = _socket.socket = socket.SocketType = _NoSocket
-    for name in ("create_connection", "socketpair", "fromfd", "create_server"):
-        setattr(socket, name, _NoSocket)
-def _keep_stdlib_reachable():
-    # The new uid may not be allowed to enter a folder above the interpreter's stdlib (e.g. /root/.pyenv):
-    # keep each sys.path folder open and import through /proc/self/fd, which needs the process to stay
-    # dumpable after the uid change (PR_SET_DUMPABLE = 4).
-    import ctypes
-    moved = {}
-    for i, path in enumerate(sys.path):
-        if os.path.isdir(path):
-            moved[path] = sys.path[i] = "/proc/self/fd/%d" % os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    for module in list(sys.modules.values()):  # packages imported at startup, e.g. encodings
-        search = getattr(module, "__path__", None)
-        if isinstance(search, list):
-            for j, entry in enumerate(search):
-                for old, new in moved.items():
-                    if entry.startswith(old + os.sep):
-                        search[j] = new + entry[len(old):]
-    sys.path_importer_cache.clear()
-    return ctypes.CDLL(None).prctl
-def _seccomp(blob):
-    # Install a seccomp filter (PR_SET_NO_NEW_PRIVS = 38, PR_SET_SECCOMP = 22, SECCOMP_MODE_FILTER = 2).
-    import ctypes
-    class Prog(ctypes.Structure):
-        _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
-    buf = ctypes.create_string_buffer(blob, len(blob))
-    prog = Prog(len(blob) // 8, ctypes.addressof(buf))
-    libc = ctypes.CDLL(None, use_errno=True)
-    if libc.prctl(38, 1, 0, 0, 0) or libc.prctl(22, 2, ctypes.byref(prog), 0, 0):
-        raise OSError(ctypes.get_errno(), "seccomp filter refused")
-def _limit(kind, soft, hard):
-    # Never above the inherited hard limit (an unprivileged process cannot raise it).
-    current = resource.getrlimit(kind)[1]
-    if current != resource.RLIM_INFINITY:
-        soft, hard = min(soft, current), min(hard, current)
-    resource.setrlimit(kind, (soft, hard))
-def _setup(mem, cpu, fsize, nofile, uid, patch, reach, shm_pages, seccomp):
-    if shm_pages >= 0:  # SysV shared memory of the program's own IPC namespace, total in pages
-        with open("/proc/sys/kernel/shmall", "w") as f:
-            f.write(str(shm_pages))
-    _limit(resource.RLIMIT_CORE, 0, 0)
-    _limit(resource.RLIMIT_AS, mem, mem)
-    _limit(resource.RLIMIT_CPU, cpu, cpu + 1)
-    _limit(resource.RLIMIT_FSIZE, fsize, fsize)
-    _limit(resource.RLIMIT_NOFILE, nofile, nofile)
-    if uid >= 0:
-        prctl = _keep_stdlib_reachable() if reach else None
-        os.setgroups([])
-        os.setgid(uid)
-        os.setuid(uid)
-        if prctl:
-            prctl(4, 1, 0, 0, 0)
-    _limit(resource.RLIMIT_NPROC, 0, 0)
-    if patch:
-        _block_sockets()
-    if seccomp != "-":
-        _seccomp(bytes.fromhex(seccomp))
-def _main():
-    mem, cpu, fsize, nofile, uid, patch, reach, shm_pages, control = (int(a) for a in sys.argv[1:10])
-    nonce, _, source = sys.stdin.buffer.read().partition(b"\n")
-    _setup(mem, cpu, fsize, nofile, uid, patch, reach, shm_pages, sys.argv[10])
-    _write(control, b"ready")  # the parent's proof that the limits are in force; closed before the program
-    os.close(control)
-    namespace = {"__name__": "__main__", "__builtins__": __builtins__}
-    try:
-        exec(compile(source, "<program>", "exec"), namespace)
-    except AssertionError as exc:
-        _report(exc)
-        _exit(1)
-    except SystemExit as exc:
-        sys.stderr.write("program called exit(%r) before finishing\n" % (exc.code,))
-        sys.stderr.flush()
-        _exit(3)
-    except BaseException as exc:
-        _report(exc)
-        _exit(2)
-    try:
-        sys.stdout.flush()
-        sys.stderr.flush()
-    except BaseException:
-        pass
-    try:
-        _write(1, b"\n" + nonce + b"\n")
-    except BaseException:
-        _exit(4)
-    _exit(0)
-_main()
-'''
 
 
 @dataclass(frozen=True)
 class Limits:
     """Per-program limits. `cpu_s` defaults to the wall-clock timeout rounded up, plus one second.
-    `tmp_mb`: size of each private tmpfs (`/tmp`, `/dev/shm`) under bubblewrap."""
+    `tmp_mb`: size of each private tmpfs (`/tmp`, `/dev/shm`) under bubblewrap. `output_chars`: the
+    characters of stdout and of stderr kept (half from the head, half from the tail). `threads`: new
+    threads (and processes) a program may start under bubblewrap (elsewhere none). `packages`: the
+    installed packages are importable (read-only)."""
 
     timeout_s: float = 20.0
     memory_mb: int = 1024
@@ -195,6 +101,8 @@ class Limits:
     file_mb: int = 16
     output_chars: int = 4000
     tmp_mb: int = 64
+    threads: int = 0
+    packages: bool = False
 
     def cpu_seconds(self) -> int:
         return self.cpu_s if self.cpu_s is not None else math.ceil(self.timeout_s) + 1
@@ -240,13 +148,15 @@ class Isolation:
 
 @dataclass(frozen=True)
 class ExecResult:
-    """Outcome of one program: status in STATUSES, wall time, exit code, truncated stdout and stderr."""
+    """Outcome of one program: status in STATUSES, wall time, exit code, truncated stdout and stderr, and
+    why a watch stopped it (None if none did)."""
 
     status: str
     duration_s: float
     returncode: int | None
     stdout: str
     stderr: str
+    stopped: str | None = None
 
     @property
     def passed(self) -> bool:
@@ -281,12 +191,37 @@ def _probe(iso: Isolation, program: str = "pass") -> str | None:
     return None if res.passed else f"a trivial program ended as {res.status}: {res.stderr.strip()[-300:]}"
 
 
+# Without bubblewrap, a mount namespace of the program's own covers the code tasks' data (the data folder,
+# and data files in the package folders) before the bootstrap starts: an empty read-only tmpfs over a
+# folder, /dev/null over a file.
+_OWN_MOUNTS = ("--mount", "--propagation", "private")
+_COVER = ('while [ "$1" != "--" ]; do '
+          'if [ -d "$1" ]; then mount -t tmpfs -o ro,size=4096,mode=0555 none "$1"; '
+          'else mount --bind /dev/null "$1"; fi || exit 125; shift; done; shift; exec "$@"')
+
+
+def _covered(launcher: tuple[str, ...], paths: list[str]) -> list[str]:
+    """The launcher's command prefix, covering `paths` first when it makes a mount namespace."""
+    if _OWN_MOUNTS[0] not in launcher:
+        return list(launcher)
+    return [*launcher, "/bin/sh", "-c", _COVER, "sh", *paths, "--"]
+
+
+def data_paths(packages: bool) -> list[str]:
+    """What of the code tasks' data exists on this machine: the data folder, and data files in the package
+    folders when those are visible."""
+    from acceptmoe.evals.data import data_dir
+    found = [str(data_dir().resolve())] if data_dir().is_dir() else []
+    return found + (list(confine.data_files()) if packages else [])
+
+
 def _launcher_works(launcher: tuple[str, ...]) -> bool:
-    try:
-        done = subprocess.run([*launcher, sys.executable, "-I", "-S", "-c", "pass"], capture_output=True,
-                              timeout=30, env=clean_env("/"), stdin=subprocess.DEVNULL)
-    except (OSError, subprocess.TimeoutExpired):
-        return False
+    with tempfile.TemporaryDirectory() as folder:
+        try:
+            done = subprocess.run([*_covered(launcher, [folder]), sys.executable, "-I", "-S", "-c", "pass"],
+                                  capture_output=True, timeout=30, env=clean_env("/"), stdin=subprocess.DEVNULL)
+        except (OSError, subprocess.TimeoutExpired):
+            return False
     return done.returncode == 0
 
 
@@ -311,11 +246,13 @@ def isolation() -> Isolation:
         fallbacks.append("bubblewrap is not installed (`apt-get install bubblewrap`): programs share the host's "
                          "filesystem and PID namespace")
     if iso is None:
-        candidates = [("unshare", "--net")] if root else []
-        candidates.append(("unshare", "--user", "--net"))
+        bases = ([("unshare", "--net")] if root else []) + [("unshare", "--user", "--net")]
+        candidates = [(*b, *_OWN_MOUNTS) for b in bases] + bases
         launcher = next((c for c in candidates if shutil.which("unshare") and _launcher_works(c)), None)
         if launcher is None:
             fallbacks.append("no network namespace: sockets are only disabled inside Python")
+        if launcher is None or _OWN_MOUNTS[0] not in launcher:
+            fallbacks.append("no mount namespace: the code tasks' data files are readable by programs")
         iso = Isolation("netns" if launcher else "socket-patch", uid, launcher or (), "shared", "rlimit", root)
     if not root:
         fallbacks.append("the harness is not root: programs run under the caller's uid" + (
@@ -341,9 +278,11 @@ def isolation() -> Isolation:
 
 
 def clean_env(workdir: str) -> dict[str, str]:
-    """The child's whole environment: nothing of the caller's, only what Python needs."""
+    """The child's whole environment: nothing of the caller's, only what Python needs (and one thread for
+    numerical libraries, which otherwise start one per core at import)."""
     return {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": workdir, "TMPDIR": workdir,
-            "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8"}
+            "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8", "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1",
+            "MKL_NUM_THREADS": "1"}
 
 
 def _truncate(text: str, limit: int) -> str:
@@ -358,7 +297,7 @@ def _status(returncode: int, passed_token: bool, timed_out: bool) -> str:
         return "timeout"  # wall clock (we killed it) or the CPU limit (SIGXCPU, then SIGKILL)
     if returncode == 0:
         return "passed" if passed_token else "failed"
-    if returncode == _EXIT_EXCEPTION or returncode < 0:
+    if returncode == bootstrap.EXIT_EXCEPTION or returncode < 0:
         return "error"  # an exception other than AssertionError, or killed by a signal (e.g. SIGXFSZ)
     return "failed"  # AssertionError, exit() before the end, os._exit(n), lost stdout
 
@@ -369,18 +308,21 @@ def _command(limits: Limits, iso: Isolation, uid: int, control_fd: int, cgroup: 
     from `filter_fd`, else by the bootstrap (which then has to load ctypes)."""
     private = iso.filesystem == "private"
     in_bootstrap = iso.memory == "rlimit" and _NO_MEMFD is not None and filter_fd is None
+    packages = confine.package_folders() if limits.packages else ()
+    tasks = limits.threads + 1 if limits.threads > 0 and private else 0
     args = [limits.memory_mb << 20, limits.cpu_seconds(), limits.file_mb << 20, OPEN_FILES, uid,
             int(iso.network == "socket-patch"), int(uid >= 0 and not private),
             (limits.tmp_mb << 20) // os.sysconf("SC_PAGE_SIZE") if private and os.geteuid() == 0 else -1, control_fd,
-            _NO_MEMFD.hex() if in_bootstrap else "-"]
+            tasks, os.pathsep.join(packages) or "-", _NO_MEMFD.hex() if in_bootstrap else "-"]
     if private:
         exe = confine.python_runtime()[0]
-        prefix = confine.bwrap_args(iso.launcher[0], limits.tmp_mb << 20, _HIDDEN)
+        prefix = confine.bwrap_args(iso.launcher[0], limits.tmp_mb << 20, _HIDDEN, packages,
+                                    confine.data_files() if packages else ())
         if filter_fd is not None:
             prefix += ["--seccomp", str(filter_fd)]
     else:
-        exe, prefix = sys.executable, list(iso.launcher)
-    cmd = [*prefix, exe, "-I", "-S", "-B", "-c", _BOOTSTRAP, *map(str, args)]
+        exe, prefix = sys.executable, _covered(iso.launcher, data_paths(limits.packages))
+    cmd = [*prefix, exe, "-I", "-S", "-B", "-c", bootstrap.SOURCE, *map(str, args)]
     if cgroup is not None:  # enter the program's cgroup before anything else starts
         cmd = ["/bin/sh", "-c", 'echo $$ > "$0" && exec "$@"', os.path.join(cgroup, "cgroup.procs"), *cmd]
     return cmd
@@ -390,9 +332,11 @@ def _refused(cause: str) -> ExecResult:
     return ExecResult(status="error", duration_s=0.0, returncode=None, stdout="", stderr=f"[sandbox] {cause}\n")
 
 
-def run_program(source: str, limits: Limits = Limits(), iso: Isolation | None = None) -> ExecResult:
-    """Run one program in the sandbox and classify the outcome (see module docstring). Raises
-    SandboxError if the process could not be set up (never a verdict on the program)."""
+def run_program(source: str, limits: Limits = Limits(), iso: Isolation | None = None,
+                watch: Watch | None = None) -> ExecResult:
+    """Run one program in the sandbox and classify the outcome (see module docstring); `watch` sees its
+    stdout as it comes and may stop it. Raises SandboxError if the process could not be set up (never a
+    verdict on the program)."""
     iso = iso or isolation()
     try:
         payload = source.encode("utf-8")
@@ -400,15 +344,28 @@ def run_program(source: str, limits: Limits = Limits(), iso: Isolation | None = 
         return _refused(f"the program is not valid UTF-8 text: {exc}")
     uid = _UIDS.acquire() if iso.uid_per_program else (-1 if iso.run_as_uid is None else iso.run_as_uid)
     try:
-        return _run(payload, limits, iso, uid)
+        return _run(payload, limits, iso, uid, watch)
     finally:
         if iso.uid_per_program:
             _UIDS.release(uid)
 
 
-def _run(payload: bytes, limits: Limits, iso: Isolation, uid: int) -> ExecResult:
+def _read_capped(f, keep: int) -> bytes:
+    """At most `keep` bytes from the head and `keep` from the tail of the file `f`."""
+    size = f.seek(0, os.SEEK_END)
+    f.seek(0)
+    if size <= 2 * keep:
+        return f.read()
+    head = f.read(keep)
+    f.seek(size - keep)
+    return head + b"\n[... %d bytes cut ...]\n" % (size - 2 * keep) + f.read(keep)
+
+
+def _run(payload: bytes, limits: Limits, iso: Isolation, uid: int, watch: Watch | None) -> ExecResult:
     private = iso.filesystem == "private"
     nonce = secrets.token_hex(16).encode()
+    token = b"\n" + nonce + b"\n"
+    keep = 2 * limits.output_chars + len(token)
     outer, workdir = (None, "/") if private else confine.make_workdir(uid)
     cgroup = _cgroups().create(f"run-{nonce[:12].decode()}", limits.memory_mb << 20) if iso.memory == "cgroup" else None
     control_r, control_w = os.pipe()
@@ -420,25 +377,30 @@ def _run(payload: bytes, limits: Limits, iso: Isolation, uid: int) -> ExecResult
     passed_fds = (control_w,) if filter_fd is None else (control_w, filter_fd)
     notes = []
     try:
-        with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        with tempfile.TemporaryFile() as err:
             start = time.monotonic()
             try:
                 proc = subprocess.Popen(_command(limits, iso, uid, control_w, cgroup, filter_fd), cwd=workdir,
                                         env=clean_env("/tmp" if private else workdir), stdin=subprocess.PIPE,
-                                        stdout=out, stderr=err, start_new_session=True, pass_fds=passed_fds)
+                                        stdout=subprocess.PIPE, stderr=err, start_new_session=True,
+                                        pass_fds=passed_fds)
             except OSError as exc:
                 raise SandboxError(f"the sandbox could not start a program ({iso.describe()}): {exc}") from exc
             finally:
                 for fd in passed_fds:
                     os.close(fd)
-            timed_out = _wait(proc, nonce + b"\n" + payload, limits.timeout_s)
+            try:
+                out = pump(proc, nonce + b"\n" + payload, limits.timeout_s, keep, watch)
+            finally:
+                if proc.returncode is None:
+                    _kill_group(proc.pid)
+                    proc.wait()
+                proc.stdout.close()
             duration = time.monotonic() - start
             ready = os.read(control_r, 16) == b"ready"
             if cgroup is not None and confine.MemoryCgroups.oom_killed(cgroup):
                 notes.append(f"killed: the program's processes exceeded {limits.memory_mb} MiB (memory cgroup)")
-            out.seek(0)
-            err.seek(0)
-            stdout, stderr = out.read(), err.read()
+            stderr = _read_capped(err, keep)
     finally:
         os.close(control_r)
         if cgroup is not None:
@@ -450,31 +412,25 @@ def _run(payload: bytes, limits: Limits, iso: Isolation, uid: int) -> ExecResult
                 notes.append(f"its files could not be removed: {exc!r}")
                 warnings.warn(f"sandbox folder {outer} could not be removed fully: {exc}", RuntimeWarning)
     returncode = proc.returncode
-    if not ready and not timed_out:
+    if not ready and not (out.timed_out or out.stopped):
         raise SandboxError(f"the sandbox could not start a program (exit status {returncode}, isolation "
                            f"{iso.describe()}):\n{stderr.decode('utf-8', 'replace')[-2000:]}")
     if private and 128 < returncode < 128 + 65:
         returncode = 128 - returncode  # bubblewrap reports death by signal N as 128 + N
-    token = b"\n" + nonce + b"\n"
-    passed_token = stdout.endswith(token)
+    stdout = out.head if out.total <= keep else out.head + b"\n[... cut ...]\n" + out.tail
+    passed_token = out.tail.endswith(token) and not out.stopped
     if passed_token:
         stdout = stdout[: -len(token)]
-    status = "error" if notes else _status(returncode, passed_token, timed_out)
+    if out.stopped:
+        notes.append(f"stopped: {out.stopped.reason}")
+        status = "timeout" if out.stopped.timeout else "error"
+    else:
+        status = "error" if notes else _status(returncode, passed_token, out.timed_out)
     stderr_text = _truncate(stderr.decode("utf-8", "replace"), limits.output_chars)
     return ExecResult(status=status, duration_s=duration, returncode=returncode,
                       stdout=_truncate(stdout.decode("utf-8", "replace"), limits.output_chars),
-                      stderr=stderr_text + "".join(f"\n[sandbox] {n}\n" for n in notes))
-
-
-def _wait(proc: subprocess.Popen, payload: bytes, timeout_s: float) -> bool:
-    """Feed the payload and wait; on timeout kill the process group. Returns whether it timed out."""
-    try:
-        proc.communicate(payload, timeout=timeout_s)
-        return False
-    except subprocess.TimeoutExpired:
-        _kill_group(proc.pid)
-        proc.wait()
-        return True
+                      stderr=stderr_text + "".join(f"\n[sandbox] {n}\n" for n in notes),
+                      stopped=out.stopped.reason if out.stopped else None)
 
 
 def _kill_group(pgid: int) -> None:

@@ -2,17 +2,20 @@
 
 Commands declare themselves next to their code with `@acceptmoe.commands.command(name, help)`; this module
 lists them from those declarations (`--help`, and the valid names after an unknown one), imports only the
-module of the command it runs, and turns every `acceptmoe.errors.UserError` into one `error:` line with exit
-code 2. Anything else is a bug and keeps its traceback.
+module of the command it runs, and turns every `acceptmoe.errors.UserError`, and every failed write to a
+full, read-only or unwritable disk, into one `error:` line with exit code 2. Anything else is a bug and
+keeps its traceback.
 """
 from __future__ import annotations
 
+import errno
 import importlib
 import sys
 
 from acceptmoe.commands import COMMANDS, declared
 from acceptmoe.errors import UserError
 
+DISK_ERRORS = (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EFBIG)
 BUILTIN = {"test": "create .venv if needed, install the test extras, run the test suite (reproduce.sh)"}
 
 
@@ -44,4 +47,11 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     except FileNotFoundError as exc:  # a path the user gave does not exist
         print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except OSError as exc:            # a full disk, a read-only or unwritable folder: the machine's state, not a bug
+        if exc.errno not in DISK_ERRORS:
+            raise
+        where = exc.filename or "a file"
+        print(f"error: cannot write {where}: {exc.strerror}; free space on that disk (or make it writable), then "
+              f"run the command again (a run folder continues with --resume)", file=sys.stderr)
         return 2

@@ -10,12 +10,18 @@
 lm-eval 0.4.13 discovers models only through its own registry (no entry points), so the `lm-eval` command
 registers this backend and then runs lm-eval's own command line unchanged; importing this module does the
 same for the Python API. Only `generate_until` is implemented (greedy, through `EngineBackend.generate`);
-log-likelihood requests are refused with a clear error. Beside lm-eval's metrics the backend reports tau
-(output tokens per target step) and the mean set size over blocks and layers, per method, at the end.
+log-likelihood requests are refused with a clear error. Prompts are truncated as lm-eval's own HF backend
+truncates them: its `normalize_gen_kwargs` gives the generation budget (`max_gen_toks`), and a prompt
+longer than the model's context (`max_length`: as lm-eval's `resolve_max_length` reads the target's config
+and tokenizer, or the model_arg) minus that budget keeps its last tokens (left truncation); a budget that
+leaves no room is an error, as there. Beside lm-eval's metrics the backend reports, per method at the end,
+tau (output tokens per target step), the mean set size over blocks and layers, and how many prompts were
+truncated to what length.
 
 model_args: target, draft (folders or hub ids), method (a registry name), budget (fixed-size methods), beta,
 commitment (a CommitmentTable JSON: p_hat) or p_hat (e.g. "1.0;0.8;0.6"), prune (true/false), engine
-(native | sglang), device, dtype, tree ("5;10;64": num_steps;topk;num_draft_tokens), max_gen_toks. The
+(native | sglang), device, dtype, tree ("5;10;64": num_steps;topk;num_draft_tokens), max_gen_toks,
+max_length (the context in tokens; default: the target's, as lm-eval's HF backend resolves it). The
 method's settings become a `Variant`, bound to the opened engine (`Variant.bind`), which checks the rest.
 """
 from __future__ import annotations
@@ -24,6 +30,7 @@ import sys
 
 from lm_eval.api.model import LM
 from lm_eval.api.registry import register_model
+from lm_eval.models.utils import normalize_gen_kwargs, resolve_max_length
 
 from acceptmoe.commands import command
 from acceptmoe.engine.tree import TreeShape
@@ -71,11 +78,11 @@ class AcceptMoELM(LM):
                  method: str = "acceptmoe", budget: int | None = None, beta: float | None = None,
                  commitment: str | None = None, p_hat: str | None = None, prune=None, engine: str = "native",
                  device: str = "cpu", dtype: str = "float32", tree: str = "5;10;64",
-                 max_gen_toks: int = MAX_GEN_TOKS, batch_size=1, **unused) -> None:
+                 max_gen_toks: int = MAX_GEN_TOKS, max_length: int | None = None, batch_size=1, **unused) -> None:
         super().__init__()
         if unused:
             raise UserError(f"unknown model_args {sorted(unused)}; valid: target, draft, method, budget, beta, "
-                            f"commitment, p_hat, prune, engine, device, dtype, tree, max_gen_toks")
+                            f"commitment, p_hat, prune, engine, device, dtype, tree, max_gen_toks, max_length")
         variant = variant_of(method, budget, prune, beta)
         if commitment is not None and p_hat is not None:
             raise UserError("give commitment (a CommitmentTable JSON) or p_hat, not both")
@@ -90,8 +97,13 @@ class AcceptMoELM(LM):
                             f"p_hat=1.0;0.8;...; budget=<B> for fixed-budget methods)") from None
         self.tokenizer = load_tokenizer(target_dir)
         self.max_gen_toks = int(max_gen_toks)
+        if max_length is None:
+            from transformers import AutoConfig
+            max_length = resolve_max_length(AutoConfig.from_pretrained(target_dir), self.tokenizer)
+        self.max_length = int(max_length)
         self.batch_size = int(batch_size)
-        self.stats = {"generations": 0, "output_tokens": 0, "steps": 0, "set_size_sum": 0.0, "block_layers": 0}
+        self.stats = {"generations": 0, "output_tokens": 0, "steps": 0, "set_size_sum": 0.0, "block_layers": 0,
+                      "truncated": 0, "truncated_to": set()}
         INSTANCES.append(self)
 
     # ----- chat templates (lm-eval's --apply_chat_template) -----
@@ -111,18 +123,33 @@ class AcceptMoELM(LM):
         out = []
         for req in requests:
             context, gen_kwargs = req.args
-            until = gen_kwargs.get("until") or []
+            kwargs = normalize_gen_kwargs(dict(gen_kwargs), self.max_gen_toks)
+            until = kwargs.get("until") or []
             until = [until] if isinstance(until, str) else list(until)
-            if gen_kwargs.get("do_sample") or (gen_kwargs.get("temperature") or 0) > 0:
+            if kwargs.get("do_sample") or (kwargs.get("temperature") or 0) > 0:
                 raise UserError("the acceptmoe backend decodes greedily: set do_sample=false, temperature=0")
-            ids = self.tokenizer(context, add_special_tokens=False)["input_ids"]
-            gen = self.engine.generate(ids, self.plan, int(gen_kwargs.get("max_gen_toks", self.max_gen_toks)))
+            budget = int(kwargs["max_gen_toks"])
+            ids = self.prompt_ids(context, budget)
+            gen = self.engine.generate(ids, self.plan, budget)
             text = self.tokenizer.decode(gen.tokens, skip_special_tokens=True)
             cut = min((i for i in (text.find(s) for s in until if s) if i >= 0), default=len(text))
             out.append(text[:cut])
             self._count(gen)
             self.cache_hook.add_partial("generate_until", (context, gen_kwargs), text[:cut])
         return out
+
+    def prompt_ids(self, context: str, max_gen_toks: int) -> list[int]:
+        """The prompt's tokens, left-truncated to `max_length - max_gen_toks` as lm-eval's HF backend does."""
+        room = self.max_length - max_gen_toks
+        if room <= 0:
+            raise UserError(f"max_gen_toks={max_gen_toks} leaves no room for a prompt in the model's context of "
+                            f"{self.max_length} tokens (lm-eval's HF backend refuses it too): lower max_gen_toks")
+        ids = self.tokenizer(context, add_special_tokens=False)["input_ids"]
+        if len(ids) > room:
+            self.stats["truncated"] += 1
+            self.stats["truncated_to"].add(room)
+            ids = ids[-room:]
+        return ids
 
     def loglikelihood(self, requests):
         raise UserError("the acceptmoe backend runs generative tasks only (generate_until): speculative "
@@ -145,10 +172,22 @@ class AcceptMoELM(LM):
         s = self.stats
         return {"method": self.plan.name, "generations": s["generations"],
                 "tau": s["output_tokens"] / s["steps"] if s["steps"] else None,
-                "mean_set_size": s["set_size_sum"] / s["block_layers"] if s["block_layers"] else None}
+                "mean_set_size": s["set_size_sum"] / s["block_layers"] if s["block_layers"] else None,
+                "max_length": self.max_length, "truncated": s["truncated"], "truncated_to": sorted(s["truncated_to"])}
 
 
 INSTANCES: list[AcceptMoELM] = []
+
+
+def truncation_note(summary: dict) -> str:
+    """What the backend did to long prompts, in one line."""
+    if not summary["truncated"]:
+        return (f"no prompt was truncated (context {summary['max_length']} tokens minus each request's "
+                f"max_gen_toks, left truncation as lm-eval's HF backend)")
+    lengths = ", ".join(map(str, summary["truncated_to"]))
+    return (f"{summary['truncated']} of {summary['generations']} prompts were left-truncated to their last "
+            f"{lengths} tokens (context {summary['max_length']} tokens minus the request's max_gen_toks), as "
+            f"lm-eval's HF backend truncates them")
 
 
 @command("lm-eval", "lm-evaluation-harness with the acceptmoe model backend (--model acceptmoe; lm-eval's options)")
@@ -166,4 +205,5 @@ def main(argv: list[str] | None = None) -> int:
         size = "-" if s["mean_set_size"] is None else f"{s['mean_set_size']:.1f}"
         print(f"acceptmoe {s['method']}: {s['generations']} generations, tau {tau} output tokens per target "
               f"step, mean set size {size} experts per layer")
+        print(f"acceptmoe {s['method']}: {truncation_note(s)}")
     return 0

@@ -1,10 +1,19 @@
-"""Parity with evalplus 0.3.1's own code on HumanEval+ and MBPP+ problems that exercise its special rules
+"""Parity with evalplus 0.3.1's own code. Chat replies (tests/evals/evalplus_replies.py) graded by our call
+and by `evalplus.evaluate` itself, offline on local data: every verdict agrees but find_zero's. And on
+HumanEval+ and MBPP+ problems that exercise its special rules
 (float tolerance, find_zero, set equality, "not None" outputs, complex inputs, inf outputs):
 - the expected outputs we compute in the sandbox equal evalplus's `trusted_exec` of the canonical solution;
 - our base and plus verdicts equal evalplus's `untrusted_check` on the same candidate programs, except on
   find_zero (HumanEval/32), where evalplus 0.3.1 fails every solution, its canonical one included (after
   its |poly(x)| <= atol check a `continue` skips recording the pass; evalplus/evalplus#201): we apply that
   check as intended."""
+import copy
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import evalplus.eval as evalplus_eval
 import pytest
 from evalplus.eval._special_oracle import MBPP_OUTPUT_NOT_NONE_TASKS, MBPP_OUTPUT_SET_EQ_TASKS
@@ -12,6 +21,7 @@ from evalplus.gen.util import trusted_exec
 
 from acceptmoe.evals.codecheck import expected_outputs, grade_many
 from acceptmoe.evals.tasks import get_task
+from evalplus_replies import PROBLEMS as PARITY_PROBLEMS
 
 PROBLEMS = {"humaneval": ["HumanEval/0", "HumanEval/2", "HumanEval/32"],
             "mbpp": ["Mbpp/2", "Mbpp/124", "Mbpp/137", "Mbpp/558", "Mbpp/581", "Mbpp/737"]}
@@ -87,3 +97,96 @@ def test_verdicts_equal_evalplus_untrusted_check(cases):
     assert mismatches == []
     assert find_zero["same"] and not find_zero["None"] and not find_zero["truth value"] and not find_zero["float +1e-3"]
     assert {(True, True), (False, False)} <= outcomes  # the cases do separate passing from failing
+
+
+# ---------------------------------------------------------------------------------------------- evalplus.evaluate
+# Chat replies graded twice: by our call (Task.score_many, default rules) and by EvalPlus itself, offline on
+# the same local data: evalplus.sanitize.sanitize(reply) as evalplus.codegen reads a chat model's reply, then
+# `evalplus.evaluate.evaluate` on the sanitised solutions. Every verdict must agree except find_zero's
+# (HumanEval/32), where our one default deviation, the find_zero fix, applies.
+
+EVALUATE = r"""
+import sys
+from evalplus.evaluate import evaluate
+evaluate(dataset=sys.argv[1], samples=sys.argv[2], parallel=2, i_just_wanna_run=True)
+"""
+
+
+def _parity_cases():
+    import gzip
+
+    from acceptmoe.evals.data import FILES, data_dir
+    from evalplus_replies import replies
+    cases, raw = [], {}
+    for dataset, ids in PARITY_PROBLEMS.items():
+        task = get_task(dataset)
+        path = data_dir() / FILES[f"{'humaneval' if dataset == 'humaneval' else 'mbpp'}-plus"].path
+        raw[dataset] = [line for line in gzip.open(path, "rt").read().splitlines()
+                        if line.strip() and json.loads(line)["task_id"] in ids]
+        for ex in task.load():
+            if ex["id"] not in ids:
+                continue
+            problem = task.problem(ex)
+            full = ex["prompt"] + ex["canonical_solution"] if dataset == "humaneval" else ex["canonical_solution"]
+            namespace = {}
+            exec(problem.canonical, namespace)
+            base = problem.test_sets[0][1]
+            sample = namespace[problem.entry_point](*copy.deepcopy(base[0]))
+            body = ex["canonical_solution"] if dataset == "humaneval" else None
+            for name, reply in replies(ex["id"], full, problem.entry_point, body, max(len(repr(i)) for i in base),
+                                       sample).items():
+                cases.append((dataset, ex, name, reply))
+    return cases, raw
+
+
+def _evalplus_verdicts(dataset, cases, raw_lines, folder: Path) -> list[tuple[bool, bool]]:
+    from evalplus.sanitize import sanitize as evalplus_sanitize
+    data = folder / f"{dataset}.jsonl"
+    data.write_text("\n".join(raw_lines) + "\n")
+    samples = folder / f"{dataset}-samples.jsonl"
+    with open(samples, "w") as f:
+        for _, ex, _, reply in cases:
+            f.write(json.dumps({"task_id": ex["id"], "solution": evalplus_sanitize(reply, ex["entry_point"])}) + "\n")
+    env = {**os.environ, "HUMANEVAL_OVERRIDE_PATH": str(data), "MBPP_OVERRIDE_PATH": str(data),
+           "XDG_CACHE_HOME": str(folder / "cache")}
+    done = subprocess.run([sys.executable, "-c", EVALUATE, dataset, str(samples)], capture_output=True, text=True,
+                          env=env, timeout=1200, cwd=folder)
+    assert done.returncode == 0, done.stderr[-3000:]
+    results = json.loads((folder / f"{dataset}-samples_eval_results.json").read_text())["eval"]
+    seen: dict[str, int] = {}
+    verdicts = []
+    for _, ex, _, _ in cases:  # evalplus keeps each task's samples in the order they were read
+        row = results[ex["id"]][seen.setdefault(ex["id"], 0)]
+        seen[ex["id"]] += 1
+        base = row["base_status"] == "pass"
+        verdicts.append((base, base and row["plus_status"] == "pass"))
+    return verdicts
+
+
+@pytest.mark.slow
+def test_chat_replies_get_evalplus_evaluates_verdicts(tmp_path):
+    cases, raw = _parity_cases()
+    assert len(cases) >= 150
+    mismatches, agree, find_zero, outcomes = [], 0, [], set()
+    for dataset in PARITY_PROBLEMS:
+        mine = [c for c in cases if c[0] == dataset]
+        task = get_task(dataset)
+        ours = task.score_many([ex for _, ex, _, _ in mine], [reply for *_, reply in mine], workers=2)
+        theirs = _evalplus_verdicts(dataset, mine, raw[dataset], tmp_path)
+        for (_, ex, name, _), grade, their in zip(mine, ours, theirs):
+            our = (grade.correct, grade.details["plus"])
+            outcomes.add(our)
+            if ex["entry_point"] == "find_zero":
+                assert their == (False, False)  # evalplus 0.3.1 fails every find_zero solution (evalplus#201)
+                find_zero.append((name, our))
+            elif our == their:
+                agree += 1
+            else:
+                mismatches.append((ex["id"], name, our, their, grade.details.get("base_reason", ""),
+                                   grade.details.get("plus_reason", "")))
+    print(f"\nEvalPlus parity: {agree} of {len(cases) - len(find_zero)} replies agree on base and plus; "
+          f"{len(find_zero)} find_zero replies graded with the fix")
+    assert mismatches == [], "\n".join(map(str, mismatches))
+    assert {(True, True), (False, False), (True, False)} <= outcomes  # the replies separate every verdict
+    fixed = dict(find_zero)
+    assert fixed["a helper"] == (True, True) and fixed["a long wrong block, then a short one"] == (False, False)

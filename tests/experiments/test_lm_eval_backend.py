@@ -80,3 +80,28 @@ def test_bad_model_args_are_clear_errors():
     lm = AcceptMoELM(method="standard-sd")
     with pytest.raises(UserError, match="generative tasks only"):
         lm.loglikelihood([])
+
+
+def test_long_prompts_are_left_truncated_as_lm_evals_hf_backend_truncates_them():
+    """The context is the target's (512 positions, resolved as lm-eval's HF backend resolves it) minus the
+    request's max_gen_toks; a longer prompt keeps its last tokens, and the summary says so."""
+    from lm_eval.api.instance import Instance
+
+    from acceptmoe.experiments.lm_eval import AcceptMoELM, truncation_note
+    lm = AcceptMoELM(method="vanilla-ar")
+    assert lm.max_length == 512
+    long = " ".join(f"question {i}: what is {i} plus {i}?" for i in range(200))  # well over 512 tokens
+    ids = lm.tokenizer(long, add_special_tokens=False)["input_ids"]
+    assert len(ids) > 1000
+    request = Instance("generate_until", {}, (long, {"until": [], "do_sample": False, "max_gen_toks": 12}), 0)
+    short = Instance("generate_until", {}, ("What is 2 plus 3?", {"until": [], "do_sample": False, "max_gen_toks": 12}), 1)
+    replies = lm.generate_until([request, short])
+    kept = ids[-(512 - 12):]
+    expected = lm.tokenizer.decode(lm.engine.generate(kept, lm.plan, 12).tokens, skip_special_tokens=True)
+    assert replies[0] == expected
+    summary = lm.summary()
+    assert summary["truncated"] == 1 and summary["truncated_to"] == [500] and summary["generations"] == 2
+    assert "1 of 2 prompts were left-truncated to their last 500 tokens (context 512 tokens" in truncation_note(summary)
+    with pytest.raises(UserError, match="leaves no room for a prompt"):
+        lm.generate_until([Instance("generate_until", {}, ("x", {"until": [], "max_gen_toks": 600}), 2)])
+    assert AcceptMoELM(method="vanilla-ar", max_length=64).prompt_ids(long, 16) == ids[-48:]

@@ -248,6 +248,24 @@ def test_interrupted_run_resumes_to_the_same_table(setup, full_run, monkeypatch)
     assert (run / "table1.csv").read_text() == (full_run / "table1.csv").read_text()
 
 
+def test_each_graded_reply_is_saved_before_the_next_one_is_graded(setup, monkeypatch):
+    """Prompts are generated a batch at a time, but each reply's row is saved as soon as it is graded: a
+    stop while grading the second reply of the first batch keeps the first reply's row."""
+    from acceptmoe.evals.tasks import Task
+    root, preset = setup
+    real, calls = Task.score_many, {"n": 0}
+
+    def grade_then_stop(self, *args, **kwargs):
+        calls["n"] += 1
+        if calls["n"] == 2:
+            raise KeyboardInterrupt
+        return real(self, *args, **kwargs)
+    monkeypatch.setattr(Task, "score_many", grade_then_stop)
+    assert table1.main(["--preset", str(preset), "--limit", "2", "--results", str(root / "per-unit")]) == 130
+    (run,) = (root / "per-unit" / "table1" / "test").iterdir()
+    assert len(SampleLog(run / "samples.jsonl")) == 1
+
+
 # ----- the table's arithmetic on synthetic saved results -----
 def _saved_run(tmp_path: Path, correct: dict[str, list[int]], drop: tuple[str, int] | None = None,
                tasks: tuple[str, ...] = ("tiny-gsm", "tiny-mbpp"), plus: dict | None = None,

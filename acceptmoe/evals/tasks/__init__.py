@@ -3,17 +3,22 @@
     NAME, VERSION, SPLITS                      constants (VERSION is recorded with every result)
     load(split="test", limit=None) -> list[dict]   examples, each with a unique "id"
     messages(example) -> list[{"role", "content"}]  the chat prompt (the model's chat template is applied later)
-    extract(example, response) -> str          the answer (text tasks) or sanitised code (code tasks) that is graded
+    extract(example, response) -> str          the answer (text tasks) or sanitised code (code tasks: also
+                                               reading=, see acceptmoe.evals.rules) that is graded
     score(example, response) -> Grade          one graded response
     problem(example) -> CodeProblem            code tasks only: entry point, reference solution, test inputs
     TEST_SETS                                  code tasks only: the verdicts a graded test-split row holds
 
-`Task.score_many` grades a batch; code tasks go through `acceptmoe.evals.codecheck` (EvalPlus's rules,
-the candidate run in the sandbox, its return values compared in this process). A code Grade's `correct`
-is the "base" verdict; `details` holds "base" and, where the task has EvalPlus's extra inputs, "plus"
-(base and plus inputs both pass), each with its sandbox status and the first failure. `Task.test_sets`
-names those verdicts for tables: a sample row's `score_details[name]` is the pass/fail of column `name`.
-Raw GPT-OSS outputs are graded with `response_format="harmony"` (final channel only).
+`Task.score_many` grades a batch; code tasks go through `acceptmoe.evals.codecheck` under
+`acceptmoe.evals.rules.CodeRules` (EvalPlus's rules by default, the candidate run in the sandbox, its
+return values compared in this process). Each code reply is read (final channel, code, evalplus's
+sanitiser) by `read_reply` in a limited worker process (`acceptmoe.evals.contained`); a reply that cannot
+be read in time fails with that reason. A code Grade's `correct` is the "base" verdict; `details` holds
+"base" and, where the task has EvalPlus's extra inputs, "plus" (base and plus inputs both pass), each
+with its sandbox status and the first failure, and "rules" (`CodeRules.record()`). `Task.test_sets` names
+those verdicts for tables: a sample row's `score_details[name]` is the pass/fail of column `name`. An
+error while scoring one reply of a text task is that reply's failure ("error" in details), never the
+batch's. Raw GPT-OSS outputs are graded with `response_format="harmony"` (final channel only).
 """
 from __future__ import annotations
 
@@ -22,9 +27,10 @@ from dataclasses import dataclass, field
 from types import ModuleType
 from typing import Callable
 
-from acceptmoe.evals.codecheck import CANDIDATE_LIMITS, CodeProblem, CodeVerdict, grade_many
+from acceptmoe.evals import contained
+from acceptmoe.evals.codecheck import CodeProblem, CodeVerdict, grade_many
 from acceptmoe.evals.extract import response_text
-from acceptmoe.evals.sandbox import Limits
+from acceptmoe.evals.rules import DEFAULT, CodeRules
 
 TASK_MODULES = {
     "gsm8k": "gsm8k",
@@ -64,27 +70,52 @@ class Task:
         return self.problem is not None
 
     def score_many(self, examples: list[dict], responses: list[str], response_format: str = "plain",
-                   workers: int = 2, limits: Limits = CANDIDATE_LIMITS) -> list[Grade]:
+                   workers: int = 2, rules: CodeRules = DEFAULT) -> list[Grade]:
         """Grade responses[i] against examples[i]; code runs `workers` sandboxed programs at a time."""
         if len(examples) != len(responses):
             raise ValueError(f"{len(examples)} examples but {len(responses)} responses")
-        texts = [response_text(r, response_format) for r in responses]
         if self.problem is None:
-            return [self.score(ex, text) for ex, text in zip(examples, texts)]
-        return grade_code(self.problem, self.extract, examples, texts, workers, limits)
+            return [_scored(self.score, ex, response_text(r, response_format)) for ex, r in zip(examples, responses)]
+        return grade_code(self.name, self.problem, examples, responses, response_format, workers, rules)
 
 
-def grade_code(problem: Callable[[dict], CodeProblem], extract: Callable[[dict, str], str], examples: list[dict],
-               responses: list[str], workers: int = 2, limits: Limits = CANDIDATE_LIMITS) -> list[Grade]:
-    """Scores of code responses (plain text, already out of any Harmony wrapper)."""
-    verdicts = grade_many([problem(ex) for ex in examples], [extract(ex, r) for ex, r in zip(examples, responses)],
-                          workers, limits)
-    return [code_grade(v) for v in verdicts]
+def _scored(score: Callable[[dict, str], Grade], example: dict, text: str) -> Grade:
+    try:
+        return score(example, text)
+    except Exception as exc:  # this reply's failure, never the batch's
+        return Grade(False, "", {"error": f"scoring raised {type(exc).__name__}: {str(exc)[:300]}"})
 
 
-def code_grade(verdict: CodeVerdict) -> Grade:
-    """A code verdict as a Grade: `correct` is the base verdict; details hold every test set's verdict."""
-    return Grade(correct=verdict.passed("base"), extracted=verdict.code, details=verdict.details())
+def read_reply(task: str, example: dict, raw: str, response_format: str, reading: str) -> str:
+    """The code a raw reply is graded by (run in `contained`'s worker: its cost is the text's to set)."""
+    return get_task(task).extract(example, response_text(raw, response_format), reading=reading)
+
+
+def _slim(example: dict) -> dict:
+    """The fields of an example that reading a reply may use (the test inputs stay here)."""
+    return {k: v for k, v in example.items() if v is None or isinstance(v, (str, int, float, bool))}
+
+
+def grade_code(task: str, problem: Callable[[dict], CodeProblem], examples: list[dict], responses: list[str],
+               response_format: str = "plain", workers: int = 2, rules: CodeRules = DEFAULT) -> list[Grade]:
+    """Scores of raw code responses to the registered task `task`."""
+    problems = [problem(ex) for ex in examples]
+    read = contained.call_each(f"{__name__}:read_reply",
+                               [[task, _slim(ex), r, response_format, rules.reading] for ex, r in zip(examples, responses)],
+                               contained.Limits(call_s=rules.sanitize_s))
+    ok = [i for i, out in enumerate(read) if out.ok and isinstance(out.value, str)]
+    graded = dict(zip(ok, grade_many([problems[i] for i in ok], [read[i].value for i in ok], workers, rules)))
+    verdicts = [graded.get(i) or CodeVerdict.failed([n for n, _ in problems[i].test_sets], "",
+                                                    f"reading the reply failed: {read[i].error or 'not text'}")
+                for i in range(len(examples))]
+    return [code_grade(v, rules) for v in verdicts]
+
+
+def code_grade(verdict: CodeVerdict, rules: CodeRules = DEFAULT) -> Grade:
+    """A code verdict as a Grade: `correct` is the base verdict; details hold every test set's verdict and
+    the rules it was graded by."""
+    return Grade(correct=verdict.passed("base"), extracted=verdict.code,
+                 details={**verdict.details(), "rules": rules.record()})
 
 
 def _from_module(module: ModuleType) -> Task:

@@ -1,11 +1,13 @@
 """HumanEval (164 problems) graded as EvalPlus grades HumanEval and HumanEval+ (v0.1.10, the shipped file).
 
 Prompt (our choice, for instruct models): the function signature and docstring in a Python block, with a
-request to return the complete function in one fenced block. Code: the first fenced Python block that
-defines the entry point (else the first Python block, else the whole response, which then counts as a
-plain completion of the body), placed after the prompt (its imports and helpers): the body directly, a
-full definition after a newline. Then evalplus's sanitiser keeps the imports, the entry point and what
-it reaches. Grading (acceptmoe.evals.codecheck): the entry point is called on HumanEval+'s `base_input`
+request to return the complete function in one fenced block. Code (reading "evalplus", the default, as
+evalplus's codegen reads a chat model's reply): the whole reply through evalplus's sanitiser (its longest
+syntactically valid span of lines, then the imports, the entry point and what it reaches). Reading
+"first-block" (a deviation, `acceptmoe.evals.rules`): the first fenced Python block that defines the
+entry point (else the first Python block, else the whole response, which then counts as a plain
+completion of the body), placed after the prompt (its imports and helpers): the body directly, a full
+definition after a newline; then the sanitiser. Grading (acceptmoe.evals.codecheck): the entry point is called on HumanEval+'s `base_input`
 (the original HumanEval tests' inputs) and `plus_input` in the sandbox, and its return values are
 compared here with the canonical solution's. Grade.correct is base pass@1 (HumanEval); details["plus"]
 is HumanEval+ (base and plus inputs both pass).
@@ -39,8 +41,10 @@ def completion_code(prompt: str, code: str, entry_point: str) -> str:
     return prompt + "\n" + code if defines(code, entry_point) else prompt + code
 
 
-def extract(example: dict, response: str) -> str:
+def extract(example: dict, response: str, reading: str = "evalplus") -> str:
     ep = example["entry_point"]
+    if reading == "evalplus":
+        return sanitize(response, ep)
     return sanitize(completion_code(example["prompt"], extract_code(response, ep), ep), ep)
 
 
@@ -52,4 +56,4 @@ def problem(example: dict) -> CodeProblem:
 
 
 def score(example: dict, response: str) -> Grade:
-    return grade_code(problem, extract, [example], [response])[0]
+    return grade_code(NAME, problem, [example], [response])[0]

@@ -5,8 +5,10 @@ example assert (from its prompt) and its test inputs; validation (511-600), trai
 (1-10) = the original MBPP problems in those id ranges that are not MBPP+ problems, so no evaluation
 problem is ever a calibration prompt.
 Prompt (our choice, lm-eval's wording without few-shot examples, for chat models): the task text and its
-asserts, asking for the function in a fenced block. Code: the first fenced Python block that defines the
-function (else the first Python block, else the whole response), sanitised by evalplus.
+asserts, asking for the function in a fenced block. Code (reading "evalplus", the default): the whole
+reply through evalplus's sanitiser, as evalplus's codegen reads a chat reply; reading "first-block" (a
+deviation, `acceptmoe.evals.rules`): the first fenced Python block that defines the function (else the
+first Python block, else the whole response), sanitised by evalplus.
 Grading (acceptmoe.evals.codecheck): test-split problems call the function on MBPP+'s `base_input` (the
 original MBPP tests' inputs) and `plus_input` in the sandbox and compare the return values here with the
 canonical solution's by EvalPlus's MBPP rules. Grade.correct is base pass@1 (MBPP); details["plus"] is
@@ -67,8 +69,9 @@ def messages(example: dict) -> list[dict]:
                         "Reply with the complete function in a single ```python code block.")
 
 
-def extract(example: dict, response: str) -> str:
-    return sanitize(extract_code(response, example["entry_point"]), example["entry_point"])
+def extract(example: dict, response: str, reading: str = "evalplus") -> str:
+    ep = example["entry_point"]
+    return sanitize(response if reading == "evalplus" else extract_code(response, ep), ep)
 
 
 def problem(example: dict) -> CodeProblem:
@@ -85,4 +88,4 @@ def problem(example: dict) -> CodeProblem:
 
 
 def score(example: dict, response: str) -> Grade:
-    return grade_code(problem, extract, [example], [response])[0]
+    return grade_code(NAME, problem, [example], [response])[0]

@@ -23,7 +23,8 @@ def load(split: str = "test", limit: int | None = None) -> list[dict]:
 messages = tiny_common.messages
 
 
-def extract(example: dict, response: str) -> str:
+def extract(example: dict, response: str, reading: str = "evalplus") -> str:
+    """The code of a reply; both readings are the same here (the tiny model writes plain code, not chat)."""
     return sanitize(extract_code(response, example["entry_point"]), example["entry_point"])
 
 
@@ -33,4 +34,4 @@ def problem(example: dict) -> CodeProblem:
 
 
 def score(example: dict, response: str) -> Grade:
-    return grade_code(problem, extract, [example], [response])[0]
+    return grade_code(NAME, problem, [example], [response])[0]

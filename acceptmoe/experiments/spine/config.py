@@ -62,7 +62,12 @@ def read_yaml(path: Path) -> dict:
     if not path.is_file():
         raise ConfigKeyError(f"config file {path} not found")
     try:
-        data = yaml.safe_load(path.read_text()) or {}
+        text = path.read_bytes().decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ConfigKeyError(f"{path}: not UTF-8 text (byte {exc.start} is {exc.object[exc.start:exc.start + 1]!r}); "
+                             f"save the file as UTF-8") from None
+    try:
+        data = yaml.safe_load(text) or {}
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark else str(path)

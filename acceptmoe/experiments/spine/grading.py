@@ -6,9 +6,11 @@
 
 What Table 1, the sweep, the calibration study and the budgets a throughput run computes share: prompts in
 batches of `generation.batch` through `EngineBackend.generate_many` (an engine may run them concurrently),
-each reply graded by its task, its trace appended to `log` (if any) and its routes saved (`routes_as`, when
-the world records routes) before its row goes to the sample log, all fsynced as each finishes, so an interrupted run resumes at the first unfinished unit and never
-duplicates a row. Errors propagate: an exception is never recorded as an answer.
+each reply graded by its task and saved at once: its trace appended to `log` (if any) and its routes saved
+(`routes_as`, when the world records routes) before its row goes to the sample log, all fsynced, so an
+interrupted run resumes at the first unfinished unit, never duplicates a row and never loses a graded one. A
+reply whose grading goes wrong is that reply's failure, with its reason in the row (`Task.score_many`); other
+errors propagate: an exception is never recorded as an answer.
 """
 from __future__ import annotations
 
@@ -42,16 +44,16 @@ class PairRun:
         return Pair(self.loaded.model.name, self.task.name)
 
 
-def graded(pair: PairRun, indices: Sequence[int], plan: Plan, trace_layers: bool,
-           record_routes: bool = False) -> list[tuple[GradedRow, object]]:
-    """Generate the prompts at `indices` with `plan` in one `generate_many` call, then grade each reply:
-    (row, Generation) per index, in order."""
+def generated(pair: PairRun, indices: Sequence[int], plan: Plan, trace_layers: bool,
+              record_routes: bool = False) -> list[tuple[list[int], object]]:
+    """Generate the prompts at `indices` with `plan` in one `generate_many` call: (prompt ids, generation)
+    per index, in order."""
     model, world = pair.loaded.model, pair.loaded.world
     prompts = [prompt_ids(pair.loaded.tokenizer, pair.task.messages(pair.examples[i]), model) for i in indices]
     extra = {"record_routes": True} if record_routes else {}
     gens = pair.loaded.engine.generate_many(prompts, plan, world.max_new_tokens(model), trace_layers=trace_layers,
                                             **extra)
-    return [_row(pair, i, plan, ids, gen) for i, ids, gen in zip(indices, prompts, gens)]
+    return list(zip(prompts, gens))
 
 
 def _row(pair: PairRun, index: int, plan: Plan, ids: list[int], gen) -> tuple[GradedRow, object]:
@@ -76,9 +78,10 @@ def run_graded(pair: PairRun, plan: Plan, units: Sequence[tuple[int, str]], *, t
     step = pair.loaded.world.generation.batch
     record = routes_as is not None and pair.loaded.world.generation.record_routes
     paths = RunPaths(pair.samples.path.parent)
-    for start in range(0, len(todo), step):                  # each batch's rows are saved as soon as it returns
+    for start in range(0, len(todo), step):
         batch = todo[start:start + step]
-        for (index, key), (row, gen) in zip(batch, graded(pair, [i for i, _ in batch], plan, trace_layers, record)):
+        for (index, key), (ids, gen) in zip(batch, generated(pair, [i for i, _ in batch], plan, trace_layers, record)):
+            row, gen = _row(pair, index, plan, ids, gen)     # graded and saved one unit at a time
             if log is not None:
                 log.append(key, gen.trace)
             if record:

@@ -17,7 +17,7 @@ from acceptmoe.errors import UserError
 
 from .engines import ENGINES, opener
 from .prompts import resolve_checkpoint
-from .runs import Run, SampleLog, code_state, open_run, record_resume
+from .runs import Run, SampleLog, code_state, discard_if_empty, lock_run, open_run, record_resume
 
 # ----- command line -----
 CONFIG_OPTIONS = {"limit": "limit", "methods": "methods", "budgets_from": "budgets_from",   # option -> config key
@@ -81,7 +81,8 @@ def open_or_resume(command: str, args: argparse.Namespace, load: Callable[[dict]
         if not args.resume.is_dir() or not meta.is_file():
             raise UserError(f"--resume {args.resume}: not a run folder (no {meta.name}); give a folder written by "
                             f"`./reproduce.sh {command}`, e.g. results/{command}/<preset>/<run-id>")
-        saved = json.loads(meta.read_text())
+        saved = read_saved(args.resume, command)
+        lock_run(args.resume)
         now = check_same_code(saved.get("environment", {}), args.resume, args.allow_code_change)
         run = Run(args.resume, resumed=True)
         record_resume(run, now)
@@ -92,6 +93,23 @@ def open_or_resume(command: str, args: argparse.Namespace, load: Callable[[dict]
     for model in cfg.world.models:
         resolve_checkpoint(model.target), resolve_checkpoint(model.draft)
     return cfg, open_run(command, cfg.world.preset, cfg, root=args.results)
+
+
+def read_saved(run_dir: Path, command: str) -> dict:
+    """A run folder's `config.json`, checked: JSON text, a mapping with the frozen `config`."""
+    meta = run_dir / "config.json"
+    fresh = f"start a new run with `./reproduce.sh {command}` (without --resume)"
+    try:
+        saved = json.loads(meta.read_bytes().decode("utf-8"))
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise UserError(f"--resume {run_dir}: {meta} is damaged ({type(exc).__name__}: {str(exc)[:120]}); "
+                        f"this run cannot be resumed: {fresh}") from None
+    except OSError as exc:
+        raise UserError(f"--resume {run_dir}: cannot read {meta} ({exc.strerror}); make it readable") from None
+    if not isinstance(saved, dict) or not isinstance(saved.get("config"), dict):
+        raise UserError(f"--resume {run_dir}: {meta} has no 'config' mapping (it was not written by "
+                        f"./reproduce.sh); this run cannot be resumed: {fresh}")
+    return saved
 
 
 def check_same_code(recorded: dict, run_dir: Path, allowed: bool) -> dict:
@@ -112,14 +130,21 @@ def check_same_code(recorded: dict, run_dir: Path, allowed: bool) -> dict:
 
 def run_to_completion(command: str, run: Run, work: Callable[[], dict | None]) -> bool:
     """Run `work` into `run` and write its summary (`work`'s fields, rows, this session's seconds).
-    Ctrl-C keeps every finished row, prints the resume command and returns False."""
+    Ctrl-C keeps every finished row, prints the resume command and returns False. A new run that ends
+    (Ctrl-C or an error) before writing anything but its config leaves no folder."""
     print(f"run folder: {run.path}{' (resumed)' if run.resumed else ''}", flush=True)
     start = time.perf_counter()
     try:
         extra = work() or {}
     except KeyboardInterrupt:
-        print(f"\ninterrupted; finished rows are saved. Resume with: ./reproduce.sh {command} --resume {run.path}")
+        if discard_if_empty(run):
+            print(f"\ninterrupted before any result; the run folder {run.path} is removed")
+        else:
+            print(f"\ninterrupted; finished rows are saved. Resume with: ./reproduce.sh {command} --resume {run.path}")
         return False
+    except BaseException:
+        discard_if_empty(run)          # a run that failed before its first result leaves no folder behind
+        raise
     run.finish({**extra, "rows": len(SampleLog(run.path / "samples.jsonl")),
                 "seconds_this_session": round(time.perf_counter() - start, 1)})
     return True

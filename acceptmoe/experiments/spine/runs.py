@@ -2,7 +2,15 @@
 
 - `open_run(experiment, preset, config)`: `results/<experiment>/<preset>/<run-id>/` with `config.json`
   (the frozen config, its hash, git commit and dirty flag, package versions, device, seeds). An unfinished
-  run (no `summary.json`) with the same config hash is resumed instead of starting a new folder.
+  run (no `summary.json`) with the same config hash is resumed instead of starting a new folder. A new
+  folder is made under a hidden temporary name and renamed into place once its `config.json` is written,
+  so no folder without one is ever visible; a folder that has no more than that when its run fails is
+  removed (`discard_if_empty`).
+- `lock_run(folder)`: the process that opens a run folder holds an exclusive lock on its `.lock` file
+  (fcntl.flock, released when the process ends), so a second process on the same folder refuses
+  (`RunLocked`) instead of writing duplicate rows.
+- Folders that cannot be made or written (a read-only file system, a full disk, `--results` naming a
+  regular file) are `RunFolderError`s naming the path and the fix.
 - `SampleLog`: `samples.jsonl`, one line per finished (prompt, method) unit, flushed and fsynced as each
   finishes; on reopen, finished keys are skipped and a torn last line (a crash mid-write) is dropped, so
   rows are never duplicated.
@@ -11,12 +19,15 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import fcntl
 import hashlib
 import json
 import os
 import platform
+import shutil
 import subprocess
 import sys
+import tempfile
 import warnings
 from importlib import metadata
 from pathlib import Path
@@ -26,6 +37,66 @@ from typing import Any, Iterator
 from acceptmoe.errors import UserError
 
 REPO = Path(__file__).resolve().parents[3]       # acceptmoe/experiments/spine/runs.py -> the repository
+LOCK_NAME = ".lock"
+KEEP_WHEN_EMPTY = ("config.json", LOCK_NAME, "resumes.jsonl")  # a folder holding only these has no results
+
+
+class RunFolderError(UserError):
+    """A run folder that cannot be made, read or written; the message names the path and the fix."""
+
+
+class RunLocked(RunFolderError):
+    """Another process holds the run folder's lock."""
+
+
+_HELD: dict[str, int] = {}   # run folder -> the lock file descriptor this process holds
+
+
+def lock_run(path: Path) -> None:
+    """Hold an exclusive lock on run folder `path` for the rest of this process (again: a no-op); RunLocked
+    if another process holds it."""
+    key = os.path.realpath(path)
+    if key in _HELD:
+        return
+    try:
+        fd = os.open(os.path.join(path, LOCK_NAME), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    except OSError as exc:
+        raise RunFolderError(f"{path}: cannot open its lock file ({exc.strerror}); make the folder writable") from None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        holder = os.pread(fd, 32, 0).decode("ascii", "replace").strip() or "?"
+        os.close(fd)
+        raise RunLocked(f"{path}: another process (pid {holder}) is running this run folder; wait for it to end "
+                        f"(or stop it), then resume") from None
+    try:
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+    except OSError:  # the pid is only a courtesy to whoever finds the lock taken
+        pass
+    _HELD[key] = fd
+
+
+def release_run(path: Path) -> None:
+    """Give up this process's lock on `path` (if it holds one)."""
+    fd = _HELD.pop(os.path.realpath(path), None)
+    if fd is not None:
+        os.close(fd)
+
+
+def discard_if_empty(run: "Run") -> bool:
+    """Remove a new run's folder if it holds nothing but its config (the run failed before its first
+    result); True if removed."""
+    if run.resumed:
+        return False
+    try:
+        if any(p.name not in KEEP_WHEN_EMPTY for p in run.path.iterdir()):
+            return False
+        release_run(run.path)
+        shutil.rmtree(run.path)
+    except OSError:
+        return False
+    return True
 
 
 def to_jsonable(obj: Any) -> Any:
@@ -86,24 +157,50 @@ class Run:
 def open_run(experiment: str, preset: str, config: Any, root: str | Path | None = None,
              fresh: bool = False) -> Run:
     """Resume the latest unfinished run with the same config hash, else create a new run folder."""
-    base = Path(root or REPO / "results") / experiment / preset
+    results = Path(root or REPO / "results")
+    base = results / experiment / preset
     h = config_hash(config)
+    if results.exists() and not results.is_dir():
+        raise RunFolderError(f"--results {results}: a file, not a folder; give a folder for the results")
     if not fresh and base.is_dir():
-        for old in sorted(base.iterdir(), reverse=True):
+        for old in sorted((p for p in base.iterdir() if not p.name.startswith(".")), reverse=True):
             meta = old / "config.json"
             if meta.is_file() and not (old / "summary.json").exists():
-                if json.loads(meta.read_text()).get("config_hash") == h:
+                try:
+                    same = json.loads(meta.read_text()).get("config_hash") == h
+                except (ValueError, UnicodeDecodeError, AttributeError, OSError):
+                    same = False  # a damaged config.json is never resumed by itself
+                if same:
+                    lock_run(old)
                     return Run(old, resumed=True)
                 break
     stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%d-%H%M%S")
-    path = base / f"{stamp}-{h[:6]}"
-    suffix = 1
-    while path.exists():
-        path, suffix = base / f"{stamp}-{h[:6]}-{suffix}", suffix + 1
-    path.mkdir(parents=True)
-    write_json(path / "config.json", {"experiment": experiment, "preset": preset, "config_hash": h,
-                                      "config": to_jsonable(config), "environment": environment()})
+    record = {"experiment": experiment, "preset": preset, "config_hash": h, "config": to_jsonable(config),
+              "environment": environment()}
+    partial = None
+    try:
+        base.mkdir(parents=True, exist_ok=True)
+        partial = Path(tempfile.mkdtemp(prefix=".partial-", dir=base))   # hidden: the resume scan skips it
+        mask = os.umask(0)
+        os.umask(mask)
+        os.chmod(partial, 0o777 & ~mask)
+        lock_run(partial)
+        write_json(partial / "config.json", record)
+        path = base / f"{stamp}-{h[:6]}"
+        suffix = 1
+        while path.exists():
+            path, suffix = base / f"{stamp}-{h[:6]}-{suffix}", suffix + 1
+        os.rename(partial, path)
+    except OSError as exc:
+        if partial is not None:
+            release_run(partial)
+            shutil.rmtree(partial, ignore_errors=True)
+        where = exc.filename or base
+        raise RunFolderError(f"--results {results}: cannot make the run folder ({where}: {exc.strerror}); give a "
+                             f"writable folder with free space") from None
+    _HELD[os.path.realpath(path)] = _HELD.pop(os.path.realpath(partial))
     return Run(path, resumed=False)
+
 
 
 def write_json(path: Path, obj: Any) -> None:
@@ -112,13 +209,21 @@ def write_json(path: Path, obj: Any) -> None:
 
 
 def atomic_write(path: Path, data: bytes) -> None:
-    """Write to a temporary file beside `path`, fsync, rename over `path`: readers see old or new, never half."""
+    """Write to a temporary file beside `path`, fsync, rename over `path`: readers see old or new, never half
+    (on a failed write, e.g. a full disk, the temporary file is removed and `path` is as it was)."""
     tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
 
 
 def _git(*args: str) -> str:
@@ -137,10 +242,14 @@ def record_resume(run: "Run", state: dict) -> None:
     """Append the resuming code's state (`code_state()`) to the run's `resumes.jsonl` (every resumed part
     says what made it)."""
     line = {**state, "time": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")}
-    with open(run.path / "resumes.jsonl", "a") as f:
-        f.write(json.dumps(line, sort_keys=True) + "\n")
-        f.flush()
-        os.fsync(f.fileno())
+    try:
+        with open(run.path / "resumes.jsonl", "a") as f:
+            f.write(json.dumps(line, sort_keys=True) + "\n")
+            f.flush()
+            os.fsync(f.fileno())
+    except OSError as exc:
+        raise RunFolderError(f"--resume {run.path}: cannot write {run.path / 'resumes.jsonl'} ({exc.strerror}); "
+                             f"free space on that disk (or make it writable), then resume") from None
 
 
 def unit_key(*parts: object) -> str:
