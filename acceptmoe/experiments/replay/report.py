@@ -15,6 +15,9 @@ replayed generations, each pass's seconds the median over rounds:
   the dtype it ran; `measured / local bound` says how far the measured time is from bytes / bandwidth.
 Speedups over the reference (Standard SD): per step pass and per output token, with paired bootstrap
 intervals over generations (the same prompts for every variant), and the H200 bound's ratio.
+
+Figures: replay.{png,pdf} (every store side by side), and per store the paper-shape panel of Figure 3
+(resident: fig3.{png,pdf}) or Figure 4 (offloaded: fig4.{png,pdf}), drawn beside the tiny engine's own ratio.
 """
 from __future__ import annotations
 
@@ -161,18 +164,23 @@ def write_outputs(run_dir: Path) -> tuple[str, list[Path]]:
     written = [run_dir / "replay.md", run_dir / "replay.csv"]
     written[0].write_text(text)
     written[1].write_text(render.csv_text(recs))
-    written += figure(recs, run_dir / "replay")
+    shape = json.loads((run_dir / "replay.json").read_text())["shape"]["name"]
+    stores = list(dict.fromkeys(r["store"] for r in recs))
+    written += figure(recs, stores, run_dir / "replay", "")
+    for store in stores:                      # the paper-shape panel of Figure 3 (resident) / Figure 4 (offloaded)
+        name = "fig3" if store == "resident" else "fig4"
+        written += figure(recs, [store], run_dir / name,
+                          f"{'Figure 3' if name == 'fig3' else 'Figure 4'} at {shape}'s expert shape: ")
     return text, written
 
 
-def figure(recs: list[dict], stem: Path) -> list[Path]:
-    """Per store: each variant's speedup over the reference per output token: the tiny engine's own measured
-    tokens/s ratio (the recorded run), the replay's measured expert time at the target shape (95% CI) and the
-    first device's bytes / bandwidth bound."""
+def figure(recs: list[dict], stores: list[str], stem: Path, title: str) -> list[Path]:
+    """One panel per store: each variant's speedup over the reference per output token: the tiny engine's own
+    measured tokens/s ratio (the recorded run), the replay's measured expert time at the target shape (95% CI)
+    and the first device's bytes / bandwidth bound."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    stores = list(dict.fromkeys(r["store"] for r in recs))
     fig, axes = plt.subplots(1, len(stores), figsize=(5.5 * len(stores), 3.6), squeeze=False)
     for ax, store in zip(axes[0], stores):
         mine = [r for r in recs if r["store"] == store and "speedup_per_token" in r]
@@ -193,7 +201,7 @@ def figure(recs: list[dict], stem: Path) -> list[Path]:
         ax.axhline(1.0, color="black", lw=0.6)
         ax.set_xticks(xs, [r["variant"] for r in mine], rotation=15, fontsize=8)
         ax.set_ylabel("speedup over the reference, per token")
-        ax.set_title(store, fontsize=9)
+        ax.set_title(f"{title}{store}", fontsize=9)
         ax.legend(fontsize=6)
     fig.tight_layout()
     out = [stem.with_suffix(".png"), stem.with_suffix(".pdf")]
