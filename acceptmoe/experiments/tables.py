@@ -12,10 +12,11 @@ from typing import Callable
 
 from acceptmoe.commands import command, parser
 
-from . import study, table1, throughput
+from . import replay, study, table1, throughput
 from .spine.runs import REPO, NothingToTabulate
 
-BUILDERS: dict[str, Callable[[Path], str]] = {**table1.BUILDERS, **throughput.BUILDERS, **study.BUILDERS}
+BUILDERS: dict[str, Callable[[Path], str]] = {**table1.BUILDERS, **throughput.BUILDERS, **study.BUILDERS,
+                                              **replay.BUILDERS}
 
 
 def run_folders(results: Path) -> list[tuple[str, Path]]:

@@ -8,3 +8,13 @@ small enough that a CPU pays per multiplied row, not per byte; the replay runs t
 the target's expert sizes, where a verification pass is bandwidth-bound, and measures what the paper's
 claims are about: expert bytes read and moved per verification pass.
 """
+from pathlib import Path
+from typing import Callable
+
+
+def _report(run: Path) -> str:
+    from .report import write_outputs
+    return write_outputs(run)[0]
+
+
+BUILDERS: dict[str, Callable[[Path], str]] = {"replay": _report}   # run folder -> its tables and figures
