@@ -9,6 +9,7 @@ commands, never from one experiment into another (a test holds it).
 | `table1/`        | Table 1: its section config, runner, table and commands (`table1`, `calibrate`, `b0`)   |
 | `throughput/`    | Figures 3-5 and Table 2: section config, timed and swept phases, records, report, figures, commands |
 | `study/`         | the calibration study: section config, runner, tables, command                         |
+| `claims/`        | the paper's claims beside this reproduction, from saved runs (a reader of other experiments' records) |
 | `bench/`         | benchmarks that print measured numbers (never run by the tests beyond a small smoke run) |
 | `tables`         | `./reproduce.sh tables`: every experiment's outputs rebuilt from saved results only     |
 | `gpu_check`      | `./reproduce.sh gpu-check`: the script a person with a CUDA GPU runs as is             |

@@ -6,14 +6,13 @@ is reported and skipped.
 """
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Callable
 
 from acceptmoe.commands import command, parser
 
 from . import replay, study, table1, throughput
-from .spine.runs import REPO, NothingToTabulate
+from .spine.runs import REPO, NothingToTabulate, RunFolderError, recorded_experiment
 
 BUILDERS: dict[str, Callable[[Path], str]] = {**table1.BUILDERS, **throughput.BUILDERS, **study.BUILDERS,
                                               **replay.BUILDERS}
@@ -31,12 +30,9 @@ def run_folders(results: Path) -> list[tuple[str, Path]]:
 
 def experiment_of(run: Path) -> str:
     """The experiment recorded in the run's config.json (so copied runs, e.g. results/reference/, rebuild too)."""
-    meta = run / "config.json"
-    if not meta.is_file():
-        raise FileNotFoundError(f"{meta} not found: --run takes a run folder written by an experiment command")
-    name = json.loads(meta.read_text()).get("experiment")
+    name = recorded_experiment(run)
     if name not in BUILDERS:
-        raise ValueError(f"{run}: experiment {name!r} has no table builder (builders: {', '.join(BUILDERS)})")
+        raise RunFolderError(f"{run}: experiment {name!r} has no table builder (builders: {', '.join(BUILDERS)})")
     return name
 
 

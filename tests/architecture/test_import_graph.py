@@ -87,13 +87,19 @@ def test_no_import_cycles():
     assert not cycles, "import cycles:\n" + "\n".join(cycles)
 
 
-EXPERIMENT_PACKAGES = ("table1", "throughput", "study", "bench")     # each stands on the spine alone
+EXPERIMENT_PACKAGES = ("table1", "throughput", "study", "replay", "bench", "claims")   # each on the spine alone
+
+# The one exception: `claims` reads other experiments' results, through their record builders only (the modules
+# below: tables, records, reports and the configs those load), never a runner or a command.
+READERS = {"claims": {"acceptmoe.experiments.table1.table", "acceptmoe.experiments.throughput.records",
+                      "acceptmoe.experiments.throughput.report", "acceptmoe.experiments.study.tables",
+                      "acceptmoe.experiments.study.config", "acceptmoe.experiments.replay.report"}}
 
 
 def test_experiments_stand_on_the_spine_and_not_on_each_other():
     """Inside experiments/: the spine imports no experiment package; an experiment package imports the spine
-    and itself only (no runner inside another runner); the cross-cutting commands (cli, tables, gpu_check,
-    lm_eval) may import any of them."""
+    and itself only (no runner inside another runner), except a reader's listed record modules (`READERS`);
+    the cross-cutting commands (cli, tables, gpu_check, lm_eval) may import any of them."""
     def part(module: str) -> str | None:
         parts = module.split(".")
         return parts[2] if len(parts) > 2 and parts[:2] == ["acceptmoe", "experiments"] else None
@@ -104,9 +110,23 @@ def test_experiments_stand_on_the_spine_and_not_on_each_other():
             continue
         for dst in targets:
             b = part(dst)
-            if b is not None and b != a and b != "spine":
+            if b is not None and b != a and b != "spine" and dst not in READERS.get(a, ()):
                 bad.append(f"{src} -> {dst}")
     assert not bad, "experiment packages importing each other (or the spine importing one):\n" + "\n".join(bad)
+
+
+def test_readers_read_records_only():
+    """A reader's listed modules exist and import no runner: reading results never runs an experiment."""
+    g = graph()
+    for reader, allowed in READERS.items():
+        assert reader in EXPERIMENT_PACKAGES
+        for module in allowed:
+            assert module in g, f"{reader} may read {module}, which does not exist"
+            runners = {m for m in g[module] if m.endswith((".runner", ".commands"))}
+            assert not runners, f"{module} (read by {reader}) imports {runners}"
+        used = {dst for src, targets in g.items() if src.startswith(f"acceptmoe.experiments.{reader}.")
+                for dst in targets if dst in allowed}
+        assert used == allowed, f"{reader}: listed but not imported: {allowed - used}"
 
 
 def test_every_room_is_known():

@@ -11,6 +11,8 @@
   (`RunLocked`) instead of writing duplicate rows.
 - Folders that cannot be made or written (a read-only file system, a full disk, `--results` naming a
   regular file) are `RunFolderError`s naming the path and the fix.
+- `recorded_experiment(folder)`: the experiment a run folder's `config.json` names (so copied runs, e.g.
+  results/reference/, are read as what they are); a folder that is not a run is a `RunFolderError`.
 - `SampleLog`: `samples.jsonl`, one line per finished (prompt, method) unit, flushed and fsynced as each
   finishes; on reopen, finished keys are skipped and a torn last line (a crash mid-write) is dropped, so
   rows are never duplicated.
@@ -47,6 +49,19 @@ class RunFolderError(UserError):
 
 class RunLocked(RunFolderError):
     """Another process holds the run folder's lock."""
+
+
+def recorded_experiment(run: Path) -> str:
+    """The "experiment" key of the run folder's config.json."""
+    meta = Path(run) / "config.json"
+    try:
+        name = json.loads(meta.read_text()).get("experiment") if meta.is_file() else None
+    except (ValueError, AttributeError):
+        name = None
+    if not isinstance(name, str):
+        raise RunFolderError(f"{run} is not a run folder ({meta} {'names no experiment' if meta.is_file() else 'not found'}): "
+                             f"pass a folder an experiment command wrote, e.g. results/reference/table1/<run-id>")
+    return name
 
 
 _HELD: dict[str, int] = {}   # run folder -> the lock file descriptor this process holds

@@ -18,7 +18,7 @@ Written as `table1.md`, `table1.csv` (one record per pair and method) and `table
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -46,6 +46,7 @@ class Table1:
     b0: dict[Pair, B0Decision]    # the saved B0 decisions
     incomplete: list[str]         # pairs with fewer finished prompts than evaluation prompts
     plus: list[dict]              # HumanEval+ / MBPP+ records (same replies graded on the plus tests)
+    aligned: dict[Pair, dict[str, list[dict]]] = field(default_factory=dict)   # pair -> method -> rows, same prompts
 
 
 def methods_of(cfg: Table1Config) -> list[str]:
@@ -120,6 +121,18 @@ def stratified_mean_diff(diffs: list[np.ndarray], bs: BootstrapConfig, chunk: in
     return float(np.mean([d.mean() for d in diffs])), float(low), float(high)
 
 
+def paired_mean_diff(aligned: dict, method: str, against: str, bs: BootstrapConfig) -> tuple[float, float, float]:
+    """Mean over pairs of `method`'s accuracy minus `against`'s (pp), with the stratified paired interval."""
+    diffs = [100 * (np.array([r["correct"] for r in rows[method]], float)
+                    - np.array([r["correct"] for r in rows[against]], float)) for rows in aligned.values()]
+    return stratified_mean_diff(diffs, bs)
+
+
+def mean_diff(t: Table1, method: str, against: str) -> tuple[float, float, float]:
+    """`paired_mean_diff` over a built table's pairs, e.g. AcceptMoE-B minus MoE-Spec at B0."""
+    return paired_mean_diff(t.aligned, method, against, t.cfg.world.bootstrap)
+
+
 def mean_records(records: list[dict], aligned: dict, methods: list[str], bs: BootstrapConfig) -> dict[str, dict]:
     means: dict[str, dict] = {}
     for m in methods:
@@ -130,9 +143,7 @@ def mean_records(records: list[dict], aligned: dict, methods: list[str], bs: Boo
         acc = means[m]["accuracy"]
         means[m]["rel_change_vs_vanilla_ar"] = 100 * (acc - ref) / ref if ref and acc is not None else None
         if BASELINE in methods and aligned:
-            diffs = [100 * (np.array([r["correct"] for r in rows[m]], float)
-                            - np.array([r["correct"] for r in rows[BASELINE]], float)) for rows in aligned.values()]
-            est, lo, hi = stratified_mean_diff(diffs, bs)
+            est, lo, hi = paired_mean_diff(aligned, m, BASELINE, bs)
             means[m].update(diff_vs_standard_sd=est, diff_low=lo, diff_high=hi)
     return means
 
@@ -160,7 +171,8 @@ def build_table1(run_dir: str | Path) -> Table1:
         if "plus" in get_task(pair.task).test_sets:       # HumanEval+ / MBPP+: the same replies, more tests
             plus_rows = {m: [{**r, "correct": bool(r["score_details"]["plus"])} for r in rs] for m, rs in rows.items()}
             plus += pair_records(pair.model, pair.task + PLUS, plus_rows, cfg.world.bootstrap, b0)
-    return Table1(cfg, records, mean_records(records, aligned, methods, cfg.world.bootstrap), b0s, incomplete, plus)
+    return Table1(cfg, records, mean_records(records, aligned, methods, cfg.world.bootstrap), b0s, incomplete, plus,
+                  aligned)
 
 
 # ----- rendering -----

@@ -12,6 +12,9 @@
   interval over prompts, and the change vs Standard SD (traffic %, hit rate pp, stall share pp).
 - the sweep's accuracy, mean set size and tau per (pair, variant): `spine.records.graded_records`.
 - `means(records, fields)`: unweighted means over pairs per variant.
+- `headline(timed, counters, prune)`: the paper's headline quantities as the run measured them (the self-sized
+  method vs Standard SD, pruning on vs off), per pair; `pruning_accuracy(rows, prune, resamples)`: accuracy
+  with pruning minus without, paired over the counters run's prompts (pooled over pairs), with its interval.
 """
 from __future__ import annotations
 
@@ -22,13 +25,14 @@ from collections import defaultdict
 
 import numpy as np
 
+from acceptmoe.methods import B0_METHOD, METHODS, Variant
 from acceptmoe.methods import BASELINE as BASELINE_METHOD
-from acceptmoe.methods import METHODS, Variant
 
 from ..spine.config import Pair
 from ..spine.records import accuracy_fields, aligned_rows, rate
 
 BASELINE = Variant(BASELINE_METHOD).name     # ratios and changes are taken against this variant
+HEADLINE = Variant(B0_METHOD).name    # the self-sized method the paper's headline numbers are about
 NO_TAU = {Variant(n).name for n, s in METHODS.items() if not s.speculates}    # one token per step, no tree
 
 
@@ -166,3 +170,61 @@ def mean_ratio_spread(records: list[dict]) -> dict[str, dict]:
             reps = [float(np.mean([x[i] for x in per_rep])) for i in range(n)]
             out[v] = {"per_rep": reps, "min": min(reps), "max": max(reps)}
     return out
+
+
+def mean_of(records: list[dict], variant: str, field: str):
+    vals = [r.get(field) for r in records if r["variant"] == variant]
+    return sum(vals) / len(vals) if vals and None not in vals else None
+
+
+def per_pair_change(a: list[dict], b: list[dict], field: str, pct: bool) -> list[float]:
+    """Per pair: records `a` vs records `b` (e.g. pruning on vs off), as % change or pp difference."""
+    base = {(r["model"], r["task"]): r[field] for r in b}
+    return [100 * (r[field] / base[(r["model"], r["task"])] - 1) if pct else 100 * (r[field] - base[(r["model"], r["task"])])
+            for r in a if (r["model"], r["task"]) in base and r[field] is not None and base[(r["model"], r["task"])]]
+
+
+def headline(timed: dict[str, list[dict]], counters: list[dict], prune: tuple[str, str] | None) -> dict:
+    """The paper's headline quantities (docs/method.md, "The paper's claims") as one run measured them; a key
+    is present only where the run has what it needs:
+    `resident`, `offload-timed`: the self-sized method's throughput ratio to Standard SD, per pair (records);
+    `traffic` (%), `hit_rate` (pp): its change vs Standard SD per pair; `stall`: variant -> mean stall share
+    over pairs (Standard SD and the self-sized method); `prune_traffic` (%), `prune_hit_rate` (pp),
+    `prune_throughput` (%, offloaded timed): pruning on vs off per pair."""
+    out: dict = {}
+    for phase in ("resident", "offload-timed"):
+        recs = [x for x in timed.get(phase, []) if x["variant"] == HEADLINE and "ratio_vs_standard_sd" in x]
+        if recs:
+            out[phase] = recs
+    acc = [r for r in counters if r["variant"] == HEADLINE]
+    if acc and "traffic_change_pct" in acc[0]:
+        out["traffic"] = [r["traffic_change_pct"] for r in acc]
+        out["hit_rate"] = [r["hit_rate_change_pp"] for r in acc]
+        out["stall"] = {v: mean_of(counters, v, "stall_share") for v in (BASELINE, HEADLINE)}
+    on_name, off_name = prune or (None, None)
+    on = [r for r in counters if r["variant"] == on_name]
+    off = [r for r in counters if r["variant"] == off_name]
+    if on and off:
+        out["prune_traffic"] = per_pair_change(on, off, "bytes_per_token", True)
+        out["prune_hit_rate"] = per_pair_change(on, off, "hit_rate", False)
+    on_t = [r for r in timed.get("offload-timed", []) if r["variant"] == on_name]
+    off_t = [r for r in timed.get("offload-timed", []) if r["variant"] == off_name]
+    if on_t and off_t:
+        out["prune_throughput"] = per_pair_change(on_t, off_t, "tokens_per_s", True)
+    return out
+
+
+def pruning_accuracy(rows, prune: tuple[str, str] | None, resamples: int) -> dict | None:
+    """Accuracy (pp) with pruning minus without on the counters run's prompts both finished, pooled over pairs,
+    with a paired bootstrap interval over prompts; None without both variants."""
+    if not prune:
+        return None
+    on, off = [], []
+    for pair_rows in by_pair(rows, "offload-counters").values():
+        aligned = aligned_rows(pair_rows, prune)
+        if aligned is not None:
+            on += aligned[prune[0]]
+            off += aligned[prune[1]]
+    if not on:
+        return None
+    return {"prompts": len(on), **accuracy_fields(on, off, resamples)}

@@ -9,17 +9,18 @@ sweep.{md,csv,png,pdf}; a run with the sweep and both offload phases (./reproduc
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass, field
 from pathlib import Path
-
-from acceptmoe.methods import B0_METHOD, Variant
 
 from ..spine import render
 from ..spine.budgets import used_budgets
+from ..spine.paper import claim
 from ..spine.records import graded_records
 from ..spine.runs import NothingToTabulate, SampleLog
 from . import figures
 from .config import ThroughputConfig, throughput_config_from_saved
-from .records import BASELINE, counter_records, mean_ratio_spread, means, self_sized_vs_best, throughput_records
+from .records import (BASELINE, HEADLINE, counter_records, headline, mean_ratio_spread, means, self_sized_vs_best,
+                      throughput_records)
 
 
 def fmt(x, digits: int = 2) -> str:
@@ -85,65 +86,33 @@ def sweep_md(records: list[dict], roles, labels: dict) -> str:
             + "\n" + render.markdown(h2, r2, "Self-sized AcceptMoE vs the best fixed budget"))
 
 
-# The paper's headline numbers (docs/method.md, "The paper's claims"), printed beside what this run measured.
-PAPER = {"resident": "1.290x mean (1.217-1.339 per pair)", "offload": "2.06x mean",
-         "traffic": "-73.6 to -77.1 %", "hit_rate": "+10.8 to +14.2 pp", "stall_sd": "65-78 %",
-         "stall_acceptmoe": "27-35 %", "prune_traffic": "-38.6 to -48.6 %", "prune_hit_rate": "+6.9 to +8.2 pp",
-         "prune_throughput": "+4.6 to +15.1 %"}
-
-
-HEADLINE = Variant(B0_METHOD).name    # the self-sized method the paper's headline numbers are about
-
-
-def _mean_of(records: list[dict], variant: str, field: str):
-    vals = [r.get(field) for r in records if r["variant"] == variant]
-    return sum(vals) / len(vals) if vals and None not in vals else None
-
-
-def _per_pair_change(a: list[dict], b: list[dict], field: str, pct: bool) -> list[float]:
-    """Per pair: AcceptMoE (pruning) vs AcceptMoE without pruning, as % change or pp difference."""
-    base = {(r["model"], r["task"]): r[field] for r in b}
-    return [100 * (r[field] / base[(r["model"], r["task"])] - 1) if pct else 100 * (r[field] - base[(r["model"], r["task"])])
-            for r in a if (r["model"], r["task"]) in base and r[field] is not None and base[(r["model"], r["task"])]]
-
-
 def _range(vals: list[float], unit: str) -> str:
     return "-" if not vals else f"{sum(vals) / len(vals):+.1f} {unit} mean ({min(vals):+.1f} to {max(vals):+.1f})"
 
 
 def paper_comparison(timed: dict[str, list[dict]], counters: list[dict], prune: tuple[str, str] | None,
                      labels: dict) -> str:
-    """AcceptMoE vs Standard SD (and pruning on vs off) as measured in this run, beside the paper's claims."""
-    rows = []
-    for phase, key in (("resident", "resident"), ("offload-timed", "offload")):
-        recs = timed.get(phase, [])
-        r = [x["ratio_vs_standard_sd"] for x in recs if x["variant"] == HEADLINE and "ratio_vs_standard_sd" in x]
-        if r:
+    """AcceptMoE vs Standard SD (and pruning on vs off) as measured in this run (`records.headline`), beside
+    the paper's claims (`spine.paper`)."""
+    h, rows = headline(timed, counters, prune), []
+    for phase, claim_id in (("resident", "resident-throughput"), ("offload-timed", "offload-throughput")):
+        if phase in h:
+            r = [x["ratio_vs_standard_sd"] for x in h[phase]]
             rows.append([f"{phase} throughput, AcceptMoE / Standard SD",
-                         f"{sum(r) / len(r):.3f}x mean ({min(r):.3f}-{max(r):.3f} per pair)", PAPER[key]])
-    acc = [r for r in counters if r["variant"] == HEADLINE]
-    if acc and "traffic_change_pct" in acc[0]:
-        rows.append(["H2D traffic per output token vs Standard SD",
-                     _range([r["traffic_change_pct"] for r in acc], "%"), PAPER["traffic"]])
-        rows.append(["cache hit rate vs Standard SD", _range([r["hit_rate_change_pp"] for r in acc], "pp"),
-                     PAPER["hit_rate"]])
-        for v, key in ((BASELINE, "stall_sd"), (HEADLINE, "stall_acceptmoe")):
-            share = _mean_of(counters, v, "stall_share")
+                         f"{sum(r) / len(r):.3f}x mean ({min(r):.3f}-{max(r):.3f} per pair)", claim(claim_id).paper])
+    if "traffic" in h:
+        rows.append(["H2D traffic per output token vs Standard SD", _range(h["traffic"], "%"), claim("h2d-traffic").paper])
+        rows.append(["cache hit rate vs Standard SD", _range(h["hit_rate"], "pp"), claim("hit-rate").paper])
+        for v, part in ((BASELINE, "Standard SD"), (HEADLINE, "AcceptMoE")):
+            share = h["stall"][v]
             rows.append([f"fetch-stall share, {labels[v]}", fmt(None if share is None else 100 * share, 1) + " %",
-                         PAPER[key]])
-    on_name, off_name = prune or (None, None)
-    acc = [r for r in counters if r["variant"] == on_name]
-    off = [r for r in counters if r["variant"] == off_name]
-    if acc and off:
-        rows.append(["pruning on vs off: traffic", _range(_per_pair_change(acc, off, "bytes_per_token", True), "%"),
-                     PAPER["prune_traffic"]])
-        rows.append(["pruning on vs off: hit rate", _range(_per_pair_change(acc, off, "hit_rate", False), "pp"),
-                     PAPER["prune_hit_rate"]])
-    on_t = [r for r in timed.get("offload-timed", []) if r["variant"] == on_name]
-    off_t = [r for r in timed.get("offload-timed", []) if r["variant"] == off_name]
-    if on_t and off_t:
-        rows.append(["pruning on vs off: offloaded throughput",
-                     _range(_per_pair_change(on_t, off_t, "tokens_per_s", True), "%"), PAPER["prune_throughput"]])
+                         claim("stall-share").part(part).paper])
+    pruning = claim("pruning")
+    for key, name, unit, quantity in (("prune_traffic", "traffic", "%", "traffic"),
+                                      ("prune_hit_rate", "hit rate", "pp", "hit rate"),
+                                      ("prune_throughput", "throughput", "%", "offloaded throughput")):
+        if key in h:
+            rows.append([f"pruning on vs off: {quantity}", _range(h[key], unit), pruning.part(name).paper])
     if not rows:
         return ""
     return render.markdown(["quantity", "this run", "paper"], rows, "This run beside the paper's headline numbers")
@@ -159,28 +128,49 @@ def load_run(run_dir: Path) -> tuple[ThroughputConfig, list[dict]]:
     return cfg, list(SampleLog(run_dir / "samples.jsonl"))
 
 
+@dataclass
+class RunRecords:
+    """Every record a throughput run's saved rows give, per phase present (what the tables and claims read)."""
+    cfg: ThroughputConfig
+    rows: list[dict]
+    timed: dict[str, list[dict]] = field(default_factory=dict)   # resident / offload-timed -> throughput_records
+    counters: list[dict] = field(default_factory=list)           # Table 2, per pair
+    pooled: list[dict] = field(default_factory=list)             # Table 2, per model over its tasks
+    sweep: list[dict] = field(default_factory=list)              # the sweep's graded records
+
+
+def load_records(run_dir: str | Path) -> RunRecords:
+    cfg, rows = load_run(Path(run_dir))
+    out = RunRecords(cfg, rows)
+    for phase, center in (("resident", "pooled"), ("offload-timed", "median")):
+        if phase in cfg.phases:
+            out.timed[phase] = throughput_records(rows, phase, cfg.names(phase), cfg.prompts(phase), center)
+    if "offload-counters" in cfg.phases:
+        out.counters = counter_records(rows, cfg.names("offload-counters"), cfg.bootstrap_resamples)
+        if out.counters:
+            out.pooled = counter_records(rows, cfg.names("offload-counters"), cfg.bootstrap_resamples, pooled=True)
+    if "sweep" in cfg.phases:
+        out.sweep = graded_records(rows, cfg.names("sweep"), cfg.bootstrap_resamples)
+    return out
+
+
 def write_outputs(run_dir: str | Path) -> tuple[str, list[Path]]:
     """Every table and figure the run's saved rows allow; returns (Markdown, files written)."""
     run_dir = Path(run_dir)
-    cfg, rows = load_run(run_dir)
+    got = load_records(run_dir)
+    cfg, timed, counters, pooled, sweep = got.cfg, got.timed, got.counters, got.pooled, got.sweep
     parts, written = [f"# {run_dir.parent.parent.name} ({cfg.preset} preset)\n"], []
     labels, roles, prune = cfg.labels(), cfg.sweep_roles(), cfg.pruning_pair()
-    timed: dict[str, list[dict]] = {}
     for phase, stem, center, title in (("resident", "fig3", "pooled", "Resident"),
                                        ("offload-timed", "fig4", "median", f"Offloaded (X = {cfg.offload.slots})")):
-        if phase in cfg.phases:
-            recs = throughput_records(rows, phase, cfg.names(phase), cfg.prompts(phase), center)
-            timed[phase] = recs
-            if recs:
-                name = "throughput-" + phase.split("-")[0]
-                write(run_dir, f"{name}.md", throughput_md(recs, title, center, labels), written)
-                write(run_dir, f"{name}.csv", render.csv_text(_flat(recs)), written)
-                written += figures.figure_throughput(recs, cfg.names(phase), title, run_dir / stem, labels)
-                parts.append((run_dir / f"{name}.md").read_text())
-    counters = counter_records(rows, cfg.names("offload-counters"), cfg.bootstrap_resamples) \
-        if "offload-counters" in cfg.phases else []
+        recs = timed.get(phase)
+        if recs:
+            name = "throughput-" + phase.split("-")[0]
+            write(run_dir, f"{name}.md", throughput_md(recs, title, center, labels), written)
+            write(run_dir, f"{name}.csv", render.csv_text(_flat(recs)), written)
+            written += figures.figure_throughput(recs, cfg.names(phase), title, run_dir / stem, labels)
+            parts.append((run_dir / f"{name}.md").read_text())
     if counters:
-        pooled = counter_records(rows, cfg.names("offload-counters"), cfg.bootstrap_resamples, pooled=True)
         h, r, s = table2_rows(counters, pooled, labels)
         md = render.markdown(h, r, f"Table 2: offloading counters (X = {cfg.offload.slots} slots per layer), one "
                                    f"instrumented run, prefill included; changes vs Standard SD")
@@ -189,7 +179,6 @@ def write_outputs(run_dir: str | Path) -> tuple[str, list[Path]]:
         write(run_dir, "table2.tex", render.latex(h, r, "Offloading traffic, hit rate and stall share.",
                                                   "tab:table2", s), written)
         parts.append(md)
-    sweep = graded_records(rows, cfg.names("sweep"), cfg.bootstrap_resamples) if "sweep" in cfg.phases else []
     if sweep:
         write(run_dir, "sweep.md", sweep_md(sweep, roles, labels), written)
         write(run_dir, "sweep.csv", render.csv_text(sweep), written)

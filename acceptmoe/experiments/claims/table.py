@@ -1,0 +1,173 @@
+"""The claims table: every claim of the paper (`spine.paper.CLAIMS`), the paper's value, ours, whether the
+paper's direction holds and what was measured, from saved run folders only.
+
+    runs = default_runs()                        # the newest reference run of each experiment
+    text = write_claims(runs, out_dir)           # claims.md, claims.csv, claims.tex; returns the Markdown
+
+Rows follow the registry's order; a claim reported per part (pruning) has one row per part. A claim no given
+run speaks to gets a row naming the command that produces it; the throughput claims also get one for the
+replay at the paper's expert shape. The worlds column is the spread of a claim's estimate across
+independently trained tiny worlds (runs whose world has other target checkpoints); one world today.
+"""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from acceptmoe.errors import UserError
+
+from ..spine import render
+from ..spine.paper import CLAIMS, Claim, Expect, Part
+from ..spine.runs import REPO, RunFolderError, recorded_experiment
+from .read import ENGINE, READERS, REPLAY, REPLAY_HINT, Measured, claims_with_replay, where
+
+REFERENCE = REPO / "results" / "reference"
+DEFAULT_EXPERIMENTS = ("table1", "fig3", "fig4", "fig5", "calibration-study", "replay")
+OUTPUTS = ("claims.md", "claims.csv", "claims.tex")
+HEADER = ["id", "claim", "paper", "ours", "95% interval / spread", "direction holds", "the paper's direction",
+          "measures", "worlds", "run"]
+ONE_WORLD = "1 world (the worlds study is not run)"
+
+
+# ----- which runs -----
+def _stamp(run: Path) -> str:
+    m = re.search(r"\d{8}-\d{6}", run.name)
+    return m.group(0) if m else run.name
+
+
+def default_runs(root: Path = REFERENCE) -> list[Path]:
+    """The newest run folder (by the time stamp in its name) of each experiment the claims read."""
+    out = []
+    for experiment in DEFAULT_EXPERIMENTS:
+        runs = [p.parent for p in (root / experiment).glob("*/config.json")]
+        if runs:
+            out.append(max(runs, key=lambda r: (_stamp(r), r.name)))
+    if not out:
+        raise UserError(f"no run folders under {root} ({', '.join(DEFAULT_EXPERIMENTS)}): run one of those "
+                        f"commands first, or name run folders with --run RUN_DIR")
+    return out
+
+
+def experiment_with_claims(run: Path) -> str:
+    if not Path(run).is_dir():
+        raise RunFolderError(f"--run {run}: no such folder; pass a run folder an experiment command wrote, e.g. "
+                             f"results/reference/table1/<run-id>")
+    name = recorded_experiment(run)
+    if name not in READERS:
+        raise UserError(f"--run {run}: experiment {name!r} speaks to no claim of the paper; the claims table reads "
+                        f"runs of {', '.join(READERS)}")
+    return name
+
+
+# ----- directions -----
+def holds(expect: Expect, m: Measured) -> str:
+    est, lo, hi, t = m.estimate, m.low, m.high, expect.threshold
+    if expect.kind == "none":
+        return f"n/a ({expect.words})"
+    if expect.kind in ("increasing", "decrease"):
+        v = m.values
+        ok = all(a < b for a, b in zip(v, v[1:])) if expect.kind == "increasing" else v[1] < v[0]
+        return "yes" if ok else "no"
+    if est is None:
+        return "n/a (no estimate)"
+    if expect.kind == "parity":
+        if lo is None:
+            return "n/a (no interval)"
+        return "yes" if lo <= 0 <= hi else "no (the interval excludes 0)"
+    if expect.kind == "near":
+        return "yes" if abs(est - t) <= expect.tolerance else "no"
+    ok = est > t if expect.kind == "above" else est < t
+    crosses = lo is not None and lo <= t <= hi
+    return ("yes" if ok else "no") + (f" (not resolved: the interval holds {t:g})" if crosses else "")
+
+
+# ----- the rows -----
+def measured(runs: list[Path]) -> list[Measured]:
+    out = []
+    for run in runs:
+        out += READERS[experiment_with_claims(run)](Path(run))
+    return out
+
+
+def worlds_cell(group: list[Measured]) -> str:
+    """The spread of the estimate across trained worlds (runs of distinct worlds measuring the same thing)."""
+    per_world: dict[str, float | None] = {}
+    for m in group:
+        per_world.setdefault(m.world, m.estimate)
+    if len(per_world) <= 1:
+        return ONE_WORLD
+    vals = [v for v in per_world.values() if v is not None]
+    return f"{len(per_world)} worlds" + (f": {min(vals):.3g} to {max(vals):.3g}" if vals else "")
+
+
+def _parts(c: Claim) -> list[Part | None]:
+    return list(c.parts) if c.split else [None]
+
+
+def claim_rows(found: list[Measured]) -> list[dict]:
+    """One record per (claim, part, measurement), every claim of the registry present, in its order."""
+    out = []
+    for c in CLAIMS:
+        for part in _parts(c):
+            name = part.name if part else ""
+            expect = part.expect if part else c.expect
+            mine = [m for m in found if m.claim == c.id and m.part == name]
+            base = {"id": c.id + (f" / {name}" if name else ""), "claim": (c.text.partition(":")[0] + f": {name}") if name else c.text,
+                    "paper": part.paper if part else c.paper, "the paper's direction": expect.words}
+            for m in mine:
+                group = [x for x in mine if x.kind == m.kind and x.note == m.note]
+                out.append({**base, "claim": base["claim"] + (f" ({m.note})" if m.note else ""), "ours": m.ours,
+                            "95% interval / spread": m.interval, "direction holds": holds(expect, m),
+                            "measures": m.measures, "worlds": worlds_cell(group), "run": m.run,
+                            "estimate": m.estimate, "measured": True})
+            kinds = {m.kind for m in mine if not m.note}
+            wanted = [(ENGINE, f"needs ./reproduce.sh {c.command}")]
+            if c in claims_with_replay():
+                wanted.append((REPLAY, f"needs {REPLAY_HINT}"))
+            for kind, how in wanted:
+                if kind not in kinds:
+                    what = "tiny engine" if kind == ENGINE else "expert-work replay at the paper's shape"
+                    out.append({**base, "ours": "not measured (no given run speaks to it)",
+                                "95% interval / spread": "-", "direction holds": "n/a (not measured)",
+                                "measures": what, "worlds": "-", "run": how, "estimate": None,
+                                "measured": False})
+    return out
+
+
+# ----- rendering -----
+def render_markdown(records: list[dict], runs: list[Path]) -> str:
+    rows = [[r[h] for h in HEADER] for r in records]
+    measured_n = sum(1 for r in records if r["measured"])
+    return "\n".join([
+        "# The paper's claims beside this reproduction\n",
+        "Runs: " + ", ".join(f"`{where(r)}`" for r in runs) + "\n",
+        render.markdown(HEADER, rows, f"{len(CLAIMS)} claims (docs/method.md), {len(records)} rows, "
+                                      f"{measured_n} measured"),
+        "Intervals: 95 % paired bootstrap over prompts (Table 1: stratified by pair; pruning accuracy: pooled "
+        "over pairs) or over generations (the replay); throughput: min-max over repetitions of the mean over "
+        "pairs; counters are counts of one instrumented run (per-pair range, no interval). \"tiny engine on "
+        "CPU\": the embedded tiny world on this project's engine; \"expert-work replay\": the tiny world's "
+        "recorded routes re-executed at the named model's expert shape.\n"])
+
+
+def csv_records(records: list[dict]) -> list[dict]:
+    return [{k: r[k] for k in HEADER} | {"estimate": r["estimate"]} for r in records]
+
+
+def render_latex(records: list[dict]) -> str:
+    keep = ["id", "paper", "ours", "95% interval / spread", "direction holds", "measures"]
+    return render.latex(keep, [[r[h] for h in keep] for r in records],
+                        "The paper's claims beside this reproduction.", "tab:claims")
+
+
+def write_claims(runs: list[Path], out: Path) -> str:
+    """Build the claims table from the runs' saved files; write claims.{md,csv,tex} into `out`."""
+    if not runs:
+        raise UserError("no run folders given: pass --run RUN_DIR (or none, for results/reference/)")
+    records = claim_rows(measured(runs))
+    md = render_markdown(records, runs)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "claims.md").write_text(md)
+    (out / "claims.csv").write_text(render.csv_text(csv_records(records)))
+    (out / "claims.tex").write_text(render_latex(records))
+    return md

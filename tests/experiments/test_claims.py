@@ -1,0 +1,167 @@
+"""`./reproduce.sh claims` on the committed reference runs (with or without a committed replay) and on a small
+real replay made here: same bytes twice, every claim present, numbers equal to the runs' own tables, claims
+without their run name the command, bad input is one `error:` line."""
+from __future__ import annotations
+
+import csv
+import io
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from acceptmoe.errors import UserError
+from acceptmoe.experiments.claims import table
+from acceptmoe.experiments.claims.read import Measured
+from acceptmoe.experiments.cli import main
+from acceptmoe.experiments.spine.paper import CLAIMS, Expect, docs_table
+from acceptmoe.experiments.spine.runs import REPO, open_run
+
+REFERENCE = REPO / "results" / "reference"
+
+
+def _records(out: Path) -> list[dict]:
+    return list(csv.DictReader(io.StringIO((out / "claims.csv").read_text())))
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory) -> tuple[Path, str]:
+    out = tmp_path_factory.mktemp("claims")
+    assert main(["claims", "--out", str(out)]) == 0
+    return out, (out / "claims.md").read_text()
+
+
+def test_docs_table_is_the_registry():
+    text = (REPO / "docs" / "method.md").read_text()
+    section = text.split("## The paper's claims (the reproduction targets)\n\n", 1)[1]
+    assert section.startswith(docs_table())
+    assert [c.id for c in CLAIMS] == ["accuracy-vs-sd", "matched-budget", "matched-budget-gap", "self-vs-best-fixed",
+                                      "b0-range", "tau-parity", "resident-throughput", "offload-throughput",
+                                      "stall-share", "h2d-traffic", "hit-rate", "pruning"]
+
+
+def test_rebuilds_the_same_bytes_and_every_claim_appears(reference, tmp_path, capsys):
+    out, md = reference
+    again = tmp_path / "again"
+    assert main(["claims", "--out", str(again)]) == 0
+    assert md in capsys.readouterr().out                                  # printed
+    for name in table.OUTPUTS:
+        assert (again / name).read_bytes() == (out / name).read_bytes(), name
+    recs = _records(out)
+    assert len(recs) >= 10
+    ids = {r["id"].split(" / ")[0] for r in recs}
+    assert ids == {c.id for c in CLAIMS}
+    assert {r["id"] for r in recs} >= {"pruning / traffic", "pruning / hit rate", "pruning / throughput",
+                                       "pruning / accuracy"}
+    assert all(r["worlds"] in (table.ONE_WORLD, "-") for r in recs)
+    assert "\\begin{tabular}" in (out / "claims.tex").read_text()
+
+
+def test_accuracy_vs_sd_is_table1s_own_number(reference):
+    out, _ = reference
+    (run,) = sorted((REFERENCE / "table1").glob("*/config.json"))[-1:]
+    t1 = (run.parent / "table1.md").read_text()
+    diff = t1.split("Accuracy difference from Standard SD")[1]
+    mean_row = next(line for line in diff.splitlines() if line.startswith("| Mean (unweighted)"))
+    acceptmoe = [c.strip() for c in mean_row.strip("|").split("|")][-1]           # "-0.5 [-2.0, +1.0]"
+    est, iv = acceptmoe.split(" ", 1)
+    row = next(r for r in _records(out) if r["id"] == "accuracy-vs-sd")
+    assert row["ours"].startswith(f"{est} pp over 4 pairs") and row["95% interval / spread"] == iv
+    assert row["measures"] == "tiny engine on CPU" and row["direction holds"] == "yes"
+    b0 = next(r for r in _records(out) if r["id"] == "b0-range" and "calibration" not in r["run"])
+    decided = [json.loads(p.read_text())["b0"] for p in sorted((run.parent / "b0").rglob("*.json"))]
+    assert b0["ours"].startswith(f"{min(decided)} to {max(decided)} experts")
+
+
+def test_throughput_rows_equal_the_runs_paper_comparison(reference):
+    out, _ = reference
+    recs = _records(out)
+    (fig3,) = sorted((REFERENCE / "fig3").glob("*/paper-comparison.md"))[-1:]
+    mean = re.search(r"\| (\d\.\d{3})x mean", fig3.read_text()).group(1)
+    res = next(r for r in recs if r["id"] == "resident-throughput" and r["measures"] == "tiny engine on CPU")
+    assert res["ours"].startswith(f"{mean}x mean") and res["direction holds"] == "no"
+    assert res["95% interval / spread"].startswith("repetitions ")
+    replay_rows = [r for r in recs if r["id"] == "resident-throughput" and "replay" in r["measures"]]
+    assert len(replay_rows) == 1
+    if not list((REFERENCE / "replay").glob("*/config.json")):
+        assert replay_rows[0]["run"].startswith("needs ./reproduce.sh replay")
+    else:
+        assert re.match(r"\[\d\.\d{3}, \d\.\d{3}\]", replay_rows[0]["95% interval / spread"])
+
+
+def test_a_claim_without_its_run_names_the_command(tmp_path):
+    (run,) = [p.parent for p in sorted((REFERENCE / "table1").glob("*/config.json"))[-1:]]
+    table.write_claims([run], tmp_path)
+    recs = {r["id"]: r for r in _records(tmp_path) if "replay" not in r["measures"]}
+    assert recs["resident-throughput"]["run"] == "needs ./reproduce.sh fig3"
+    assert recs["resident-throughput"]["ours"].startswith("not measured")
+    assert recs["h2d-traffic"]["run"] == "needs ./reproduce.sh fig5"
+    assert recs["accuracy-vs-sd"]["run"].startswith("results/reference/table1/")
+
+
+def test_bad_input_is_one_error_line(tmp_path, capsys):
+    assert main(["claims", "--run", str(tmp_path), "--out", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and err.count("\n") == 1 and "is not a run folder" in err
+    assert main(["claims", "--run", str(tmp_path / "nope"), "--out", str(tmp_path / "o")]) == 2
+    assert "no such folder" in capsys.readouterr().err
+    other = tmp_path / "bench"
+    other.mkdir()
+    (other / "config.json").write_text(json.dumps({"experiment": "bench-engine", "config": {}}))
+    assert main(["claims", "--run", str(other), "--out", str(tmp_path / "o")]) == 2
+    assert "'bench-engine' speaks to no claim of the paper" in capsys.readouterr().err
+    with pytest.raises(UserError, match="no run folders under"):
+        table.default_runs(tmp_path)
+    assert not (tmp_path / "o").exists()
+
+
+def test_directions_can_fail():
+    m = lambda est, lo=None, hi=None, values=(): Measured("x", "", "", "", est, lo, hi, values)
+    assert table.holds(Expect("parity", ""), m(-5.0, -9.0, -1.0)) == "no (the interval excludes 0)"
+    assert table.holds(Expect("parity", ""), m(-0.5, -2.0, 1.0)) == "yes"
+    assert table.holds(Expect("above", "", 1.0), m(0.8)) == "no"
+    assert table.holds(Expect("above", "", 1.0), m(1.1, 0.9, 1.3)).startswith("yes (not resolved")
+    assert table.holds(Expect("below", ""), m(3.0)) == "no"
+    assert table.holds(Expect("increasing", ""), m(None, values=(3.0, 2.0, 4.0))) == "no"
+    assert table.holds(Expect("decrease", ""), m(None, values=(1.0, 2.0))) == "no"
+    assert table.holds(Expect("near", "", 1.0, 0.02), m(0.9)) == "no"
+    assert table.worlds_cell([m(1.0)]) == table.ONE_WORLD
+    two = [Measured("x", "", "", "", v, None, None, world=w) for v, w in ((0.8, "a"), (1.2, "b"))]
+    assert table.worlds_cell(two) == "2 worlds: 0.8 to 1.2"
+
+
+def test_replay_rows_from_a_small_real_replay(tmp_path):
+    """A two-prompt offloaded recording and its replay at Qwen3-30B-A3B's shape (one layer): both throughput
+    claims get the replay's per-token speedup with its interval and the H200 bound, beside the engine's ratio."""
+    from acceptmoe.experiments.replay.config import load_replay_config
+    from acceptmoe.experiments.replay.runner import run_replay
+    from acceptmoe.experiments.throughput.config import load_throughput_config
+    from acceptmoe.experiments.throughput.runner import run_experiment
+    (t1,) = [p.parent for p in sorted((REFERENCE / "table1").glob("*/config.json"))[-1:]]
+    cfg = load_throughput_config("tiny", ("offload-timed",), {
+        "limit": 2, "budgets_from": str(t1), "world.tasks": ["tiny-gsm"], "world.generation.timed_tokens": 24,
+        "world.generation.record_routes": True, "world.threads": 1,
+        "offload.variants": ["standard-sd", "acceptmoe"], "offload.repetitions": 1, "offload.slots": 48})
+    rec = open_run("fig4", "tiny", cfg, root=tmp_path / "rec")
+    run_experiment(cfg, rec, show_progress=False)
+    rcfg = load_replay_config("tiny", {"source": str(rec.path), "shape": "qwen3-30b-a3b", "layers": 1,
+                                       "weight_sets": 1, "generations": 2, "passes_per_generation": 3,
+                                       "repeats": 1, "world.threads": 1})
+    rep = open_run("replay", "tiny", rcfg, root=tmp_path / "rep")
+    run_replay(rcfg, rep, show_progress=False)
+    out = tmp_path / "claims"
+    assert main(["claims", "--run", str(rec.path), "--run", str(rep.path), "--out", str(out)]) == 0
+    recs = _records(out)
+    for claim_id in ("resident-throughput", "offload-throughput"):
+        rows = [r for r in recs if r["id"] == claim_id and r["measures"].startswith("expert-work replay")]
+        assert len(rows) == 1, claim_id
+        row = rows[0]
+        assert row["measures"] == "expert-work replay at qwen3-30b-a3b's shape (CPU)"
+        assert "x per output token" in row["ours"] and "H200 bytes/bandwidth bound" in row["ours"]
+        assert re.match(r"\[\d+\.\d{3}, \d+\.\d{3}\]", row["95% interval / spread"])
+        assert row["direction holds"].split(" ")[0] in ("yes", "no")
+    engine = [r for r in recs if r["id"] == "offload-throughput" and r["measures"] == "tiny engine on CPU"]
+    assert len(engine) == 1 and engine[0]["run"] == str(rec.path)
+    assert next(r for r in recs if r["id"] == "resident-throughput" and r["measures"] == "tiny engine")["run"] \
+        == "needs ./reproduce.sh fig3"
