@@ -32,6 +32,13 @@ def reference(tmp_path_factory) -> tuple[Path, str]:
     return out, (out / "claims.md").read_text()
 
 
+def test_the_committed_claims_table_rebuilds_byte_for_byte(reference):
+    """results/reference/claims/ is `./reproduce.sh claims --out results/reference/claims` on the committed runs."""
+    out, _ = reference
+    for name in table.OUTPUTS:
+        assert (REFERENCE / "claims" / name).read_bytes() == (out / name).read_bytes(), name
+
+
 def test_docs_table_is_the_registry():
     text = (REPO / "docs" / "method.md").read_text()
     section = text.split("## The paper's claims (the reproduction targets)\n\n", 1)[1]
