@@ -15,7 +15,7 @@ from acceptmoe.commands import command, parser
 from acceptmoe.errors import UserError
 
 from ..spine.config import from_saved
-from ..spine.options import open_or_resume, positive_int, run_to_completion
+from ..spine.options import open_or_resume, positive_int, run_and_report
 from .config import EXPERIMENT, ReplayConfig, load_replay_config
 from .report import write_outputs
 from .runner import plan_replay, run_replay
@@ -74,9 +74,4 @@ def main(argv: list[str] | None = None) -> int:
                         "./reproduce.sh fig4 --limit 4 --record-routes)")
     cfg, run = open_or_resume(EXPERIMENT, args, lambda o: checked(load_replay_config(args.preset, {**o, **mine})),
                               lambda saved: from_saved(ReplayConfig, saved))
-    if not run_to_completion(EXPERIMENT, run, lambda: run_replay(cfg, run)):
-        return 130
-    text, written = write_outputs(run.path)
-    print(text)
-    print("written: " + ", ".join(str(p) for p in written))
-    return 0
+    return run_and_report(EXPERIMENT, run, lambda: run_replay(cfg, run), write_outputs)

@@ -11,7 +11,7 @@ of the world's rules that several experiments take (calibration, B0, graded gene
 | `layout`      | where per-pair files live in a run folder (`RunPaths`)                              |
 | `engines`     | `--engine native|sglang` and `load_model` -> `Loaded` (engine, tokenizer, `plan`)   |
 | `prompts`     | checkpoints, tokenizers, chat-template prompts, decoding                            |
-| `options`     | the command-line options, `open_or_resume`, `run_to_completion`                     |
+| `options`     | the command-line options, `open_or_resume`, `run_to_completion`, `run_and_report`   |
 | `calibration` | Standard SD on a training split -> `CommitmentTable` per (model, source)            |
 | `b0`          | `B0Decision` from AcceptMoE traces (docs/method.md's rule)                          |
 | `grading`     | one pair's prompts under one plan, generated, graded, saved                        |

@@ -148,3 +148,15 @@ def run_to_completion(command: str, run: Run, work: Callable[[], dict | None]) -
     run.finish({**extra, "rows": len(SampleLog(run.path / "samples.jsonl")),
                 "seconds_this_session": round(time.perf_counter() - start, 1)})
     return True
+
+
+def run_and_report(command: str, run: Run, work: Callable[[], dict | None],
+                   write_outputs: Callable[[Path], tuple[str, list[Path]]]) -> int:
+    """`run_to_completion`, then the run's tables and figures written and printed: the exit code (130 when
+    interrupted)."""
+    if not run_to_completion(command, run, work):
+        return 130
+    text, written = write_outputs(run.path)
+    print(text)
+    print("written: " + ", ".join(str(p) for p in written))
+    return 0

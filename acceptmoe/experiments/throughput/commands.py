@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from acceptmoe.commands import command, parser
 
-from ..spine.options import add_budgets_option, add_run_options, open_or_resume, run_to_completion
+from ..spine.options import add_budgets_option, add_run_options, open_or_resume, run_and_report
 from .config import load_throughput_config, throughput_config_from_saved
 from .report import write_outputs
 from .runner import run_experiment
@@ -56,9 +56,4 @@ def command_main(command: str, argv: list[str] | None) -> int:
     args = p.parse_args(argv)
     cfg, run = open_or_resume(command, args, lambda o: load_throughput_config(args.preset, COMMAND_PHASES[command], o),
                               throughput_config_from_saved)
-    if not run_to_completion(command, run, lambda: run_experiment(cfg, run)):
-        return 130
-    text, written = write_outputs(run.path)
-    print(text)
-    print("written: " + ", ".join(str(p) for p in written))
-    return 0
+    return run_and_report(command, run, lambda: run_experiment(cfg, run), write_outputs)
