@@ -94,7 +94,8 @@ def table1_rows(run: Path) -> list[Measured]:
     t = table1_table.build_table1(run)
     if not t.records:
         raise NothingToTabulate(f"{run} holds no pair finished by every method: finish it with --resume first")
-    base = dict(measures=_engine_measures(_meta(run)["world"]), run=where(run), world=_world(_meta(run)["world"]))
+    world = _meta(run)["world"]
+    base = dict(measures=_engine_measures(world), run=where(run), world=_world(world))
     out = []
     m = t.means[B0_METHOD]
     per_pair = [abs(r["diff_vs_standard_sd"]) for r in t.records if r["method"] == B0_METHOD]
