@@ -114,6 +114,11 @@ def bwrap_args(bwrap: str, tmp_bytes: int, hide: tuple[str, ...] = (), packages:
         args += ["--cap-drop", "ALL", "--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID"]
     else:
         args += ["--unshare-user"]
+    # the private file systems first, so that a bind below /tmp (an interpreter or packages there) lands on them
+    args += ["--proc", "/proc", "--dev", "/dev",
+             "--perms", "1777", "--size", str(tmp_bytes), "--tmpfs", "/tmp",
+             "--perms", "1777", "--size", str(tmp_bytes), "--tmpfs", "/dev/shm",
+             "--dir", "/var", "--symlink", "../tmp", "/var/tmp"]
     args += ["--ro-bind", "/usr", "/usr"]
     bound = ["/usr"]
     for top in ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32"):
@@ -140,10 +145,7 @@ def bwrap_args(bwrap: str, tmp_bytes: int, hide: tuple[str, ...] = (), packages:
         args += ["--ro-bind", folder, folder]
     for path in cover:
         args += ["--ro-bind", "/dev/null", path]
-    args += ["--proc", "/proc", "--dev", "/dev",
-             "--perms", "1777", "--size", str(tmp_bytes), "--tmpfs", "/tmp",
-             "--perms", "1777", "--size", str(tmp_bytes), "--tmpfs", "/dev/shm",
-             "--dir", "/var", "--symlink", "../tmp", "/var/tmp", "--chdir", "/tmp"]
+    args += ["--chdir", "/tmp"]
     return args
 
 

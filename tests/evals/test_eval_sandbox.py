@@ -382,6 +382,21 @@ def test_files_that_look_like_task_data_are_found_for_covering(tmp_path):
 
 
 @private_only
+def test_a_package_folder_below_tmp_is_importable_over_the_private_tmp(tmp_path):
+    """A virtual environment under /tmp (a fresh clone in a temporary folder): its packages are bound on
+    top of the program's private /tmp, not covered by it."""
+    import subprocess
+    from acceptmoe.evals.confine import bwrap_args, python_runtime
+    assert str(tmp_path).startswith("/tmp/")
+    (tmp_path / "planted_pkg.py").write_text("VALUE = 7\n")
+    exe = python_runtime()[0]
+    code = f"import sys; sys.path.insert(0, {str(tmp_path)!r}); import planted_pkg; print(planted_pkg.VALUE)"
+    done = subprocess.run([*bwrap_args(shutil.which("bwrap"), 1 << 24, (), (str(tmp_path),)), exe, "-I", "-S", "-c",
+                           code], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0 and done.stdout.strip() == "7", done.stderr
+
+
+@private_only
 def test_threads_run_only_as_limits_allow():
     program = """
         import threading
