@@ -16,7 +16,8 @@ installation read-only (its site-packages hidden under an empty tmpfs), when ask
 installed packages read-only (`package_folders()`, any file in them that looks like an evaluation data
 set covered by an empty one: `data_files()`), a fresh `/proc` of its own PID namespace, a minimal `/dev`,
 and private tmpfs mounts of `Limits.tmp_mb` each at `/tmp` (also its working directory, HOME and TMPDIR;
-`/var/tmp` links there) and `/dev/shm`. Nothing else of the host exists there: not the repository (its
+`/var/tmp` links there) and `/dev/shm`, mounted before the binds so that an installation or packages
+below `/tmp` stay visible (only the folders on their way appear). Nothing else of the host exists there: not the repository (its
 `data/` with the canonical solutions included), the results, the rest of the virtual environment,
 `/root`, `/home`, `/etc`, `/run` or any path-addressed socket. The tmpfs mounts and everything in them vanish with the mount namespace when the
 program ends, so nothing a program writes there has to be cleaned up by the harness.
