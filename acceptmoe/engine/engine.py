@@ -53,8 +53,10 @@ from .tree import TreeShape
 
 @functools.lru_cache(maxsize=32)
 def _verifier(backend: str, plan: Plan, device: torch.device) -> Verifier:
-    """One batched verifier per backend, plan and device, shared by generations (it keeps one set of step
-    buffers per block shape, and a captured pass holds the verifier it reads)."""
+    """One batched verifier per backend, plan and device, shared by generations and engines. The key need not
+    hold the tree: a verifier keeps one set of step buffers per block shape for its life and never replaces
+    one (`Verifier.prepare`), so a pass captured with one tree still reads live buffers after a generation
+    with another tree; and a captured pass holds the verifier it reads."""
     return make_verifier(backend, plan, device)
 
 

@@ -73,7 +73,9 @@ class Verifier:
     def prepare(self, blocks: BlockInfo | Sequence[BlockInfo], pad_to: int | None = None,
                 rows: int | None = None) -> None:
         """Bind one verification step's blocks, padded to T = pad_to (default: the longest block) tokens and
-        `rows` blocks (default: as many as given). A buffer whose values did not change is not written."""
+        `rows` blocks (default: as many as given). Each shape (rows, T) gets its buffers once and keeps them
+        (never replaced, so a graph captured on them stays valid); a buffer whose values did not change is
+        not written."""
         blocks = [blocks] if isinstance(blocks, BlockInfo) else list(blocks)
         if not blocks:
             raise VerifierInputError("prepare needs at least one verification block")

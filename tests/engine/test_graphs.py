@@ -8,7 +8,8 @@ from dataclasses import dataclass
 import pytest
 import torch
 
-from acceptmoe.engine import load_engine
+from acceptmoe.engine import Engine, TreeShape, load_engine
+from acceptmoe.engine.engine import _verifier
 from acceptmoe.engine.graphs import resolve_steps
 from acceptmoe.errors import UserError
 from acceptmoe.methods import METHODS, Variant
@@ -75,6 +76,29 @@ def test_one_persistent_cache_regrows_and_ignores_stale_slots(engines):
     assert all(after[n] > before[n] and after[n] & (after[n] - 1) == 0 for n in after)
     assert eng.generate(PROMPTS[0], variant, 8, ignore_eos=True).tokens == short
     assert engines["eager"].generate(PROMPTS[1], variant, 200, ignore_eos=True).tokens == long
+
+
+def test_trees_of_one_depth_share_a_verifier_that_never_replaces_a_shapes_buffers(engines):
+    """Verifiers are cached per backend, plan and device, so two trees of one depth and different sizes bind
+    equal plans and share one. Each block shape keeps its own step buffers for the verifier's life: after a
+    generation with the other tree, the first tree's steps read the very tensors they read before (what a
+    pass captured with the first tree replays from), and give the same tokens."""
+    model, draft = engines["static"].model, engines["static"].draft
+    wide, narrow = (Engine(model, draft, tree=TreeShape(3, 4, n), steps="static") for n in (12, 8))
+    variant = Variant("acceptmoe").bind(wide.fit, commitment=P_HAT[:4])
+    assert narrow.fit == wide.fit
+    first = wide.generate(PROMPTS[0], variant, 8, ignore_eos=True)
+    verifier = _verifier(wide.backend, variant, wide.device)
+    held = verifier.buffers[(1, 12)]
+    tensors = [(t, t.data_ptr()) for t in (held.alpha, held.num_tokens, held.valid)]
+    narrow.generate(PROMPTS[0], variant, 8, ignore_eos=True)
+    assert _verifier(narrow.backend, variant, narrow.device) is verifier and verifier.step.alpha.shape == (1, 8)
+    again = wide.generate(PROMPTS[0], variant, 8, ignore_eos=True)
+    assert verifier.buffers[(1, 12)] is held and verifier.step is held
+    assert all(t is u and t.data_ptr() == ptr for (t, ptr), u in zip(tensors, (held.alpha, held.num_tokens,
+                                                                               held.valid)))
+    assert again.tokens == first.tokens
+    assert [b.layers for b in again.trace.blocks] == [b.layers for b in first.trace.blocks]
 
 
 def test_step_modes_resolve_and_refuse_what_cannot_run():
