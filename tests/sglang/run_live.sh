@@ -5,6 +5,6 @@ set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 PY="$("$ROOT/tests/sglang/setup_env.sh")"
 cd "$ROOT"
-export SGLANG_USE_CPU_ENGINE=1 TRITON_INTERPRET=1 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
-export PYTHONPATH="$ROOT/tests/sglang/stubs:$ROOT/tests/sglang/live${PYTHONPATH:+:$PYTHONPATH}"
+export TRITON_INTERPRET=1 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
+export PYTHONPATH="$ROOT/tests/sglang/live${PYTHONPATH:+:$PYTHONPATH}"   # the CPU stand-ins: live/conftest.py
 exec "$PY" -m pytest -q -p no:cacheprovider -W ignore tests/sglang/live "$@"

@@ -28,6 +28,7 @@ pip triton==3.8.0 transformers==5.19.0 tokenizers==0.23.2 safetensors numpy pyya
   "uvicorn>=0.51" uvloop pyzmq psutil orjson msgspec pydantic requests setproctitle pybase64 \
   python-multipart prometheus-client partial_json_parser interegular einops packaging tqdm xxhash regex \
   sentencepiece tiktoken openai==2.8.0 pillow ipython dill apache-tvm-ffi==0.1.11 gguf loguru xgrammar==0.2.7 \
+  math-verify==0.9.0 \
   pytest
 log "installing acceptmoe (editable, no dependencies) so its sglang.srt.plugins entry point is registered"
 pip --no-deps -e "$ROOT"

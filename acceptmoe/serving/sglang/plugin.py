@@ -19,7 +19,7 @@ from __future__ import annotations
 import logging
 
 from .config import PluginConfigError, load_config
-from .runtime import Runtime
+from .runtime import Limits, Runtime
 
 log = logging.getLogger("acceptmoe.sglang")
 RUNTIME: Runtime | None = None
@@ -53,7 +53,22 @@ def load() -> None:
 
 
 def _active() -> bool:
-    return RUNTIME is not None and (RUNTIME.cfg.method is not None or RUNTIME.cfg.trace is not None)
+    return RUNTIME is not None and RUNTIME.active
+
+
+def limits_of(runner, graph_max_bs: int = 0) -> Limits:
+    """The server's limits from its model runner: rows for every pass it can run, the tree depth, the TP rank."""
+    server = getattr(runner, "server_args", None)
+    pool = getattr(getattr(runner, "req_to_token_pool", None), "size", 0) or 0
+    rows = max(int(pool), int(getattr(runner, "max_running_requests", 0) or 0),
+               int(getattr(server, "max_running_requests", 0) or 0), int(graph_max_bs), 1)
+    depth = max(1, int(getattr(server, "speculative_num_steps", 0) or 1))
+    try:
+        from sglang.srt.runtime_context import get_parallel
+        rank = int(get_parallel().tp_rank)
+    except Exception:  # noqa: BLE001 - no parallel context (a runner built by hand)
+        rank = int(getattr(runner, "tp_rank", 0) or 0)
+    return Limits(rows, depth, rank)
 
 
 def _around_forward(orig, runner, forward_batch, *args, **kwargs):
@@ -62,9 +77,15 @@ def _around_forward(orig, runner, forward_batch, *args, **kwargs):
     mode = forward_batch.forward_mode
     verify_input = getattr(forward_batch, "spec_info", None)
     if mode.is_target_verify() and getattr(verify_input, "retrieve_next_token", None) is not None:
-        RUNTIME.begin_verify(runner, forward_batch)
+        if RUNTIME.limits is None:
+            RUNTIME.start(limits_of(runner))
+            if str(getattr(runner, "device", "")) == "cpu":
+                from .cpu import check_verify_backend
+                check_verify_backend(runner)
+        RUNTIME.begin_verify(verify_input, forward_batch.batch_size)
     elif RUNTIME.cfg.force_decode and mode.is_decode():
-        RUNTIME.begin_star(runner, forward_batch)
+        RUNTIME.start(limits_of(runner))
+        RUNTIME.begin_star(forward_batch.batch_size)
     else:
         return orig(runner, forward_batch, *args, **kwargs)
     try:
@@ -81,6 +102,7 @@ def _around_capture(orig, graph_runner, *args, **kwargs):
     if (not _active() or graph_runner.model_runner.is_draft_worker
             or graph_runner.capture_forward_mode != ForwardMode.TARGET_VERIFY):
         return orig(graph_runner, *args, **kwargs)
+    RUNTIME.start(limits_of(graph_runner.model_runner, int(getattr(graph_runner, "max_bs", 1))))
     RUNTIME.begin_capture(graph_runner)
     try:
         return orig(graph_runner, *args, **kwargs)

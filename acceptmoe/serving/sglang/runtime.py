@@ -2,11 +2,15 @@
 
 One `Runtime` per process. The hooks in `plugin.py` call it:
 
-    runtime.begin_verify(runner, forward_batch)   # ModelRunner.forward, target TARGET_VERIFY pass (host side)
+    runtime.start(Limits(...))                    # once: the server's limits (rows, tree depth, TP rank)
+    runtime.begin_verify(spec_info, batch_size)   # ModelRunner.forward, target TARGET_VERIFY pass (host side)
     runtime.begin_capture(graph_runner)          # a target TARGET_VERIFY CUDA graph is being captured
     out = runtime.restrict(topk, orig, hidden, router_logits, ...)   # TopK.forward, every MoE layer
-    runtime.end_pass()                            # after the forward: snapshot this pass's layer records
+    runtime.end_pass()                            # after the forward: read this pass's records (when recording)
     runtime.finish_step(rids, accept_index, n)    # after verification: paths and accept lengths per request
+
+With a method that routes naturally (Standard SD) and nothing recorded, `active` is False and every hook
+passes straight through: no selector work, no copies.
 
 Inside the forward (`restrict`) the work is fixed-shape tensor code on buffers allocated once: the verify
 batch is request-major with a fixed width n (token t belongs to request t // n), so router logits [B*n, E]
@@ -16,14 +20,16 @@ and router logits outside each request's set are masked to -inf before SGLang's 
 output format). Per layer and request the trace fields come from `acceptmoe.engine.trace.layer_stats`, the
 function the native engine records with, into a static record buffer read after the pass. Everything that
 varies per step (trees, valid tokens, commitment weights) is written into the verifier's step buffers
-before the forward (`Verifier.prepare`, rows reserved for the server's largest batch), so a captured graph
+before the forward (`Verifier.prepare`, rows sized once from the server's limits), so a captured graph
 replays it correctly.
 """
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 from collections import defaultdict, deque
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -34,7 +40,7 @@ from acceptmoe.errors import UserError
 from acceptmoe.kernels import Verifier, VerifierOutput, make_verifier
 from acceptmoe.methods import BlockInfo, Fit, Router
 
-from .config import PluginConfig
+from .config import PluginConfig, PluginConfigError
 from .tree import parents_from_links
 
 MAX_LAYERS = 512
@@ -55,55 +61,75 @@ def router_of(topk) -> Router:
     return Router("softmax_topk", top_k=c.top_k, renormalize=bool(c.renormalize))
 
 
+@dataclass(frozen=True)
+class Limits:
+    """What the server was started with, read once from its model runner: the buffers are sized from it."""
+    requests: int = 1          # the most requests one pass can hold (the request pool, max_running_requests,
+                               # the largest captured graph batch)
+    depth: int = 1             # speculative_num_steps: the deepest draft node
+    rank: int = 0              # tensor-parallel rank: only rank 0 writes records
+
+
 class Runtime:
     def __init__(self, cfg: PluginConfig):
         self.cfg = cfg
+        self.recording = cfg.trace is not None or cfg.dump is not None
+        # with a method that routes naturally and nothing recorded, the hooks do nothing at all
+        self.active = cfg.restricts or self.recording
+        self.limits: Limits | None = None     # fixed at the first verify pass or graph capture
         self.mode: str | None = None          # None (pass through), "verify", "star" (test switch)
         self.width = 0                        # tokens per request in the current pass
-        self.max_requests = 1
-        self.max_depth = 1                    # the server's speculative_num_steps (deepest draft node)
         self.verifier: Verifier | None = None
         self.ready = False                    # the verifier (if any), router and record buffer exist
         self.router: Router | None = None
-        self.records: Tensor | None = None    # [MAX_LAYERS, B_max, len(LAYER_FIELDS)] fp64, written inside the forward
+        self.records: Tensor | None = None    # [MAX_LAYERS, rows, len(LAYER_FIELDS)] fp64, written inside the forward
         self.slots: dict[int, int] = {}       # TopK.layer_id -> row of `records`
         self.calls = 0                        # restricted TopK calls (eager passes only)
         self.step = 0
         self.parents: list[list[int]] = []    # per request of the current pass
         self.pending: tuple | None = None     # (parents, layer records [L, B, S] on the host)
         self.done: deque = deque(maxlen=cfg.max_records)
-        self.dumped = 0
+        self.dump: Dump | None = Dump(Path(cfg.dump)) if cfg.dump else None
 
     # ----- before the forward (host) -----
-    def begin_verify(self, runner, forward_batch) -> None:
-        verify_input = forward_batch.spec_info
-        n, bs = int(verify_input.draft_token_num), int(forward_batch.batch_size)
+    def start(self, limits: Limits) -> None:
+        """The server's limits, once: every buffer is sized from them, so no later pass reallocates."""
+        if self.limits is None:
+            self.limits = limits
+
+    def begin_verify(self, verify_input, batch_size: int) -> None:
+        n, bs = int(verify_input.draft_token_num), int(batch_size)
+        self._check_rows(bs)
         parents = parents_from_links(verify_input.retrieve_next_token[:bs].long(),
                                      verify_input.retrieve_next_sibling[:bs].long()).cpu()   # [bs, n]: one copy
-        self.max_depth = max(self.max_depth, int(getattr(verify_input, "spec_steps", 0) or 0))
-        self._begin("verify", n, [p.tolist() for p in parents], runner)
+        self._begin("verify", n, [p.tolist() for p in parents])
+        if self.dump is not None:
+            self.dump.begin(self.parents, verify_input, bs)
 
-    def begin_star(self, runner, forward_batch) -> None:
+    def begin_star(self, batch_size: int) -> None:
         """Test switch: a decode pass's tokens (one per request) as one block, all children of the first."""
-        bs = int(forward_batch.batch_size)
-        self._begin("star", bs, [[-1] + [0] * (bs - 1)], runner)
+        bs = int(batch_size)
+        self._begin("star", bs, [[-1] + [0] * (bs - 1)])
+        if self.dump is not None:
+            self.dump.begin(self.parents, None, 1)
 
     def begin_capture(self, graph_runner) -> None:
-        self.max_requests = max(self.max_requests, int(getattr(graph_runner, "max_bs", 1)))
-        self._depth(getattr(graph_runner, "model_runner", None))
+        if self.cfg.dump or self.cfg.force_decode:
+            raise PluginConfigError("ACCEPTMOE_DUMP and ACCEPTMOE_FORCE_DECODE are test switches that run host "
+                                    "code inside the forward, which a CUDA graph replay skips: start the server "
+                                    "with --disable-cuda-graph, or unset them")
+        self._check_rows(int(getattr(graph_runner, "max_bs", 1)))
         self.mode, self.width = "verify", int(graph_runner.captured_req_width)
         self.parents = []
 
-    def _depth(self, runner) -> None:
-        """The deepest draft node the server verifies: its speculative_num_steps (the verify input's
-        spec_steps where a pass has one)."""
-        steps = getattr(getattr(runner, "server_args", None), "speculative_num_steps", None)
-        self.max_depth = max(self.max_depth, int(steps or 1))
+    def _check_rows(self, bs: int) -> None:
+        if self.limits is None:
+            raise RuntimeError("acceptmoe plugin: a pass reached the runtime before the server's limits were read")
+        if bs > self.limits.requests:
+            raise UserError(f"acceptmoe plugin: a verify pass of {bs} requests exceeds the {self.limits.requests} "
+                            f"rows sized from the server's limits (max_running_requests, the request pool)")
 
-    def _begin(self, mode: str, width: int, parents: list[list[int]], runner) -> None:
-        pool = getattr(runner, "req_to_token_pool", None)
-        self.max_requests = max(self.max_requests, len(parents), int(getattr(pool, "size", 0) or 0))
-        self._depth(runner)
+    def _begin(self, mode: str, width: int, parents: list[list[int]]) -> None:
         self.mode, self.width, self.parents = mode, width, parents
         if self.verifier is not None:
             self._prepare()
@@ -131,29 +157,37 @@ class Runtime:
             masked = router_logits
         out = orig(topk, hidden_states, masked, *args, **kwargs)
         ids = getattr(out, "topk_ids", None)
-        if self.cfg.restricts and not self.router.renormalize and ids is not None:
+        if self.cfg.restricts and not self.router.renormalize:
+            if ids is None:
+                raise UnsupportedRouterError(
+                    f"MoE layer {topk.layer_id}: a router without renormalisation needs its weights re-gathered "
+                    f"from the unmasked softmax, which the {type(out).__name__} output format does not expose; "
+                    f"serve this model with the standard MoE runner (--moe-runner-backend triton or torch)")
             # non-renormalising router: keep the unmasked softmax probabilities of the chosen experts
             out.topk_weights.copy_(torch.softmax(router_logits.float(), -1).gather(-1, ids.long())
                                    .to(out.topk_weights.dtype))
-        self._record(topk, z, sel, ids[: B * n].view(B, n, -1) if ids is not None else None)
+        if self.recording:
+            self._record(topk, z, sel, ids[: B * n].view(B, n, -1) if ids is not None else None)
+        if self.dump is not None:
+            self.dump.layer(int(topk.layer_id), router_logits, sel, out)
         self.calls += 1
-        if self.cfg.dump and sel is not None and self.cfg.restricts:
-            self._dump(router_logits, sel.eligible, out)
         return out
 
     @property
     def capacity(self) -> int:
-        return max(self.max_requests, self.width)
+        return max(self.limits.requests, 1)
 
     def _ensure(self, topk, E: int, device) -> None:
         if self.ready:
             return
         self.router = router_of(topk)
-        if self.cfg.variant is not None:
-            plan = self.cfg.bind(Fit(self.router, E, self.max_depth, "resident"))
+        if self.cfg.variant is not None and self.cfg.restricts:
+            plan = self.cfg.bind(Fit(self.router, E, self.limits.depth, "resident"))
             self.verifier = make_verifier("auto", plan, device)
             self._prepare()
-        self.records = torch.zeros(MAX_LAYERS, self.capacity, len(LAYER_FIELDS), dtype=torch.float64, device=device)
+        if self.recording:
+            self.records = torch.zeros(MAX_LAYERS, self.capacity, len(LAYER_FIELDS), dtype=torch.float64,
+                                       device=device)
         self.ready = True
 
     def _record(self, topk, z: Tensor, sel: VerifierOutput | None, ids: Tensor | None) -> None:
@@ -162,9 +196,9 @@ class Runtime:
         B, n, E = z.shape
         nat_ids, _ = self.router.natural(z)                                        # [B, n, k]
         if ids is None:                                                            # fused formats: no ids out
-            zs = z.masked_fill(~sel.eligible[:, None, :], float("-inf")) if self.cfg.restricts else z
+            zs = z.masked_fill(~sel.eligible[:, None, :], float("-inf")) if sel is not None else z
             ids, _ = self.router.natural(zs)                                       # Eq. 2, no host sync
-        if sel is None:                                                            # no method: natural routing
+        if sel is None:                                                            # natural routing
             sel = VerifierOutput(None, None, torch.ones(B, E, dtype=torch.bool, device=z.device),
                                  torch.zeros(B, E, device=z.device), torch.zeros(B, E, dtype=torch.bool, device=z.device))
             valid = None
@@ -175,11 +209,12 @@ class Runtime:
 
     # ----- after the forward (host) -----
     def end_pass(self) -> None:
-        if self.mode == "verify" and self.records is not None and self.parents:
-            L, bs = len(self.slots), len(self.parents)
+        """Read this pass's records back (one copy, only when recording)."""
+        if self.records is not None and self.parents and self.mode in ("verify", "star"):
+            L, bs = len(self.slots), (len(self.parents) if self.mode == "verify" else 1)
             self.pending = (self.parents, self.records[:L, :bs].cpu())            # [L, bs, fields]
-        elif self.mode == "star" and self.records is not None:
-            self.pending = (self.parents, self.records[: len(self.slots), :1].cpu())
+        if self.dump is not None:
+            self.dump.end()
         self.mode = None
 
     def finish_step(self, rids, accept_index: Tensor | None, width: int) -> None:
@@ -200,23 +235,67 @@ class Runtime:
             self.flush()
 
     def flush(self) -> None:
-        """Append the finished records to the trace-steps file and clear them."""
+        """Append the finished records to the trace-steps file and clear them. Under tensor parallelism every
+        rank sees the same passes: only rank 0 writes. Data-parallel schedulers share the file: each append is
+        one locked write."""
         if not self.done:
             return
-        with Path(self.cfg.trace).open("a") as f:
-            while self.done:
-                f.write(json.dumps(self.done.popleft()) + "\n")
-
-    def _dump(self, router_logits: Tensor, eligible: Tensor, out) -> None:
-        if self.dumped >= 64 or not hasattr(out, "topk_ids"):
+        if self.limits is not None and self.limits.rank != 0:
+            self.done.clear()
             return
-        d = Path(self.cfg.dump)
-        d.mkdir(parents=True, exist_ok=True)
-        torch.save({"pid": os.getpid(), "logits": router_logits.detach().float().cpu(), "eligible": eligible.cpu(),
-                    "width": self.width, "topk_ids": out.topk_ids.cpu(), "topk_weights": out.topk_weights.float().cpu(),
-                    "top_k": self.router.top_k, "renormalize": self.router.renormalize, "method": self.cfg.method},
-                   d / f"call{self.dumped:04d}.pt")
-        self.dumped += 1
+        text = "".join(json.dumps(r) + "\n" for r in self.done)
+        self.done.clear()
+        with Path(self.cfg.trace).open("a") as f:
+            fcntl.flock(f, fcntl.LOCK_EX)
+            try:
+                f.write(text)
+            finally:
+                fcntl.flock(f, fcntl.LOCK_UN)
+
+
+class Dump:
+    """Test switch `ACCEPTMOE_DUMP`: one file per pass (at most `limit`) with what SGLang verified (its tree
+    mask, links and draft tokens), the trees the plugin recovered, and per MoE layer the router logits, the
+    eligible sets and SGLang's routing. Device tensors are kept during the forward and read after it; it runs
+    only in eager passes (refused under CUDA graphs)."""
+
+    def __init__(self, folder: Path, limit: int = 256):
+        self.folder, self.limit, self.count = folder, limit, 0
+        self.current: dict | None = None
+
+    def begin(self, parents, verify_input, bs: int) -> None:
+        if self.count >= self.limit:
+            self.current = None
+            return
+        self.current = {"pid": os.getpid(), "parents": parents, "layers": {}}
+        if verify_input is not None:
+            n = int(verify_input.draft_token_num)
+            self.current.update(
+                width=n, mask=verify_input.custom_mask[: bs * n * n].view(bs, n, n).cpu(),
+                draft_token=verify_input.draft_token[: bs * n].view(bs, n).cpu(),
+                positions=verify_input.positions[: bs * n].view(bs, n).cpu(),
+                next_token=verify_input.retrieve_next_token[:bs].cpu(),
+                next_sibling=verify_input.retrieve_next_sibling[:bs].cpu())
+
+    def layer(self, layer_id: int, router_logits: Tensor, sel, out) -> None:
+        if self.current is None:
+            return
+        self.current["layers"][layer_id] = {
+            "logits": router_logits.detach().float().clone(),
+            "eligible": None if sel is None else sel.eligible.clone(),
+            "topk_ids": getattr(out, "topk_ids", None), "topk_weights": getattr(out, "topk_weights", None)}
+
+    def end(self) -> None:
+        if self.current is None:
+            return
+        for rec in self.current["layers"].values():
+            for key, value in rec.items():
+                if isinstance(value, Tensor):
+                    rec[key] = value.detach().float().cpu() if value.is_floating_point() else value.cpu()
+        self.folder.mkdir(parents=True, exist_ok=True)
+        torch.save(self.current, self.folder / f"pass{os.getpid()}-{self.count:04d}.pt")
+        self.count += 1
+        self.current = None
 
 
 def read_steps(path: str | Path | None) -> dict[str, list[BlockRecord]]:

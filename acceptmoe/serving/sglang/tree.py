@@ -5,6 +5,11 @@ as linked lists: `retrieve_next_token[b, i]` the first child of node i and `retr
 next sibling (-1: none), both local indices in [0, n). The parent list is not stored. `parents_from_links`
 recovers it with fixed-shape tensor ops (pointer jumping along sibling chains, ceil(log2 n) rounds), so it
 runs on the device with no host synchronisation; `links_from_parents` is the inverse.
+
+SGLang's tree kernel leaves a node unlinked when its parent was not among the selected tokens (it warns and
+goes on; the node's attention row then holds only the root and itself, and verification never reaches it).
+Such a node gets the root as its parent here: that is how the verify pass computed it, and it is never
+accepted, so the plugin's blocks stay well formed instead of failing inside the forward.
 """
 from __future__ import annotations
 
@@ -35,7 +40,8 @@ def parents_from_links(next_token: Tensor, next_sibling: Tensor) -> Tensor:
     first = torch.where(prev >= 0, prev, nodes)                        # [B, n] one step towards the first child
     for _ in range(max(1, math.ceil(math.log2(max(n, 2))))):
         first = first.gather(1, first)                                 # pointer jumping: 2^r steps after r rounds
-    return named_by.gather(1, first)
+    parents = named_by.gather(1, first)
+    return torch.where((parents < 0) & (nodes > 0), 0, parents)         # unlinked nodes: children of the root
 
 
 def links_from_parents(parents: Sequence[int]) -> tuple[list[int], list[int]]:

@@ -6,25 +6,29 @@ import contextlib
 import os
 from pathlib import Path
 
+from acceptmoe.serving.sglang import cpu
+
 ROOT = Path(__file__).resolve().parents[3]
 TARGET = ROOT / "models" / "tiny" / "target"
 PLUGIN_KEYS = ("ACCEPTMOE_METHOD", "ACCEPTMOE_BUDGET", "ACCEPTMOE_P_HAT", "ACCEPTMOE_COMMITMENT", "ACCEPTMOE_TRACE",
                "ACCEPTMOE_FORCE_DECODE", "ACCEPTMOE_DUMP", "ACCEPTMOE_BETA", "ACCEPTMOE_SGLANG_CONFIG", "SGLANG_PLUGINS")
-# SGLang on a CPU: torch attention, no graphs, token ids in and out, a small KV pool (the host's RAM is shared)
-CPU_ARGS = dict(device="cpu", attention_backend="torch_native", disable_cuda_graph=True, skip_tokenizer_init=True,
-                max_running_requests=8, max_total_tokens=2048, log_level="error")
+# SGLang on a CPU (the tree-masked CPU backend over acceptmoe's torch ops, no graphs), token ids in and out,
+# a small KV pool (the host's RAM is shared)
+CPU_ARGS = dict(**cpu.SERVER_ARGS, skip_tokenizer_init=True, max_running_requests=8, max_total_tokens=2048,
+                log_level="error")
 PROMPTS = [[1, 17, 42, 99, 7, 250, 31], [1, 600, 12, 5, 88], [1, 3, 4, 5, 6, 7, 8, 9, 10], [1, 900, 901, 77]]
 
 
 @contextlib.contextmanager
-def engine(**plugin_env):
+def engine(server=None, **plugin_env):
     import sglang
 
+    server = server or {}
     saved = {k: os.environ.get(k) for k in PLUGIN_KEYS}
     for k in PLUGIN_KEYS:
         os.environ.pop(k, None)
     os.environ.update({k: str(v) for k, v in plugin_env.items()})
-    eng = sglang.Engine(model_path=str(TARGET), dtype="float32", random_seed=0, **CPU_ARGS)
+    eng = sglang.Engine(model_path=str(TARGET), dtype="float32", random_seed=0, **{**CPU_ARGS, **server})
     try:
         yield eng
     finally:
@@ -40,3 +44,20 @@ def greedy(eng, prompts=PROMPTS, max_new_tokens=8):
     outs = eng.generate(input_ids=prompts, sampling_params={"temperature": 0.0, "max_new_tokens": max_new_tokens,
                                                             "ignore_eos": True})
     return [list(o["output_ids"]) for o in outs]
+
+
+def task_prompts(n: int, tasks=("tiny-gsm", "tiny-math", "tiny-humaneval", "tiny-mbpp")) -> list[list[int]]:
+    """The first n // len(tasks) test examples of each tiny task, chat-formatted by the target's tokenizer
+    (the prompts the experiments send; nothing here is chosen for the tests)."""
+    from transformers import AutoTokenizer
+
+    from acceptmoe.evals.tasks import get_task
+
+    tok = AutoTokenizer.from_pretrained(str(TARGET))
+    out = []
+    for name in tasks:
+        task = get_task(name)
+        for example in task.load("test", limit=n // len(tasks)):
+            text = tok.apply_chat_template(task.messages(example), add_generation_prompt=True, tokenize=False)
+            out.append(tok(text, add_special_tokens=False)["input_ids"])
+    return out

@@ -62,7 +62,8 @@ def test_verify_pass_sets_routing_and_records(tmp_path, method, budget):
     plugin.RUNTIME = runtime = Runtime(load_config(env))
     batch = SimpleNamespace(spec_info=verify_input(trees, [11, 5, 30]), batch_size=bs,
                             forward_mode=ForwardMode.TARGET_VERIFY)
-    runner = SimpleNamespace(is_draft_worker=False, req_to_token_pool=SimpleNamespace(size=8))
+    runner = SimpleNamespace(is_draft_worker=False, req_to_token_pool=SimpleNamespace(size=8),
+                             server_args=SimpleNamespace(speculative_num_steps=N - 1, max_running_requests=8))
     g = torch.Generator().manual_seed(3)
     logits = [torch.randn(padded * N, E, generator=g) for _ in range(LAYERS)]      # one padded request
     hidden = torch.zeros(padded * N, 16)
@@ -79,11 +80,12 @@ def test_verify_pass_sets_routing_and_records(tmp_path, method, budget):
     assert runtime.mode is None
     assert runtime.parents == trees                                  # trees recovered from the linked lists
     router = Router("softmax_topk", top_k=K)
-    plan = load_config(env).bind(Fit(router, E, max_depth=N - 1))          # the verify input's spec_steps
-    dumps = sorted((tmp_path / "dump").glob("*.pt"))
-    assert len(dumps) == LAYERS                                      # the draft layer was not restricted
-    for layer, (path, out) in enumerate(zip(dumps, outs)):
-        d = torch.load(path)
+    plan = load_config(env).bind(Fit(router, E, max_depth=N - 1))          # the server's speculative_num_steps
+    (dump,) = (torch.load(p) for p in sorted((tmp_path / "dump").glob("*.pt")))   # one file per pass
+    assert sorted(dump["layers"]) == list(range(LAYERS))             # the draft layer was not restricted
+    assert dump["parents"] == trees
+    for layer, out in enumerate(outs):
+        d = dump["layers"][layer]
         ids, weights = out.topk_ids.view(padded, N, K), out.topk_weights.view(padded, N, K)
         z = logits[layer].view(padded, N, E)
         for b, tree in enumerate(trees):
@@ -109,7 +111,7 @@ def test_verify_pass_sets_routing_and_records(tmp_path, method, budget):
         (block,) = steps[f"r{b}"]
         assert block.parents == trees[b] and block.path == paths[b] and block.accept_length == len(paths[b])
         assert block.layers["layer"] == list(range(LAYERS))
-        sizes = [int(torch.load(dumps[layer])["eligible"][b].sum()) for layer in range(LAYERS)]
+        sizes = [int(dump["layers"][layer]["eligible"][b].sum()) for layer in range(LAYERS)]
         assert block.layers["set_size"] == sizes
         assert all(r <= s for r, s in zip(block.layers["routed_union"], sizes))
     trace = Trace(meta={"method": method, "tree": {"num_steps": N - 1}}, blocks=steps["r0"])

@@ -1,4 +1,4 @@
-"""Import-only stand-in for torchvision in the CPU SGLang test environment.
+"""Import-only stand-in for torchvision in a CPU SGLang environment.
 
 SGLang and transformers import torchvision modules at import time (multimodal processors); the registry's
 torchvision does not load beside the CPU torch wheel, and the text-only models tested never use it. Every
@@ -23,7 +23,7 @@ class _Missing:
         return self._attrs.setdefault(attr, _Missing(f"{self._name}.{attr}"))
 
     def __call__(self, *args, **kwargs):
-        raise NotImplementedError(f"{self._name}: torchvision is a stand-in in the SGLang CPU test environment")
+        raise NotImplementedError(f"{self._name}: torchvision is a stand-in in this CPU SGLang environment (acceptmoe.serving.sglang.cpu)")
 
     def __repr__(self):
         return f"<torchvision stand-in {self._name}>"
