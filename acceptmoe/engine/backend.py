@@ -44,7 +44,8 @@ class EngineBackend(Protocol):
         """Wall seconds after the device's queued work has finished (generations are timed with it)."""
 
     def reset_counters(self) -> None:
-        """Zero the expert-store counters (loads, bytes, hits, misses, wait_s, passes)."""
+        """Zero the expert-store counters (loads, bytes, hits, misses, wait_s: stall seconds, passes, and
+        copy_s: copy seconds where the store times its copies)."""
 
     def counters(self) -> dict:
         """The expert-store counters since the last reset, summed over layers, and the store kind."""

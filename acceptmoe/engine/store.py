@@ -20,13 +20,14 @@ multiplies per pair on gathered weights instead (`gathers_per_pair`: the CPU gro
   exceeds X runs in waves of at most X experts (resident experts first, then by expert id, so residents
   are used before anything evicts them); each expert is loaded at most once per pass. The LRU state
   (expert -> slot, slot -> expert, last use) is device tensors and the admission of a wave is computed
-  there; only the copies are host-driven: on CUDA the list of experts to copy is read once per wave that
-  has misses (the one host sync of the offloaded store) and the copies run on a side stream, timed with
-  events; on CPU they are one indexed copy into the preallocated slots. Groups = slots plus one zero
-  slot that absorbs the pairs outside the current wave (their contribution is exactly zero).
+  there; only the copies are host-driven: on CUDA the list of experts to copy is read once per wave (the
+  one host sync of the offloaded store) and the copies run on a side stream, timed with events
+  (`load_times`); on CPU they are one indexed copy into the preallocated slots. Groups = slots plus one
+  zero slot that absorbs the pairs outside the current wave (their contribution is exactly zero).
 
-Counters per layer and in total: loads, bytes moved, hits and misses (one event per expert used by a pass:
-hit = resident when the pass starts), seconds spent waiting for loads, passes.
+Counters per layer and in total (`COUNTERS`): loads, bytes moved, hits and misses (one event per expert used
+by a pass: hit = resident when the pass starts), `wait_s` (seconds the compute stalled for loads), `copy_s`
+(seconds the copies took; on CPU the copy runs inline, so the two are equal), passes.
 
 Expert weights per layer are a dict of stacked tensors [E, ...]: `w1` [E, 2I, H] (gate and up rows),
 `w2` [E, H, I], optional biases `b1` [E, 2I], `b2` [E, H]. MXFP4 checkpoints give `w1_blocks`, `w1_scales`,
@@ -47,9 +48,10 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from . import mxfp4
+from .load_times import LoadTimes
 
 STORE_KINDS = ("resident", "offloaded")
-COUNTERS = ("loads", "bytes", "hits", "misses", "wait_s", "passes")
+COUNTERS = ("loads", "bytes", "hits", "misses", "wait_s", "copy_s", "passes")
 _PACKED = (("w1", "w1_blocks", "w1_scales"), ("w2", "w2_blocks", "w2_scales"))
 _HITS, _MISSES, _LOADS, _PASSES = range(4)                              # columns of ExpertStore.tally
 
@@ -223,24 +225,21 @@ class ExpertStore:
         self.expert_bytes = {l: expert_bytes(w) for l, w in layers.items()}
         self.tally = torch.zeros(len(self.layer_ids), 4, dtype=torch.long, device=self.device)  # [L, 4]
         self.cells = {l: self.tally[i].unbind(0) for i, l in enumerate(self.layer_ids)}      # by column
-        self.wait_s = dict.fromkeys(self.layer_ids, 0.0)
+        self.load_times = LoadTimes(self.layer_ids)                    # wait_s and copy_s (loads only)
 
     def reset_counters(self) -> None:
         """Zero the counters in place (a captured CUDA graph keeps adding to the same tally)."""
         self.tally.zero_()
-        self.wait_s = dict.fromkeys(self.layer_ids, 0.0)
-
-    def _wait_seconds(self) -> dict[int, float]:
-        return dict(self.wait_s)
+        self.load_times.reset()
 
     def stats(self) -> dict:
         """Counters per layer and in total (reads the device tally: call it after a step, not inside)."""
-        tally, waits = self.tally.tolist(), self._wait_seconds()
+        tally, (waits, copies) = self.tally.tolist(), self.load_times.totals()
         layers = {}
         for l in self.layer_ids:
             hits, misses, loads, passes = tally[self.row[l]]
             layers[l] = {"loads": loads, "bytes": loads * self.expert_bytes[l], "hits": hits, "misses": misses,
-                         "wait_s": waits[l], "passes": passes}
+                         "wait_s": waits[l], "copy_s": copies[l], "passes": passes}
         total = {name: sum(c[name] for c in layers.values()) for name in COUNTERS}
         events = total["hits"] + total["misses"]
         total["hit_rate"] = total["hits"] / events if events else None
@@ -311,17 +310,6 @@ class OffloadedStore(ExpertStore):
         self.arange_e, self.arange_x = torch.arange(E, **long), torch.arange(X, **long)
         self.clock = 0                                  # advances by E per wave; a wave stamps clock + rank
         self.copy_stream = torch.cuda.Stream(dev) if self.cuda else None
-        self.events: dict[int, list] = {l: [] for l in self.layer_ids}
-
-    def reset_counters(self) -> None:
-        super().reset_counters()
-        self.events = {l: [] for l in self.layer_ids}
-
-    def _wait_seconds(self) -> dict[int, float]:
-        if not self.cuda:
-            return dict(self.wait_s)
-        torch.cuda.synchronize(self.device)
-        return {l: sum(a.elapsed_time(b) for a, b in ev) / 1e3 for l, ev in self.events.items()}
 
     def resident(self, layer: int) -> Tensor:
         self._check_layer(layer)
@@ -416,25 +404,30 @@ class OffloadedStore(ExpertStore):
 
     def _load(self, layer: int, miss: Tensor, new_slot: Tensor) -> None:
         """Copy the missed experts' stored tensors from host memory into their slots (dequantising packed
-        MXFP4 once, into the slot)."""
-        experts = miss.nonzero().flatten()                               # [m] (host sync on CUDA)
+        MXFP4 once, into the slot), timed into `load_times` (on CUDA: the compute stream's stall from where
+        it reaches the load until it resumes after the copies, and the copies on their stream)."""
         if self.cuda:
+            main = torch.cuda.current_stream(self.device)
+            stall_start = torch.cuda.Event(enable_timing=True)
+            stall_start.record(main)                                     # the compute stream idles from here
+            experts = miss.nonzero().flatten()                           # [m] (host sync)
             pairs = list(zip(experts.tolist(), new_slot[experts].tolist()))
             if not pairs:
                 return
-            main = torch.cuda.current_stream(self.device)
+            stall_end, copy_start, copy_end = (torch.cuda.Event(enable_timing=True) for _ in range(3))
             self.copy_stream.wait_stream(main)
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             with torch.cuda.stream(self.copy_stream):
-                start.record()
+                copy_start.record()
                 for n, buf in self.stage[layer].items():
                     for e, s in pairs:
                         buf[s].copy_(self.host[layer][n][e], non_blocking=True)
                 self._dequantize(layer, torch.tensor([s for _, s in pairs], device=self.device))
-                end.record()
+                copy_end.record()
             main.wait_stream(self.copy_stream)
-            self.events[layer].append((start, end))
+            stall_end.record(main)                                       # ... until here
+            self.load_times.add_events(layer, stall_start, stall_end, copy_start, copy_end)
             return
+        experts = miss.nonzero().flatten()                               # [m]
         if experts.numel() == 0:
             return
         t0 = time.perf_counter()
@@ -442,7 +435,7 @@ class OffloadedStore(ExpertStore):
         for n, buf in self.stage[layer].items():
             buf.index_copy_(0, slots, self.host[layer][n].index_select(0, experts))
         self._dequantize(layer, slots)
-        self.wait_s[layer] += time.perf_counter() - t0
+        self.load_times.add_blocked(layer, time.perf_counter() - t0)    # inline: the compute waited throughout
 
     def _dequantize(self, layer: int, slots: Tensor) -> None:
         stage, pool = self.stage[layer], self.pool[layer]

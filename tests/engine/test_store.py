@@ -111,6 +111,26 @@ def test_waves_when_union_exceeds_pool():
     assert small.stats()["layers"][0]["loads"] == ids.unique().numel()  # each expert loaded once per pass
 
 
+def test_load_seconds_are_the_stall_and_the_copy_per_layer_until_reset():
+    """On CPU a load copies inline, so the compute stalls for the whole copy: wait_s (stall) equals copy_s
+    (copy time) per layer, positive where the layer loaded and zero elsewhere; totals add the layers; a
+    reset zeroes both; a resident store never loads."""
+    from acceptmoe.engine.store import COUNTERS
+    store = make_store("offloaded", _math("swiglu"), _layers("swiglu"), E, "cpu", slots=3)
+    for p in range(3):
+        store.run(LAYERS[0], *_routing(p))                               # only the first layer loads
+    stats = store.stats()
+    loaded, idle = (stats["layers"][l] for l in LAYERS)
+    assert loaded["loads"] > 0 and loaded["wait_s"] == loaded["copy_s"] > 0
+    assert idle["loads"] == 0 and idle["wait_s"] == idle["copy_s"] == 0.0
+    assert set(COUNTERS) <= set(stats["total"]) and stats["total"]["copy_s"] == loaded["copy_s"]
+    store.reset_counters()
+    assert all(store.stats()["total"][c] == 0 for c in ("loads", "wait_s", "copy_s"))
+    resident = make_store("resident", _math("swiglu"), _layers("swiglu"), E, "cpu")
+    resident.run(LAYERS[0], *_routing(0))
+    assert resident.stats()["total"]["wait_s"] == resident.stats()["total"]["copy_s"] == 0.0
+
+
 def test_store_argument_errors():
     layers, math = _layers("swiglu"), _math("swiglu")
     with pytest.raises(ValueError, match="needs slots"):

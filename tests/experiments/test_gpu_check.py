@@ -119,7 +119,7 @@ def test_pinned_verdict_fails_without_pinning_or_counted_loads():
     assert gpu_check.pinned_verdict(True, 10, 0.5) == "PASS"
     assert gpu_check.pinned_verdict(False, 10, 0.5) == "FAIL"          # pageable host memory
     assert gpu_check.pinned_verdict(True, 0, 0.0) == "FAIL"            # no load counted
-    assert gpu_check.pinned_verdict(True, 10, 0.0) == "FAIL"           # loads not timed
+    assert gpu_check.pinned_verdict(True, 10, 0.0) == "FAIL"           # copies not timed
     assert gpu_check.pinned_verdict(None, 10, 0.5) == "SKIP"           # no CUDA
 
 
@@ -129,7 +129,7 @@ def test_lossless_and_pinned_checks_on_the_tiny_world():
     assert res["verdict"] == "PASS" and len(res["rows"]) == 2
     pinned = gpu_check.check_pinned(engines["offloaded"])
     assert pinned["verdict"] == "SKIP" and pinned["pinned"] is None              # pinning is a CUDA matter
-    assert pinned["loads"] > 0 and pinned["bytes"] > 0 and pinned["wait_s"] > 0
+    assert pinned["loads"] > 0 and pinned["bytes"] > 0 and pinned["copy_s"] > 0 and pinned["wait_s"] > 0
 
 
 def test_timing_rows_on_a_small_layer_shape():

@@ -116,12 +116,14 @@ def test_fig5_offload_counters_sweep_and_figures(setup, fig3_run):
     expert = counters[0]["bytes"] // max(1, counters[0]["loads"])
     assert all(r["bytes"] == r["loads"] * expert and r["loads"] == r["misses"] for r in counters)
     assert all("correct" in r and r["wait_s"] <= r["wall_s"] for r in counters)
+    assert all(r["copy_s"] == r["wait_s"] for r in counters)     # CPU: a load copies inline, its stall is the copy
     t2 = {(r["task"], r["variant"]): r for r in _csv(run / "table2.csv")}
     for task in world.TASKS:
         sel = [r for r in counters if r["task"] == task and r["variant"] == "standard-sd"]
         want = counter_metrics(sel)
         assert float(t2[(task, "standard-sd")]["bytes_per_token"]) == pytest.approx(want["bytes_per_token"])
         assert float(t2[(task, "standard-sd")]["hit_rate"]) == pytest.approx(want["hit_rate"])
+        assert float(t2[(task, "standard-sd")]["stall_share"]) == pytest.approx(want["stall_share"])   # wait_s
     sweep_rows = [r for r in rows if r["phase"] == "sweep"]
     assert {r["variant"] for r in sweep_rows} == {"acceptmoe-b@2", "acceptmoe-b@4", "standard-sd", "acceptmoe"}
     assert {r["budget"] for r in sweep_rows if r["variant"] == "acceptmoe-b@4"} == {4}

@@ -119,16 +119,18 @@ class TimedRow:
     bytes: int
     hits: int
     misses: int
-    wait_s: float
+    wait_s: float                      # seconds the compute stalled for loads
     passes: int
     graded: Graded | None = None       # the instrumented run: the reply up to its first EOS, graded
     stats: TraceStats | None = None
+    copy_s: float | None = None        # seconds the loads' copies took, where the engine's store times them
+                                       # (absent from the row otherwise, and from rows written before it)
 
     def to_json(self) -> dict:
         return _flat(self)
 
 
-COUNTER_FIELDS = ("loads", "bytes", "hits", "misses", "wait_s", "passes")
+COUNTER_FIELDS = ("loads", "bytes", "hits", "misses", "wait_s", "passes")    # what every engine's counters give
 _DROP_WHEN_GENERATED = ("output_ids", "stop_reason")     # timed rows keep the numbers, not the tokens
 
 
@@ -141,6 +143,6 @@ def _flat(row) -> dict:
             if isinstance(row, TimedRow) and f.name == "generated":
                 part = {k: v for k, v in part.items() if k not in _DROP_WHEN_GENERATED}
             out.update({k: v for k, v in part.items() if not (f.name == "graded" and v is None)})
-        elif value is not None or f.name not in ("variant", "phase", "rep", "wall_s", "graded", "stats"):
+        elif value is not None or f.name not in ("variant", "phase", "rep", "wall_s", "graded", "stats", "copy_s"):
             out[f.name] = value
     return out

@@ -7,7 +7,8 @@
   (offloaded), min, max and standard deviation; tau pooled.
   Only repetitions in which every variant finished every prompt of the pair count.
 - `counter_metrics(rows)`: host-to-device bytes and loads per output token, hit rate = hits / (hits + misses),
-  stall share = seconds waiting for loads / timed seconds, microseconds per load, all pooled over the rows.
+  stall share = seconds the compute stalled for loads (`wait_s`, not the copies' own `copy_s`) / timed
+  seconds, stall microseconds per load, all pooled over the rows.
 - `counter_records(rows, variants, bootstrap)`: Table 2: those per (pair, variant), accuracy with a bootstrap
   interval over prompts, and the change vs Standard SD (traffic %, hit rate pp, stall share pp).
 - the sweep's accuracy, mean set size and tau per (pair, variant): `spine.records.graded_records`.

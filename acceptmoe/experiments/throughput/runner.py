@@ -105,7 +105,7 @@ def generate_timed(u: Unit, index: int, ex: dict, plan: Plan, warmup: bool = Fal
     totals = engine.counters()
     row = TimedRow(u.phase, u.rep, u.loaded.model.name, u.task.name, plan.name, ex["id"], index,
                    plan.budget, Generated.of(gen, ids), wall, totals["store"],
-                   os.getloadavg()[0], **{c: totals[c] for c in COUNTER_FIELDS})
+                   os.getloadavg()[0], **{c: totals[c] for c in COUNTER_FIELDS}, copy_s=totals.get("copy_s"))
     return row, gen
 
 
