@@ -298,7 +298,7 @@ class DraftExtend:
 @dataclass(frozen=True)
 class DraftLevel:
     """One tree level: its k fed nodes at draft slots L + (level - 1) k, attending to the committed prefix
-    [0, L) and to their ancestors among the tree slots from L (`tree_mask` [k, level k]); inputs tokens [k],
+    [0, L) and to what `tree_mask` [k, level k] shows among the tree slots from L; inputs tokens [k],
     hidden [k, H], positions [k], tree_mask, L (an int eagerly, a 0-d device tensor at static shapes)."""
     draft: Eagle3Draft
     cache: DraftCache
@@ -322,8 +322,12 @@ class Eagle3Drafter:
 
     Invariant: after `extend`, the draft cache holds one entry per committed target position 0..L-1 (the
     pair (h_i, x_{i+1}) at draft position i), and the draft state for the root x_L is the output at L-1.
-    Tree nodes of depth d are fed at draft position L - 1 + d, in cache slots after L, attending to the
-    committed prefix and their own fed ancestors only.
+    Tree nodes of depth d are fed at draft position L - 1 + d, in cache slots after L. Draft attention follows
+    SGLang's EAGLE worker, whose trees the paper verified: level l's k fed nodes occupy k beam slots, and the
+    node in slot j takes its tree parent's hidden state but attends to the committed prefix and to the nodes
+    fed in slot j at levels 1..l (each slot keeps its own KV history; SGLang's per-step `out_cache_loc` and
+    `build_draft_decode_metadata` layout). When the beam in slot j was re-parented, that history is not the
+    node's ancestry: SGLang's approximation, kept so both engines build the same trees.
 
     `steps` (the engine's `StepGraphs`) runs each tree level and each extension by an accepted path at fixed
     shapes (one CUDA graph per level and per length in "graphs" mode) and holds the draft cache across
@@ -363,7 +367,8 @@ class Eagle3Drafter:
 
         def step(level: int, fed_tok: Tensor, parent_row: Tensor) -> Tensor:
             rows = parent_row.clamp_min(0)
-            tree_mask = torch.cat([state["mask"][rows], torch.eye(k, dtype=torch.bool, device=dev)], 1)  # [k, level k]
+            # slot j's own history (not the parent's row), then itself: SGLang's beam-slot KV layout
+            tree_mask = torch.cat([state["mask"].expand(k, -1), torch.eye(k, dtype=torch.bool, device=dev)], 1)  # [k, level k]
             inputs = {"tokens": self.draft.to_target(fed_tok), "hidden": state["hidden"][rows],
                       "positions": torch.full((k,), L - 1 + level, device=dev), "tree_mask": tree_mask, "L": L}
             out, logp = self._run(DraftLevel(self.draft, self.cache, level), inputs)

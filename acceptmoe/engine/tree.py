@@ -7,7 +7,8 @@ attention mask lets each node see itself and its ancestors only.
 EAGLE-2 expansion (as in EAGLE-2 and SGLang's `select_top_k_tokens` / `organize_draft_results`):
 level 1 takes the root's `topk` most likely tokens; each later level feeds the `topk` kept nodes through
 the drafter, proposes `topk` children per kept node, and keeps the `topk` best of those `topk**2`
-children by cumulative log-probability. Every proposed node is a candidate; the tree is the best
+children by cumulative log-probability (what each fed node attends to is the drafter's business: see
+`eagle3.Eagle3Drafter`, which follows SGLang's beam slots). Every proposed node is a candidate; the tree is the best
 `num_draft_tokens - 1` candidates by cumulative log-probability (ties: shallower first, then earlier
 proposal), which is ancestor-closed because a child's cumulative log-probability never exceeds its
 parent's. The tree reaches depth `num_steps` after `num_steps - 1` drafter forwards.

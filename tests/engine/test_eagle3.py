@@ -100,8 +100,12 @@ def test_a_draft_with_its_own_embedding_uses_it(tmp_path, target):
     assert not torch.allclose(out, reference_forward(sd, target.embed(ids), fused, pos), rtol=1e-3, atol=1e-3)
 
 
-def test_tree_scores_equal_sequential_path_evaluation(draft_dir, target):
-    """Every node's cumulative log-prob equals feeding its path one token at a time with a plain cache."""
+def test_tree_follows_sglang_beam_slots(draft_dir, target):
+    """SGLang's draft passes: the node fed in beam slot j at level l takes its tree parent's hidden state but
+    attends to the committed prefix and to the nodes fed in slot j at levels 1..l (each slot keeps its own KV
+    history, SGLang's per-step out_cache_loc and `build_draft_decode_metadata` layout), not to its ancestors
+    when the beam was re-parented. Reference: one plain cache per slot, one token at a time; the tree is the
+    best num_draft_tokens - 1 of its candidates, each scored by its cumulative log-probability."""
     draft = Eagle3Draft.from_pretrained(draft_dir).bind(target)
     g = torch.Generator().manual_seed(1)
     L = 7
@@ -110,17 +114,33 @@ def test_tree_scores_equal_sequential_path_evaluation(draft_dir, target):
     drafter = Eagle3Drafter(draft, 64, shape)
     drafter.extend(prefix, fused, 0)
     tree = drafter.propose(root_token=int(prefix[-1]))
-    to_draft = {int(t): d for d, t in enumerate(draft.to_target(torch.arange(96)).tolist())}
     assert torch.equal(tree.positions, tree.depths + L)
+
+    k = shape.topk
+    caches = [draft.new_cache(64) for _ in range(k)]
+    root_hidden = [draft(prefix, fused, torch.arange(L), c, 0)[-1:] for c in caches][0]
+    root_logp = torch.log_softmax(draft.logits(root_hidden)[0], -1)
+    score, tok = root_logp.topk(k)
+    fed = [(float(score[j]), (int(tok[j]),), root_hidden) for j in range(k)]   # per slot: score, path, hidden
+    cands = {path: s for s, path, _ in fed}
+    for level in range(1, shape.num_steps):
+        children = []
+        for j, (s, path, hidden) in enumerate(fed):
+            ids = draft.to_target(torch.tensor([path[-1]]))
+            out = draft(ids, hidden, torch.tensor([L - 1 + level]), caches[j], L - 1 + level)   # slot j's history
+            lp, ct = torch.log_softmax(draft.logits(out)[0], -1).topk(k)
+            children += [(s + float(lp[c]), path + (int(ct[c]),), out) for c in range(k)]
+        cands.update({path: s for s, path, _ in children})
+        order = sorted(range(len(children)), key=lambda i: -children[i][0])[:k]
+        fed = [children[i] for i in order]                 # slot j now holds the j-th best child
+    to_draft = {int(t): d for d, t in enumerate(draft.to_target(torch.arange(96)).tolist())}
+    kept = {}
     for node in range(1, tree.num_tokens):
-        cache = draft.new_cache(64)
-        hidden = draft(prefix, fused, torch.arange(L), cache, 0)[-1:]
-        score = 0.0
-        for d, n in enumerate(tree.block.path_to(node)[1:], start=1):
-            logp = torch.log_softmax(draft.logits(hidden)[0], -1)
-            score += float(logp[to_draft[int(tree.tokens[n])]])
-            hidden = draft(tree.tokens[n:n + 1], hidden, torch.tensor([L - 1 + d]), cache, L - 1 + d)
-        assert score == pytest.approx(float(tree.scores[node]), abs=1e-4)
+        path = tuple(to_draft[int(tree.tokens[n])] for n in tree.block.path_to(node)[1:])
+        kept[path] = float(tree.scores[node])
+        assert kept[path] == pytest.approx(cands[path], abs=1e-4), path
+    best = sorted(cands.values(), reverse=True)[: shape.num_draft_tokens - 1]
+    assert sorted(kept.values(), reverse=True) == pytest.approx(best, abs=1e-4)
 
 
 def test_save_load_round_trip(draft_dir, target, tmp_path):

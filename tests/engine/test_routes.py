@@ -56,13 +56,16 @@ def test_recording_changes_nothing_and_holds_every_pass(store, slots, method, tm
 
 
 def test_routes_of_static_passes_equal_eager():
+    """Same passes, same experts; the gate weights (stored in fp16) agree to rounding: a static pass attends over
+    every slot under a mask, so its reductions run in another order than the eager pass's."""
     eager = load_engine("models/tiny", steps="eager")
     static = load_engine("models/tiny", steps="static")
     outs = [e.generate(PROMPT, _plan(e, "acceptmoe"), 20, ignore_eos=True, record_routes=True).routes
             for e in (eager, static)]
     assert outs[0].kinds() == outs[1].kinds()
     assert np.array_equal(outs[0].arrays["ids"], outs[1].arrays["ids"])
-    assert np.array_equal(outs[0].arrays["weights"], outs[1].arrays["weights"])
+    np.testing.assert_allclose(outs[0].arrays["weights"].astype(np.float32),
+                               outs[1].arrays["weights"].astype(np.float32), rtol=2e-3, atol=1e-6)
 
 
 def test_restored_pool_replays_the_same_loads_and_hits():

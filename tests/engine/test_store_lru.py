@@ -1,6 +1,8 @@
 """The offloaded store's device-side LRU keeps the host-side definition exactly: the same loads, hits,
 misses, bytes and residency as a plain Python LRU (below) on random routings, and the counters and tokens
-recorded on the tiny world before the store moved to the device (data/offloaded_counters.json)."""
+recorded on the tiny world (data/offloaded_counters.json: recorded with the host-side store; the speculative
+runs re-recorded when the drafter took SGLang's beam-slot rule, which changed their trees, with the Vanilla AR
+runs, which no draft touches, unchanged)."""
 import json
 from pathlib import Path
 
