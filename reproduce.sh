@@ -3,6 +3,8 @@
 #   ./reproduce.sh test            create .venv if needed, install the project with test extras, run pytest,
 #                                  then the SGLang plugin's live tests in their own environment (.venv-sglang)
 #   ./reproduce.sh <sub> [args]    run an experiment subcommand (python -m acceptmoe <sub> [args])
+#   ./reproduce.sh cross-engine    native engine against SGLang; it and `--engine sglang` run in the SGLang
+#                                  environment (.venv-sglang, built by scripts/sglang-env.sh on first use)
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")"
 
@@ -52,12 +54,21 @@ case "$sub" in
     # the SGLang plugin against a live SGLang, in its own environment (SGLang's pins differ from ours)
     exec tests/sglang/run_live.sh
     ;;
+  cross-engine)
+    shift
+    exec "$(scripts/sglang-env.sh)" -m acceptmoe cross-engine "$@"
+    ;;
   -h|--help|help)
     ensure_env eval
     exec "$PY" -m acceptmoe --help
     ;;
   *)
     shift
+    case " $* " in
+      *" --engine sglang "*|*" --engine=sglang "*)   # SGLang's pins differ from ours: its own environment
+        ensure_bwrap
+        exec "$(scripts/sglang-env.sh)" -m acceptmoe "$sub" "$@" ;;
+    esac
     ensure_env eval
     ensure_bwrap
     exec "$PY" -m acceptmoe "$sub" "$@"

@@ -58,6 +58,26 @@ class StepBuffers:
     counts: tuple = ()       # num_tokens as last written
 
 
+def commitment_weights(plan: Plan, depth: Tensor, level_size: Tensor) -> Tensor:
+    """alpha_t = p_hat[d_t]^beta * N_{d_t}^level_exponent in float64, returned as fp32 (the root's is 1): the one
+    definition both prepares use. depth long [...], level_size [...] the size N_d of each token's level."""
+    cfg = plan.selector
+    p_hat = torch.tensor(cfg.p_hat, dtype=torch.float64, device=depth.device)
+    return (p_hat[depth].pow(cfg.beta) * level_size.to(torch.float64).pow(cfg.level_exponent)).float()
+
+
+def tree_depths(parents: Tensor, max_depth: int) -> Tensor:
+    """parents [B, T] long (-1: the root) -> depths [B, T] long, capped at max_depth: max_depth + 1 rounds of
+    fixed-shape gathers (each token's ancestor one level further up), no host read."""
+    depth = torch.zeros_like(parents)
+    anc = parents
+    for _ in range(max_depth + 1):
+        live = anc >= 0
+        depth = depth + live.long()
+        anc = torch.where(live, parents.gather(1, anc.clamp_min(0)), anc)
+    return depth.clamp_max(max_depth)
+
+
 class Verifier:
     """One plan's batched select-and-route for one MoE layer per call (a backend implements `_run`)."""
     backend = "base"
@@ -88,29 +108,58 @@ class Verifier:
             if b.max_depth > self.plan.fit.max_depth:
                 raise VerifierInputError(f"block {i} reaches depth {b.max_depth}, deeper than the plan's "
                                          f"{self.plan.fit.max_depth} (bind the plan to the engine's tree)")
+        buf = self._buffers(R, T)
+        if self.plan.spec.needs_commitment:
+            buf.alpha.copy_(self._alpha(blocks, R, T))
+        self._counts(buf, tuple(b.num_tokens for b in blocks) + (0,) * (R - len(blocks)))
+        self.step = buf
+
+    def prepare_tree(self, parents: Tensor, rows: int | None = None) -> None:
+        """Bind one step of B full blocks of T tokens from their parent lists on the device, parents [B, T] long
+        (parents[:, 0] == -1, each parent earlier than its node): nothing is read on the host, so a serving
+        engine binds a verify step without a synchronisation. Depths come from pointer jumping and are capped
+        at the plan's max_depth (a tree drafted with that many steps never exceeds it); otherwise the same
+        buffers and values as `prepare` with the same blocks."""
+        B, T = parents.shape
+        R = rows or B
+        if B > R:
+            raise VerifierInputError(f"{B} blocks exceed the {R} reserved rows")
+        buf = self._buffers(R, T)
+        if self.plan.spec.needs_commitment:
+            depth = tree_depths(parents.to(self.device), self.plan.fit.max_depth)            # [B, T]
+            D = self.plan.fit.max_depth
+            level = torch.nn.functional.one_hot(depth, D + 1).sum(1)                         # [B, D + 1]
+            alpha = commitment_weights(self.plan, depth, level.gather(1, depth))
+            if B < R:
+                alpha = torch.cat([alpha, alpha.new_zeros(R - B, T)])
+            buf.alpha.copy_(alpha)
+        self._counts(buf, (T,) * B + (0,) * (R - B))
+        self.step = buf
+
+    def _buffers(self, R: int, T: int) -> StepBuffers:
         buf = self.buffers.get((R, T))
         if buf is None:
             dev = self.device
             buf = self.buffers[(R, T)] = StepBuffers(torch.zeros(R, T, device=dev),
                                                      torch.zeros(R, dtype=torch.int32, device=dev),
                                                      torch.zeros(R, T, device=dev))
-        if self.plan.spec.needs_commitment:
-            buf.alpha.copy_(self._alpha(blocks, R, T))
-        counts = tuple(b.num_tokens for b in blocks) + (0,) * (R - len(blocks))
+        return buf
+
+    @staticmethod
+    def _counts(buf: StepBuffers, counts: tuple) -> None:
+        """Valid tokens per row: written only when they change (a host-known tuple, no device read)."""
         if counts != buf.counts:
             n = torch.tensor(counts, dtype=torch.int32)
+            T = buf.valid.shape[1]
             buf.num_tokens.copy_(n)
             buf.valid.copy_((torch.arange(T) < n[:, None]).float())
             buf.counts = counts
-        self.step = buf
 
     def _alpha(self, blocks: list[BlockInfo], R: int, T: int) -> Tensor:
         """fp32 [R, T] on the host: alpha_t = p_hat[d_t]^beta * N_{d_t}^level_exponent (root 1), zero padding."""
-        cfg, out = self.plan.selector, torch.zeros(R, T, dtype=torch.float32)
-        p_hat = torch.tensor(cfg.p_hat, dtype=torch.float64)
+        out = torch.zeros(R, T, dtype=torch.float32)
         for i, b in enumerate(blocks):
-            p, n = p_hat[b.depth], b.level_sizes.to(torch.float64)[b.depth]              # [T_i] each
-            out[i, : b.num_tokens] = (p.pow(cfg.beta) * n.pow(cfg.level_exponent)).float()
+            out[i, : b.num_tokens] = commitment_weights(self.plan, b.depth, b.level_sizes[b.depth])
         return out
 
     def __call__(self, logits: Tensor, resident: Tensor | None = None, route: bool = True) -> VerifierOutput:

@@ -3,7 +3,7 @@
 #   tests/sglang/run_live.sh [pytest args]
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
-PY="$("$ROOT/tests/sglang/setup_env.sh")"
+PY="$("$ROOT/scripts/sglang-env.sh")"
 cd "$ROOT"
 export TRITON_INTERPRET=1 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
 export PYTHONPATH="$ROOT/tests/sglang/live${PYTHONPATH:+:$PYTHONPATH}"   # the CPU stand-ins: live/conftest.py

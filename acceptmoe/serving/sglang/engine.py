@@ -12,12 +12,19 @@ through `generate_many` (all prompts in flight, greedy); throughput runs call `g
 traces come back through the plugin's trace file and are returned in the native trace format. Only resident
 expert stores exist here (SGLang has no X-slot expert cache): offloaded runs use the native engine.
 
-This module imports SGLang when it is imported: on a machine without SGLang or without a CUDA device the
-import fails with one message saying what is needed (EAGLE-3 verification in SGLang needs a CUDA GPU).
+On a CUDA GPU SGLang runs as installed (CUDA graphs on unless `disable_cuda_graph=True`). On a CPU
+(`device="cpu"`) `acceptmoe.serving.sglang.cpu` supplies what SGLang lacks for its EAGLE loop there (the CPU
+ops, the tree-masked backend): the same scheduler, worker and verify pass, at CPU speed. `tp` and `dp` are
+SGLang's tensor and data parallelism (`tp_size`, `dp_size`); with `dp` > 1 SGLang spreads the requests in
+flight over its schedulers (accuracy runs), and the plugin's records come back through one file.
+
+Importing this module needs SGLang installed; the SGLang environment is built by `scripts/sglang-env.sh`
+(`./reproduce.sh` does it when `--engine sglang` or `cross-engine` is asked for).
 """
 from __future__ import annotations
 
 import dataclasses
+import importlib.metadata
 import os
 import tempfile
 import time
@@ -34,42 +41,61 @@ from acceptmoe.methods import Fit, Plan, Router
 from .config import PluginConfig, to_env
 from .runtime import output_lengths, parse_steps
 
-NEEDS = "SGLang serving needs sglang==0.5.23 and a CUDA GPU (EAGLE-3 verification runs in SGLang only on CUDA)"
+NEEDS = ("SGLang serving needs sglang==0.5.23 (scripts/sglang-env.sh builds a CPU environment for it; on a GPU "
+         "install it with its CUDA dependencies)")
 
 
 class SGLangUnavailableError(UserError, ImportError):
-    """SGLang or a CUDA device is missing on this machine."""
+    """SGLang is missing, or the device asked for cannot run it."""
 
 
-def requirements_missing() -> str | None:
-    """What this machine lacks for `--engine sglang`, or None."""
-    missing = []
+def installed() -> bool:
+    """SGLang's distribution is installed (a folder named sglang on the path is not enough)."""
     try:
-        import sglang  # noqa: F401
-    except ImportError:
-        missing.append("sglang is not installed")
-    if not torch.cuda.is_available():
-        missing.append("no CUDA device is visible")
-    return "; ".join(missing) or None
+        importlib.metadata.version("sglang")
+        return True
+    except importlib.metadata.PackageNotFoundError:
+        return False
 
 
-_why = requirements_missing()
-if _why is not None:
-    raise SGLangUnavailableError(f"{NEEDS}; this machine: {_why}")
+def requirements_missing(device: str = "cuda") -> str | None:
+    """What this machine lacks for `--engine sglang` on `device`, or None."""
+    if not installed():
+        return "sglang is not installed"
+    if str(device).startswith("cuda") and not torch.cuda.is_available():
+        return "no CUDA device is visible (use device: cpu for SGLang's CPU path)"
+    return None
+
+
+if not installed():                 # checked when the runners import the opener: before a run starts
+    raise SGLangUnavailableError(f"{NEEDS}; this machine: sglang is not installed")
 
 
 def open_engine(target, draft, device: str = "cuda", dtype=None, store: str = "resident", slots=None,
-                tree=None, **settings) -> "SGLangBackend":
+                tree=None, tp: int = 1, dp: int = 1, dump: str | None = None, **settings) -> "SGLangBackend":
     """An `EngineBackend` serving `target` with its EAGLE-3 `draft` in SGLang (resident experts only)."""
     if store != "resident":
         raise UserError("the SGLang engine keeps every expert resident: offloaded runs use --engine native")
-    return SGLangBackend(Path(target), Path(draft), dtype=dtype, tree=tree, **settings)
+    why = requirements_missing(device)
+    if why is not None:
+        raise SGLangUnavailableError(f"{NEEDS}; this machine: {why}")
+    if str(device) == "cpu":
+        from . import cpu
+        cpu.prepare_process()
+        settings = {**cpu.SERVER_ARGS, **settings}
+    else:
+        settings = {"device": str(device), **settings}
+    if tp != 1:
+        settings["tp_size"] = int(tp)
+    if dp != 1:
+        settings["dp_size"] = int(dp)
+    return SGLangBackend(Path(target), Path(draft), dtype=dtype, tree=tree, dump=dump, **settings)
 
 
 class SGLangBackend:
     name = "sglang"
 
-    def __init__(self, target: Path, draft: Path, dtype=None, tree=None, **server_args):
+    def __init__(self, target: Path, draft: Path, dtype=None, tree=None, dump: str | None = None, **server_args):
         import sglang
         from acceptmoe.engine.tree import TreeShape
 
@@ -81,7 +107,7 @@ class SGLangBackend:
         self.eos_token_ids = set(model.eos_token_ids)
         self.fit = Fit(Router(model.router_kind, model.top_k, model.norm_topk_prob), model.num_experts,
                        self.tree.num_steps, "resident")
-        self._engine, self._key = None, None
+        self._engine, self._key, self.dump = None, None, dump
         self._dir = Path(tempfile.mkdtemp(prefix="acceptmoe-sglang-"))
 
     # ----- one engine per plan (the plugin reads its settings at process start) -----
@@ -94,7 +120,8 @@ class SGLangBackend:
         plugin = PluginConfig(variant=v if plan.spec.speculates else None,
                               b0=plan.budget if v.budget is None else None, p_hat=base.p_hat,
                               selector=dataclasses.replace(base, budget=None, p_hat=None),
-                              trace=str(self._dir / f"steps-{len(os.listdir(self._dir))}.jsonl"))
+                              trace=str(self._dir / f"steps-{len(os.listdir(self._dir))}.jsonl"),
+                              dump=None if self.dump is None else str(Path(self.dump) / plan.name))
         os.environ.update(to_env(plugin))
         speculative = {}
         if plan.spec.speculates:

@@ -38,7 +38,7 @@ from torch import Tensor
 from acceptmoe.engine.trace import LAYER_FIELDS, BlockRecord, layer_columns, layer_stats
 from acceptmoe.errors import UserError
 from acceptmoe.kernels import Verifier, VerifierOutput, make_verifier
-from acceptmoe.methods import BlockInfo, Fit, Router
+from acceptmoe.methods import Fit, Router
 
 from .config import PluginConfig, PluginConfigError
 from .tree import parents_from_links
@@ -86,7 +86,9 @@ class Runtime:
         self.slots: dict[int, int] = {}       # TopK.layer_id -> row of `records`
         self.calls = 0                        # restricted TopK calls (eager passes only)
         self.step = 0
-        self.parents: list[list[int]] = []    # per request of the current pass
+        self.parents: list[list[int]] = []    # per request of the last recorded pass (host copy, after it)
+        self.tree: Tensor | None = None       # [bs, n] parents of the current pass, on the device
+        self.batch = 0                        # requests in the current pass
         self.pending: tuple | None = None     # (parents, layer records [L, B, S] on the host)
         self.done: deque = deque(maxlen=cfg.max_records)
         self.dump: Dump | None = Dump(Path(cfg.dump)) if cfg.dump else None
@@ -98,20 +100,28 @@ class Runtime:
             self.limits = limits
 
     def begin_verify(self, verify_input, batch_size: int) -> None:
+        """A target verify pass: trees from SGLang's linked lists, on the device, into the verifier's step
+        buffers. Nothing is read on the host here; the host copy of the trees is taken after the pass, and
+        only when recording."""
         n, bs = int(verify_input.draft_token_num), int(batch_size)
         self._check_rows(bs)
-        parents = parents_from_links(verify_input.retrieve_next_token[:bs].long(),
-                                     verify_input.retrieve_next_sibling[:bs].long()).cpu()   # [bs, n]: one copy
-        self._begin("verify", n, [p.tolist() for p in parents])
+        self.tree = parents_from_links(verify_input.retrieve_next_token[:bs].long(),
+                                       verify_input.retrieve_next_sibling[:bs].long())          # [bs, n] device
+        self.mode, self.width, self.batch, self.parents = "verify", n, bs, []
+        if self.verifier is not None:
+            self.verifier.prepare_tree(self.tree, rows=self.capacity)
         if self.dump is not None:
-            self.dump.begin(self.parents, verify_input, bs)
+            self.dump.begin(verify_input, bs)
 
     def begin_star(self, batch_size: int) -> None:
         """Test switch: a decode pass's tokens (one per request) as one block, all children of the first."""
         bs = int(batch_size)
-        self._begin("star", bs, [[-1] + [0] * (bs - 1)])
+        self.tree = torch.tensor([[-1] + [0] * (bs - 1)])
+        self.mode, self.width, self.batch, self.parents = "star", bs, 1, []
+        if self.verifier is not None:
+            self.verifier.prepare_tree(self.tree, rows=self.capacity)
         if self.dump is not None:
-            self.dump.begin(self.parents, None, 1)
+            self.dump.begin(None, 1)
 
     def begin_capture(self, graph_runner) -> None:
         if self.cfg.dump or self.cfg.force_decode:
@@ -119,8 +129,7 @@ class Runtime:
                                     "code inside the forward, which a CUDA graph replay skips: start the server "
                                     "with --disable-cuda-graph, or unset them")
         self._check_rows(int(getattr(graph_runner, "max_bs", 1)))
-        self.mode, self.width = "verify", int(graph_runner.captured_req_width)
-        self.parents = []
+        self.mode, self.width, self.batch, self.parents = "verify", int(graph_runner.captured_req_width), 0, []
 
     def _check_rows(self, bs: int) -> None:
         if self.limits is None:
@@ -129,14 +138,11 @@ class Runtime:
             raise UserError(f"acceptmoe plugin: a verify pass of {bs} requests exceeds the {self.limits.requests} "
                             f"rows sized from the server's limits (max_running_requests, the request pool)")
 
-    def _begin(self, mode: str, width: int, parents: list[list[int]]) -> None:
-        self.mode, self.width, self.parents = mode, width, parents
-        if self.verifier is not None:
-            self._prepare()
-
-    def _prepare(self) -> None:
-        blocks = [BlockInfo.from_parents(p) for p in self.parents] or [BlockInfo.from_parents([-1])]
-        self.verifier.prepare(blocks, pad_to=self.width, rows=self.capacity)
+    def _prepare_idle(self) -> None:
+        """Step buffers before the first real pass (a graph capture): one star-shaped block of the pass width."""
+        star = torch.zeros(1, max(1, self.width), dtype=torch.long, device=self.verifier.device)
+        star[0, 0] = -1
+        self.verifier.prepare_tree(star, rows=self.capacity)
 
     # ----- inside the forward (tensor code only) -----
     def restrict(self, topk, orig, hidden_states: Tensor, router_logits: Tensor, *args, **kwargs):
@@ -184,7 +190,10 @@ class Runtime:
         if self.cfg.variant is not None and self.cfg.restricts:
             plan = self.cfg.bind(Fit(self.router, E, self.limits.depth, "resident"))
             self.verifier = make_verifier("auto", plan, device)
-            self._prepare()
+            if self.tree is not None:
+                self.verifier.prepare_tree(self.tree.to(device), rows=self.capacity)
+            else:
+                self._prepare_idle()
         if self.recording:
             self.records = torch.zeros(MAX_LAYERS, self.capacity, len(LAYER_FIELDS), dtype=torch.float64,
                                        device=device)
@@ -209,13 +218,14 @@ class Runtime:
 
     # ----- after the forward (host) -----
     def end_pass(self) -> None:
-        """Read this pass's records back (one copy, only when recording)."""
-        if self.records is not None and self.parents and self.mode in ("verify", "star"):
-            L, bs = len(self.slots), (len(self.parents) if self.mode == "verify" else 1)
-            self.pending = (self.parents, self.records[:L, :bs].cpu())            # [L, bs, fields]
+        """After the forward: read this pass's trees and records back (one copy each, only when recording)."""
+        if self.records is not None and self.tree is not None and self.mode in ("verify", "star"):
+            L = len(self.slots)
+            self.parents = self.tree.cpu().tolist()
+            self.pending = (self.parents, self.records[:L, :self.batch].cpu())          # [L, bs, fields]
         if self.dump is not None:
-            self.dump.end()
-        self.mode = None
+            self.dump.end(self.tree)
+        self.mode, self.tree = None, None
 
     def finish_step(self, rids, accept_index: Tensor | None, width: int) -> None:
         """Pair the last verify pass's records with the verification result: one record per request."""
@@ -263,11 +273,11 @@ class Dump:
         self.folder, self.limit, self.count = folder, limit, 0
         self.current: dict | None = None
 
-    def begin(self, parents, verify_input, bs: int) -> None:
+    def begin(self, verify_input, bs: int) -> None:
         if self.count >= self.limit:
             self.current = None
             return
-        self.current = {"pid": os.getpid(), "parents": parents, "layers": {}}
+        self.current = {"pid": os.getpid(), "layers": {}}
         if verify_input is not None:
             n = int(verify_input.draft_token_num)
             self.current.update(
@@ -285,9 +295,10 @@ class Dump:
             "eligible": None if sel is None else sel.eligible.clone(),
             "topk_ids": getattr(out, "topk_ids", None), "topk_weights": getattr(out, "topk_weights", None)}
 
-    def end(self) -> None:
+    def end(self, tree: Tensor | None) -> None:
         if self.current is None:
             return
+        self.current["parents"] = tree.cpu().tolist() if tree is not None else []
         for rec in self.current["layers"].values():
             for key, value in rec.items():
                 if isinstance(value, Tensor):

@@ -68,3 +68,57 @@ def test_recovered_trees_match_sglangs_ancestor_mask(seed):
             assert int(parents[b, i]) == want and int(depth[want]) == int(depth[i]) - 1
         assert int(parents[b, 0]) == -1
     assert int((positions.view(bs, n) - seq_lens[:, None]).max()) >= 2          # trees deeper than a star
+
+
+@pytest.mark.parametrize("mode", [TreeMaskMode.QLEN_ONLY, TreeMaskMode.FULL_MASK], ids=["qlen", "full"])
+def test_cpu_tree_op_equals_sglangs_triton_tree_kernel(mode):
+    """acceptmoe's torch `build_tree_kernel_efficient_cpu` (the CPU stand-in) writes what SGLang's own Triton
+    tree kernel writes: links, positions, retrieve index and the tree mask."""
+    from acceptmoe.serving.sglang.cpu.ops import build_tree_kernel_efficient_cpu
+
+    rng = random.Random(11)
+    bs, n = 3, 10
+    drafts = [eagle_draft(rng, n) for _ in range(bs)]
+    parent_list = torch.tensor([p for p, _ in drafts])
+    selected = torch.tensor([s for _, s in drafts])
+    seq_lens = torch.tensor([7, 3, 12])
+    size = bs * n * n if mode == TreeMaskMode.QLEN_ONLY else int(seq_lens.sum()) * n + n * n * bs
+    outs = []
+    for build in (sgl_build_tree_kernel_triton, build_tree_kernel_efficient_cpu):
+        mask = torch.ones(size, dtype=torch.bool)
+        positions = torch.empty(bs * n, dtype=torch.long)
+        retrieve = torch.full((3, bs, n), -1, dtype=torch.long)
+        build(parent_list, selected, seq_lens, mask, positions, retrieve[0], retrieve[1], retrieve[2], TOPK, DEPTH, n,
+              int(mode))
+        outs.append((mask, positions, retrieve))
+    for a, b in zip(*outs):
+        assert torch.equal(a, b)
+
+
+def test_cpu_greedy_verify_equals_sglangs_triton_kernel():
+    """The torch `verify_tree_greedy_cpu` accepts what SGLang's Triton greedy verification accepts."""
+    from sglang.kernels.ops.speculative.spec_tree import verify_tree_greedy_triton
+
+    from acceptmoe.serving.sglang.cpu.ops import verify_tree_greedy_cpu
+
+    rng = random.Random(5)
+    bs, n = 3, 10
+    drafts = [eagle_draft(rng, n) for _ in range(bs)]
+    retrieve = torch.full((3, bs, n), -1, dtype=torch.long)
+    sgl_build_tree_kernel_triton(torch.tensor([p for p, _ in drafts]), torch.tensor([s for _, s in drafts]),
+                                 torch.tensor([4, 5, 6]), torch.ones(bs * n * n, dtype=torch.bool),
+                                 torch.empty(bs * n, dtype=torch.long), retrieve[0], retrieve[1], retrieve[2], TOPK,
+                                 DEPTH, n, int(TreeMaskMode.QLEN_ONLY))
+    g = torch.Generator().manual_seed(0)
+    candidates = torch.randint(0, 3, (bs, n), generator=g)                  # few tokens: many matches
+    target = torch.randint(0, 3, (bs, n), generator=g)
+    outs = []
+    for verify in (verify_tree_greedy_triton, verify_tree_greedy_cpu):
+        predicts = torch.zeros(bs * n, dtype=torch.int32)
+        accept_index = torch.full((bs, DEPTH + 1), -1, dtype=torch.int32)
+        accept_num = torch.zeros(bs, dtype=torch.int32)
+        verify(predicts, accept_index, accept_num, candidates, retrieve[0], retrieve[1], retrieve[2], target)
+        outs.append((predicts, accept_index, accept_num))
+    for a, b in zip(*outs):
+        assert torch.equal(a, b)
+    assert int(outs[1][2].max()) >= 1                                      # some drafts accepted

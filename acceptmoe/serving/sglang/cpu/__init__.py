@@ -88,7 +88,7 @@ def check_version() -> None:
         found = version("sglang")
     except Exception:  # noqa: BLE001 - not installed
         raise SGLangCPUError(f"the CPU SGLang path needs sglang=={SGLANG_VERSION}; it is not installed "
-                             f"(tests/sglang/setup_env.sh builds that environment)") from None
+                             f"(scripts/sglang-env.sh builds that environment)") from None
     if found != SGLANG_VERSION:
         raise SGLangCPUError(f"SGLang {found}: the CPU EAGLE-3 path was written against SGLang {SGLANG_VERSION}'s "
                              f"sgl_kernel CPU op contracts and intel_amx backend; install sglang=={SGLANG_VERSION} "

@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
-# Build (once) the separate SGLang 0.5.23 environment the SGLang tests run in, CPU only.
-#   tests/sglang/setup_env.sh            -> prints the environment's python path on stdout
+# Build (once) the separate SGLang 0.5.23 environment, CPU only: the SGLang tests, `cross-engine` and
+# `--engine sglang` on a CPU run in it (./reproduce.sh calls this when they are asked for).
+#   scripts/sglang-env.sh                -> prints the environment's python path on stdout
 # SGLang pins other torch/transformers versions than the project, so it never goes into the project's venv.
 # A plain `pip install sglang` pulls a CUDA torch and ~10 GB: install it without dependencies beside the CPU
 # torch wheel, plus the light dependencies its serving path imports. Rebuilt only when this script or
 # pyproject.toml (the plugin's entry point) changes.
 set -euo pipefail
-ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 VENV="${ACCEPTMOE_SGLANG_VENV:-$ROOT/.venv-sglang}"
 PY="$VENV/bin/python"
 stamp="$VENV/.acceptmoe-sglang.stamp"

@@ -1,0 +1,149 @@
+"""Benchmark: the SGLang plugin's own work per verify step, on this CPU, through its real hooks.
+
+One verify step is what SGLang's worker does around a TARGET_VERIFY pass: the `ModelRunner.forward` hook
+(trees from the verify input's linked lists, the verifier's step buffers), the `TopK.forward` hook in every
+MoE layer (selection, the logit mask, records), and the acceptance hook (records paired with the accepted
+paths). SGLang's own routing inside the layers is a plain top-k here and is timed alone as `routing`, so
+`plugin` is the hooks' cost beyond it. Also counted per step: host reads (`Tensor.cpu`, `.tolist`, `.item`
+calls the hooks make), each one a synchronisation on a GPU. Medians over `--repeats` steps, at batch 1 and 48
+(SGLang's default `max_running_requests` with EAGLE), 64-token trees, E = 128, top-8, 48 MoE layers.
+
+    ./reproduce.sh bench-plugin [--layers 48 --repeats 20 --batches 1 48]
+"""
+from __future__ import annotations
+
+import random
+import statistics
+import time
+from contextlib import contextmanager
+from types import SimpleNamespace
+
+import torch
+
+from acceptmoe.commands import command, parser
+from acceptmoe.serving.sglang import plugin
+from acceptmoe.serving.sglang.config import load_config
+from acceptmoe.serving.sglang.runtime import Runtime
+from acceptmoe.serving.sglang.tree import links_from_parents
+
+E, K, N, DEPTH = 128, 8, 64, 5
+P_HAT = "1.0,0.7,0.5,0.35,0.25,0.2"
+SETTINGS = {
+    "standard-sd": {"ACCEPTMOE_METHOD": "standard-sd"},
+    "acceptmoe": {"ACCEPTMOE_METHOD": "acceptmoe", "ACCEPTMOE_P_HAT": P_HAT},
+    "acceptmoe + trace": {"ACCEPTMOE_METHOD": "acceptmoe", "ACCEPTMOE_P_HAT": P_HAT, "ACCEPTMOE_TRACE": "{trace}"},
+}
+
+
+def eagle_tree(rng: random.Random) -> list[int]:
+    """A 64-node tree of depth <= 5 in topological order (parents earlier), bushy like EAGLE's."""
+    parents, depth = [-1], [0]
+    for t in range(1, N):
+        p = rng.choice([i for i in range(t) if depth[i] < DEPTH])
+        parents.append(p)
+        depth.append(depth[p] + 1)
+    return parents
+
+
+@contextmanager
+def count_host_reads():
+    """Count Tensor.cpu / tolist / item calls (host reads) made inside the block."""
+    counts = {"n": 0}
+    originals = {name: getattr(torch.Tensor, name) for name in ("cpu", "tolist", "item")}
+
+    def wrap(fn):
+        def counted(self, *a, **k):
+            counts["n"] += 1
+            return fn(self, *a, **k)
+        return counted
+    for name, fn in originals.items():
+        setattr(torch.Tensor, name, wrap(fn))
+    try:
+        yield counts
+    finally:
+        for name, fn in originals.items():
+            setattr(torch.Tensor, name, fn)
+
+
+def routing(topk, hidden, logits):
+    w, ids = torch.softmax(logits.float(), -1).topk(K, -1)
+    return SimpleNamespace(topk_weights=w / w.sum(-1, keepdim=True), topk_ids=ids.int())
+
+
+def one_step(bs: int, layers: int, rng: random.Random):
+    trees = [eagle_tree(rng) for _ in range(bs)]
+    links = [links_from_parents(p) for p in trees]
+    spec = SimpleNamespace(draft_token_num=N, retrieve_next_token=torch.tensor([f for f, _ in links]),
+                           retrieve_next_sibling=torch.tensor([s for _, s in links]), spec_steps=DEPTH,
+                           custom_mask=None, draft_token=None, positions=None)
+    batch = SimpleNamespace(spec_info=spec, batch_size=bs,
+                            forward_mode=SimpleNamespace(is_target_verify=lambda: True, is_decode=lambda: False))
+    logits = [torch.randn(bs * N, E) for _ in range(layers)]
+    accept = torch.full((bs, DEPTH + 1), -1)
+    accept[:, 0] = torch.arange(bs) * N
+    reqs = SimpleNamespace(reqs=[SimpleNamespace(rid=f"r{b}") for b in range(bs)])
+    return batch, logits, accept, reqs
+
+
+def time_steps(name: str, env: dict, bs: int, layers: int, repeats: int, trace_path: str) -> dict:
+    env = {k: v.format(trace=trace_path) for k, v in env.items()}
+    plugin.RUNTIME = Runtime(load_config(env))
+    runner = SimpleNamespace(is_draft_worker=False, device="bench",          # not "cpu": no SGLang backend to check
+                             req_to_token_pool=SimpleNamespace(size=64),
+                             max_running_requests=48,
+                             server_args=SimpleNamespace(speculative_num_steps=DEPTH, max_running_requests=48))
+    rng = random.Random(0)
+    topks = [SimpleNamespace(topk_config=SimpleNamespace(
+        top_k=K, renormalize=True, use_grouped_topk=False, scoring_func="softmax", correction_bias=None,
+        custom_routing_function=None, num_shared_topk_slots=0), layer_id=i, is_draft=False) for i in range(layers)]
+    steps = [one_step(bs, layers, rng) for _ in range(4)]
+    total, bare, reads = [], [], []
+    for r in range(repeats + 3):
+        batch, logits, accept, reqs = steps[r % len(steps)]
+
+        def forward(runner, batch):
+            return [plugin._around_topk(routing, topks[i], None, logits[i]) for i in range(layers)]
+        t0 = time.perf_counter()
+        with count_host_reads() as c:
+            plugin._around_forward(forward, runner, batch)
+            plugin._after_sample((None, None, accept), batch.spec_info, reqs)
+        t1 = time.perf_counter()
+        for i in range(layers):
+            routing(None, None, logits[i])
+        t2 = time.perf_counter()
+        if r >= 3:
+            total.append(t1 - t0)
+            bare.append(t2 - t1)
+            reads.append(c["n"])
+    med, route_ms = statistics.median(total) * 1e3, statistics.median(bare) * 1e3
+    return {"setting": name, "batch": bs, "step_ms": med, "routing_ms": route_ms, "plugin_ms": med - route_ms,
+            "host_reads": statistics.median(reads)}
+
+
+@command("bench-plugin", "the SGLang plugin's own host time and host reads per verify step (batch 1 and 48)")
+def main(argv: list[str] | None = None) -> int:
+    import tempfile
+
+    p = parser("bench-plugin")
+    p.add_argument("--layers", type=int, default=48)
+    p.add_argument("--repeats", type=int, default=20)
+    p.add_argument("--batches", type=int, nargs="+", default=[1, 48])
+    args = p.parse_args(argv)
+    torch.manual_seed(0)
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for bs in args.batches:
+            for name, env in SETTINGS.items():
+                rows.append(time_steps(name, env, bs, args.layers, args.repeats, f"{tmp}/steps.jsonl"))
+    print(f"plugin work per verify step ({args.layers} MoE layers, {N}-token trees, E={E}, top-{K}; medians of "
+          f"{args.repeats} steps; this CPU)")
+    print("| setting | batch | step ms | routing alone ms | plugin ms | host reads |")
+    print("|---|---|---|---|---|---|")
+    for r in rows:
+        print(f"| {r['setting']} | {r['batch']} | {r['step_ms']:.2f} | {r['routing_ms']:.2f} | {r['plugin_ms']:.2f} "
+              f"| {r['host_reads']:.0f} |")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

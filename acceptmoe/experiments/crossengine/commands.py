@@ -1,0 +1,113 @@
+"""`./reproduce.sh cross-engine [--limit N] [--tokens T] [--methods ...]`: native engine against SGLang.
+
+    ./reproduce.sh cross-engine --limit 3              # tiny world on this CPU (SGLang's CPU path)
+    ./reproduce.sh cross-engine --preset qwen3-30b --limit 8 --tokens 128     # a GPU with the paper's model
+
+Prompts: the first `--limit` test examples of each of the preset's tasks, chat-formatted as the experiments
+send them, all in flight in SGLang, one at a time in the native engine. Methods run in calibration order:
+Standard SD first (its native traces give p_hat), AcceptMoE next (its mean set size gives the fixed-budget
+methods their B), then the others; both engines run the same plan. SGLang runs eagerly here (CUDA graphs off):
+the per-pass records the set check reads are a test switch that graphs would skip. Writes `report.json` and
+`report.md` in the run folder, with the config and environment; exits 1 on a required disagreement.
+"""
+from __future__ import annotations
+
+import dataclasses
+import sys
+
+from acceptmoe.commands import command, parser
+from acceptmoe.errors import UserError
+from acceptmoe.methods import B0_METHOD, CALIBRATION, METHODS, Variant
+
+from ..spine.options import positive_int
+from .compare import agreement, table
+
+
+def method_order(methods: list[str] | None) -> list[str]:
+    """Calibration order: Standard SD, then AcceptMoE, then the others (each speculating method once)."""
+    speculating = [m for m, s in METHODS.items() if s.speculates]
+    chosen = methods or speculating
+    unknown = [m for m in chosen if m not in speculating]
+    if unknown:
+        raise UserError(f"--methods: {', '.join(unknown)} not a speculating method; valid: {', '.join(speculating)}")
+    first = [CALIBRATION] + ([B0_METHOD] if any(METHODS[m].needs_budget for m in chosen) else [])
+    return list(dict.fromkeys(first + chosen))
+
+
+def cross_engine(preset: str, limit: int, tokens: int, methods: list[str] | None, results=None):
+    from acceptmoe.engine.trace import commitment_table
+    from acceptmoe.evals.tasks import get_task
+
+    from ..spine.config import load_world
+    from ..spine.engines import load_model, open_backend
+    from ..spine.prompts import prompt_ids
+    from ..spine.runs import open_run, write_json
+
+    world = load_world(preset)
+    order = method_order(methods)
+    config = {"preset": preset, "limit": limit, "tokens": tokens, "methods": order}
+    run = open_run("cross-engine", world.preset, config, root=results, fresh=True)
+    rows = []
+    for model in world.models:
+        native = load_model(model, dataclasses.replace(world, engine="native"), run.path)
+        prompts = []
+        for name in world.tasks:
+            task = get_task(name)
+            prompts += [prompt_ids(native.tokenizer, task.messages(ex), model)
+                        for ex in task.load(world.eval_split, limit=limit)]
+        longest = max(len(p) for p in prompts) + tokens + world.tree.num_draft_tokens
+        dumps = run.path / "dumps" / model.name
+        sglang = open_backend("sglang", target=native.target, draft=native.draft, device=world.device,
+                              dtype=world.dtype, tree=world.tree, dump=str(dumps), disable_cuda_graph=True,
+                              skip_tokenizer_init=True, max_running_requests=max(8, len(prompts)),
+                              max_total_tokens=max(4096, 2 * len(prompts) * longest), log_level="error")
+        if sglang.fit != native.engine.fit:
+            raise UserError(f"{model.name}: SGLang serves {sglang.fit}, the native engine {native.engine.fit}: "
+                            f"the engines disagree on the router, experts or tree depth")
+        p_hat = budget = None
+        try:
+            for method in order:
+                plan = native.plan(Variant(method), commitment=p_hat, b0=budget)
+                ours = [native.engine.generate(p, plan, tokens, ignore_eos=True) for p in prompts]
+                theirs = sglang.generate_many(prompts, Variant(method).bind(
+                    sglang.fit, commitment=p_hat, b0=budget, selector=world.selector), tokens, ignore_eos=True)
+                if method == CALIBRATION:
+                    p_hat = commitment_table([g.trace for g in ours]).p_hat
+                if method == B0_METHOD:
+                    sizes = [s for g in ours for b in g.trace.blocks if b.layers for s in b.layers["set_size"]]
+                    budget = max(native.engine.fit.router.top_k, round(sum(sizes) / len(sizes)))
+                rows.append(agreement(method, plan, ours, theirs, dumps / plan.name))
+                print(f"{model.name} {method}: done", file=sys.stderr, flush=True)
+        finally:
+            sglang.close()
+    report = {"rows": [r.row() for r in rows], "p_hat": p_hat, "budget": budget}
+    write_json(run.path / "report.json", report)
+    text = table(rows)
+    (run.path / "report.md").write_text(f"# Native engine vs SGLang ({world.preset}, {limit} prompts per task, "
+                                        f"{tokens} tokens)\n\n{text}\n")
+    run.finish({"required_ok": all(r.required_ok for r in rows)})
+    return run, rows, text
+
+
+@command("cross-engine", "the same prompts through the native engine and SGLang per method: tree, token and set "
+                         "agreement, tau; exits 1 on a required disagreement")
+def main(argv: list[str] | None = None) -> int:
+    p = parser("cross-engine")
+    p.add_argument("--preset", default="tiny", help="configs/presets/<name>.yaml or a YAML path (default: tiny)")
+    p.add_argument("--limit", type=positive_int, default=3, help="test prompts per task (default: 3)")
+    p.add_argument("--tokens", type=positive_int, default=32, help="new tokens per prompt (default: 32)")
+    p.add_argument("--methods", nargs="+", default=None, help="speculating methods (default: all)")
+    p.add_argument("--results", default=None, help="results root (default: results/)")
+    args = p.parse_args(argv)
+    run, rows, text = cross_engine(args.preset, args.limit, args.tokens, args.methods, args.results)
+    print(text)
+    print(f"written: {run.path / 'report.md'}, {run.path / 'report.json'}")
+    bad = [r.method for r in rows if not r.required_ok]
+    if bad:
+        print(f"error: required agreement failed for {', '.join(bad)} (see {run.path / 'report.md'})", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
