@@ -260,6 +260,27 @@ class B0Config:
 
 
 @dataclass(frozen=True)
+class ServingConfig:
+    """Settings of a serving engine (`engine: sglang`): its parallelism and graph mode. The native engine
+    ignores them."""
+    tp: int = 1                                 # tensor parallelism (SGLang tp_size): GPUs per model copy
+    dp: int = 1                                 # data parallelism (SGLang dp_size): model copies serving the
+                                                # requests in flight (accuracy runs across a node's GPUs)
+    cuda_graphs: bool = True                    # capture verify passes as CUDA graphs (GPU only)
+
+    def __post_init__(self) -> None:
+        if self.tp < 1 or self.dp < 1:
+            raise ConfigKeyError(f"serving.tp and serving.dp must be >= 1, got {self}")
+
+    def settings(self, device: str) -> dict:
+        """Keyword settings for the engine's opener."""
+        out = {"tp": self.tp, "dp": self.dp}
+        if not self.cuda_graphs or not str(device).startswith("cuda"):
+            out["disable_cuda_graph"] = True
+        return out
+
+
+@dataclass(frozen=True)
 class BootstrapConfig:
     confidence: float = 0.95                    # intervals over prompts in the tables
     resamples: int = 10_000
@@ -282,6 +303,7 @@ class WorldConfig:
     calibration: CalibrationConfig = CalibrationConfig()
     b0: B0Config = B0Config()
     bootstrap: BootstrapConfig = BootstrapConfig()
+    serving: ServingConfig = ServingConfig()
 
     def pairs(self) -> list[Pair]:
         """Every (model, task) pair, models in order, then tasks."""
