@@ -187,3 +187,87 @@ def test_in_forward_work_is_one_graph_reading_static_buffers(method, budget, tmp
             assert ref.eligible[got.topk_ids.view(4, 8, 4)[b]].all()
             assert int(rec[b, 1]) == int(ref.eligible.sum())             # LAYER_FIELDS[1]: set_size
     assert eager is not None
+
+
+def _topk_module(renormalize=True, layer=0):
+    return SimpleNamespace(topk_config=SimpleNamespace(use_grouped_topk=False, scoring_func="softmax",
+                                                       correction_bias=None, custom_routing_function=None,
+                                                       num_shared_topk_slots=0, top_k=4, renormalize=renormalize),
+                           layer_id=layer, is_draft=False)
+
+
+def _verify_input(trees):
+    links = [links_from_parents(t) for t in trees]
+    return SimpleNamespace(draft_token_num=len(trees[0]), retrieve_next_token=torch.tensor([f for f, _ in links]),
+                           retrieve_next_sibling=torch.tensor([s for _, s in links]))
+
+
+def test_only_tensor_parallel_rank_zero_writes_records(tmp_path):
+    trees = [random_parents(random.Random(0), 8) for _ in range(2)]
+    for rank, written in ((0, True), (1, False)):
+        path = tmp_path / f"steps{rank}.jsonl"
+        rt = Runtime(load_config({"ACCEPTMOE_TRACE": str(path)}))
+        rt.start(Limits(requests=2, depth=7, rank=rank))
+        rt.begin_verify(_verify_input(trees), 2)
+        rt.restrict(_topk_module(), _natural_topk, None, torch.randn(16, 32))
+        rt.end_pass()
+        rt.finish_step(["a", "b"], torch.tensor([[0, -1], [8, -1]]), 8)
+        assert path.exists() == written
+        if written:
+            assert [json.loads(line)["rid"] for line in path.read_text().splitlines()] == ["a", "b"]
+
+
+def test_a_node_sglang_left_unlinked_hangs_under_the_root():
+    """SGLang's tree kernel skips a node whose parent was not selected (no link reaches it): it gets the root as
+    parent (how its attention row computed it) and the block stays well formed."""
+    first, sibling = links_from_parents([-1, 0, 1, 1, 0])
+    first[4] = -1                              # node 4 (a leaf) ...
+    sibling[1] = -1                            # ... no longer reached from the root's child list
+    parents = parents_from_links(torch.tensor([first]), torch.tensor([sibling]))[0].tolist()
+    assert parents == [-1, 0, 1, 1, 0]         # node 4's parent was the root anyway; now an inner node:
+    first, sibling = links_from_parents([-1, 0, 1, 2, 2])
+    first[2] = 3
+    sibling[3] = -1                            # node 4 unlinked
+    parents = parents_from_links(torch.tensor([first]), torch.tensor([sibling]))[0].tolist()
+    assert parents == [-1, 0, 1, 2, 0]
+    BlockInfo.from_parents(parents)
+
+
+def test_a_pass_larger_than_the_server_limits_is_refused():
+    rt = Runtime(load_config({"ACCEPTMOE_METHOD": "count-b", "ACCEPTMOE_BUDGET": "8"}))
+    rt.start(Limits(requests=2, depth=7))
+    with pytest.raises(UserError, match="exceeds the 2 rows"):
+        rt.begin_verify(_verify_input([random_parents(random.Random(1), 8) for _ in range(3)]), 3)
+
+
+def test_test_switches_are_refused_under_cuda_graphs(tmp_path):
+    for env in ({"ACCEPTMOE_DUMP": str(tmp_path)}, {"ACCEPTMOE_FORCE_DECODE": "1"}):
+        rt = Runtime(load_config({"ACCEPTMOE_TRACE": str(tmp_path / "s.jsonl"), **env}))
+        rt.start(Limits(requests=4, depth=5))
+        with pytest.raises(PluginConfigError, match="--disable-cuda-graph"):
+            rt.begin_capture(SimpleNamespace(max_bs=4, captured_req_width=8))
+
+
+def test_a_non_renormalising_router_needs_the_standard_output_format():
+    class Bypassed(NamedTuple):          # the shape of SGLang's BypassedTopKOutput: no ids, no weights
+        hidden_states: torch.Tensor
+        router_logits: torch.Tensor
+
+    z = torch.randn(8, 32)
+    for renormalize in (False, True):
+        rt = Runtime(load_config({"ACCEPTMOE_METHOD": "count-b", "ACCEPTMOE_BUDGET": "8"}))
+        rt.start(Limits(requests=1, depth=7))
+        rt.begin_verify(_verify_input([random_parents(random.Random(2), 8)]), 1)
+        fused = lambda t, h, g: Bypassed(h, g)          # noqa: E731
+        if not renormalize:
+            with pytest.raises(UserError, match="Bypassed output format"):
+                rt.restrict(_topk_module(renormalize=False), fused, z[:, :0], z)
+        else:           # renormalising routers: the -inf mask is all a fused format needs
+            out = rt.restrict(_topk_module(renormalize=True), fused, z[:, :0], z)
+            assert torch.isinf(out.router_logits).any()
+
+
+def test_standard_sd_unrecorded_passes_straight_through():
+    assert not Runtime(load_config({"ACCEPTMOE_METHOD": "standard-sd"})).active
+    assert not Runtime(load_config({})).active
+    assert Runtime(load_config({"ACCEPTMOE_METHOD": "acceptmoe", "ACCEPTMOE_P_HAT": "1,0.5"})).active
