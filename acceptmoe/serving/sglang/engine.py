@@ -83,6 +83,8 @@ def open_engine(target, draft, device: str = "cuda", dtype=None, store: str = "r
         from . import cpu
         cpu.prepare_process()
         settings = {**cpu.SERVER_ARGS, **settings}
+        if tp * dp > 1 and "SGLANG_CPU_OMP_THREADS_BIND" not in os.environ:
+            os.environ["SGLANG_CPU_OMP_THREADS_BIND"] = cpu.thread_binding(tp * dp)
     else:
         settings = {"device": str(device), **settings}
     if tp != 1:
@@ -122,14 +124,23 @@ class SGLangBackend:
                               selector=dataclasses.replace(base, budget=None, p_hat=None),
                               trace=str(self._dir / f"steps-{len(os.listdir(self._dir))}.jsonl"),
                               dump=None if self.dump is None else str(Path(self.dump) / plan.name))
-        os.environ.update(to_env(plugin))
         speculative = {}
         if plan.spec.speculates:
             speculative = dict(speculative_algorithm="EAGLE3", speculative_draft_model_path=str(self.draft),
                         speculative_num_steps=self.tree.num_steps, speculative_eagle_topk=self.tree.topk,
                         speculative_num_draft_tokens=self.tree.num_draft_tokens)
-        self._engine = sglang.Engine(model_path=str(self.target), dtype=self.dtype, random_seed=0,
-                                     **speculative, **self.server_args)
+        env = to_env(plugin)
+        saved = {k: os.environ.get(k) for k in env}
+        os.environ.update(env)                 # SGLang's processes read the plugin's settings at spawn
+        try:
+            self._engine = sglang.Engine(model_path=str(self.target), dtype=self.dtype, random_seed=0,
+                                         **speculative, **self.server_args)
+        finally:                               # ... and this process keeps its own environment
+            for k, v in saved.items():
+                if v is None:
+                    os.environ.pop(k, None)
+                else:
+                    os.environ[k] = v
         self._key, self._plugin, self._offset = plan, plugin, 0
         return self._engine
 

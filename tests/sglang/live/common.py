@@ -7,11 +7,11 @@ import os
 from pathlib import Path
 
 from acceptmoe.serving.sglang import cpu
+from acceptmoe.serving.sglang.config import ENV_FILE, KEYS, PREFIX
 
 ROOT = Path(__file__).resolve().parents[3]
 TARGET = ROOT / "models" / "tiny" / "target"
-PLUGIN_KEYS = ("ACCEPTMOE_METHOD", "ACCEPTMOE_BUDGET", "ACCEPTMOE_P_HAT", "ACCEPTMOE_COMMITMENT", "ACCEPTMOE_TRACE",
-               "ACCEPTMOE_FORCE_DECODE", "ACCEPTMOE_DUMP", "ACCEPTMOE_BETA", "ACCEPTMOE_SGLANG_CONFIG", "SGLANG_PLUGINS")
+PLUGIN_KEYS = tuple(PREFIX + k.upper() for k in KEYS) + (ENV_FILE, "SGLANG_PLUGINS")   # every plugin setting
 # SGLang on a CPU (the tree-masked CPU backend over acceptmoe's torch ops, no graphs), token ids in and out,
 # a small KV pool (the host's RAM is shared)
 CPU_ARGS = dict(**cpu.SERVER_ARGS, skip_tokenizer_init=True, max_running_requests=8, max_total_tokens=2048,

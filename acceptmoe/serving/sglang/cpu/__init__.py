@@ -82,6 +82,19 @@ def prepare_process(env: dict | None = None) -> list[str]:
     return added
 
 
+def thread_binding(ranks: int) -> str:
+    """SGLANG_CPU_OMP_THREADS_BIND for `ranks` CPU ranks (tp * dp): this process's cores split into contiguous
+    groups, one per rank (SGLang otherwise allows only one rank per NUMA node)."""
+    cores = sorted(os.sched_getaffinity(0))
+    if len(cores) < ranks:
+        raise SGLangCPUError(f"tp * dp = {ranks} CPU ranks need at least {ranks} cores; this process has "
+                             f"{len(cores)}: lower serving.tp / serving.dp")
+    size = len(cores) // ranks
+    groups = [cores[i * size:(i + 1) * size] for i in range(ranks)]
+    return "|".join(",".join(str(c) for c in g) if g[-1] - g[0] + 1 != len(g) else f"{g[0]}-{g[-1]}"
+                    for g in groups)
+
+
 def check_version() -> None:
     try:
         from importlib.metadata import version
