@@ -4,8 +4,9 @@ One verify step is what SGLang's worker does around a TARGET_VERIFY pass: the `M
 (trees from the verify input's linked lists, the verifier's step buffers), the `TopK.forward` hook in every
 MoE layer (selection, the logit mask, records), and the acceptance hook (records paired with the accepted
 paths). SGLang's own routing inside the layers is a plain top-k here and is timed alone as `routing`, so
-`plugin` is the hooks' cost beyond it. Also counted per step: host reads (`Tensor.cpu`, `.tolist`, `.item`
-calls the hooks make), each one a synchronisation on a GPU. Medians over `--repeats` steps, at batch 1 and 48
+`plugin` is the hooks' cost beyond it (on this CPU it includes the selection arithmetic, which a GPU runs in
+the fused kernel). Also counted per step: host reads, the `Tensor.cpu`, `.tolist` and `.item` calls the hooks
+make (each one a synchronisation when its tensor is on a GPU; calls on host copies count too). Medians over `--repeats` steps, at batch 1 and 48
 (SGLang's default `max_running_requests` with EAGLE), 64-token trees, E = 128, top-8, 48 MoE layers.
 
     ./reproduce.sh bench-plugin [--layers 48 --repeats 20 --batches 1 48]
