@@ -16,8 +16,8 @@ launching process: every process reads the same environment.
 | `ACCEPTMOE_PRUNE`         | residency pruning; only `off` (SGLang keeps every expert resident)    | off     |
 | `ACCEPTMOE_TRACE`         | JSONL file the routing trace is appended to (the native trace format) | none    |
 | `ACCEPTMOE_MAX_RECORDS`   | verify steps kept in memory before the oldest are dropped             | 4096    |
-| `ACCEPTMOE_FORCE_DECODE`  | test switch: also restrict plain decode passes, all of a pass's tokens taken as one star-shaped block (root = the first request's token) | 0 |
-| `ACCEPTMOE_DUMP`          | test switch: a directory where each restricted MoE call's logits, set and routing are saved (bounded) | none |
+| `ACCEPTMOE_FORCE_DECODE`  | test switch: also restrict plain decode passes, all of a pass's tokens taken as one star-shaped block (root = the first request's token); eager passes only | 0 |
+| `ACCEPTMOE_DUMP`          | test switch: a directory for one file per verify pass (SGLang's tree mask and links, the recovered trees, per MoE layer the logits, sets and routing; bounded); eager passes only | none |
 
 Environment variables override the file. The method's settings (method, budget, beta) are parsed into a
 `Variant` and nothing else (`Variant.from_mapping`, the parser configs and the lm-eval backend share); the

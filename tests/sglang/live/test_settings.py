@@ -22,3 +22,20 @@ def test_bad_setting_stops_the_process_with_one_message():
 def test_good_settings_load():
     proc = run(ACCEPTMOE_METHOD="count-b", ACCEPTMOE_BUDGET="16")
     assert proc.returncode == 0 and "loaded" in proc.stdout, proc.stderr
+
+
+def test_sglang_is_served_in_the_native_engines_dtype():
+    """`serving/sglang/check.py` and the runners open SGLang with the native engine's dtype (fp32 for the tiny
+    checkpoint), never SGLang's `auto` (fp16 for an fp32 checkpoint): like is compared with like."""
+    import torch
+
+    from acceptmoe.engine.engine import load_engine
+    from acceptmoe.serving.sglang.engine import SGLangBackend
+
+    from common import ROOT
+
+    native = load_engine(ROOT / "models" / "tiny", device="cpu")
+    backend = SGLangBackend(ROOT / "models" / "tiny" / "target", ROOT / "models" / "tiny" / "draft",
+                            dtype=native.model.dtype)
+    assert native.model.dtype == torch.float32 and backend.describe()["dtype"] == "float32"
+    assert backend.fit == native.fit
