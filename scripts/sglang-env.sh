@@ -24,15 +24,13 @@ pip() { "$PY" -m pip install -q --disable-pip-version-check --no-warn-conflicts 
 log "installing torch (CPU) and sglang 0.5.23 without its dependencies"
 pip torch==2.13.0
 pip --no-deps sglang==0.5.23 compressed-tensors==0.18.0
-log "installing sglang's light serving dependencies and the graders' (--engine sglang runs table1 here)"
+log "installing sglang's light serving dependencies"
 pip triton==3.8.0 transformers==5.19.0 tokenizers==0.23.2 safetensors numpy pyyaml aiohttp fastapi \
   "uvicorn>=0.51" uvloop pyzmq psutil orjson msgspec pydantic requests setproctitle pybase64 \
   python-multipart prometheus-client partial_json_parser interegular einops packaging tqdm xxhash regex \
   sentencepiece tiktoken openai==2.8.0 pillow ipython dill apache-tvm-ffi==0.1.11 gguf loguru xgrammar==0.2.7 \
-  math-verify==0.9.0 "tree-sitter>=0.22" "tree-sitter-python>=0.21" "tempdir>=0.7.1" "wget>=3.2" \
-  "appdirs>=1.4.4" "termcolor>=2.0" \
+  math-verify==0.9.0 \
   pytest
-pip --no-deps evalplus==0.3.1            # code grading (as ./reproduce.sh installs it for the project)
 log "installing acceptmoe (editable, no dependencies) so its sglang.srt.plugins entry point is registered"
 pip --no-deps -e "$ROOT"
 echo "$want" > "$stamp"
