@@ -11,7 +11,7 @@ Per pair, only prompts finished by every configured method are used (a partial r
 Written as `table1.md`, `table1.csv` (one record per pair and method) and `table1.tex` into the run folder.
 
     >>> from acceptmoe.experiments.table1.table import build_table1
-    >>> t = build_table1("results/reference/table1/tiny-20261201-131657-a02c0d")    # write_table1 also writes
+    >>> t = build_table1("results/reference/table1/tiny-20261201-170239-999833")    # write_table1 also writes
     >>> round(t.means["standard-sd"]["accuracy"], 1), [pair.task for pair in t.b0][:2], t.incomplete
     (85.7, ['tiny-gsm', 'tiny-math'], [])
 """
