@@ -58,11 +58,13 @@ class StepBuffers:
     counts: tuple = ()       # num_tokens as last written
 
 
-def commitment_weights(plan: Plan, depth: Tensor, level_size: Tensor) -> Tensor:
+def commitment_weights(plan: Plan, depth: Tensor, level_size: Tensor, p_hat: Tensor | None = None) -> Tensor:
     """alpha_t = p_hat[d_t]^beta * N_{d_t}^level_exponent in float64, returned as fp32 (the root's is 1): the one
-    definition both prepares use. depth long [...], level_size [...] the size N_d of each token's level."""
+    definition both prepares use. depth long [...], level_size [...] the size N_d of each token's level; p_hat
+    the plan's as a float64 tensor on depth's device (made here when not given)."""
     cfg = plan.selector
-    p_hat = torch.tensor(cfg.p_hat, dtype=torch.float64, device=depth.device)
+    if p_hat is None:
+        p_hat = torch.tensor(cfg.p_hat, dtype=torch.float64, device=depth.device)
     return (p_hat[depth].pow(cfg.beta) * level_size.to(torch.float64).pow(cfg.level_exponent)).float()
 
 
@@ -89,6 +91,7 @@ class Verifier:
         self.plan, self.device = plan, torch.device(device)
         self.buffers: dict[tuple[int, int], StepBuffers] = {}     # (rows, T) -> buffers, kept for graph replays
         self.step: StepBuffers | None = None
+        self._p_hat: Tensor | None = None                          # p_hat on the device (prepare_tree)
 
     def prepare(self, blocks: BlockInfo | Sequence[BlockInfo], pad_to: int | None = None,
                 rows: int | None = None) -> None:
@@ -129,11 +132,18 @@ class Verifier:
             depth = tree_depths(parents.to(self.device), self.plan.fit.max_depth)            # [B, T]
             D = self.plan.fit.max_depth
             level = torch.nn.functional.one_hot(depth, D + 1).sum(1)                         # [B, D + 1]
-            alpha = commitment_weights(self.plan, depth, level.gather(1, depth))
+            if self._p_hat is None:                       # once: no host-to-device copy per step
+                self._p_hat = torch.tensor(self.plan.selector.p_hat, dtype=torch.float64, device=self.device)
+            alpha = commitment_weights(self.plan, depth, level.gather(1, depth), self._p_hat)
             if B < R:
                 alpha = torch.cat([alpha, alpha.new_zeros(R - B, T)])
             buf.alpha.copy_(alpha)
-        self._counts(buf, (T,) * B + (0,) * (R - B))
+        counts = (T,) * B + (0,) * (R - B)
+        if counts != buf.counts:                           # from the host-known batch size: device ops only
+            used = torch.arange(R, device=self.device) < B
+            buf.num_tokens.copy_(used.int() * T)
+            buf.valid.copy_(used[:, None].float().expand(R, T))
+            buf.counts = counts
         self.step = buf
 
     def _buffers(self, R: int, T: int) -> StepBuffers:
