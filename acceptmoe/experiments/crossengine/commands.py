@@ -39,12 +39,13 @@ def cross_engine(preset: str, limit: int, tokens: int, methods: list[str] | None
     from acceptmoe.evals.tasks import get_task
 
     from ..spine.config import load_world
-    from ..spine.engines import load_model, open_backend
+    from ..spine.engines import load_model, open_backend, opener
     from ..spine.prompts import prompt_ids
     from ..spine.runs import open_run, write_json
 
     world = load_world(preset)
     order = method_order(methods)
+    opener("sglang")                        # SGLang missing: one error before any run folder is made
     config = {"preset": preset, "limit": limit, "tokens": tokens, "methods": order}
     run = open_run("cross-engine", world.preset, config, root=results, fresh=True)
     rows = []
