@@ -26,7 +26,8 @@ ensure_env() {  # $1: pip extras to install, e.g. "test" or "eval"
     echo "[reproduce] installing acceptmoe[$extras] (CPU path: torch==2.13.0, triton==3.7.1)" >&2
     "$PY" -m pip install -q -e ".[$extras]"
     # Code grading reuses evalplus's sanitiser and oracles; its dependencies are in the eval extra.
-    "$PY" -m pip install -q --no-deps "evalplus==0.3.1"
+    # shellcheck disable=SC2046
+    "$PY" -m pip install -q --no-deps $("$PY" scripts/requirements.py no-deps)
     echo "$want" > "$stamp"
   fi
 }

@@ -5,7 +5,7 @@
 # SGLang pins other torch/transformers versions than the project, so it never goes into the project's venv.
 # A plain `pip install sglang` pulls a CUDA torch and ~10 GB: install it without dependencies beside the CPU
 # torch wheel, plus the light dependencies its serving path imports. Rebuilt only when this script or
-# pyproject.toml (the plugin's entry point) changes.
+# pyproject.toml (the plugin's entry point, the graders' pins) changes.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 VENV="${ACCEPTMOE_SGLANG_VENV:-$ROOT/.venv-sglang}"
@@ -29,8 +29,12 @@ pip triton==3.8.0 transformers==5.19.0 tokenizers==0.23.2 safetensors numpy pyya
   "uvicorn>=0.51" uvloop pyzmq psutil orjson msgspec pydantic requests setproctitle pybase64 \
   python-multipart prometheus-client partial_json_parser interegular einops packaging tqdm xxhash regex \
   sentencepiece tiktoken openai==2.8.0 pillow ipython dill apache-tvm-ffi==0.1.11 gguf loguru xgrammar==0.2.7 \
-  math-verify==0.9.0 \
   pytest
+log "installing the graders (the project's eval extra, read from pyproject.toml) for --engine sglang runs"
+# shellcheck disable=SC2046
+pip $("$PY" "$ROOT/scripts/requirements.py" extra eval)
+# shellcheck disable=SC2046
+pip --no-deps $("$PY" "$ROOT/scripts/requirements.py" no-deps)
 log "installing acceptmoe (editable, no dependencies) so its sglang.srt.plugins entry point is registered"
 pip --no-deps -e "$ROOT"
 echo "$want" > "$stamp"

@@ -1,12 +1,14 @@
 """The `./reproduce.sh` dispatcher: commands declare themselves, unknown ones list the valid ones, bad input
 is one clear line with exit code 2."""
 import importlib
+import json
 import subprocess
 import sys
 
 import pytest
 
 from acceptmoe.commands import COMMANDS, declared
+from acceptmoe.errors import UserError
 
 
 def run(*args):
@@ -85,13 +87,26 @@ def test_bad_presets_are_one_clear_line(tmp_path, edit, message):
     assert len(out.stderr.strip().splitlines()) == 1
 
 
+def test_resume_accepts_an_option_repeated_with_its_frozen_value():
+    from acceptmoe.experiments.spine.options import check_resume_options
+    frozen = {"limit": 3, "methods": ["acceptmoe"], "world": {"engine": "sglang"}}
+    check_resume_options({"world.engine": "sglang", "limit": 3, "methods": ("acceptmoe",)}, frozen)
+    with pytest.raises(UserError, match=r"drop --methods \(frozen: \['acceptmoe'\]\)"):
+        check_resume_options({"methods": ["count-b"]}, frozen)
+
+
 def test_yaml_syntax_and_resume_mistakes_are_one_clear_line(tmp_path):
     broken = tmp_path / "broken.yaml"
     broken.write_text("preset: tiny\nmodels: [\n  {name: x\n")
+    frozen = tmp_path / "run"
+    frozen.mkdir()
+    (frozen / "config.json").write_text(json.dumps({"config": {"limit": 1, "world": {"engine": "native"}}}))
     cases = [(("table1", "--preset", str(broken)), "broken.yaml:4:1: YAML syntax error"),
              (("table1", "--resume", str(broken)), "not a run folder"),
-             (("table1", "--resume", str(tmp_path), "--limit", "2"), "--resume continues a run with its frozen "
-                                                                       "config: drop --limit")]
+             (("table1", "--resume", str(frozen), "--limit", "2"), "--resume continues a run with its frozen "
+                                                                     "config: drop --limit (frozen: 1)"),
+             (("table1", "--resume", str(frozen), "--limit", "1", "--engine", "sglang"),
+              "drop --engine (frozen: 'native')")]
     for args, message in cases:
         out = run(*args)
         assert out.returncode == 2 and message in out.stderr and "Traceback" not in out.stderr, out.stderr

@@ -9,7 +9,8 @@ RLIMIT_AS and no core files), one call at a time with a wall-clock limit per cal
 that raises, runs past its limit, dies (a crash, the memory limit) or answers more than
 `Limits.answer_bytes` gives that call's `Outcome` an error, never the caller's; after a time-out or a
 death the worker is killed with its session and a fresh one takes the remaining calls; a healthy one
-is kept for the next batch. Arguments and results are JSON. Only functions of `acceptmoe.evals` can be
+is kept for the next batch, and a kept one found gone before a call reached it (killed from outside while
+idle) is replaced for that call, which never ran. Arguments and results are JSON. Only functions of `acceptmoe.evals` can be
 named.
 """
 from __future__ import annotations
@@ -91,12 +92,15 @@ class _Worker:
             raise RuntimeError(f"the worker for {function} did not start ({error or ready})")
 
     def call(self, args: list) -> Outcome:
+        """The call's outcome; `_Unsent` if the worker was gone before the call reached it (not the call's doing:
+        an idle worker can be killed from outside, e.g. by a serving engine's shutdown killing its process's
+        children)."""
         try:
             self.proc.stdin.write(json.dumps(args).encode() + b"\n")
             self.proc.stdin.flush()
         except OSError as exc:
             self.broken = True
-            return Outcome(error=f"the worker died before the call ({exc})")
+            raise _Unsent(str(exc)) from None
         answer, error = self._answer(self.limits.call_s)
         if error is None and not (isinstance(answer, dict) and set(answer) in ({"value"}, {"error"})):
             error = "the worker's answer is malformed"
@@ -144,6 +148,10 @@ class _Worker:
                 pass
 
 
+class _Unsent(Exception):
+    """The worker was gone before a call was written to it."""
+
+
 def _death(returncode: int | None) -> str:
     if returncode is not None and returncode < 0:
         try:
@@ -178,7 +186,16 @@ def call_each(function: str, calls: list[list], limits: Limits = Limits()) -> li
         for args in calls:
             if worker is None:
                 worker = _Worker(function, limits)
-            outcome = worker.call(args)
+            try:
+                outcome = worker.call(args)
+            except _Unsent:    # the call never ran: a fresh worker takes it; a fresh one that cannot is an error
+                worker.close()
+                worker = _Worker(function, limits)
+                try:
+                    outcome = worker.call(args)
+                except _Unsent as exc:
+                    raise RuntimeError(f"a fresh worker for {function} died before it could take a call "
+                                       f"({exc})") from None
             outcomes.append(outcome)
             if worker.broken:  # timed out, died, or answered too much: a fresh worker for the rest
                 worker.close()

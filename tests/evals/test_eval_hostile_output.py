@@ -226,3 +226,21 @@ def test_the_parents_memory_stays_bounded_on_the_worst_programs():
     assert not any(run["passed"] for run in report["runs"].values())
     assert all(run["seconds"] < 60 for run in report["runs"].values()), report
     assert report["after_mib"] - report["before_mib"] < 400, report
+
+
+def test_a_kept_reading_worker_killed_while_idle_is_replaced_not_blamed_on_the_next_reply():
+    """A serving engine's shutdown kills its process's children (SGLang's `kill_process_tree`), the kept reading
+    worker among them: the next reply never reached that worker, so a fresh one reads it."""
+    import signal
+
+    from acceptmoe.evals import contained
+
+    fn = "acceptmoe.evals.extract:extract_code"
+    first = contained.call_each(fn, [["```python\nx = 1\n```"]])
+    assert first[0].ok
+    idle = [w for (name, _), w in contained._IDLE.items() if name == fn]
+    assert len(idle) == 1
+    os.killpg(idle[0].proc.pid, signal.SIGKILL)
+    idle[0].proc.wait()
+    again = contained.call_each(fn, [["```python\ny = 2\n```"]])
+    assert again[0].ok and again[0].value == first[0].value.replace("x = 1", "y = 2"), again

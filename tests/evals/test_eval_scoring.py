@@ -170,3 +170,18 @@ def test_math500_scores_an_unparseable_gold_as_one_failed_sample():
     scores = task.score_many([good, bad], [f"\\boxed{{{good['answer']}}}", "\\boxed{1}"])
     assert scores[0].correct and "gold_error" not in scores[0].details
     assert not scores[1].correct and "does not parse" in scores[1].details["gold_error"]
+
+
+def test_a_missing_grader_stops_the_run_instead_of_grading_replies_wrong():
+    """lm-eval not importable (as in an environment built without the `eval` extra): scoring a GSM8K reply
+    raises the one-line install error; it is never saved as an incorrect reply."""
+    import subprocess
+    import sys
+
+    code = ("import sys; sys.modules['lm_eval'] = None\n"
+            "from acceptmoe.evals.tasks import get_task\n"
+            "task = get_task('tiny-gsm'); ex = task.load('test')[0]\n"
+            "try:\n    task.score_many([ex], ['#### 1'])\nexcept Exception as exc:\n"
+            "    print(type(exc).__name__, exc)\nelse:\n    print('graded')\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.stdout.startswith("LmEvalMissing GSM8K scoring needs lm-eval==0.4.13"), out.stdout + out.stderr

@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from types import ModuleType
 from typing import Callable
 
+from acceptmoe.errors import UserError
 from acceptmoe.evals import contained
 from acceptmoe.evals.codecheck import CodeProblem, CodeVerdict, grade_many
 from acceptmoe.evals.extract import response_text
@@ -82,6 +83,8 @@ class Task:
 def _scored(score: Callable[[dict, str], Grade], example: dict, text: str) -> Grade:
     try:
         return score(example, text)
+    except UserError:         # a grader missing or mispinned: this machine's problem, never a reply's verdict
+        raise
     except Exception as exc:  # this reply's failure, never the batch's
         return Grade(False, "", {"error": f"scoring raised {type(exc).__name__}: {str(exc)[:300]}"})
 

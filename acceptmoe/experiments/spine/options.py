@@ -73,26 +73,40 @@ def open_or_resume(command: str, args: argparse.Namespace, load: Callable[[dict]
     frozen config; otherwise `load(overrides)` builds the config and a new (or matching unfinished) run opens."""
     given = overrides_of(args)
     if args.resume is not None:
-        if given:
-            flags = ", ".join("--" + k.split(".")[-1].replace("_", "-") for k in given)
-            raise UserError(f"--resume continues a run with its frozen config: drop {flags}, or start a new run "
-                            f"without --resume")
         meta = args.resume / "config.json"
         if not args.resume.is_dir() or not meta.is_file():
             raise UserError(f"--resume {args.resume}: not a run folder (no {meta.name}); give a folder written by "
                             f"`./reproduce.sh {command}`, e.g. results/{command}/<preset>/<run-id>")
         saved = read_saved(args.resume, command)
+        check_resume_options(given, saved["config"])
+        cfg = from_saved(saved["config"])
+        opener(cfg.world.engine)                   # an SGLang run resumes where SGLang is installed
         lock_run(args.resume)
         now = check_same_code(saved.get("environment", {}), args.resume, args.allow_code_change)
         run = Run(args.resume, resumed=True)
         record_resume(run, now)
-        return from_saved(saved["config"]), run
+        return cfg, run
     cfg = load(given)
     opener(cfg.world.engine)                       # fail before creating a run folder
     check_device(cfg.world.device)
     for model in cfg.world.models:
         resolve_checkpoint(model.target), resolve_checkpoint(model.draft)
     return cfg, open_run(command, cfg.world.preset, cfg, root=args.results)
+
+
+def check_resume_options(given: dict, frozen: dict) -> None:
+    """A resumed run keeps its frozen config: an option may be repeated with the frozen value (`--engine sglang`,
+    which ./reproduce.sh reads to pick SGLang's environment), never changed."""
+    def frozen_value(key: str):
+        node = frozen
+        for part in key.split("."):
+            node = node.get(part) if isinstance(node, dict) else None
+        return node
+    changed = [k for k, v in given.items() if frozen_value(k) != (list(v) if isinstance(v, tuple) else v)]
+    if changed:
+        flags = ", ".join(f"--{k.split('.')[-1].replace('_', '-')} (frozen: {frozen_value(k)!r})" for k in changed)
+        raise UserError(f"--resume continues a run with its frozen config: drop {flags}, or start a new run "
+                        f"without --resume")
 
 
 def read_saved(run_dir: Path, command: str) -> dict:
