@@ -49,6 +49,14 @@ class _Recorder:
 
 def capture_launch(module, name: str, run: Callable[[], Any]) -> Launch:
     """The one launch `run()` makes of `module.<name>`, recorded instead of executed."""
+    launches = capture_launches(module, name, run)
+    if len(launches) != 1:
+        raise RuntimeError(f"expected one launch of {name}, got {len(launches)}")
+    return launches[0]
+
+
+def capture_launches(module, name: str, run: Callable[[], Any]) -> list[Launch]:
+    """Every launch `run()` makes of `module.<name>`, in order, recorded instead of executed."""
     kernel = getattr(module, name)
     recorder = _Recorder(kernel)
     setattr(module, name, recorder)
@@ -60,9 +68,9 @@ def capture_launch(module, name: str, run: Callable[[], Any]) -> Launch:
                 raise
     finally:
         setattr(module, name, kernel)
-    if len(recorder.launches) != 1:
-        raise RuntimeError(f"expected one launch of {name}, got {len(recorder.launches)}")
-    return recorder.launches[0]
+    if not recorder.launches:
+        raise RuntimeError(f"{name} was not launched")
+    return recorder.launches
 
 
 def compile_launch(launch: Launch, arch: int):
