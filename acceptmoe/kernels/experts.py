@@ -185,8 +185,11 @@ def _operand(w: dict[str, Tensor], name: str) -> tuple[Tensor, Tensor, int, int]
 
 def experts(x: Tensor, w: dict[str, Tensor], group: Tensor, k: int, num_groups: int, activation: str = "swiglu",
             weights: Tensor | None = None, skip: int | None = None, alpha: float = 1.702, limit: float = 7.0,
-            block_n: int = 64, block_k: int = 64, num_warps: int = 4) -> Tensor:
-    """Every pair's expert output, weighted: see the module docstring. x [T, H], group [P] -> [P, H]."""
+            block_n: int = 64, block_k: int = 64, num_warps: int | None = None) -> Tensor:
+    """Every pair's expert output, weighted: see the module docstring. x [T, H], group [P] -> [P, H].
+    num_warps None: 4 for 16-bit compute, 8 for fp32 (with 4, fp32 tiles spill on sm_120 at GPT-OSS's shape;
+    `./reproduce.sh bench-kernel`)."""
+    num_warps = num_warps or (8 if x.dtype == torch.float32 else 4)
     if activation not in ACTIVATIONS:
         raise ValueError(f"unknown activation {activation!r}; valid: {', '.join(ACTIVATIONS)}")
     if x.dtype not in _TL_DTYPES:

@@ -47,3 +47,33 @@ def test_kernel_compiles_for_gpu_targets_without_spills_or_fp64():
         assert s["sass"] > 0 and s["registers"] > 0, what
         assert s["spill"] == 0 and s["local"] == 0 and s["local_ops"] == 0, f"{what} spills: {s}"
         assert s["fp64"] == 0, f"{what} has {s['fp64']} fp64 instructions"
+
+
+EXPERTS = [(120, ("gpt-oss-120b", "fp32", 64)), (120, ("gpt-oss-120b", "mxfp4", 64)), (90, ("qwen3-30b-a3b", "bf16", 1)),
+           (90, ("tiny", "mxfp4", 64))]
+
+EXPERTS_SCRIPT = """
+import dataclasses, json, sys
+from acceptmoe.experiments.bench.experts_table import ExpertsCase, measure_experts
+rows = [r for arch, v in json.loads(sys.argv[1]) for r in measure_experts((ExpertsCase(*v), arch))]
+print(json.dumps([{"arch": r["arch"], "stage": r["stage"], "case": list(dataclasses.astuple(r["case"])),
+                   "stats": dataclasses.asdict(r["stats"])} for r in rows]))
+"""
+
+
+def test_experts_kernel_compiles_for_gpu_targets_without_spills_or_fp64():
+    """Both launches of one layer's pass at the paper's shapes, dense and MXFP4 packed (the worst case for
+    registers: fp32 at GPT-OSS-120B's shape on sm_120)."""
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    root = Path(__file__).resolve().parents[2]
+    proc = subprocess.run([sys.executable, "-c", EXPERTS_SCRIPT, json.dumps(EXPERTS)], cwd=root, env=env,
+                          capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    rows = json.loads(proc.stdout.splitlines()[-1])
+    assert sorted((r["arch"], tuple(r["case"]), r["stage"]) for r in rows) == sorted(
+        (arch, tuple(v), stage) for arch, v in EXPERTS for stage in (1, 2))
+    for row in rows:
+        s, what = row["stats"], f"sm_{row['arch']} {row['case']} stage {row['stage']}"
+        assert s["sass"] > 0 and s["registers"] > 0, what
+        assert s["spill"] == 0 and s["local"] == 0 and s["local_ops"] == 0, f"{what} spills: {s}"
+        assert s["fp64"] == 0, f"{what} has {s['fp64']} fp64 instructions"

@@ -1,4 +1,4 @@
-"""Benchmark: the verifier kernel compiled offline for its GPU targets, one row per variant.
+"""Benchmark: the verifier and experts kernels compiled offline for their GPU targets, one row per variant.
 
 For every method x router x logit dtype x pruning x T, the launch the wrapper makes is captured (no GPU
 needed), compiled for sm_90 (H100/H200) and sm_120 (RTX 5090 / RTX PRO 6000) with `triton.compile`, and
@@ -7,6 +7,10 @@ wheel's `ptxas -v` on the same PTX), local-memory instructions (STL/LDL) in the 
 fp64 SASS instructions and shuffles. Run without TRITON_INTERPRET.
 
     ./reproduce.sh bench-kernel [--archs 90 120] [--tokens 16 64 128] [--routers qwen3 gpt-oss qwen3-e256]
+                                [--kernels verifier experts] [--shapes ...] [--weights bf16 fp32 mxfp4]
+
+The experts kernel's rows (`experts_table`) add the bytes each launch must read and its memory-bound time at
+each GPU's published bandwidth.
 """
 from __future__ import annotations
 
@@ -78,12 +82,18 @@ def measure(args: tuple[KernelCase, int]) -> dict:
 
 def run(archs, routers, dtypes, tokens, jobs: int, on_row=None) -> list[dict]:
     work = [(v, arch) for v in cases(routers, dtypes, tokens) for arch in archs]
+    return _compiled(measure, work, jobs, on_row)
+
+
+def _compiled(fn, work: list, jobs: int, on_row) -> list[dict]:
+    """fn over work in `jobs` processes, rows in order (fn returns a row or a list of rows)."""
     rows = []
     with ProcessPoolExecutor(max(1, jobs)) as pool:
-        for row in pool.map(measure, work):
-            rows.append(row)
-            if on_row is not None:
-                on_row(row)
+        for out in pool.map(fn, work):
+            for row in (out if isinstance(out, list) else [out]):
+                rows.append(row)
+                if on_row is not None:
+                    on_row(row)
     return rows
 
 
@@ -107,21 +117,36 @@ def format_table(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
-@command("bench-kernel", "the verifier kernel compiled offline for sm_90 and sm_120: registers, spills, SASS, fp64")
+@command("bench-kernel", "the verifier and experts kernels compiled offline for sm_90 and sm_120: registers, "
+                         "spills, SASS, fp64; the experts' bytes and memory-bound time per GPU")
 def main(argv: list[str] | None = None) -> int:
+    from .experts_table import SHAPES, WEIGHTS, bandwidths, expert_cases, format_experts_row, format_experts_table, \
+        measure_experts
     p = parser("bench-kernel")
     p.add_argument("--archs", type=int, nargs="+", default=[90, 120], choices=[90, 120])
+    p.add_argument("--kernels", nargs="+", default=["verifier", "experts"], choices=["verifier", "experts"])
     p.add_argument("--routers", nargs="+", default=list(ROUTERS), choices=list(ROUTERS))
     p.add_argument("--dtypes", nargs="+", default=list(DTYPES), choices=list(DTYPES))
     p.add_argument("--tokens", type=int, nargs="+", default=[16, 64, 128])
+    p.add_argument("--shapes", nargs="+", default=list(SHAPES), choices=list(SHAPES), help="experts kernel shapes")
+    p.add_argument("--weights", nargs="+", default=list(WEIGHTS), choices=list(WEIGHTS),
+                   help="experts kernel weight formats")
+    p.add_argument("--expert-tokens", type=int, nargs="+", default=[1, 64], help="tokens per experts pass")
     p.add_argument("--jobs", type=int, default=1, help="compile in this many processes")
     a = p.parse_args(argv)
     if os.environ.get("TRITON_INTERPRET", "0") not in ("", "0"):
         p.error("TRITON_INTERPRET is set: unset it, the kernel is compiled for real GPU targets")
     t0 = time.perf_counter()
-    rows = run(a.archs, a.routers, a.dtypes, a.tokens, a.jobs,
-               on_row=lambda r: print(format_row(r), file=sys.stderr, flush=True))
-    print(format_table(rows))
+    if "verifier" in a.kernels:
+        rows = run(a.archs, a.routers, a.dtypes, a.tokens, a.jobs,
+                   on_row=lambda r: print(format_row(r), file=sys.stderr, flush=True))
+        print("## verifier kernel\n\n" + format_table(rows) + "\n")
+    if "experts" in a.kernels:
+        devices = bandwidths()
+        work = [(c, arch) for c in expert_cases(a.shapes, a.weights, a.expert_tokens) for arch in a.archs]
+        rows = _compiled(measure_experts, work, a.jobs,
+                         on_row=lambda r: print(format_experts_row(r, devices), file=sys.stderr, flush=True))
+        print("## experts kernel\n\n" + format_experts_table(rows, devices) + "\n")
     print(f"compiled in {time.perf_counter() - t0:.0f} s")
     return 0
 
