@@ -6,11 +6,14 @@
     state = store.pool_state(); store.restore_pool(state)      # offloaded: the pool, saved and put back
 
 A MoE layer is a fixed sequence of tensor operations, whatever the routing: the T*k (token, expert) pairs
-are sorted by their weight group, the experts are two grouped matmuls over the sorted rows (`grouped_mm`,
-one group per expert or slot), and each pair's output is put back in pair order, weighted and summed over
-k. No Python loop over experts and no host sync inside a pass on a resident store; the counters live in a
-device tensor and are read by `stats()` after the step. On CPU a pass with few pairs (a decode step)
-multiplies per pair on gathered weights instead (`gathers_per_pair`: the CPU grouped_mm pays per group).
+are sorted by their weight group and multiplied group by group, and each pair's weighted output comes back in
+pair order and is summed over k. One rule (`expert_path`) picks how: on CUDA the experts kernel
+(`acceptmoe.kernels.experts`: block-aligned tiles per group, dense or MXFP4-packed weights) except where
+torch has a native grouped matmul for dense weights (bf16 on sm90 / sm100, until gpu-check's timing says
+otherwise), there two `grouped_mm`s; on CPU two `grouped_mm`s, or for a pass with few pairs (a decode step)
+per pair on gathered weights (the CPU grouped_mm pays per group). No Python loop over experts and no host
+sync inside a pass on a resident store; the counters live in a device tensor and are read by `stats()`
+after the step.
 
 - `ResidentStore`: every expert of every MoE layer on the device; groups = experts. Every used expert
   is a hit.
@@ -31,11 +34,10 @@ by a pass: hit = resident when the pass starts), `wait_s` (seconds the compute s
 
 Expert weights per layer are a dict of stacked tensors [E, ...]: `w1` [E, 2I, H] (gate and up rows),
 `w2` [E, H, I], optional biases `b1` [E, 2I], `b2` [E, H]. MXFP4 checkpoints give `w1_blocks`, `w1_scales`,
-`w2_blocks`, `w2_scales` (packed); the matmuls never dequantise per use:
-- resident store: one persistent dequantised copy in the compute dtype, made at load time (3.8x the
-  packed bytes in bf16; a model whose dequantised experts do not fit the device uses the offloaded store);
-- offloaded store: host memory keeps the packed bytes (a load moves and counts packed bytes) and a load
-  dequantises the copied expert once into its slot, so the slot pool is X dequantised experts.
+`w2_blocks`, `w2_scales` (packed). On CUDA they stay packed everywhere (device memory, the slot pool, pinned
+host memory; `ExpertMath.kept`): the experts kernel dequantises tiles in registers, so GPT-OSS-120B's experts
+take 61 GB resident instead of 230 GB in bf16. On CPU (no kernel) the resident store keeps one dequantised
+copy made at load time, and the offloaded store moves packed bytes and dequantises each load into its slot.
 """
 from __future__ import annotations
 
@@ -100,6 +102,13 @@ class ExpertMath:
         up = up.clamp(min=-self.limit, max=self.limit)
         return (up + 1) * (gate * torch.sigmoid(gate * self.alpha))
 
+    def kept(self, t: dict[str, Tensor], device: torch.device) -> dict[str, Tensor]:
+        """The form a store keeps on `device` (what its matmuls read): on CUDA the stored tensors (MXFP4 stays
+        packed, the experts kernel dequantises in registers), elsewhere `dense`."""
+        if torch.device(device).type == "cuda":
+            return {n: v.to(device) for n, v in t.items()}
+        return self.dense({n: v.to(device) for n, v in t.items()})
+
     def dense(self, t: dict[str, Tensor]) -> dict[str, Tensor]:
         """Stored tensors (dense or MXFP4-packed) -> dense `w1`, `w2` (+ biases) in the compute dtype."""
         out = {n: v for n, v in t.items() if n in ("w1", "w2", "b1", "b2")}
@@ -137,10 +146,13 @@ class ExpertMath:
         return y.view(T * k, H)
 
 
-def grouped_weights(dense: dict[str, Tensor]) -> dict[str, Tensor]:
-    """Dense stacked weights -> the operands of `ExpertMath.grouped` and `per_pair`: w1 [G, 2I, H], w2
-    [G, H, I], their transposed views w1t, w2t (sharing storage), biases as they are."""
-    return {**dense, "w1t": dense["w1"].transpose(1, 2), "w2t": dense["w2"].transpose(1, 2)}
+def grouped_weights(kept: dict[str, Tensor]) -> dict[str, Tensor]:
+    """Stacked weights -> the operands of every path: dense w1 [G, 2I, H], w2 [G, H, I] gain their transposed
+    views w1t, w2t (sharing storage) for `ExpertMath.grouped` and `per_pair`; packed weights and biases stay
+    as they are (the experts kernel reads them directly)."""
+    if "w1" not in kept:
+        return dict(kept)
+    return {**kept, "w1t": kept["w1"].transpose(1, 2), "w2t": kept["w2"].transpose(1, 2)}
 
 
 def native_grouped_mm(device: torch.device, dtype: torch.dtype) -> bool:
@@ -155,20 +167,27 @@ def native_grouped_mm(device: torch.device, dtype: torch.dtype) -> bool:
 
 
 GATHER_BYTES = 2 << 20          # per-pair gathers copy pairs x expert bytes; above this one grouped matmul wins
+EXPERT_PATHS = ("per_pair", "grouped", "triton")
 
 
-def gathers_per_pair(x: Tensor, pairs: int, num_experts: int, w: dict[str, Tensor]) -> bool:
-    """The one rule choosing how experts are multiplied: per pair on gathered weights for a CPU pass with
-    few pairs whose gathered weights are small (pairs * 6 <= E, and pairs * one expert's w1 + w2 bytes <=
-    GATHER_BYTES: the CPU grouped_mm costs a few microseconds per group, used or not, while a gather copies
-    each pair's weights: at the tiny model's 49 KB experts a decode step gathers, at Qwen3-30B-A3B's 19 MB
-    (fp32) it runs grouped, 11 ms against 114 ms per layer on one core) and on a GPU without a native grouped
-    matmul for the dtype (`native_grouped_mm`); else one grouped matmul. It depends on the pass, the device,
-    E and the experts' shape only, so both stores make the same choice."""
+def expert_path(x: Tensor, pairs: int, num_experts: int, w: dict[str, Tensor]) -> str:
+    """The one rule choosing how a pass's experts are multiplied (`EXPERT_PATHS`):
+    - CUDA: the experts kernel (`triton`), except dense weights in a dtype torch has a native grouped matmul
+      for (`native_grouped_mm`: bf16 on sm90 / sm100), which run `grouped` until gpu-check's experts timing
+      shows the kernel ahead there; packed MXFP4 weights always take the kernel;
+    - CPU: `per_pair` on gathered weights for a pass with few pairs whose gathers are small (pairs * 6 <= E,
+      and pairs * one expert's w1 + w2 bytes <= GATHER_BYTES: the CPU grouped_mm costs a few microseconds per
+      group, used or not, while a gather copies each pair's weights: at the tiny model's 49 KB experts a
+      decode step gathers, at Qwen3-30B-A3B's 19 MB (fp32) it runs grouped, 11 ms against 114 ms per layer on
+      one core), else `grouped`;
+    - any other device: `per_pair`.
+    It depends on the pass, the device, E and the experts' stored form only, so both stores choose alike."""
+    if x.device.type == "cuda":
+        return "grouped" if "w1" in w and native_grouped_mm(x.device, x.dtype) else "triton"
     if x.device.type == "cpu":
         per_expert = w["w1"][0].numel() * w["w1"].element_size() + w["w2"][0].numel() * w["w2"].element_size()
-        return 6 * pairs <= num_experts and pairs * per_expert <= GATHER_BYTES
-    return not native_grouped_mm(x.device, x.dtype)
+        return "per_pair" if 6 * pairs <= num_experts and pairs * per_expert <= GATHER_BYTES else "grouped"
+    return "per_pair"
 
 
 def group_counts(group: Tensor, num_groups: int) -> Tensor:
@@ -184,24 +203,34 @@ def expert_bytes(layer_weights: dict[str, Tensor]) -> int:
     return sum(t[0].numel() * t.element_size() for t in layer_weights.values())
 
 
-def experts_by_group(math: ExpertMath, x: Tensor, group: Tensor, k: int, num_groups: int,
-                     w: dict[str, Tensor], per_pair: bool) -> tuple[Tensor, Tensor]:
-    """Pairs -> (expert outputs [T*k, H] in pair order, rows per group [G]). group [T*k]: the weight
-    group of each pair (pair p = token p // k). per_pair: gathered weights (`gathers_per_pair`); else
-    rows are sorted by group (stably) for the grouped matmuls and put back."""
-    counts = group_counts(group, num_groups)                             # [G]
-    if per_pair:
-        return math.per_pair(x, w, group, k), counts
-    sorted_group, order = torch.sort(group, stable=True)                 # [P] each, by group
-    offs = counts.cumsum(0, dtype=torch.int32)                           # [G]
-    ys = math.grouped(x[order // k], w, offs, sorted_group)              # [P, H] by group
-    return torch.empty_like(ys).index_copy_(0, order, ys), counts        # [P, H] in pair order
-
-
-def combine(y: Tensor, weights: Tensor) -> Tensor:
-    """y [T*k, H] in pair order, weights [T, k] -> [T, H]: weighted sum over each token's k experts."""
+def experts_by_group(math: ExpertMath, x: Tensor, group: Tensor, weights: Tensor, num_groups: int,
+                     w: dict[str, Tensor], path: str, skip: int | None = None) -> tuple[Tensor, Tensor]:
+    """Pairs -> (weighted expert outputs [T*k, H] in pair order, rows per group [G]). group [T*k]: the weight
+    group of each pair (pair p = token p // k), weights [T, k] the routing weights; path: `expert_path`'s
+    choice. `skip`: a group whose pairs are known to give zeros (the offloaded store's zero slot), which the
+    kernel leaves out."""
     T, k = weights.shape
-    return (y.view(T, k, -1) * weights.to(y.dtype).unsqueeze(-1)).sum(1)
+    counts = group_counts(group, num_groups)                             # [G]
+    if path == "triton":
+        from acceptmoe.kernels.experts import experts
+        y = experts(x, w, group, k, num_groups, math.activation, weights=weights, skip=skip, alpha=math.alpha,
+                    limit=math.limit)                                    # [P, H] weighted, in pair order
+        return y, counts
+    if path == "per_pair":
+        y = math.per_pair(x, w, group, k)                                # [P, H]
+    elif path == "grouped":
+        sorted_group, order = torch.sort(group, stable=True)             # [P] each, by group
+        offs = counts.cumsum(0, dtype=torch.int32)                       # [G]
+        ys = math.grouped(x[order // k], w, offs, sorted_group)          # [P, H] by group
+        y = torch.empty_like(ys).index_copy_(0, order, ys)               # [P, H] in pair order
+    else:
+        raise ValueError(f"unknown expert path {path!r}; valid: {', '.join(EXPERT_PATHS)}")
+    return y * weights.reshape(-1, 1).to(y.dtype), counts
+
+
+def combine(y: Tensor, k: int) -> Tensor:
+    """Weighted pair outputs y [T*k, H] in pair order -> [T, H]: the sum over each token's k experts."""
+    return y.view(-1, k, y.shape[-1]).sum(1)
 
 
 @dataclass(frozen=True)
@@ -268,8 +297,7 @@ class ResidentStore(ExpertStore):
 
     def __init__(self, math, layers, num_experts, device):
         super().__init__(math, layers, num_experts, device)
-        self.weights = {l: grouped_weights(math.dense({n: t.to(device) for n, t in w.items()}))
-                        for l, w in _drain(layers)}
+        self.weights = {l: grouped_weights(math.kept(w, device)) for l, w in _drain(layers)}
         self.ones = torch.ones(num_experts, dtype=torch.bool, device=self.device)
 
     def resident(self, layer: int) -> Tensor:
@@ -279,12 +307,13 @@ class ResidentStore(ExpertStore):
     def run(self, layer: int, x: Tensor, ids: Tensor, weights: Tensor) -> Tensor:
         self._check_layer(layer)
         flat = ids.reshape(-1)                                           # [T*k]
-        y, counts = experts_by_group(self.math, x, flat, ids.shape[1], self.num_experts, self.weights[layer],
-                                     gathers_per_pair(x, flat.shape[0], self.num_experts, self.weights[layer]))
+        w = self.weights[layer]
+        y, counts = experts_by_group(self.math, x, flat, weights, self.num_experts, w,
+                                     expert_path(x, flat.shape[0], self.num_experts, w))
         cells = self.cells[layer]
         cells[_HITS].add_(counts.count_nonzero())
         cells[_PASSES].add_(1)
-        return combine(y, weights)                                       # [T, H]
+        return combine(y, ids.shape[1])                                  # [T, H]
 
 
 class OffloadedStore(ExpertStore):
@@ -296,9 +325,10 @@ class OffloadedStore(ExpertStore):
         self.slots, self.cuda = slots, dev.type == "cuda"
         self.pool, self.stage, self.host, self.operands = {}, {}, {}, {}
         for l, w in _drain(layers):
-            dense = math.dense({n: t[:1] for n, t in w.items()})        # one expert, for shapes only
+            # one expert in the form the pool keeps (`ExpertMath.kept`: packed stays packed on CUDA), for shapes
+            kept = {n: t[:1] for n, t in w.items()} if self.cuda else math.dense({n: t[:1] for n, t in w.items()})
             # X slots + 1 zero slot (the group of pairs outside the current wave)
-            self.pool[l] = {n: torch.zeros((X + 1, *t.shape[1:]), dtype=t.dtype, device=dev) for n, t in dense.items()}
+            self.pool[l] = {n: torch.zeros((X + 1, *t.shape[1:]), dtype=t.dtype, device=dev) for n, t in kept.items()}
             self.stage[l] = {n: (self.pool[l][n] if n in self.pool[l] else
                                  torch.zeros((X + 1, *t.shape[1:]), dtype=t.dtype, device=dev)) for n, t in w.items()}
             self.host[l] = {n: (t.pin_memory() if self.cuda else t.contiguous()) for n, t in w.items()}
@@ -361,13 +391,14 @@ class OffloadedStore(ExpertStore):
         rank = torch.empty_like(order).index_copy_(0, order, self.arange_e)   # [E]
         wave_of = rank // X                                              # [E]
         y = torch.zeros(flat.shape[0], x.shape[1], dtype=x.dtype, device=x.device)   # [P, H]
-        per_pair = gathers_per_pair(x, flat.shape[0], E, self.operands[layer])
+        operands = self.operands[layer]
+        path = expert_path(x, flat.shape[0], E, operands)
         for w in range(self._num_waves(used, flat.shape[0])):
             in_wave = used & (wave_of == w)                              # [E]
             self._admit(layer, in_wave, order, rank)
             group = torch.where(in_wave[flat], slot_of[flat], X)        # [P] slot, or the zero slot X
-            y += experts_by_group(self.math, x, group, k, X + 1, self.operands[layer], per_pair)[0]
-        return combine(y, weights)                                       # [T, H]
+            y += experts_by_group(self.math, x, group, weights, X + 1, operands, path, skip=X)[0]
+        return combine(y, k)                                             # [T, H]
 
     def _num_waves(self, used: Tensor, pairs: int) -> int:
         """Waves of this pass: exact on CPU (reading the union costs nothing), an upper bound on CUDA (no
@@ -403,8 +434,8 @@ class OffloadedStore(ExpertStore):
         self._load(layer, miss, new_slot)
 
     def _load(self, layer: int, miss: Tensor, new_slot: Tensor) -> None:
-        """Copy the missed experts' stored tensors from host memory into their slots (dequantising packed
-        MXFP4 once, into the slot), timed into `load_times` (on CUDA: the compute stream's stall from where
+        """Copy the missed experts' stored tensors from host memory into their slots (on CPU a packed MXFP4
+        expert is dequantised once into its slot; on CUDA the slot keeps the packed bytes), timed into `load_times` (on CUDA: the compute stream's stall from where
         it reaches the load until it resumes after the copies, and the copies on their stream)."""
         if self.cuda:
             main = torch.cuda.current_stream(self.device)
@@ -440,7 +471,7 @@ class OffloadedStore(ExpertStore):
     def _dequantize(self, layer: int, slots: Tensor) -> None:
         stage, pool = self.stage[layer], self.pool[layer]
         for name, blocks, scales in _PACKED:
-            if blocks in stage:
+            if blocks in stage and name in pool:                         # a dense slot fed from packed bytes
                 pool[name].index_copy_(0, slots, mxfp4.dequantize(stage[blocks][slots], stage[scales][slots],
                                                                   self.math.dtype))
 

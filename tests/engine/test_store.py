@@ -162,7 +162,7 @@ def test_model_offloaded_equals_resident(make, tmp_path):
 @pytest.mark.parametrize("n_tokens", [1, 12])
 def test_per_pair_and_grouped_paths_match_the_definition(kind, n_tokens):
     """E=64: one token's k pairs take the gathered per-pair path, twelve tokens the grouped matmul."""
-    from acceptmoe.engine.store import gathers_per_pair
+    from acceptmoe.engine.store import expert_path
     E64, math = 64, _math(kind)
     layer = _layers(kind, seed=7, experts=E64, layers=(0,))[0]
     g = torch.Generator().manual_seed(8)
@@ -172,7 +172,7 @@ def test_per_pair_and_grouped_paths_match_the_definition(kind, n_tokens):
     x = torch.randn(n_tokens, H, generator=g)
     ids = torch.rand(n_tokens, E64, generator=g).topk(K, dim=-1).indices
     weights = torch.rand(n_tokens, K, generator=g).softmax(-1)
-    assert gathers_per_pair(x, n_tokens * K, E64, resident.weights[0]) == (n_tokens == 1)
+    assert expert_path(x, n_tokens * K, E64, resident.weights[0]) == ("per_pair" if n_tokens == 1 else "grouped")
     y = resident.run(0, x, ids, weights)
     torch.testing.assert_close(y, _dense_reference(math, layer, x, ids, weights))
     assert torch.equal(offloaded.run(0, x, ids, weights), y)
@@ -196,9 +196,38 @@ def test_resident_pass_is_a_fixed_op_sequence_whatever_the_experts_used():
 def test_large_experts_run_grouped_even_for_one_token():
     """A decode step's gathers copy every pair's weights: at a real model's expert size (here 2 MiB + 1 of w1
     and w2 together) one grouped matmul reads each used expert once instead."""
-    from acceptmoe.engine.store import GATHER_BYTES, gathers_per_pair
+    from acceptmoe.engine.store import GATHER_BYTES, expert_path
     x = torch.zeros(1, 4)
     small = {"w1": torch.zeros(128, 8, 4), "w2": torch.zeros(128, 4, 4)}
     per_expert = GATHER_BYTES // K + 4                               # K pairs gather just over the limit
     big = {"w1": torch.zeros(128, per_expert // 4, 1), "w2": torch.zeros(128, 1, 0)}
-    assert gathers_per_pair(x, K, 128, small) and not gathers_per_pair(x, K, 128, big)
+    assert expert_path(x, K, 128, small) == "per_pair" and expert_path(x, K, 128, big) == "grouped"
+
+
+@pytest.mark.parametrize("kind", ["swiglu", "clamped_swiglu", "mxfp4"])
+def test_the_experts_kernel_path_matches_the_definition_on_the_stores_operands(kind):
+    """`expert_path` picks the Triton experts kernel on CUDA: here it runs under the interpreter on the very
+    operands the stores hold (dense on CPU; for MXFP4 also the packed tensors a CUDA store keeps), the
+    offloaded pool's zero slot skipped, against the plain definition."""
+    from acceptmoe.engine.store import combine, experts_by_group, grouped_weights
+    math, layer = _math(kind), _layers(kind, seed=11, layers=(0,))[0]
+    g = torch.Generator().manual_seed(12)
+    x = torch.randn(5, H, generator=g)
+    ids = torch.rand(5, E, generator=g).topk(K, dim=-1).indices
+    weights = torch.rand(5, K, generator=g).softmax(-1)
+    want = _dense_reference(math, layer, x, ids, weights)
+    forms = [grouped_weights(math.kept(layer, "cpu"))]
+    if kind == "mxfp4":
+        forms.append(grouped_weights(dict(layer)))                     # packed, as a CUDA store keeps it
+        assert "w1" not in forms[-1]
+    for w in forms:
+        y, _ = experts_by_group(math, x, ids.reshape(-1), weights, E, w, "triton")
+        torch.testing.assert_close(combine(y, K), want)
+    # the offloaded store's wave: pairs outside it go to the zero slot E (all-zero weights) and are skipped
+    wave = ids.reshape(-1) % 2 == 0
+    zero = {n: torch.cat([t, torch.zeros_like(t[:1])]) for n, t in forms[-1].items() if n not in ("w1t", "w2t")}
+    group = torch.where(wave, ids.reshape(-1), E)
+    y, _ = experts_by_group(math, x, group, weights, E + 1, grouped_weights(zero), "triton", skip=E)
+    ref, _ = experts_by_group(math, x, group, weights, E + 1, grouped_weights(math.kept(zero, "cpu")), "grouped")
+    torch.testing.assert_close(y, ref)
+    assert not y[~wave].any()
