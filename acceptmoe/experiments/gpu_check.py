@@ -3,6 +3,7 @@
 Checks, each with a verdict (PASS / FAIL / SKIP):
 - kernel:   the fused verifier kernel equals the reference (`select`, `prune_nonresident`, `route`) on
             bf16 router logits with deliberate ties at and inside the top-k boundary, every method;
+- experts:  the Triton experts kernel equals the per-expert definition: bf16 / fp32 dense, MXFP4 (`gpu_experts`);
 - parity:   logits of small random Qwen3-MoE and GPT-OSS checkpoints against transformers, fp32 and bf16;
 - graphs:   CUDA-graph replay equals the same static passes run eagerly, and eager, every method on the tiny
             world, with no capture falling back (SKIP on CPU, where only static = eager runs);
@@ -14,7 +15,9 @@ Checks, each with a verdict (PASS / FAIL / SKIP):
             every pass; its table gives expert ms per target pass beside the H200 / RTX bytes-over-bandwidth bounds.
 Then a timing table: decode step, verify step, selection per layer and aten operations per step, eager and
 replayed from CUDA graphs, on the tiny world and on a random MoE with Qwen3-30B-A3B's layer shape (hidden 2048, 128 experts, top-8, expert
-width 768; 4 layers, bf16). Writes `<out>/gpu_check.json` next to `<out>/gpu_check.md` (the table).
+width 768; 4 layers, bf16); then the experts kernel against torch's grouped and per-pair paths at Qwen3-30B-A3B's and
+GPT-OSS-120B's expert shapes (`gpu_experts.time_experts`, CUDA only). Writes `<out>/gpu_check.json` next to
+`<out>/gpu_check.md` (the table).
 
 Every check takes a device, so its CPU side runs in the tests (the kernel under TRITON_INTERPRET=1); the
 command itself needs CUDA and says so in one `error:` line (exit 2) without it.
@@ -414,6 +417,7 @@ def check_replay(engine, prompts: list[list[int]], tokens: int, device, folder: 
 
 
 def table(results: dict) -> str:
+    from acceptmoe.experiments.gpu_experts import check_table, timing_table
     lines = ["| check | verdict |", "|---|---|"]
     lines += [f"| {c['check']} | {c['verdict']} |" for c in results["checks"]]
     if results.get("replay"):
@@ -430,6 +434,8 @@ def table(results: dict) -> str:
             tps = f"{r['tokens_per_s']:.1f}" if "tokens_per_s" in r else ""
             tau = f"{r['tau']:.2f}" if "tau" in r else ""
             lines.append(f"| {workload} | {r['step']} | {r['ms']:.3f} | {r['aten_ops']:.0f} | {tps} | {tau} |")
+    lines += [s for c in results["checks"] if c["check"] == "experts" for s in ("", check_table(c))]
+    lines += ["", timing_table(results["experts_timing"])] if results.get("experts_timing") else []
     return "\n".join(lines)
 
 
@@ -442,6 +448,7 @@ def run_all(device, model_dir: Path, out: Path, prompts: int = 4, tokens: int = 
     from acceptmoe.engine import load_engine
     from acceptmoe.engine.store import _NATIVE
     from acceptmoe.experiments.bench.engine_speed import tiny_prompts
+    from acceptmoe.experiments.gpu_experts import check_experts, time_experts
     device = torch.device(device)
     out.mkdir(parents=True, exist_ok=True)
     results: dict = {"device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
@@ -452,6 +459,7 @@ def run_all(device, model_dir: Path, out: Path, prompts: int = 4, tokens: int = 
         print(f"{check['check']:<9} {check['verdict']}", flush=True)
 
     record(check_kernel(device, *kernel_shape))
+    record(check_experts(device))
     with tempfile.TemporaryDirectory() as tmp:
         record(check_parity(device, Path(tmp)))
     record(check_graphs(device, model_dir))
@@ -471,6 +479,7 @@ def run_all(device, model_dir: Path, out: Path, prompts: int = 4, tokens: int = 
     del engines
     shape_name = "random MoE, Qwen3-30B-A3B layer shape x4"
     results["timing"][shape_name] = time_layer_shape(device, layer_shape)
+    results["experts_timing"] = time_experts(device) if device.type == "cuda" else []   # paper shapes: CUDA only
     results["grouped_mm_native"] = {f"{d}/{str(t)[6:]}": v for (d, t), v in _NATIVE.items()}
     (out / "gpu_check.json").write_text(json.dumps(results, indent=1) + "\n")
     (out / "gpu_check.md").write_text(table(results) + "\n")

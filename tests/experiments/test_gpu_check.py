@@ -150,7 +150,8 @@ def test_run_all_on_cpu_writes_the_json_beside_the_table(tmp_path):
     import json
     res = gpu_check.run_all("cpu", TINY, tmp_path, prompts=1, tokens=6, layer_shape=SMALL_SHAPE,
                             kernel_shape=(5, 16, 2), replay_shape="tiny")
-    assert [c["check"] for c in res["checks"]] == ["kernel", "parity", "graphs", "lossless", "pinned", "replay"]
+    assert [c["check"] for c in res["checks"]] == ["kernel", "experts", "parity", "graphs", "lossless", "pinned",
+                                                   "replay"]
     assert {c["check"]: c["verdict"] for c in res["checks"]}["lossless"] == "PASS"
     saved = json.loads((tmp_path / "gpu_check.json").read_text())
     assert saved["checks"] == res["checks"] and set(saved["timing"]) == set(res["timing"])
