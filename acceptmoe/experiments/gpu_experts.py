@@ -25,7 +25,6 @@ memory, so the reads are real; the timing does not depend on the values.
 from __future__ import annotations
 
 import dataclasses
-import inspect
 import statistics
 import time
 
@@ -101,10 +100,9 @@ def check_experts(device, seed: int = 0, T: int = 8, k: int = 4, G: int = 12, H:
 
 # ----- timing at the paper's shapes -----
 def published_peak(device_name: str):
-    """The `devices:` entry (DeviceBound) whose name occurs in the GPU's name ("H200" in "NVIDIA H200"), or None."""
-    from acceptmoe.experiments.replay.config import load_replay_config
-    devices = load_replay_config("tiny", {"source": ""}).devices
-    return next((d for d in devices if d.name.lower() in device_name.lower()), None)
+    """The published GPU (`spine.shapes.GPUS`) whose name occurs in the device's ("H200" in "NVIDIA H200"), or None."""
+    from acceptmoe.experiments.spine.shapes import GPUS
+    return next((d for d in GPUS if d.name.lower() in device_name.lower()), None)
 
 
 def device_peak(device) -> tuple[float, str]:
@@ -143,15 +141,10 @@ def _ms(fn, device: torch.device, repeats: int, warmup: int) -> float | None:
 
 
 def _store_path(math, x: Tensor, group: Tensor, rw: Tensor, num_groups: int, w: dict, per_pair: bool):
-    """The store's torch path (`experts_by_group`) -> a callable giving the weighted pair outputs [P, H].
-    Either form of its signature: (…, k, num_groups, w, per_pair: bool), unweighted, or (…, weights,
-    num_groups, w, path: str), weighted inside."""
+    """The store's torch path (`experts_by_group`) -> a callable giving the weighted pair outputs [P, H]."""
     from acceptmoe.engine.store import experts_by_group
-    if "path" in inspect.signature(experts_by_group).parameters:
-        path = "per_pair" if per_pair else "grouped"
-        return lambda: experts_by_group(math, x, group, rw, num_groups, w, path)[0]
-    rwc = rw.reshape(-1, 1).to(x.dtype)                                       # [P, 1]
-    return lambda: experts_by_group(math, x, group, rw.shape[1], num_groups, w, per_pair=per_pair)[0] * rwc
+    path = "per_pair" if per_pair else "grouped"
+    return lambda: experts_by_group(math, x, group, rw, num_groups, w, path)[0]
 
 
 def _ratio(a: float | None, b: float | None) -> float | None:
@@ -213,7 +206,7 @@ def time_shape(device, shape, tokens=(1, 16, 64), repeats: int = 20, peak: tuple
 
 def time_experts(device, shapes=PAPER_SHAPES, tokens=(1, 16, 64), repeats: int = 20, seed: int = 0) -> list[dict]:
     """`time_shape` at each of the paper's `shapes` on a CUDA device (weights freed between shapes)."""
-    from acceptmoe.experiments.replay.shapes import get_shape
+    from acceptmoe.experiments.spine.shapes import get_shape
     device = torch.device(device)
     if device.type != "cuda":
         raise ValueError(f"time_experts times the paper's expert shapes on a CUDA GPU, not on {device} "

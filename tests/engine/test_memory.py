@@ -7,7 +7,7 @@ from pathlib import Path
 
 from acceptmoe.engine.config import ModelConfig
 from acceptmoe.engine.memory import expert_bytes, weight_bytes
-from acceptmoe.experiments.replay.shapes import get_shape
+from acceptmoe.experiments.spine.shapes import get_shape
 
 GiB = 1 << 30
 CFG = ModelConfig.from_dict(json.loads((Path(__file__).parent / "configs/gpt-oss-120b.json").read_text()))

@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from acceptmoe.experiments import gpu_check, gpu_experts
-from acceptmoe.experiments.replay.shapes import ExpertShape
+from acceptmoe.experiments.spine.shapes import ExpertShape
 from acceptmoe.kernels.experts import experts
 
 TINY_SHAPES = (ExpertShape("tiny-dense", 64, 32, 8, 2, 1, "swiglu"),

@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from acceptmoe.errors import UserError
-from acceptmoe.experiments.replay import report, shapes
+from acceptmoe.experiments.replay import report
+from acceptmoe.experiments.spine import shapes
 from acceptmoe.experiments.replay.config import load_replay_config
 from acceptmoe.experiments.replay.runner import run_replay
 from acceptmoe.experiments.spine.runs import REPO, SampleLog, open_run

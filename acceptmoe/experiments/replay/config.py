@@ -11,16 +11,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..spine.config import ConfigKeyError, WorldConfig, load_experiment
+from ..spine.shapes import GPUS, DeviceBound
 
 EXPERIMENT = "replay"
-
-
-@dataclass(frozen=True)
-class DeviceBound:
-    """A GPU's published bandwidths: device memory and host-to-device (GB/s = 1e9 B/s)."""
-    name: str
-    memory_gbps: float
-    h2d_gbps: float
 
 
 @dataclass(frozen=True)
@@ -43,7 +36,7 @@ class ReplayConfig:
     memory_gib: float = 16.0
     seed: int = 0
     bootstrap_resamples: int = 2000
-    devices: tuple[DeviceBound, ...] = ()
+    devices: tuple[DeviceBound, ...] = GPUS     # the bound columns (default: spine.shapes.GPUS)
 
     def __post_init__(self) -> None:
         for name in ("repeats", "weight_sets"):

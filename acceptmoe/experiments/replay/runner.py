@@ -40,7 +40,7 @@ from ..spine.engines import set_threads
 from ..spine.runs import Run, SampleLog, unit_key, write_json
 from . import bandwidth
 from .config import ReplayConfig
-from .shapes import ExpertShape, get_shape, parse_dtype
+from ..spine.shapes import ExpertShape, get_shape, parse_dtype
 from .source import GenKey, Recording, find_recording, select, step_passes
 
 CPU_DTYPE_REASON = ("CPU: fp32, because bf16 matrix multiplication on a CPU without bf16 units is emulated and "

@@ -1,5 +1,6 @@
-"""Expert shapes a replay runs at: a model's MoE expert dimensions, storage format and depth, with random
-weights made in that format.
+"""The paper's hardware and expert shapes, shared by the replay, bench-kernel and gpu-check: a model's MoE
+expert dimensions, storage format and depth (with random weights made in that format), and the GPUs'
+published bandwidths (`GPUS`, the bound columns' one source).
 
     >>> shape = get_shape("qwen3-30b-a3b")
     >>> shape.stored_bytes(), shape.num_layers          # one expert in bf16: 3 x 2048 x 768 x 2 B
@@ -24,9 +25,22 @@ from acceptmoe.engine.mxfp4 import BLOCK
 from acceptmoe.engine.store import ExpertMath
 from acceptmoe.errors import UserError
 
-from ..spine.runs import REPO
+from .runs import REPO
 
 FORMATS = ("dense", "mxfp4")
+
+
+@dataclass(frozen=True)
+class DeviceBound:
+    """A GPU's published bandwidths: device memory and host-to-device (GB/s = 1e9 B/s)."""
+    name: str
+    memory_gbps: float
+    h2d_gbps: float
+
+
+GPUS = (DeviceBound("H200", 4800, 63),             # HBM3e; PCIe 5.0 x16 per direction
+        DeviceBound("RTX PRO 6000", 1790, 63),     # Blackwell workstation, GDDR7
+        DeviceBound("RTX 5090", 1790, 63))
 
 
 @dataclass(frozen=True)
