@@ -7,13 +7,13 @@ paper's expert shapes against torch's two paths.
   fp32 1e-5 / fp16 4e-3 / bf16 3e-2 of the largest output magnitude (tests/kernels/test_experts_kernel.py).
 - `time_experts` (CUDA only): one MoE layer at Qwen3-30B-A3B's (dense bf16) and GPT-OSS-120B's (MXFP4 packed)
   expert shapes, all E experts on the device, seeded random top-k routing; per T the median ms of (a) the
-  kernel, (b) torch's grouped path (`experts_by_group(per_pair=False)`, F.grouped_mm; "n/a" where torch has no
+  kernel, (b) torch's grouped path (`experts_by_group(..., "grouped")`, F.grouped_mm; "n/a" where torch has no
   native one, `native_grouped_mm`), (c) the per-pair path (gathered weights), each giving the weighted pair
   outputs [P, H]. The torch paths read dense bf16: for MXFP4 the experts are dequantised once before timing
   (`ExpertMath.dense`, as the resident store does at load time). Bytes a pass must read: distinct experts x one
   expert in the form the path reads (packed for the kernel on MXFP4, dense bf16 for torch) + x [T, H] + the
   output [P, H]; the kernel's GB/s is those bytes over its time, beside the GPU's published memory bandwidth
-  (configs/experiments/replay.yaml `devices:`; measured when the GPU is not listed).
+  (`spine.shapes.GPUS`; measured when the GPU is not listed).
 Times are eager calls (CUDA events around each, after warm-up), launches and the kernel's `align` included.
 The weights are a few random experts (`stored_weights`) copied to all E slots: every expert has its own
 memory, so the reads are real; the timing does not depend on the values.
@@ -70,11 +70,23 @@ def small_weights(G: int, H: int, I: int, dtype: torch.dtype, packed: bool, bias
     return ops, dense
 
 
+def reference(activation: str, x: Tensor, dense: dict, group: Tensor, k: int, rw: Tensor,
+              skip: int | None = None) -> Tensor:
+    """The plain definition: each pair through its own expert (`ExpertMath` in float64), weighted; pairs in
+    the `skip` group are zero. -> [P, H] float64."""
+    from acceptmoe.engine.store import ExpertMath
+    math = ExpertMath(activation, torch.float64)
+    out = torch.zeros(group.numel(), x.shape[1], dtype=torch.float64)
+    for p, g in enumerate(group.tolist()):
+        if g != skip:
+            out[p] = math(x[p // k: p // k + 1].double(), {n: t[g] for n, t in dense.items()})[0] * rw.reshape(-1)[p]
+    return out
+
+
 def check_experts(device, seed: int = 0, T: int = 8, k: int = 4, G: int = 12, H: int = 64, I: int = 32,
                   fn=None) -> dict:
     """The experts kernel (or `fn`, same signature) on `device` vs `ExpertMath(activation, float64)` per pair,
     every case of CASES with ragged routing: max error / max |reference| within TOL of the compute dtype."""
-    from acceptmoe.engine.store import ExpertMath
     from acceptmoe.kernels.experts import experts
     fn, device, cases = fn or experts, torch.device(device), []
     for i, (name, dtype, packed, activation, bias) in enumerate(CASES):
@@ -85,9 +97,7 @@ def check_experts(device, seed: int = 0, T: int = 8, k: int = 4, G: int = 12, H:
         group = ragged_groups(T * k, G, gen)                                 # [P]
         out = fn(x.to(device), {n: t.to(device) for n, t in ops.items()}, group.to(device), k, G, activation,
                  weights=rw.to(device)).cpu()                                # [P, H]
-        math = ExpertMath(activation, torch.float64)
-        ref = torch.stack([math(x[p // k: p // k + 1].double(), {n: t[g] for n, t in dense.items()})[0]
-                           * rw.view(-1)[p] for p, g in enumerate(group.tolist())])   # [P, H]
+        ref = reference(activation, x, dense, group, k, rw)                 # [P, H]
         scale = ref.abs().max().item() or 1.0
         fits = tuple(out.shape) == (T * k, H) and out.dtype == dtype
         err = (out.double() - ref).abs().max().item() / scale if fits else float("inf")

@@ -1,5 +1,6 @@
 """The experts kernel (`acceptmoe.kernels.experts`, under the Triton interpreter: conftest) against the plain
-per-expert definition (`ExpertMath.__call__`, one expert at a time, in float64 on the same rounded inputs):
+per-expert definition (`gpu_experts.reference`: `ExpertMath` one pair at a time, in float64 on the same rounded
+inputs; gpu-check runs the same comparison on a GPU):
 every compute dtype, both activations, dense and MXFP4-packed weights, with and without biases, ragged and
 empty groups, a skipped group, and T from 1 to 128."""
 from __future__ import annotations
@@ -7,53 +8,19 @@ from __future__ import annotations
 import pytest
 import torch
 
-from acceptmoe.engine import mxfp4
-from acceptmoe.engine.store import ExpertMath
+from acceptmoe.experiments.gpu_experts import TOL, ragged_groups, reference, small_weights
 from acceptmoe.kernels.experts import align, experts, max_tiles
 
-TOL = {torch.float32: 1e-5, torch.float16: 4e-3, torch.bfloat16: 3e-2}   # of the largest output magnitude
 DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
 
 
-def _weights(G: int, H: int, I: int, dtype: torch.dtype, packed: bool, bias: bool, seed: int):
-    """(the kernel's operands, the same weights dense in float64)."""
-    gen = torch.Generator().manual_seed(seed)
-    w1 = torch.randn(G, 2 * I, H, generator=gen) * 0.2
-    w2 = torch.randn(G, H, I, generator=gen) * 0.2
-    ops, dense = {}, {}
-    for name, t in (("w1", w1), ("w2", w2)):
-        if packed:
-            blocks, scales = mxfp4.quantize(t)
-            ops[f"{name}_blocks"], ops[f"{name}_scales"] = blocks, scales
-            dense[name] = mxfp4.dequantize(blocks, scales, dtype).double()
-        else:
-            ops[name] = t.to(dtype)
-            dense[name] = ops[name].double()
-    if bias:
-        for name, shape in (("b1", (G, 2 * I)), ("b2", (G, H))):
-            ops[name] = (torch.randn(*shape, generator=gen) * 0.2).to(dtype)
-            dense[name] = ops[name].double()
-    return ops, dense
-
-
-def _reference(activation: str, x: torch.Tensor, dense: dict, group: torch.Tensor, k: int, rw: torch.Tensor,
-               skip: int | None) -> torch.Tensor:
-    """Each pair through its own expert with the plain definition, weighted; skipped pairs are zero."""
-    math = ExpertMath(activation, torch.float64)
-    out = torch.zeros(group.numel(), x.shape[1], dtype=torch.float64)
-    for p, g in enumerate(group.tolist()):
-        if g != skip:
-            out[p] = math(x[p // k: p // k + 1].double(), {n: t[g] for n, t in dense.items()})[0] * rw.reshape(-1)[p]
-    return out
-
-
 def _check(T, k, G, activation, dtype, packed, bias, group, skip=None, H=64, I=32, seed=0):
-    ops, dense = _weights(G, H, I, dtype, packed, bias, seed)
-    gen = torch.Generator().manual_seed(seed + 1)
+    gen = torch.Generator().manual_seed(seed)
+    ops, dense = small_weights(G, H, I, dtype, packed, bias, gen)
     x = torch.randn(T, H, generator=gen).to(dtype)
     rw = torch.rand(T, k, generator=gen)
     out = experts(x, ops, group, k, G, activation, weights=rw, skip=skip)
-    ref = _reference(activation, x, dense, group, k, rw, skip)
+    ref = reference(activation, x, dense, group, k, rw, skip)
     assert out.shape == (T * k, H) and out.dtype == dtype
     scale = ref.abs().max().item() or 1.0
     err = (out.double() - ref).abs().max().item()
@@ -74,10 +41,7 @@ def test_every_dtype_activation_and_weight_format(dtype, activation, packed):
 @pytest.mark.parametrize("T", [1, 2, 17, 128])
 def test_token_counts_from_1_to_128_with_ragged_and_empty_groups(T):
     k, G = 4, 60
-    gen = torch.Generator().manual_seed(T)
-    popular = torch.tensor([0, 5, 59])          # most pairs in three groups, the rest spread, many groups empty
-    group = torch.where(torch.rand(T * k, generator=gen) < 0.7, popular[torch.randint(0, 3, (T * k,), generator=gen)],
-                        torch.randint(0, G, (T * k,), generator=gen))
+    group = ragged_groups(T * k, G, torch.Generator().manual_seed(T))   # most pairs in 3 groups, many empty
     _check(T, k, G, "swiglu", torch.float32, packed=False, bias=False, group=group)
 
 
