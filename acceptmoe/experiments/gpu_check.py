@@ -40,6 +40,8 @@ from acceptmoe.engine.graphs import StepGraphs
 from acceptmoe.engine.passes import TargetPass
 from acceptmoe.methods import B0_METHOD, BASELINE, METHODS, REFERENCE, Fit, Variant
 
+from .gpu_experts import timed
+
 P_HAT = (1.0, 0.8, 0.64, 0.512, 0.41, 0.33)
 # small random configs: the parity check here and the tests' fixtures
 QWEN3_SMALL = dict(vocab_size=96, hidden_size=64, intermediate_size=80, moe_intermediate_size=32,
@@ -260,26 +262,7 @@ def pinned_verdict(pinned: bool | None, loads: int, copy_s: float) -> str:
     return verdict(None if pinned is None else (pinned and loads > 0 and copy_s > 0))
 
 
-# ----- timing -----
-def timed(fn, device, repeats: int = 20, warmup: int = 3) -> float:
-    """Median milliseconds of fn() (CUDA events on CUDA)."""
-    device = torch.device(device)
-    for _ in range(warmup):
-        fn()
-    out = []
-    for _ in range(repeats):
-        if device.type == "cuda":
-            a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            a.record()
-            fn()
-            b.record()
-            b.synchronize()
-            out.append(a.elapsed_time(b))
-        else:
-            t0 = time.perf_counter()
-            fn()
-            out.append(1e3 * (time.perf_counter() - t0))
-    return statistics.median(out)
+# ----- timing (`timed`: median ms, CUDA events on CUDA, from gpu_experts) -----
 
 
 def aten_ops(fn) -> int:

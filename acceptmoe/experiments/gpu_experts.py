@@ -126,25 +126,31 @@ def device_peak(device) -> tuple[float, str]:
     return measure(device, torch.bfloat16)["memory_gbps"], "measured"
 
 
-def _ms(fn, device: torch.device, repeats: int, warmup: int) -> float | None:
-    """Median ms of fn() after `warmup` calls (CUDA events on CUDA), None when the device runs out of memory."""
-    try:
-        for _ in range(warmup):
+def timed(fn, device, repeats: int = 20, warmup: int = 3) -> float:
+    """Median milliseconds of fn() after `warmup` calls (CUDA events on CUDA): gpu-check's one timer."""
+    device = torch.device(device)
+    for _ in range(warmup):
+        fn()
+    out = []
+    for _ in range(repeats):
+        if device.type == "cuda":
+            a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            a.record()
             fn()
-        times = []
-        for _ in range(repeats):
-            if device.type == "cuda":
-                a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                a.record()
-                fn()
-                b.record()
-                b.synchronize()
-                times.append(a.elapsed_time(b))
-            else:
-                t0 = time.perf_counter()
-                fn()
-                times.append(1e3 * (time.perf_counter() - t0))
-        return statistics.median(times)
+            b.record()
+            b.synchronize()
+            out.append(a.elapsed_time(b))
+        else:
+            t0 = time.perf_counter()
+            fn()
+            out.append(1e3 * (time.perf_counter() - t0))
+    return statistics.median(out)
+
+
+def _ms(fn, device: torch.device, repeats: int, warmup: int) -> float | None:
+    """`timed`, or None when the device runs out of memory."""
+    try:
+        return timed(fn, device, repeats, warmup)
     except torch.OutOfMemoryError:
         torch.cuda.empty_cache()
         return None

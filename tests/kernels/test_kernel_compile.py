@@ -35,15 +35,24 @@ print(json.dumps([{"arch": r["arch"], "case": list(dataclasses.astuple(r["case"]
 
 
 def test_kernel_compiles_for_gpu_targets_without_spills_or_fp64():
+    rows = _compiled(SCRIPT, CASES)
+    assert len(rows) == len(CASES)
+    _assert_compiled_clean(rows)
+
+
+def _compiled(script: str, cases: list) -> list[dict]:
+    """The rows `script` prints for `cases`, compiled in a process without TRITON_INTERPRET."""
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     root = Path(__file__).resolve().parents[2]
-    proc = subprocess.run([sys.executable, "-c", SCRIPT, json.dumps(CASES)], cwd=root, env=env,
+    proc = subprocess.run([sys.executable, "-c", script, json.dumps(cases)], cwd=root, env=env,
                           capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    rows = json.loads(proc.stdout.splitlines()[-1])
-    assert len(rows) == len(CASES)
+    return json.loads(proc.stdout.splitlines()[-1])
+
+
+def _assert_compiled_clean(rows: list[dict]) -> None:
     for row in rows:
-        s, what = row["stats"], f"sm_{row['arch']} {row['case']}"
+        s, what = row["stats"], f"sm_{row['arch']} {row['case']} stage {row.get('stage', 1)}"
         assert s["sass"] > 0 and s["registers"] > 0, what
         assert s["spill"] == 0 and s["local"] == 0 and s["local_ops"] == 0, f"{what} spills: {s}"
         assert s["fp64"] == 0, f"{what} has {s['fp64']} fp64 instructions"
@@ -64,16 +73,7 @@ print(json.dumps([{"arch": r["arch"], "stage": r["stage"], "case": list(dataclas
 def test_experts_kernel_compiles_for_gpu_targets_without_spills_or_fp64():
     """Both launches of one layer's pass at the paper's shapes, dense and MXFP4 packed (the worst case for
     registers: fp32 at GPT-OSS-120B's shape on sm_120)."""
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    root = Path(__file__).resolve().parents[2]
-    proc = subprocess.run([sys.executable, "-c", EXPERTS_SCRIPT, json.dumps(EXPERTS)], cwd=root, env=env,
-                          capture_output=True, text=True, timeout=900)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    rows = json.loads(proc.stdout.splitlines()[-1])
+    rows = _compiled(EXPERTS_SCRIPT, EXPERTS)
     assert sorted((r["arch"], tuple(r["case"]), r["stage"]) for r in rows) == sorted(
         (arch, tuple(v), stage) for arch, v in EXPERTS for stage in (1, 2))
-    for row in rows:
-        s, what = row["stats"], f"sm_{row['arch']} {row['case']} stage {row['stage']}"
-        assert s["sass"] > 0 and s["registers"] > 0, what
-        assert s["spill"] == 0 and s["local"] == 0 and s["local_ops"] == 0, f"{what} spills: {s}"
-        assert s["fp64"] == 0, f"{what} has {s['fp64']} fp64 instructions"
+    _assert_compiled_clean(rows)
