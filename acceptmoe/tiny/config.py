@@ -138,17 +138,26 @@ class DraftConfig:
 
 @dataclass(frozen=True)
 class TinyWorldConfig:
-    seed: int = 0
+    seed: int = 0                       # the data: task examples, tokenizer corpus, batch and shuffle order
+    weights_seed: int | None = None     # the weights: initialisation of target and draft (None: `seed`)
     data: DataConfig = field(default_factory=DataConfig)
     tokenizer: TokenizerConfig = field(default_factory=TokenizerConfig)
     target: TargetConfig = field(default_factory=TargetConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
     draft: DraftConfig = field(default_factory=DraftConfig)
 
+    @property
+    def init_seed(self) -> int:
+        """The seed of the weights' initialisation (and of the training loops' torch generator)."""
+        return self.seed if self.weights_seed is None else self.weights_seed
+
 
 def _coerce(value, kind, where: str):
     if dataclasses.is_dataclass(kind):
         return build(kind, value, where)
+    optional = [a for a in typing.get_args(kind) if a is not type(None)] if type(None) in typing.get_args(kind) else []
+    if optional:                                                   # `X | None`
+        return None if value is None else _coerce(value, optional[0], where)
     try:
         if kind is bool:
             if not isinstance(value, bool):

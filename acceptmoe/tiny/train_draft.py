@@ -185,7 +185,7 @@ def run(cfg: tiny_config.TinyWorldConfig, target_dir: str | Path, out_dir: str |
     n_eos = sum(int(s.ids[-1] == tok.eos_token_id) for s in seqs)
     log.info("draft data: %d sequences, %d tokens, %d labelled, %d of them end in EOS, %.1f s", len(seqs),
              sum(s.ids.shape[0] for s in seqs), n_labels, n_eos, data_s)
-    draft = new_draft(target, dc, cfg.seed)
+    draft = new_draft(target, dc, cfg.init_seed)
     del target
     summary = train(draft, seqs, dc, cfg.seed)
     draft.save_pretrained(out_dir)

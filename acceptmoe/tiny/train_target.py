@@ -103,11 +103,12 @@ def optimizer(model, cfg: tiny_config.TrainConfig) -> torch.optim.Optimizer:
                               {"params": rest, "weight_decay": 0.0}], lr=cfg.lr, betas=BETAS)
 
 
-def train(model, tok, cfg: tiny_config.TrainConfig, seed: int) -> dict:
-    """The training loop; returns a summary (tokens, seconds, tokens/s, loss history)."""
+def train(model, tok, cfg: tiny_config.TrainConfig, seed: int, init_seed: int | None = None) -> dict:
+    """The training loop; returns a summary (tokens, seconds, tokens/s, loss history). `seed` orders the data,
+    `init_seed` (default `seed`) seeds torch."""
     from tqdm import tqdm
 
-    torch.manual_seed(seed)
+    torch.manual_seed(seed if init_seed is None else init_seed)
     model.train()
     opt, data = optimizer(model, cfg), batches(tok, seed, cfg.batch_size, cfg.mixture.weights())
     tokens, step, start, cpu0, history = 0, 0, time.perf_counter(), time.process_time(), []
@@ -154,10 +155,10 @@ def run(cfg: tiny_config.TinyWorldConfig, tokenizer_dir: str | Path, out_dir: st
 
     torch.set_num_threads(cfg.train.threads)
     tok = AutoTokenizer.from_pretrained(str(tokenizer_dir))
-    model = build_model(cfg.target, tok, cfg.seed)
+    model = build_model(cfg.target, tok, cfg.init_seed)
     log.info("target: %s parameters, E=%d top-%d, %d layers", f"{count_params(model):,}",
              cfg.target.num_experts, cfg.target.top_k, cfg.target.num_layers)
-    summary = train(model, tok, cfg.train, cfg.seed)
+    summary = train(model, tok, cfg.train, cfg.seed, cfg.init_seed)
     out_dir = Path(out_dir)
     model.config.output_router_logits = False
     model.save_pretrained(str(out_dir))

@@ -11,6 +11,7 @@ Writes into one output folder (default models/tiny/):
 from __future__ import annotations
 
 
+import dataclasses
 import hashlib
 import json
 import logging
@@ -59,10 +60,9 @@ def stage_target(cfg: tiny_config.TinyWorldConfig, out: Path) -> None:
     train_target.run(cfg, out / "tokenizer", out / "target")
 
 
-def stage_draft(cfg: tiny_config.TinyWorldConfig, out: Path, config_path: str) -> None:
-    rc = train_draft.main(["--config", config_path, "--target", str(out / "target"), "--out", str(out / "draft")])
-    if rc:
-        raise RuntimeError(f"draft training failed with exit code {rc}; see {out / 'train_tiny.log'}")
+def stage_draft(cfg: tiny_config.TinyWorldConfig, out: Path) -> None:
+    (out / "draft").mkdir(parents=True, exist_ok=True)
+    train_draft.run(cfg, out / "target", out / "draft")
 
 
 @command("train-tiny", "regenerate models/tiny from seeds: data, tokenizer, target, EAGLE-3 draft, model card")
@@ -70,6 +70,9 @@ def main(argv: list[str] | None = None) -> int:
     p = parser("train-tiny")
     p.add_argument("--config", default=str(tiny_config.DEFAULT_PATH), help="tiny-world YAML")
     p.add_argument("--out", default="models/tiny", help="output folder")
+    p.add_argument("--seed", type=int, default=None, metavar="S",
+                   help="another world: weights initialised from seed S, data and tokenizer unchanged (sets "
+                        "the config's weights_seed; give another --out)")
     p.add_argument("--stages", default=",".join(STAGES),
                    help=f"comma-separated subset of {','.join(STAGES)} (later stages read earlier outputs)")
     args = p.parse_args(argv)
@@ -78,6 +81,8 @@ def main(argv: list[str] | None = None) -> int:
     if bad:
         p.error(f"unknown stage(s) {bad}; valid stages: {', '.join(STAGES)}")
     cfg, out = tiny_config.load(args.config), Path(args.out)
+    if args.seed is not None:
+        cfg = dataclasses.replace(cfg, weights_seed=args.seed)
     out.mkdir(parents=True, exist_ok=True)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
     handler = logging.FileHandler(out / "train_tiny.log")
@@ -85,7 +90,7 @@ def main(argv: list[str] | None = None) -> int:
     logging.getLogger().addHandler(handler)
     log.info("train-tiny: stages %s, config %s, out %s", stages, args.config, out)
     runners = {"data": lambda: stage_data(cfg, out), "tokenizer": lambda: stage_tokenizer(cfg, out),
-               "target": lambda: stage_target(cfg, out), "draft": lambda: stage_draft(cfg, out, args.config),
+               "target": lambda: stage_target(cfg, out), "draft": lambda: stage_draft(cfg, out),
                "card": lambda: card.main(["--model", str(out)])}
     for stage in stages:
         start = time.perf_counter()

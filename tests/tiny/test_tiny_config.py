@@ -72,3 +72,22 @@ def test_mixture_section(tmp_path):
     path.write_text("train:\n  mixture:\n    gsm: 0\n    math: 0\n    humaneval: 0\n    mbpp: 0\n")
     with pytest.raises(tiny_config.TinyConfigError, match="at least one positive"):
         tiny_config.load(path)
+
+
+def test_another_world_changes_the_weights_seed_only(tmp_path):
+    """`train-tiny --seed S`: the data and tokenizer keep `seed`, the weights start from S."""
+    from acceptmoe.tiny import train_tiny
+
+    cfg = tiny_config.load()
+    assert cfg.weights_seed is None and cfg.init_seed == cfg.seed
+    path = tmp_path / "world.yaml"
+    path.write_text("weights_seed: 7\n")
+    other = tiny_config.load(path)
+    assert (other.seed, other.init_seed) == (cfg.seed, 7)
+    path.write_text("weights_seed: seven\n")
+    with pytest.raises(tiny_config.TinyConfigError, match="weights_seed"):
+        tiny_config.load(path)
+    for seed, out in ((None, tmp_path / "a"), (7, tmp_path / "b")):
+        args = ["--stages", "data", "--out", str(out)] + ([] if seed is None else ["--seed", str(seed)])
+        assert train_tiny.main(args) == 0
+    assert (tmp_path / "a/data/manifest.json").read_text() == (tmp_path / "b/data/manifest.json").read_text()
