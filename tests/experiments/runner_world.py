@@ -16,12 +16,12 @@ from acceptmoe.tiny import tokenizer
 TASKS = ("tiny-gsm", "tiny-mbpp")
 
 
-def make_models(root: Path, vocab_size: int = 384) -> Path:
-    """root/target (weights + tokenizer) and root/draft."""
+def make_models(root: Path, vocab_size: int = 384, seed: int = 0) -> Path:
+    """root/target (weights + tokenizer) and root/draft; `seed`: the target's random weights."""
     texts = [ex for fam in TASKS for ex in tasks.generate(fam, "train", 150)]
     tok = tokenizer.build(tokenizer.corpus(texts), vocab_size, root / "target")
     V = len(tok)
-    tiny_qwen3_moe(root / "target", seed=0, vocab_size=V, eos_token_id=tok.eos_token_id,
+    tiny_qwen3_moe(root / "target", seed=seed, vocab_size=V, eos_token_id=tok.eos_token_id,
                    pad_token_id=tok.pad_token_id, bos_token_id=None, num_hidden_layers=3)
     torch.manual_seed(1)
     draft = Eagle3Draft({"hidden_size": 64, "intermediate_size": 96, "num_attention_heads": 4,

@@ -394,3 +394,43 @@ def test_fixed_template_date_makes_prompts_day_independent():
 def test_runs_record_the_engine_that_made_their_rows(full_run):
     lines = [json.loads(x) for x in (full_run / "engines.jsonl").read_text().splitlines()]
     assert lines and all(e["engine"] == "native" and e["model"] == "rand" and e["version"] for e in lines)
+
+
+def test_worlds_runs_table1_on_each_world_and_reports_the_spread(setup, tmp_path):
+    """`worlds`: the committed world plus one per seed (here: an already trained folder, so nothing trains),
+    one Table 1 over all of them, and the spread table from the saved results."""
+    from acceptmoe.experiments.table1 import worlds
+
+    root, preset = setup
+    world.make_models(tmp_path / "w" / "seed-5", seed=5)
+    assert worlds.main(["--preset", str(preset), "--limit", "2", "--seeds", "5", "--worlds-dir", str(tmp_path / "w"),
+                        "--methods", "standard-sd", "acceptmoe", "--results", str(tmp_path / "r")]) == 0
+    (run,) = (tmp_path / "r" / "worlds" / "test").iterdir()
+    rows = list(SampleLog(run / "samples.jsonl"))
+    assert {r["model"] for r in rows} == {"rand", "rand-s5"} and len(rows) == 2 * 2 * len(world.TASKS) * 2
+    per_world, across, _ = worlds.spread(run)
+    assert [(r[0], r[1]) for r in per_world] == [(w, m) for w in ("rand", "rand-s5") for m in ("standard-sd", "acceptmoe")]
+    assert [r[0] for r in across] == ["acceptmoe"] and across[0][1] == 2
+    md = (run / "worlds.md").read_text()
+    assert "Across worlds" in md and "rand-s5" in md and (run / "table1.md").is_file()
+    assert tables.main(["--run", str(run)]) == 0 and (run / "worlds.md").read_text() == md   # rebuilt from files
+
+
+def test_the_worlds_interval_carries_the_spread_between_worlds():
+    """Two worlds whose differences disagree: resampling worlds too gives a wider interval than resampling the
+    prompts of one world, and covers both worlds' means."""
+    import numpy as np
+
+    from acceptmoe.experiments.spine.config import BootstrapConfig
+    from acceptmoe.experiments.table1.table import stratified_mean_diff
+    from acceptmoe.experiments.table1.worlds import worlds_interval
+
+    bs = BootstrapConfig(resamples=2000, seed=0)
+    rng = np.random.default_rng(1)
+    a = [100.0 * (rng.random(200) < 0.1) for _ in range(2)]              # world A: about +10 pp per task
+    b = [-100.0 * (rng.random(200) < 0.1) for _ in range(2)]             # world B: about -10 pp
+    lo, hi = worlds_interval({"a": a, "b": b}, bs)
+    _, lo_a, hi_a = stratified_mean_diff(a, bs)
+    assert lo < -5 and hi > 5 and hi - lo > 2 * (hi_a - lo_a)
+    same_lo, same_hi = worlds_interval({"a": a, "a2": a}, bs)
+    assert lo_a - 2 <= same_lo <= same_hi <= hi_a + 2                   # identical worlds: the prompts' width

@@ -6,6 +6,7 @@
 | `runner`   | the method order and the runs (calibration, B0, every method)            |
 | `table`    | the table from saved results only (Markdown, CSV, LaTeX)                 |
 | `commands` | `table1`, `calibrate`, `b0`                                              |
+| `worlds`   | `worlds`: Table 1 on independently trained tiny worlds, the spread across |
 """
 from pathlib import Path
 from typing import Callable
@@ -16,4 +17,9 @@ def _table1(run: Path) -> str:
     return write_table1(run)
 
 
-BUILDERS: dict[str, Callable[[Path], str]] = {"table1": _table1}     # run folder -> its tables, from saved files
+def _worlds(run: Path) -> str:
+    from .worlds import write_worlds
+    return write_worlds(run)
+
+
+BUILDERS: dict[str, Callable[[Path], str]] = {"table1": _table1, "worlds": _worlds}   # run folder -> its tables
