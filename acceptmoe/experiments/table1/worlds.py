@@ -91,14 +91,16 @@ def spread(run_dir: Path) -> tuple[list[list], list[list], str]:
     for world, pairs in by_world.items():
         for m in methods:
             acc = 100 * np.mean([np.mean([r["correct"] for r in rows[m]]) for rows in pairs.values()])
-            d = [100 * (np.array([r["correct"] for r in rows[m]], float)
-                        - np.array([r["correct"] for r in rows[BASELINE]], float)) for rows in pairs.values()]
-            diffs[m][world] = d
-            est, lo, hi = stratified_mean_diff(d, bs)
-            per_world.append([world, m, len(pairs), f"{acc:.1f}",
-                              "-" if m == BASELINE else f"{est:+.1f} [{lo:+.1f}, {hi:+.1f}]"])
+            diff = "-"
+            if BASELINE in methods and m != BASELINE:
+                d = [100 * (np.array([r["correct"] for r in rows[m]], float)
+                            - np.array([r["correct"] for r in rows[BASELINE]], float)) for rows in pairs.values()]
+                diffs[m][world] = d
+                est, lo, hi = stratified_mean_diff(d, bs)
+                diff = f"{est:+.1f} [{lo:+.1f}, {hi:+.1f}]"
+            per_world.append([world, m, len(pairs), f"{acc:.1f}", diff])
     for m in methods:
-        if m == BASELINE or not diffs[m]:
+        if not diffs[m]:                       # Standard SD itself, or no Standard SD to compare with
             continue
         means = [float(np.mean([d.mean() for d in ds])) for ds in diffs[m].values()]
         lo, hi = worlds_interval(diffs[m], bs) if len(means) > 1 else (float("nan"), float("nan"))
