@@ -434,3 +434,21 @@ def test_the_worlds_interval_carries_the_spread_between_worlds():
     assert lo < -5 and hi > 5 and hi - lo > 2 * (hi_a - lo_a)
     same_lo, same_hi = worlds_interval({"a": a, "a2": a}, bs)
     assert lo_a - 2 <= same_lo <= same_hi <= hi_a + 2                   # identical worlds: the prompts' width
+
+
+def test_a_world_cut_by_a_training_time_guard_is_refused(tmp_path):
+    import shutil
+
+    from acceptmoe.errors import UserError
+    from acceptmoe.experiments.spine.runs import REPO
+    from acceptmoe.experiments.table1.worlds import check_complete
+
+    for part in ("target", "draft"):
+        (tmp_path / part).mkdir()
+        shutil.copy(REPO / "models/tiny" / part / "train_summary.json", tmp_path / part)
+    check_complete(tmp_path)                                  # the committed world trained to the end
+    summary = json.loads((tmp_path / "target/train_summary.json").read_text())
+    summary["tokens"] = 6_000_000
+    (tmp_path / "target/train_summary.json").write_text(json.dumps(summary))
+    with pytest.raises(UserError, match="time guard.*6,000,000 of 8,000,000 tokens"):
+        check_complete(tmp_path)

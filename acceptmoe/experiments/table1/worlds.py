@@ -17,6 +17,7 @@ order, resume) applies per world, and `table1.md` shows each world's pairs. `wor
 from __future__ import annotations
 
 import dataclasses
+import json
 from pathlib import Path
 
 import numpy as np
@@ -51,14 +52,31 @@ def world_models(base: dict, seeds, root: Path = WORLDS) -> list[dict]:
 
 
 def ensure_world(seed: int, root: Path = WORLDS) -> None:
-    """Train world `seed` unless its target and draft are there (`train-tiny --seed S --out <root>/seed-S`)."""
+    """Train world `seed` unless its target and draft are there (`train-tiny --seed S --out <root>/seed-S`);
+    a world whose training stopped at a time guard is refused (its weights depend on the machine's speed)."""
     folder = REPO / world_folder(seed, root)                 # an absolute root stays as it is
-    if (folder / "target/config.json").is_file() and (folder / "draft/config.json").is_file():
-        return
-    from acceptmoe.tiny import train_tiny
-    print(f"[worlds] training world {seed} into {folder} (about 40 min on one core)", flush=True)
-    if train_tiny.main(["--seed", str(seed), "--out", str(folder)]):
-        raise UserError(f"training world {seed} failed; see {folder / 'train_tiny.log'}")
+    if not ((folder / "target/config.json").is_file() and (folder / "draft/config.json").is_file()):
+        from acceptmoe.tiny import train_tiny
+        print(f"[worlds] training world {seed} into {folder} (about 40 min on one core)", flush=True)
+        if train_tiny.main(["--seed", str(seed), "--out", str(folder)]):
+            raise UserError(f"training world {seed} failed; see {folder / 'train_tiny.log'}")
+    check_complete(folder)
+
+
+def check_complete(folder: Path) -> None:
+    """A trained world's summaries say it reached its token budget and planned draft steps (worlds made some
+    other way, without train_summary.json, are taken as they are)."""
+    target, draft = folder / "target/train_summary.json", folder / "draft/train_summary.json"
+    cut = []
+    if target.is_file():
+        t = json.loads(target.read_text())
+        if t["tokens"] < t["config"]["train"]["max_tokens"]:
+            cut.append(f"the target at {t['tokens']:,} of {t['config']['train']['max_tokens']:,} tokens")
+    if draft.is_file() and json.loads(draft.read_text())["train"].get("stopped_early"):
+        cut.append("the draft before its planned steps")
+    if cut:
+        raise UserError(f"world {folder} stopped at a time guard ({'; '.join(cut)}): its weights depend on how busy "
+                        f"the machine was; delete the folder and rerun on a quieter machine (or raise max_minutes)")
 
 
 def worlds_interval(diffs: dict[str, list[np.ndarray]], bs: BootstrapConfig, chunk: int = 200) -> tuple[float, float]:
