@@ -22,7 +22,7 @@ from ..spine.options import add_methods_option, add_run_options, open_or_resume,
 from ..spine.runs import Run, SampleLog
 from ..spine.tracelog import TraceLog
 from .config import Table1Config
-from .runner import run_experiment
+from .runner import run_summary
 from .table import OUTPUTS, write_table1
 
 EXPERIMENT = "table1"
@@ -40,9 +40,7 @@ def main(argv: list[str] | None = None) -> int:
     add_run_options(p)
     add_methods_option(p)
     cfg, run = open_experiment(p.parse_args(argv))
-    work = lambda: {"b0": [{"model": pair.model, "task": pair.task, **d.to_json()}      # noqa: E731
-                           for pair, d in run_experiment(cfg, run).items()]}
-    if not run_to_completion(EXPERIMENT, run, work):
+    if not run_to_completion(EXPERIMENT, run, lambda: run_summary(cfg, run)):
         return 130
     print(write_table1(run.path))
     print(f"written: {', '.join(str(run.path / f) for f in OUTPUTS)}")

@@ -97,3 +97,9 @@ def run_experiment(cfg: Table1Config, run: Run, show_progress: bool = True) -> d
                 run_model(model, cfg, paths, samples, examples, progress)
                 free_device_memory()
     return saved_b0(cfg, paths)
+
+
+def run_summary(cfg: Table1Config, run: Run) -> dict:
+    """`run_experiment`, then what a finished run's summary records: the B0 decision of every pair."""
+    decisions = run_experiment(cfg, run)
+    return {"b0": [{"model": pair.model, "task": pair.task, **d.to_json()} for pair, d in decisions.items()]}

@@ -31,7 +31,7 @@ from ..spine.config import BootstrapConfig, from_saved, load_experiment
 from ..spine.options import add_methods_option, add_run_options, open_or_resume, run_to_completion
 from ..spine.runs import REPO
 from .config import Table1Config
-from .runner import run_experiment
+from .runner import run_summary
 from .table import build_table1, stratified_mean_diff, write_table1
 
 EXPERIMENT = "worlds"
@@ -166,9 +166,7 @@ def main(argv: list[str] | None = None) -> int:
     else:
         load = None
     cfg, run = open_or_resume(EXPERIMENT, args, load, lambda saved: from_saved(Table1Config, saved))
-    work = lambda: {"b0": [{"model": pair.model, "task": pair.task, **d.to_json()}      # noqa: E731
-                           for pair, d in run_experiment(cfg, run).items()]}
-    if not run_to_completion(EXPERIMENT, run, work):
+    if not run_to_completion(EXPERIMENT, run, lambda: run_summary(cfg, run)):
         return 130
     print(write_worlds(run.path))
     print(f"written: {run.path / OUTPUT} and Table 1's files")
