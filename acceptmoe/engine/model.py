@@ -7,7 +7,7 @@
 
 A decoder layer is x += attn(norm(x)); x += mlp(norm(x)). At a MoE layer the router gives logits
 [T, E] (fp32); `policy(layer, logits) -> (ids [T, k], weights [T, k])` routes them (None = the model's
-natural routing, `router.natural`), and the ExpertStore computes the routed experts (through `routes`, a
+natural routing, `acceptmoe.kernels.natural`), and the ExpertStore computes the routed experts (through `routes`, a
 `routes.PassRoutes`, when the pass records them). Layers are indexed by their decoder-layer index everywhere
 (policy, store, aux_layers).
 """
@@ -20,6 +20,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from ..kernels import natural
 from ..methods import Router
 from .layers import Attention, DenseMLP, Linear, RMSNorm, Rope, block_masks
 from .config import DTYPES, ModelConfig
@@ -137,7 +138,7 @@ class MoEModel(nn.Module):
         if isinstance(mlp, DenseMLP):
             return mlp(x)
         logits = mlp.router(x).float()                                   # [T, E]
-        ids, weights = self.router.natural(logits) if policy is None else policy(layer, logits)  # [T, k]
+        ids, weights = natural(self.router, logits) if policy is None else policy(layer, logits)  # [T, k]
         return (self.store if routes is None else routes).run(layer, x, ids, weights)
 
 

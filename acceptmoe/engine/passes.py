@@ -12,7 +12,7 @@ besides its inputs, so its CUDA-graph key is derived, never listed by hand.
     >>> tuple(logits.shape), aux, stats, routes, step == TargetPass(engine.model, cache)   # the step is its key
     ((3, 1024), None, None, None, True)
 
-`verifier` None routes every MoE layer naturally (`router.natural`): prefill-free decode steps, Vanilla AR,
+`verifier` None routes every MoE layer naturally (`acceptmoe.kernels.natural`): prefill-free decode steps, Vanilla AR,
 and Standard SD without a trace. With a verifier, a restricting method routes inside the verifier's set S
 (pruned against the expert pool when `prune`), and Standard SD routes naturally while the verifier only
 scores its sets for the trace; `record` stacks one `trace.layer_stats` row per MoE layer ([L, 6], computed
@@ -27,7 +27,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from acceptmoe.kernels import Verifier
+from acceptmoe.kernels import Verifier, natural
 
 from .kv import KVCache
 from .routes import PassRoutes
@@ -63,9 +63,9 @@ class TargetPass:
         def policy(layer: int, logits: Tensor) -> tuple[Tensor, Tensor]:
             resident = store.resident(layer).to(logits.device) if self.prune else None
             out = verifier(logits[None], resident, route=restricts)                  # B = 1
-            natural = router.natural(logits) if self.record or not restricts else None
-            ids, weights = (out.ids[0], out.weights[0]) if restricts else natural
+            routed = natural(router, logits) if self.record or not restricts else None
+            ids, weights = (out.ids[0], out.weights[0]) if restricts else routed
             if self.record:
-                rows.append(layer_stats(layer, natural[0][None], ids[None], out)[0])
+                rows.append(layer_stats(layer, routed[0][None], ids[None], out)[0])
             return ids, weights
         return policy

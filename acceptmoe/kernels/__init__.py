@@ -1,11 +1,13 @@
-"""The batched verifier: one interface (`make_verifier`), two backends (torch, the fused Triton kernel).
+"""The batched verifier: one interface (`make_verifier`), three backends (torch, the compiled CPU library,
+the fused Triton kernel), and the engine's natural routing (`natural`).
 
     verifier = make_verifier("auto", plan, device)   # plan: Variant(...).bind(engine.fit, ...)
     verifier.prepare(blocks)                         # per verification step
     out = verifier(logits, resident)                 # per MoE layer: logits [B, T, E] -> ids, weights, eligible, ...
 """
 from .backends import BACKENDS, make_verifier, register_backend, resolve_backend
+from .cpu_verifier import natural
 from .verifier import StepBuffers, Verifier, VerifierInputError, VerifierOutput
 
 __all__ = ["BACKENDS", "StepBuffers", "Verifier", "VerifierInputError", "VerifierOutput", "make_verifier",
-           "register_backend", "resolve_backend"]
+           "natural", "register_backend", "resolve_backend"]

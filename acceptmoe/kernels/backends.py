@@ -1,8 +1,8 @@
 """The verifier backends by name and the one factory, `make_verifier(backend, plan, device)`.
 
     >>> from acceptmoe.kernels import BACKENDS, resolve_backend
-    >>> {"torch", "triton"} <= set(BACKENDS), resolve_backend("auto", "cpu"), resolve_backend("auto", "cuda")
-    (True, 'torch', 'triton')
+    >>> {"torch", "cpu", "triton"} <= set(BACKENDS), resolve_backend("auto", "cuda")
+    (True, 'triton')
 
 A backend module declares what it serves with `acceptmoe.methods.register_backend` when it is imported
 (`make_verifier` imports it on first use: triton only when asked for).
@@ -25,12 +25,17 @@ def _torch_backend(plan: Plan, device: torch.device) -> Verifier:
     return TorchVerifier(plan, device)
 
 
+def _cpu_backend(plan: Plan, device: torch.device) -> Verifier:
+    from .cpu_verifier import CpuVerifier               # builds its C library on first use
+    return CpuVerifier(plan, device)
+
+
 def _triton_backend(plan: Plan, device: torch.device) -> Verifier:
     from .triton_verifier import TritonVerifier       # imports triton only when asked for
     return TritonVerifier(plan, device)
 
 
-BACKENDS: dict[str, VerifierFactory] = {"torch": _torch_backend, "triton": _triton_backend}
+BACKENDS: dict[str, VerifierFactory] = {"torch": _torch_backend, "cpu": _cpu_backend, "triton": _triton_backend}
 
 
 def register_backend(name: str, factory: VerifierFactory) -> None:
@@ -40,9 +45,16 @@ def register_backend(name: str, factory: VerifierFactory) -> None:
 
 
 def resolve_backend(backend: str, device: torch.device | str) -> str:
-    """The backend name `make_verifier` uses: `auto` is triton on CUDA, else torch."""
+    """The backend name `make_verifier` uses: `auto` is triton on CUDA, the compiled `cpu` backend on a CPU
+    where its library builds (a C compiler), else torch."""
     if backend == "auto":
-        return "triton" if torch.device(device).type == "cuda" else "torch"
+        kind = torch.device(device).type
+        if kind == "cuda":
+            return "triton"
+        if kind == "cpu":
+            from .cpu_verifier import available
+            return "cpu" if available() else "torch"
+        return "torch"
     if backend not in BACKENDS:
         raise VerifierInputError(f"unknown verifier backend {backend!r}; registered: auto, {', '.join(BACKENDS)}")
     return backend

@@ -269,6 +269,22 @@ def test_triton_backend_gives_torch_tokens(engine, method, kw):
     assert [blk.layers for blk in a.trace.blocks] == [blk.layers for blk in b.trace.blocks]
 
 
+@pytest.mark.parametrize("method, kw", [("acceptmoe", {}), ("moe-spec", {"budget": 12}), ("count-b", {"budget": 8})])
+def test_cpu_backend_gives_torch_tokens_traces_and_routes(engine, method, kw):
+    """The compiled CPU backend (the default on a CPU) against the torch backend over a whole generation:
+    the same tokens, per-layer traces and routed ids and weights in every pass (as recorded: weights in
+    fp16; test_cpu_verifier compares the verifier's outputs bit for bit)."""
+    cpu = Engine(engine.model, engine.draft, backend="cpu", tree=engine.tree)
+    small = Engine(engine.model, engine.draft, backend="torch", tree=engine.tree)
+    args = dict(max_new_tokens=12, ignore_eos=True, record_routes=True)
+    v = plan(cpu, method, commitment=P_HAT, **kw)
+    a, b = cpu.generate(PROMPTS[0], v, **args), small.generate(PROMPTS[0], v, **args)
+    assert a.tokens == b.tokens
+    assert [blk.layers for blk in a.trace.blocks] == [blk.layers for blk in b.trace.blocks]
+    for x, y in zip(a.routes.passes(), b.routes.passes(), strict=True):
+        assert torch.equal(x.ids, y.ids) and torch.equal(x.weights, y.weights)
+
+
 def test_tau_counts_output_tokens_only(engine, reference, monkeypatch):
     """An accepted path cut by EOS or the length cap counts only the tokens it output."""
     ref = reference[1]

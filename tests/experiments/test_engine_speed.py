@@ -23,13 +23,23 @@ def test_aten_ops_per_decode_step_is_fixed():
 
 
 def test_profile_components_find_the_verifier_and_natural_routing():
+    """The timers wrap the components' functions for one call and are removed after it; each component gets
+    the wall time of its outermost calls, nested inside the target forward."""
+    from acceptmoe.engine.model import MoEModel
+    from acceptmoe.kernels.verifier import Verifier
     engine = load_engine(TINY, tree=TreeShape(2, 3, 6))
     sd, am = Variant("standard-sd").bind(engine.fit), Variant("acceptmoe").bind(engine.fit, commitment=(1.0, 0.8, 0.6))
-    _, parts_sd = profile_components(lambda: time_ours(engine, [[5, 17, 300]], sd, 6))
-    _, parts_am = profile_components(lambda: time_ours(engine, [[5, 17, 300]], am, 6))
-    verifier, natural = "verifier: select + prune + route", "natural routing (Router.natural)"
+    before = (Verifier.__call__, MoEModel.forward, type(engine.model.store).run)
+    store = type(engine.model.store)
+    total_sd, parts_sd = profile_components(lambda: time_ours(engine, [[5, 17, 300]], sd, 6), store)
+    total_am, parts_am = profile_components(lambda: time_ours(engine, [[5, 17, 300]], am, 6), store)
+    assert (Verifier.__call__, MoEModel.forward, type(engine.model.store).run) == before      # unpatched again
+    verifier, natural = "verifier: select + prune + route", "natural routing (kernels.natural)"
+    forward, experts = "target forward (all of it)", "expert MLPs (ExpertStore.run)"
     assert parts_am[verifier] > 0 and parts_sd[natural] > 0
     assert parts_sd[verifier] == 0                   # Standard SD without a trace routes naturally, no verifier
+    for total, parts in ((total_sd, parts_sd), (total_am, parts_am)):
+        assert 0 < parts[experts] < parts[forward] <= total
 
 
 def test_bench_select_times_every_method_on_changing_logits():

@@ -145,7 +145,7 @@ def assert_matches(got, want, what: str) -> None:
             torch.testing.assert_close(g, w, rtol=1e-6, atol=1e-6, msg=lambda m: f"{what}: {name}: {m}")
 
 
-@pytest.mark.parametrize("backend", ["triton", "torch"])
+@pytest.mark.parametrize("backend", ["triton", "torch", "cpu"])
 @pytest.mark.parametrize("case", CASES, ids=str)
 def test_verifier_matches_reference(case: Case, backend: str):
     blocks, p_hat, logits, resident = make_inputs(case)
@@ -175,7 +175,7 @@ def test_kernel_serves_every_top_k_and_a_width_not_a_power_of_two(E, k):
         plan = plan_for(method, case, p_hat, Router(ROUTERS[kind].kind, k, ROUTERS[kind].renormalize),
                         max(b.max_depth for b in blocks))
         want = reference(plan, blocks, logits, resident)
-        for backend in ("triton", "torch"):
+        for backend in ("triton", "torch", "cpu"):
             verifier = make_verifier(backend, plan, device="cpu")
             verifier.prepare(blocks, pad_to=case.T)
             got = verifier(logits, resident)
@@ -251,7 +251,7 @@ def test_prepare_pads_alpha_and_counts_tokens():
     assert alpha[1, :3].tolist() == want and not alpha[1, 3:].any() and not alpha[2].any()
 
 
-@pytest.mark.parametrize("backend", ["torch", "triton"])
+@pytest.mark.parametrize("backend", ["torch", "triton", "cpu"])
 @pytest.mark.parametrize("method", ["count-b", "acceptmoe"])
 def test_steps_of_one_shape_reuse_buffers_and_match_a_fresh_verifier(backend, method):
     """prepare keeps the buffers of a padded shape and rewrites only what changed (token counts, alpha):
@@ -312,7 +312,7 @@ def test_bad_dtypes_and_missing_inputs_are_named(verifier):
         verifier.prepare([BlockInfo.from_parents([-1])] * 2, rows=1)
 
 
-@pytest.mark.parametrize("backend", ["triton", "torch"])
+@pytest.mark.parametrize("backend", ["triton", "torch", "cpu"])
 def test_a_plan_that_does_not_speculate_has_no_verifier(backend):
     with pytest.raises(VerifierInputError, match="does not speculate"):
         make_verifier(backend, simple_plan("vanilla-ar", Router("softmax_topk", 2), 8), "cpu")
@@ -322,7 +322,7 @@ def test_ties_go_to_the_lower_expert_index():
     logits = torch.zeros(7, 60)                        # every expert and every score ties
     for router in (Router("softmax_topk", 4), Router("topk_softmax", 4)):
         plan = simple_plan("moe-spec", router, 60, budget=12)
-        for backend in ("triton", "torch"):
+        for backend in ("triton", "torch", "cpu"):
             out = one_block(plan, logits, backend=backend)
             assert torch.equal(out.eligible, select(plan, logits, BlockInfo.from_parents([-1] + [0] * 6)).eligible)
             assert out.eligible[:12].all() and not out.eligible[12:].any()

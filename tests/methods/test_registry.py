@@ -30,15 +30,16 @@ def toys():
 
 
 def test_backends_declare_what_they_map_when_they_load():
+    import acceptmoe.kernels.cpu_verifier  # noqa: F401
     import acceptmoe.kernels.torch_verifier  # noqa: F401
     import acceptmoe.kernels.triton_verifier  # noqa: F401
-    assert {"reference", "torch", "triton"} <= set(registry.BACKENDS)
+    assert {"reference", "torch", "cpu", "triton"} <= set(registry.BACKENDS)
     for coverage in registry.BACKENDS.values():
         assert coverage.scores == frozenset(Score)                       # every member, exhaustively
         assert coverage.sizings >= {Sizing.ALL, Sizing.FIXED, Sizing.SELF}
 
 
-@pytest.mark.parametrize("backend", ["torch", "triton"])
+@pytest.mark.parametrize("backend", ["torch", "cpu", "triton"])
 def test_every_backend_serves_a_toy_method_exactly_like_the_reference(toys, backend):
     """A new combination is one registry entry: no backend needs a line for it, and each agrees with the
     readable reference on sets and ids (the kernel under the Triton interpreter)."""
@@ -88,7 +89,7 @@ def test_a_toy_method_registered_before_the_backends_load_is_served_at_their_imp
     proc = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=300,
                           env={"TRITON_INTERPRET": "1", "PATH": "/usr/bin:/bin"})
     assert proc.returncode == 0, proc.stderr[-2000:]
-    assert proc.stdout.strip() == "['reference', 'torch', 'triton']"
+    assert proc.stdout.strip() == "['cpu', 'reference', 'torch', 'triton']"
 
 
 def test_the_registry_entries_are_consistent():

@@ -7,19 +7,19 @@
 - aten operations dispatched per target step (`AtenCounter`, a TorchDispatchMode): a hardware-independent
   proxy for GPU kernel launches. Per decode step for AR, per verify step including its drafting for SD;
   measured as the difference between two generations of different lengths, so the prefill cancels.
-- Where the time goes in one Standard SD and one AcceptMoE generation (cProfile, cumulative per component).
+- Where the time goes in one Standard SD and one AcceptMoE generation (wall clock per component, from timers
+  around the components' functions).
 
 Every generation produces exactly `--tokens` tokens (EOS ignored) and the same prompts are used for every
 row; medians over `--repeats` runs. `--tree STEPS TOPK TOKENS` sets the draft tree (default: the tiny
 preset's); the verify pass's expert rows grow with the tree's tokens, so on a CPU (time per FLOP) a
 smaller tree can trade tau for a cheaper verify step.
 
-    ./reproduce.sh bench-engine [--model models/tiny --tokens 64 --prompts 4 --repeats 3 --threads 1 --tree 5 10 64]
+    ./reproduce.sh bench-engine [--model models/tiny --tokens 64 --prompts 4 --repeats 3 --threads 1 --tree 5 10 64
+                                 --backend auto]
 """
 from __future__ import annotations
 
-import cProfile
-import pstats
 import statistics
 import time
 from pathlib import Path
@@ -31,17 +31,19 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from acceptmoe.commands import command, parser
 from acceptmoe.methods import B0_METHOD, BASELINE, REFERENCE, Plan, Variant
 
-# profile components: (label, file suffix, function names, caller or None); cumulative time of those functions,
-# counting only the calls made from `caller` (file suffix, function name) when one is given
+VERIFIER, PREPARE = "verifier: select + prune + route", "verifier: prepare per step"
+# profile components: (label, module, attribute path): the function whose calls are timed (wall clock, the
+# outermost call of each component only); components nest inside the target forward
 COMPONENTS = (
-    ("expert MLPs (ExpertStore.run)", "engine/store.py", ("run",), None),
-    ("verifier: select + prune + route", "kernels/verifier.py", ("__call__", "prepare"), None),
-    ("natural routing (Router.natural)", "methods/routing.py", ("natural",), ("engine/model.py", "_mlp")),
-    ("attention core + masks", "engine/attention.py", ("attend", "block_masks"), None),
-    ("drafting (EAGLE-3 propose/extend)", "engine/eagle3.py", ("propose", "extend"), None),
-    ("target forward (all of it)", "engine/model.py", ("forward",), None),
+    ("expert MLPs (ExpertStore.run)", "acceptmoe.engine.store", "ExpertStore.run"),
+    (VERIFIER, "acceptmoe.kernels.verifier", "Verifier.__call__"),
+    (PREPARE, "acceptmoe.kernels.verifier", "Verifier.prepare"),
+    ("natural routing (kernels.natural)", "acceptmoe.engine.model", "natural"),
+    ("attention core", "acceptmoe.engine.layers", "attend"),
+    ("drafting (EAGLE-3 propose/extend)", "acceptmoe.engine.eagle3", "Eagle3Drafter.propose"),
+    ("drafting (EAGLE-3 propose/extend)", "acceptmoe.engine.eagle3", "Eagle3Drafter.extend"),
+    ("target forward (all of it)", "acceptmoe.engine.model", "MoEModel.forward"),
 )
-
 
 def tiny_prompts(tokenizer, n: int) -> list[list[int]]:
     """Chat-formatted prompts from the tiny test splits (one family after another)."""
@@ -123,24 +125,48 @@ def transformers_ops(model, ids) -> float:
     return aten_ops_per_step(run)
 
 
-def profile_components(fn) -> tuple[float, dict[str, float]]:
-    """(total seconds, cumulative seconds per component) of one call of fn under cProfile."""
-    prof = cProfile.Profile()
+def profile_components(fn, store_cls: type) -> tuple[float, dict[str, float]]:
+    """(total seconds, seconds per component) of one call of fn, each component's functions wrapped in a
+    wall-clock timer for the call (perf_counter around the outermost call: a fixed ~1 us per call, where a
+    tracing profiler would slow every Python call inside and inflate the Python-heavy parts). store_cls: the
+    engine's store class (its `run` overrides ExpertStore's)."""
+    import importlib
+    totals: dict[str, float] = {label: 0.0 for label, *_ in COMPONENTS}
+    depth: dict[str, int] = dict.fromkeys(totals, 0)
+    patched = []
+
+    def timed(label, f):
+        def wrapper(*args, **kwargs):
+            depth[label] += 1
+            t0 = time.perf_counter()
+            try:
+                return f(*args, **kwargs)
+            finally:
+                depth[label] -= 1
+                if not depth[label]:
+                    totals[label] += time.perf_counter() - t0
+        return wrapper
+
+    for label, module, path in COMPONENTS:
+        owner = importlib.import_module(module)
+        *outer, attr = path.split(".")
+        for name in outer:
+            owner = getattr(owner, name)
+        if owner.__name__ == "ExpertStore":
+            owner = store_cls
+        patched.append((owner, attr, owner.__dict__[attr] if attr in owner.__dict__ else None))
+        setattr(owner, attr, timed(label, getattr(owner, attr)))
     t0 = time.perf_counter()
-    prof.enable()
-    fn()
-    prof.disable()
-    total = time.perf_counter() - t0
-    stats = pstats.Stats(prof).stats                  # (file, line, func) -> (cc, nc, tt, ct, callers)
-    out = {}
-    for label, suffix, names, caller in COMPONENTS:
-        rows = [v for (file, _, func), v in stats.items() if file.endswith(suffix) and func in names]
-        if caller is None:
-            out[label] = sum(v[3] for v in rows)
-        else:
-            out[label] = sum(c[3] for v in rows for (file, _, func), c in v[4].items()
-                             if file.endswith(caller[0]) and func == caller[1])
-    return total, out
+    try:
+        fn()
+    finally:
+        total = time.perf_counter() - t0
+        for owner, attr, original in reversed(patched):
+            if original is None:
+                delattr(owner, attr)
+            else:
+                setattr(owner, attr, original)
+    return total, totals
 
 
 @command("bench-engine", "our engine vs transformers on the tiny model: tokens/s, tau, aten ops per step, where the time goes")
@@ -152,6 +178,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--prompts", type=int, default=4)
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--backend", default="auto", help="verifier backend (auto: the compiled cpu backend where it "
+                                                      "builds, else torch; torch shows the tensor-code selector)")
     p.add_argument("--tree", type=int, nargs=3, metavar=("STEPS", "TOPK", "TOKENS"), default=None,
                    help="draft tree: levels, top-k per level, tokens verified (root included); "
                         "default: the tiny preset's tree")
@@ -169,7 +197,7 @@ def main(argv: list[str] | None = None) -> int:
             tree = TreeShape(*a.tree)
         except ValueError as e:
             p.error(f"--tree {' '.join(map(str, a.tree))}: {e}")
-    engine = load_engine(a.model, tree=tree)          # checks the folders first (clear error if missing)
+    engine = load_engine(a.model, tree=tree, backend=a.backend)   # checks the folders first (clear error if missing)
     target = Path(a.model) / "target"
     tok = AutoTokenizer.from_pretrained(target)
     prompts = tiny_prompts(tok, a.prompts)
@@ -202,17 +230,23 @@ def main(argv: list[str] | None = None) -> int:
           "so vanilla AR is the only method it matches.\naten ops per step: per decode step (AR), per verify "
           "step including its drafting (SD), prefill excluded.")
     med = {name: statistics.median(vals) for name, vals in rows.items()}
+    profiles = {v.name: profile_components(lambda: time_ours(engine, prompts[:1], v, a.tokens),
+                                           type(engine.model.store)) for v in (sd, am)}
+    total, parts = profiles[am.name]
+    share = 100 * (parts[VERIFIER] + parts[PREPARE]) / total
     print("\ntargets (tiny world, CPU):")
     for label, value, goal in (
             (f"{ar.name} aten ops / decode step <= 300", ops[k_ar], ops[k_ar] <= 300),
             (f"{sd.name} aten ops / verify step <= 1000", ops[k_sd], ops[k_sd] <= 1000),
             (f"{ar.name} >= 2x transformers", med[k_ar] / base, med[k_ar] >= 2 * base),
             (f"{sd.name} >= 1.2x {ar.name}", med[k_sd] / med[k_ar], med[k_sd] >= 1.2 * med[k_ar]),
-            (f"{am.name} >= {sd.name}", med[k_am] / med[k_sd], med[k_am] >= med[k_sd])):
+            (f"{am.name} >= {sd.name}", med[k_am] / med[k_sd], med[k_am] >= med[k_sd]),
+            (f"{am.name} selection (verifier) <= 5 % of its time", share, share <= 5.0)):
         print(f"  {label:<44} {value:8.2f}  {'met' if goal else 'missed'}")
+    print(f"\nverifier backend: {engine.backend}")
     for v in (sd, am):
-        total, parts = profile_components(lambda: time_ours(engine, prompts[:1], v, a.tokens))
-        print(f"\nwhere the time goes, one {v.name} generation ({total:.2f} s under cProfile, cumulative; "
+        total, parts = profiles[v.name]
+        print(f"\nwhere the time goes, one {v.name} generation ({total:.2f} s, wall clock per component; "
               f"components nest inside the target forward):")
         for label, t in parts.items():
             print(f"  {label:<36} {t:6.3f} s  {100 * t / total:5.1f} %")
