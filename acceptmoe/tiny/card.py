@@ -65,6 +65,19 @@ def block_stats(engine, tok, n: int, seed: int = 0) -> dict:
             "max_natural_union": max(unions), "tau": round(statistics.mean(taus), 3), "blocks": len(sizes)}
 
 
+# what regenerates bit for bit, and where (measured; the same words in README.md)
+REPRODUCIBILITY = [
+    "## Reproducibility", "",
+    "- Data and tokenizer: byte for byte. A retrain on another CPU type and the worlds study's retrains here",
+    "  reproduce `data/manifest.json` and `tokenizer/` exactly (the tests check the manifest).",
+    "- Weights: bit for bit on the machine type they were trained on (Intel Xeon, family 6 model 207, AVX-512",
+    "  with AMX; torch 2.13.0+cpu from PyPI, which reports CPU capability AVX512; one thread). On another",
+    "  instruction set float kernels differ: a retrain there diverged from step 75 and moved per-task greedy",
+    "  accuracy by up to 7 pp (tiny-math 68.7 -> 77.0 %).",
+    "- Worlds trained from other weights seeds (`train-tiny --seed S`) are the model-to-model spread a single",
+    "  world's intervals leave out: `./reproduce.sh worlds` (results/reference/worlds/).", ""]
+
+
 def render(card: dict) -> str:
     t, acc, rh, bs = card["target"], card["accuracy"], card["router_health"], card["blocks"]
     lines = ["# The tiny world: models/tiny", "",
@@ -86,6 +99,7 @@ def render(card: dict) -> str:
              f"- Target settings: {_settings(card['train'].get('settings'))}.",
              f"- Draft: trained on the target's own greedy replies and hidden states with training-time test "
              f"unrolling of {card['draft']['ttt_steps']} steps, {card['draft']['seconds']:.0f} s.", "",
+             *REPRODUCIBILITY,
              "## Quality", "",
              f"Greedy accuracy of the target on the first {card['accuracy_n']} test examples per task (quick checks; "
              "Table 1 reports the project's scorers):", "",

@@ -414,6 +414,18 @@ def test_worlds_runs_table1_on_each_world_and_reports_the_spread(setup, tmp_path
     md = (run / "worlds.md").read_text()
     assert "Across worlds" in md and "rand-s5" in md and (run / "table1.md").is_file()
     assert tables.main(["--run", str(run)]) == 0 and (run / "worlds.md").read_text() == md   # rebuilt from files
+    # the claims table reads the worlds run: one row per Table 1 claim across the worlds, beside the world's own
+    from acceptmoe.experiments.claims.read import worlds_rows
+    from acceptmoe.experiments.claims.table import claim_rows, measured
+    across = {m.claim: m for m in worlds_rows(run)}
+    assert {"accuracy-vs-sd", "tau-parity"} <= set(across)
+    acc = across["accuracy-vs-sd"]
+    assert len(acc.spread) == 2 and acc.estimate == pytest.approx(sum(acc.spread) / 2)
+    assert [f"{x:+.1f}" for x in acc.spread] == [r[4].split()[0] for r in per_world if r[1] == "acceptmoe"]
+    assert acc.low <= acc.estimate <= acc.high and acc.note == "across 2 worlds"
+    records = claim_rows(measured([run]))
+    row = next(r for r in records if r["id"] == "accuracy-vs-sd" and r["measured"])
+    assert row["worlds"].startswith("2 worlds: ") and "across 2 worlds" in row["claim"]
 
 
 def test_the_worlds_interval_carries_the_spread_between_worlds():
@@ -422,8 +434,7 @@ def test_the_worlds_interval_carries_the_spread_between_worlds():
     import numpy as np
 
     from acceptmoe.experiments.spine.config import BootstrapConfig
-    from acceptmoe.experiments.table1.table import stratified_mean_diff
-    from acceptmoe.experiments.table1.worlds import worlds_interval
+    from acceptmoe.experiments.table1.table import stratified_mean_diff, worlds_interval
 
     bs = BootstrapConfig(resamples=2000, seed=0)
     rng = np.random.default_rng(1)

@@ -37,6 +37,12 @@ def test_committed_files_and_card_sizes():
     assert total < 64 * 2**20
 
 
+def test_the_committed_card_is_its_saved_measurements_rendered():
+    """models/tiny/README.md is `card.render` of card.json (the card's words change without re-measuring)."""
+    from acceptmoe.tiny.card import render
+    assert (MODELS / "README.md").read_text() == render(json.loads((MODELS / "card.json").read_text()))
+
+
 def test_tokenizer_and_chat_template_load():
     from transformers import AutoTokenizer
     tok = AutoTokenizer.from_pretrained(MODELS / "target")

@@ -15,6 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
+import numpy as np
+
 from acceptmoe.methods import B0_METHOD, BASELINE, METHODS, Score, Variant
 
 from ..replay import report as replay_report
@@ -46,6 +48,7 @@ class Measured:
     run: str = ""
     world: str = ""           # which trained world the run used (its target checkpoints)
     note: str = ""            # e.g. a row from another rule than the claim's own
+    spread: tuple[float, ...] = ()   # a row across worlds: each world's estimate
 
 
 def where(run: Path) -> str:
@@ -90,26 +93,38 @@ def _fixed(score: Score) -> str:
 
 
 # ----- Table 1 -----
-def table1_rows(run: Path) -> list[Measured]:
+def _built(run: Path) -> table1_table.Table1:
     t = table1_table.build_table1(run)
     if not t.records:
         raise NothingToTabulate(f"{run} holds no pair finished by every method: finish it with --resume first")
+    return t
+
+
+def table1_rows(run: Path) -> list[Measured]:
     world = _meta(run)["world"]
-    base = dict(measures=_engine_measures(world), run=where(run), world=_world(world))
+    return _table1_measured(_built(run), dict(measures=_engine_measures(world), run=where(run), world=_world(world)))
+
+
+def _table1_measured(t: table1_table.Table1, base: dict) -> list[Measured]:
+    """Every Table 1 claim from a built table (a run's, or one world's view of a worlds run); a claim whose
+    methods the run did not include is left out (the table then says it is not measured)."""
     out = []
-    m = t.means[B0_METHOD]
-    per_pair = [abs(r["diff_vs_standard_sd"]) for r in t.records if r["method"] == B0_METHOD]
-    est, lo, hi = m["diff_vs_standard_sd"], m["diff_low"], m["diff_high"]
-    out.append(Measured("accuracy-vs-sd", "", f"{_pp(est)} pp over {m['pairs']} pairs (max abs per pair "
-                        f"{max(per_pair):.1f})", _iv(lo, hi), est, lo, hi, **base))
+    m = t.means.get(B0_METHOD, {})
+    if m.get("diff_vs_standard_sd") is not None:
+        per_pair = [abs(r["diff_vs_standard_sd"]) for r in t.records if r["method"] == B0_METHOD]
+        est, lo, hi = m["diff_vs_standard_sd"], m["diff_low"], m["diff_high"]
+        out.append(Measured("accuracy-vs-sd", "", f"{_pp(est)} pp over {m['pairs']} pairs (max abs per pair "
+                            f"{max(per_pair):.1f})", _iv(lo, hi), est, lo, hi, **base))
     fixed = [f for f in METHODS if METHODS[f].needs_budget and f in t.means]
-    accs = tuple(t.means[f]["accuracy"] for f in fixed)
-    out.append(Measured("matched-budget", "", " / ".join(f"{a:.1f}" for a in accs) + " % ("
-                        + " / ".join(METHODS[f].label for f in fixed) + ")", "-", None, None, None, accs, **base))
+    if len(fixed) > 1:
+        accs = tuple(t.means[f]["accuracy"] for f in fixed)
+        out.append(Measured("matched-budget", "", " / ".join(f"{a:.1f}" for a in accs) + " % ("
+                            + " / ".join(METHODS[f].label for f in fixed) + ")", "-", None, None, None, accs, **base))
     ours, theirs = _fixed(Score.COMMITMENT), _fixed(Score.ROUTER_MASS)
-    est, lo, hi = table1_table.mean_diff(t, ours, theirs)
-    out.append(Measured("matched-budget-gap", "", f"{_pp(est)} pp over {len(t.aligned)} pairs", _iv(lo, hi),
-                        est, lo, hi, **base))
+    if ours in t.means and theirs in t.means:
+        est, lo, hi = table1_table.mean_diff(t, ours, theirs)
+        out.append(Measured("matched-budget-gap", "", f"{_pp(est)} pp over {len(t.aligned)} pairs", _iv(lo, hi),
+                            est, lo, hi, **base))
     b0 = [d.b0 for d in t.b0.values()]
     if b0:
         out.append(Measured("b0-range", "", f"{min(b0)} to {max(b0)} experts ({len(b0)} pairs)", "-",
@@ -120,6 +135,59 @@ def table1_rows(run: Path) -> list[Measured]:
         out.append(Measured("tau-parity", "", f"{METHODS[B0_METHOD].label} {a:.2f}, {METHODS[BASELINE].label} "
                             f"{s:.2f} (ratio {a / s:.3f})", "-", a / s, None, None, **base))
     return out
+
+
+# ----- the worlds study (Table 1 over independently trained worlds) -----
+def _paired(claim_id: str) -> tuple[str, str] | None:
+    """The two methods whose paired accuracy difference a Table 1 claim is (None: not a difference)."""
+    return {"accuracy-vs-sd": (B0_METHOD, BASELINE),
+            "matched-budget-gap": (_fixed(Score.COMMITMENT), _fixed(Score.ROUTER_MASS))}.get(claim_id)
+
+
+def worlds_rows(run: Path) -> list[Measured]:
+    """A worlds run: each Table 1 claim per world (`table1.table.for_model`), reported as one row across the
+    worlds: the mean of the per-world estimates, for a paired difference the interval that resamples worlds
+    and then prompts within each world's pairs (`table1.table.worlds_interval`), every world's estimate in
+    `spread` (the worlds column)."""
+    t, world = _built(run), _meta(run)["world"]
+    names = [m["name"] for m in world["models"]]
+    views = {name: table1_table.for_model(t, name) for name in names}
+    base = dict(measures=_engine_measures(world), run=where(run), world=f"{len(names)} worlds ({_world(world)})")
+    per = {name: _table1_measured(v, base) for name, v in views.items() if v.records}
+    out = []
+    for first in next(iter(per.values()), []):
+        group = [next((m for m in rows if (m.claim, m.part, m.note) == (first.claim, first.part, first.note)), None)
+                 for rows in per.values()]
+        if None in group:
+            continue
+        out.append(_across(first, group, views, t.cfg.world.bootstrap, base))
+    return out
+
+
+def _across(first: Measured, group: list[Measured], views: dict, bs, base: dict) -> Measured:
+    W, note = len(group), f"across {len(group)} worlds"
+    est = [m.estimate for m in group]
+    mean = sum(est) / W if None not in est else None
+    values = tuple(sum(v) / W for v in zip(*(m.values for m in group))) if all(m.values for m in group) else ()
+    lo = hi = None
+    pair = _paired(first.claim)
+    if pair is not None:
+        diffs = {name: [100 * (np.array([r["correct"] for r in rows[pair[0]]], float)
+                               - np.array([r["correct"] for r in rows[pair[1]]], float)) for rows in v.aligned.values()]
+                 for name, v in views.items() if v.records}
+        lo, hi = table1_table.worlds_interval(diffs, bs)
+    if pair is not None:
+        ours = f"{_pp(mean)} pp mean over {W} worlds"
+    elif values:
+        ordered = sum(all(a < b for a, b in zip(m.values, m.values[1:])) for m in group)
+        ours = " / ".join(f"{x:.1f}" for x in values) + f" % mean over {W} worlds (ordered so in {ordered} of {W})"
+    elif mean is not None:
+        ours = f"{mean:.3f} mean over {W} worlds"
+    else:
+        ours = "; ".join(m.ours for m in group)
+    return Measured(first.claim, first.part, ours, "-" if lo is None else _iv(lo, hi), mean, lo, hi, values,
+                    spread=tuple(e for e in est if e is not None), note=note,
+                    **{k: v for k, v in base.items()})
 
 
 # ----- throughput runs (fig3, fig4, table2, sweep, fig5) -----
@@ -213,7 +281,7 @@ def replay_rows(run: Path) -> list[Measured]:
 
 READERS: dict[str, Callable[[Path], list[Measured]]] = {
     "table1": table1_rows, **{e: throughput_rows for e in ("fig3", "fig4", "table2", "sweep", "fig5")},
-    "calibration-study": study_rows, "replay": replay_rows}
+    "calibration-study": study_rows, "replay": replay_rows, "worlds": worlds_rows}
 
 # Claims the replay speaks to as well: without a replay run they get a row saying how to make one.
 REPLAY_HINT = ("./reproduce.sh replay --run <a fig4 run made with --record-routes> --shape qwen3-30b-a3b")

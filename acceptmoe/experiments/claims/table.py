@@ -7,7 +7,8 @@ paper's direction holds and what was measured, from saved run folders only.
 Rows follow the registry's order; a claim reported per part (pruning) has one row per part. A claim no given
 run speaks to gets a row naming the command that produces it; the throughput claims also get one for the
 replay at the paper's expert shape. The worlds column is the spread of a claim's estimate across
-independently trained tiny worlds (runs whose world has other target checkpoints); one world today.
+independently trained tiny worlds: a worlds run (`./reproduce.sh worlds`) adds one row per Table 1 claim
+across its worlds (mean, worlds x prompts interval for a paired difference, each world's estimate).
 """
 from __future__ import annotations
 
@@ -23,11 +24,12 @@ from .read import ENGINE, READERS, REPLAY, REPLAY_HINT, Measured, claims_with_re
 
 REFERENCE = REPO / "results" / "reference"
 # fig5 holds fig4's phases with more prompts; the reference fig4 run is the replay's small routes source
-DEFAULT_EXPERIMENTS = ("table1", "fig3", "fig5", "calibration-study", "replay")
+DEFAULT_EXPERIMENTS = ("table1", "worlds", "fig3", "fig5", "calibration-study", "replay")
 OUTPUTS = ("claims.md", "claims.csv", "claims.tex")
 HEADER = ["id", "claim", "paper", "ours", "95% interval / spread", "direction holds", "the paper's direction",
           "measures", "worlds", "run"]
 ONE_WORLD = "1 world (the worlds study is not run)"
+ACROSS_BELOW = "1 world (across worlds: the claim's worlds row)"
 
 
 # ----- which runs -----
@@ -90,13 +92,19 @@ def measured(runs: list[Path]) -> list[Measured]:
     return out
 
 
-def worlds_cell(group: list[Measured]) -> str:
-    """The spread of the estimate across trained worlds (runs of distinct worlds measuring the same thing)."""
+def worlds_cell(group: list[Measured], across: bool = False) -> str:
+    """The spread of the estimate across trained worlds: a worlds run's row gives each world's estimate;
+    otherwise runs of distinct worlds measuring the same thing. across: a worlds row exists for the claim."""
+    spread = next((m.spread for m in group if m.spread), ())
+    if spread:
+        return f"{len(spread)} worlds: {min(spread):.3g} to {max(spread):.3g}"
+    if any(m.note.startswith("across") for m in group):
+        return f"{group[0].world.split(' (')[0]}"
     per_world: dict[str, float | None] = {}
     for m in group:
         per_world.setdefault(m.world, m.estimate)
     if len(per_world) <= 1:
-        return ONE_WORLD
+        return ACROSS_BELOW if across else ONE_WORLD
     vals = [v for v in per_world.values() if v is not None]
     return f"{len(per_world)} worlds" + (f": {min(vals):.3g} to {max(vals):.3g}" if vals else "")
 
@@ -115,11 +123,12 @@ def claim_rows(found: list[Measured]) -> list[dict]:
             mine = [m for m in found if m.claim == c.id and m.part == name]
             base = {"id": c.id + (f" / {name}" if name else ""), "claim": (c.text.partition(":")[0] + f": {name}") if name else c.text,
                     "paper": part.paper if part else c.paper, "the paper's direction": expect.words}
+            across = any(m.spread or m.note.startswith("across") for m in mine)
             for m in mine:
                 group = [x for x in mine if x.kind == m.kind and x.note == m.note]
                 out.append({**base, "claim": base["claim"] + (f" ({m.note})" if m.note else ""), "ours": m.ours,
                             "95% interval / spread": m.interval, "direction holds": holds(expect, m),
-                            "measures": m.measures, "worlds": worlds_cell(group), "run": m.run,
+                            "measures": m.measures, "worlds": worlds_cell(group, across), "run": m.run,
                             "estimate": m.estimate, "measured": True})
             kinds = {m.kind for m in mine if not m.note}
             wanted = [(ENGINE, f"needs ./reproduce.sh {c.command}")]

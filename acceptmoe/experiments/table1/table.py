@@ -148,6 +148,35 @@ def mean_records(records: list[dict], aligned: dict, methods: list[str], bs: Boo
     return means
 
 
+def worlds_interval(diffs: dict[str, list[np.ndarray]], bs: BootstrapConfig, chunk: int = 200) -> tuple[float, float]:
+    """Percentile interval of the mean difference over worlds, resampling worlds, then prompts within each of
+    the drawn world's pairs (a fixed seed). diffs: world -> per-pair arrays of paired differences."""
+    worlds = list(diffs)
+    rng = np.random.default_rng(bs.seed)
+    stats = []
+    for start in range(0, bs.resamples, chunk):
+        size = min(chunk, bs.resamples - start)
+        drawn = rng.integers(0, len(worlds), size=(size, len(worlds)))            # [size, W] world draws
+        per_world = {w: np.mean([d[rng.integers(0, d.size, size=(size, d.size))].mean(1) for d in diffs[w]], 0)
+                     for w in worlds}                                             # world -> [size] resampled means
+        table = np.stack([per_world[w] for w in worlds], 1)                     # [size, W]
+        stats.append(np.take_along_axis(table, drawn, 1).mean(1))
+    alpha = (1 - bs.confidence) / 2
+    low, high = np.quantile(np.concatenate(stats), [alpha, 1 - alpha])
+    return float(low), float(high)
+
+
+def for_model(t: Table1, model: str) -> Table1:
+    """The built table's view of one model's pairs (one world of a worlds run), its means recomputed over
+    them by the same rules."""
+    records = [r for r in t.records if r["model"] == model]
+    aligned = {p: rows for p, rows in t.aligned.items() if p.model == model}
+    return Table1(t.cfg, records, mean_records(records, aligned, methods_of(t.cfg), t.cfg.world.bootstrap),
+                  {p: d for p, d in t.b0.items() if p.model == model},
+                  [i for i in t.incomplete if i.startswith(f"{model}|")],
+                  [r for r in t.plus if r["model"] == model], aligned)
+
+
 def build_table1(run_dir: str | Path) -> Table1:
     run_dir = Path(run_dir)
     cfg = from_saved(Table1Config, json.loads((run_dir / "config.json").read_text())["config"])

@@ -32,12 +32,13 @@ from ..spine.options import add_methods_option, add_run_options, open_or_resume,
 from ..spine.runs import REPO
 from .config import Table1Config
 from .runner import run_summary
-from .table import build_table1, stratified_mean_diff, write_table1
+from .table import build_table1, stratified_mean_diff, worlds_interval, write_table1
 
 EXPERIMENT = "worlds"
 SEEDS = (1, 2)
 WORLDS = Path("models/worlds")
 OUTPUT = "worlds.md"
+TRAIN_STAGES = "data,tokenizer,target,draft"       # train-tiny without its model card (Table 1 measures the world)
 
 
 def world_folder(seed: int, root: Path = WORLDS) -> Path:
@@ -52,13 +53,14 @@ def world_models(base: dict, seeds, root: Path = WORLDS) -> list[dict]:
 
 
 def ensure_world(seed: int, root: Path = WORLDS) -> None:
-    """Train world `seed` unless its target and draft are there (`train-tiny --seed S --out <root>/seed-S`);
+    """Train world `seed` unless its target and draft are there (`train-tiny --seed S --out <root>/seed-S
+    --stages data,tokenizer,target,draft`);
     a world whose training stopped at a time guard is refused (its weights depend on the machine's speed)."""
     folder = REPO / world_folder(seed, root)                 # an absolute root stays as it is
     if not ((folder / "target/config.json").is_file() and (folder / "draft/config.json").is_file()):
         from acceptmoe.tiny import train_tiny
         print(f"[worlds] training world {seed} into {folder} (about 40 min on one core)", flush=True)
-        if train_tiny.main(["--seed", str(seed), "--out", str(folder)]):
+        if train_tiny.main(["--seed", str(seed), "--out", str(folder), "--stages", TRAIN_STAGES]):
             raise UserError(f"training world {seed} failed; see {folder / 'train_tiny.log'}")
     check_complete(folder)
 
@@ -77,24 +79,6 @@ def check_complete(folder: Path) -> None:
     if cut:
         raise UserError(f"world {folder} stopped at a time guard ({'; '.join(cut)}): its weights depend on how busy "
                         f"the machine was; delete the folder and rerun on a quieter machine (or raise max_minutes)")
-
-
-def worlds_interval(diffs: dict[str, list[np.ndarray]], bs: BootstrapConfig, chunk: int = 200) -> tuple[float, float]:
-    """Percentile interval of the mean difference over worlds, resampling worlds, then prompts within each of
-    the drawn world's pairs (a fixed seed). diffs: world -> per-pair arrays of paired differences."""
-    worlds = list(diffs)
-    rng = np.random.default_rng(bs.seed)
-    stats = []
-    for start in range(0, bs.resamples, chunk):
-        size = min(chunk, bs.resamples - start)
-        drawn = rng.integers(0, len(worlds), size=(size, len(worlds)))            # [size, W] world draws
-        per_world = {w: np.mean([d[rng.integers(0, d.size, size=(size, d.size))].mean(1) for d in diffs[w]], 0)
-                     for w in worlds}                                             # world -> [size] resampled means
-        table = np.stack([per_world[w] for w in worlds], 1)                     # [size, W]
-        stats.append(np.take_along_axis(table, drawn, 1).mean(1))
-    alpha = (1 - bs.confidence) / 2
-    low, high = np.quantile(np.concatenate(stats), [alpha, 1 - alpha])
-    return float(low), float(high)
 
 
 def spread(run_dir: Path) -> tuple[list[list], list[list], str]:
