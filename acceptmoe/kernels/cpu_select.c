@@ -132,12 +132,13 @@ static void prune(uint8_t *S, const uint8_t *A, const uint8_t *H, const float *f
    terms or NULL; weight [B, T] each token's factor (1.0 / 0.0 valid, or alpha); resident NULL or
    [resident_rows, E] (1 row: shared by the blocks). Outputs eligible [B, E], utility [B, E] (the score as
    fp32, in units of 1), anchor [B, E], and routed [B, T, k] (NULL: not routed), the top-k inside S: a
-   token's natural top-k when all of it is in S (the same ids), else a scan. Returns the first block whose
-   S holds fewer than k experts (left unrouted), or -1. */
+   token's natural top-k when all of it is in S (the same ids), else a scan; with it masked [B, T, E], the
+   logits with -inf outside S (what the router's weights inside S are computed from). Returns the first
+   block whose S holds fewer than k experts (left unrouted), or -1. */
 int64_t select_blocks(int64_t B, int64_t T, int64_t E, int64_t k, const float *z, const int64_t *natural,
                       const float *term, const float *tie, const float *weight, int64_t dense,
                       const uint8_t *resident, int64_t resident_rows, const int64_t *params, uint8_t *eligible,
-                      float *utility, uint8_t *anchor, int64_t *routed) {
+                      float *utility, uint8_t *anchor, int64_t *routed, float *masked) {
     const float scale = (float)((int64_t)1 << params[P_BITS]), unscale = 1.0f / scale;
     int64_t primary[E], secondary[E], order[E], demand[E];
     float fp[E], fs[E], zeros[E];
@@ -189,6 +190,7 @@ int64_t select_blocks(int64_t B, int64_t T, int64_t E, int64_t k, const float *z
             int64_t *out = routed + row * k, all_in = 1;
             for (int64_t j = 0; j < k; j++) all_in &= S[ids[j]], out[j] = ids[j];
             if (!all_in) topk_row(z + row * E, E, k, S, out);
+            for (int64_t e = 0; e < E; e++) masked[row * E + e] = S[e] ? z[row * E + e] : -INFINITY;
         }
     }
     return short_block;

@@ -83,7 +83,7 @@ def library() -> ctypes.CDLL:
     lib.topk_rows.argtypes = [ptr, i64, i64, i64, ptr, i64, ptr]
     lib.topk_rows.restype = i64
     lib.select_blocks.argtypes = [i64, i64, i64, i64, ptr, ptr, ptr, ptr, ptr, i64, ptr, i64, ptr, ptr, ptr, ptr,
-                                  ptr]
+                                  ptr, ptr]
     lib.select_blocks.restype = i64
     lib.params_count.restype = i64
     return lib
@@ -174,16 +174,17 @@ class CpuVerifier(Verifier):
         utility = torch.empty(B, E, dtype=torch.float32)
         anchor = torch.empty(B, E, dtype=torch.bool)
         routed = torch.empty(B, T, k, dtype=torch.long) if route else None
+        masked = torch.empty(B, T, E, dtype=torch.float32) if route else None     # z, -inf outside S
         short = self.lib.select_blocks(B, T, E, k, z.data_ptr(), ids.data_ptr(), _ptr(term), _ptr(tie),
                                        factor.data_ptr(), int(dense), _ptr(held),
                                        1 if held is None else held.numel() // E, self.params.data_ptr(),
-                                       eligible.data_ptr(), utility.data_ptr(), anchor.data_ptr(), _ptr(routed))
+                                       eligible.data_ptr(), utility.data_ptr(), anchor.data_ptr(), _ptr(routed),
+                                       _ptr(masked))
         if not route:
             return VerifierOutput(None, None, eligible, utility, anchor)
         if short >= 0:
             raise VerifierInputError(f"block {short}'s set holds fewer than top_k={k} experts: raise prune_min_set "
                                      f"or the budget")
-        masked = z.masked_fill(~eligible[:, None, :], float("-inf"))
         return VerifierOutput(routed, router.weights(masked, routed, z), eligible, utility, anchor)
 
 
