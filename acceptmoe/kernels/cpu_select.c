@@ -13,6 +13,7 @@
    Built with -ffp-contract=off: a product is rounded once, as torch rounds it. */
 #include <math.h>
 #include <stdint.h>
+#include <stdlib.h>
 
 enum { SIZING_ALL = 0, SIZING_FIXED = 1, SIZING_SELF = 2 };
 enum { MAX_K = 256 };
@@ -66,8 +67,7 @@ int64_t topk_rows(const float *z, int64_t rows, int64_t E, int64_t k, const uint
 
 /* log2(x) * 2^16 for 1 <= x < 2^31 (`fixed.log2_fixed`): the top bit, then 16 squarings of Q1.30. */
 static int64_t log2_fixed(int64_t x) {
-    int64_t e = 0;
-    for (int j = 1; j <= 31; j++) e += x >= ((int64_t)1 << j);
+    const int64_t e = 63 - __builtin_clzll((unsigned long long)x);   /* floor(log2 x) */
     int64_t m = x << (30 - e), out = e << 16;
     for (int i = 0; i < 16; i++) {
         int64_t square = m * m, top = square >> 61;
@@ -77,33 +77,38 @@ static int64_t log2_fixed(int64_t x) {
     return out;
 }
 
-/* `fixed`'s effective rank of the candidates' demand d[0..E) (candidates: d > 0). */
+/* `fixed`'s effective rank of the candidates' demand d[0..E) (candidates: d > 0). log2_fixed(n) rises with
+   n (consecutive integers up to E differ in log2 by far more than its 2^-16 error), so the sizes n with
+   S (log2 n + guard) < S H2 are 1..m and the count stops at the first that is not. */
 static int64_t effective_rank(const int64_t *d, int64_t E, int64_t guard) {
     int64_t S = 0, candidates = 0, weighted = 0;
     for (int64_t e = 0; e < E; e++) {
         S += d[e];
         candidates += d[e] > 0;
-        weighted += d[e] * log2_fixed(d[e] > 1 ? d[e] : 1);
+        if (d[e] > 1) weighted += d[e] * log2_fixed(d[e]);
     }
-    int64_t entropy = S * log2_fixed(S > 1 ? S : 1) - weighted, shorter = 0;
-    for (int64_t n = 1; n <= E; n++) shorter += S * (log2_fixed(n) + guard) < entropy;
+    const int64_t entropy = S * log2_fixed(S > 1 ? S : 1) - weighted;
+    int64_t shorter = 0;
+    while (shorter < E && S * (log2_fixed(shorter + 1) + guard) < entropy) shorter++;
     return shorter + 1 < candidates ? shorter + 1 : candidates;
 }
 
-/* a before b in the ranking: primary descending, then secondary descending, then lower index */
-static int before(const float *p, const float *s, int64_t a, int64_t b) {
-    if (p[a] != p[b]) return p[a] > p[b];
-    if (s[a] != s[b]) return s[a] > s[b];
-    return a < b;
+/* the ranking: primary descending, then secondary descending, then lower index (a total order) */
+typedef struct { float p, s; int64_t e; } Ranked;
+
+static int ranked_first(const void *a, const void *b) {
+    const Ranked *x = a, *y = b;
+    if (x->p != y->p) return x->p > y->p ? -1 : 1;
+    if (x->s != y->s) return x->s > y->s ? -1 : 1;
+    return x->e < y->e ? -1 : 1;
 }
 
-/* ids sorted in place by `before` (insertion sort: E is at most a few hundred) */
+/* ids[0..n) sorted in place by the ranking of (p, s) */
 static void rank(int64_t *ids, int64_t n, const float *p, const float *s) {
-    for (int64_t i = 1; i < n; i++) {
-        int64_t x = ids[i], j = i;
-        while (j > 0 && before(p, s, x, ids[j - 1])) { ids[j] = ids[j - 1]; j--; }
-        ids[j] = x;
-    }
+    Ranked r[n > 0 ? n : 1];
+    for (int64_t i = 0; i < n; i++) r[i] = (Ranked){p[ids[i]], s[ids[i]], ids[i]};
+    qsort(r, (size_t)n, sizeof(Ranked), ranked_first);
+    for (int64_t i = 0; i < n; i++) ids[i] = r[i].e;
 }
 
 /* Residency pruning of one block's S in place: the longest prefix of S \ H \ A in ascending utility (ties:
