@@ -15,9 +15,9 @@ passes straight through: no selector work, no copies.
 Inside the forward (`restrict`) the work is fixed-shape tensor code on buffers allocated once: the verify
 batch is request-major with a fixed width n (token t belongs to request t // n), so router logits [B*n, E]
 are viewed as [B, n, E], the eligible sets [B, E] come from the project's one verifier interface
-(`acceptmoe.kernels.make_verifier` with the plugin's `Plan`: the Triton kernel on CUDA, the compiled cpu
-backend on a CPU), and router logits outside each request's set are masked to -inf before SGLang's own
-top-k (Eq. 2 for every output format). Per layer and request the trace fields come from
+(`acceptmoe.kernels.make_verifier` with the plugin's `Plan`: the Triton kernel on CUDA, the torch backend
+elsewhere, never the compiled cpu library, an opaque call no graph can hold), and router logits outside
+each request's set are masked to -inf before SGLang's own top-k (Eq. 2 for every output format). Per layer and request the trace fields come from
 `acceptmoe.engine.trace.layer_stats`, the function the native engine records with, into a static record buffer
 read after the pass. Everything that varies per step (trees, valid tokens, commitment weights) is written into
 the verifier's step buffers before the forward (`Verifier.prepare`, rows sized once from the server's limits),
@@ -60,6 +60,9 @@ def router_of(topk) -> Router:
             f"biased, sigmoid-scored or carries fused shared experts); unset ACCEPTMOE_METHOD for this model")
     return Router("softmax_topk", top_k=c.top_k, renormalize=bool(c.renormalize))
 
+
+# the verifier backend inside the forward, per device type: work a captured (or traced) graph can hold
+GRAPH_BACKEND = {"cuda": "triton"}
 
 @dataclass(frozen=True)
 class Limits:
@@ -189,7 +192,7 @@ class Runtime:
         self.router = router_of(topk)
         if self.cfg.variant is not None and self.cfg.restricts:
             plan = self.cfg.bind(Fit(self.router, E, self.limits.depth, "resident"))
-            self.verifier = make_verifier("auto", plan, device)
+            self.verifier = make_verifier(GRAPH_BACKEND.get(torch.device(device).type, "torch"), plan, device)
             if self.tree is not None:
                 self.verifier.prepare_tree(self.tree.to(device), rows=self.capacity)
             else:
