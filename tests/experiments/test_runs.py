@@ -84,6 +84,9 @@ def test_open_run_resumes_unfinished_same_config(tmp_path):
     assert not first.resumed
     meta = json.loads((first.path / "config.json").read_text())
     assert meta["config_hash"] == config_hash(cfg) and "git_commit" in meta["environment"]
+    import torch
+    env = meta["environment"]                    # the measured scope a float result's reproducibility has
+    assert env["cpu"] and env["torch_cpu_capability"] == torch.backends.cpu.get_cpu_capability()
     again = open_run("exp", "tiny", cfg, root=tmp_path)
     assert again.resumed and again.path == first.path
     first.finish({"done": True})

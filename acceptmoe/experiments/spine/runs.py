@@ -135,8 +135,8 @@ _SAID_SANDBOX: list[bool] = []
 
 
 def environment() -> dict:
-    """Git commit and dirty flag, Python and package versions, device name, and the code sandbox's
-    isolation on this machine (what is in force and what fell back)."""
+    """Git commit and dirty flag, Python and package versions, device name, CPU model and torch's CPU
+    capability, and the code sandbox's isolation on this machine (what is in force and what fell back)."""
     from acceptmoe.evals.sandbox import isolation
     with warnings.catch_warnings():          # said once on stdout below, and recorded with the run
         warnings.simplefilter("ignore", RuntimeWarning)
@@ -153,7 +153,22 @@ def environment() -> dict:
     import torch
     device = torch.cuda.get_device_name(0) if torch.cuda.is_available() else f"cpu ({platform.processor() or platform.machine()})"
     return {**code_state(), "python": sys.version.split()[0], "platform": platform.platform(), "packages": versions,
-            "device": device, "torch_threads": torch.get_num_threads(), "sandbox": iso.record()}
+            "device": device, "cpu": cpu_model(), "torch_cpu_capability": torch.backends.cpu.get_cpu_capability(),
+            "torch_threads": torch.get_num_threads(), "sandbox": iso.record()}
+
+
+def cpu_model() -> str:
+    """The CPU's model name and x86 family / model numbers (what a float result's reproducibility is scoped
+    to: kernels differ between instruction sets), from /proc/cpuinfo where there is one."""
+    try:
+        info = dict(line.split(":", 1) for line in Path("/proc/cpuinfo").read_text().splitlines()[:30] if ":" in line)
+    except OSError:
+        return platform.processor() or platform.machine()
+    info = {k.strip(): v.strip() for k, v in info.items()}
+    parts = [info.get("model name", platform.machine())]
+    if "cpu family" in info:
+        parts.append(f"family {info['cpu family']} model {info.get('model', '?')}")
+    return ", ".join(parts)
 
 
 @dataclasses.dataclass
