@@ -445,6 +445,8 @@ def test_the_worlds_interval_carries_the_spread_between_worlds():
     assert lo < -5 and hi > 5 and hi - lo > 2 * (hi_a - lo_a)
     same_lo, same_hi = worlds_interval({"a": a, "a2": a}, bs)
     assert lo_a - 2 <= same_lo <= same_hi <= hi_a + 2                   # identical worlds: the prompts' width
+    zeros = {"a": [np.zeros(150)] * 4, "b": [np.zeros(150)] * 4}         # no prompt disagrees anywhere
+    assert worlds_interval(zeros, bs) == stratified_mean_diff([np.zeros(150)] * 8, bs)[1:]   # the exact bound
 
 
 def test_a_world_cut_by_a_training_time_guard_is_refused(tmp_path):

@@ -150,7 +150,12 @@ def mean_records(records: list[dict], aligned: dict, methods: list[str], bs: Boo
 
 def worlds_interval(diffs: dict[str, list[np.ndarray]], bs: BootstrapConfig, chunk: int = 200) -> tuple[float, float]:
     """Percentile interval of the mean difference over worlds, resampling worlds, then prompts within each of
-    the drawn world's pairs (a fixed seed). diffs: world -> per-pair arrays of paired differences."""
+    the drawn world's pairs (a fixed seed). diffs: world -> per-pair arrays of paired differences. Without a
+    single disagreeing prompt in any world the bound on the pooled discordant rate is used, as
+    `stratified_mean_diff` does."""
+    if all(not d.any() for ds in diffs.values() for d in ds):
+        bound = 100 * no_discordance_bound(sum(d.size for ds in diffs.values() for d in ds), bs.confidence)
+        return -bound, bound
     worlds = list(diffs)
     rng = np.random.default_rng(bs.seed)
     stats = []
