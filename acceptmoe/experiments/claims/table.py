@@ -30,6 +30,7 @@ HEADER = ["id", "claim", "paper", "ours", "95% interval / spread", "direction ho
           "measures", "worlds", "run"]
 ONE_WORLD = "1 world (the worlds study is not run)"
 ACROSS_BELOW = "1 world (across worlds: the claim's worlds row)"
+TABLE1_ONLY = "1 world (the worlds study runs Table 1 only)"
 
 
 # ----- which runs -----
@@ -92,9 +93,10 @@ def measured(runs: list[Path]) -> list[Measured]:
     return out
 
 
-def worlds_cell(group: list[Measured], across: bool = False) -> str:
+def worlds_cell(group: list[Measured], across: bool = False, studied: bool = False) -> str:
     """The spread of the estimate across trained worlds: a worlds run's row gives each world's estimate;
-    otherwise runs of distinct worlds measuring the same thing. across: a worlds row exists for the claim."""
+    otherwise runs of distinct worlds measuring the same thing. across: a worlds row exists for the claim;
+    studied: a worlds run was read at all."""
     spread = next((m.spread for m in group if m.spread), ())
     if spread:
         return f"{len(spread)} worlds: {min(spread):.3g} to {max(spread):.3g}"
@@ -104,7 +106,7 @@ def worlds_cell(group: list[Measured], across: bool = False) -> str:
     for m in group:
         per_world.setdefault(m.world, m.estimate)
     if len(per_world) <= 1:
-        return ACROSS_BELOW if across else ONE_WORLD
+        return ACROSS_BELOW if across else TABLE1_ONLY if studied else ONE_WORLD
     vals = [v for v in per_world.values() if v is not None]
     return f"{len(per_world)} worlds" + (f": {min(vals):.3g} to {max(vals):.3g}" if vals else "")
 
@@ -116,6 +118,7 @@ def _parts(c: Claim) -> list[Part | None]:
 def claim_rows(found: list[Measured]) -> list[dict]:
     """One record per (claim, part, measurement), every claim of the registry present, in its order."""
     out = []
+    studied = any(m.note.startswith("across") for m in found)
     for c in CLAIMS:
         for part in _parts(c):
             name = part.name if part else ""
@@ -128,7 +131,7 @@ def claim_rows(found: list[Measured]) -> list[dict]:
                 group = [x for x in mine if x.kind == m.kind and x.note == m.note]
                 out.append({**base, "claim": base["claim"] + (f" ({m.note})" if m.note else ""), "ours": m.ours,
                             "95% interval / spread": m.interval, "direction holds": holds(expect, m),
-                            "measures": m.measures, "worlds": worlds_cell(group, across), "run": m.run,
+                            "measures": m.measures, "worlds": worlds_cell(group, across, studied), "run": m.run,
                             "estimate": m.estimate, "measured": True})
             kinds = {m.kind for m in mine if not m.note}
             wanted = [(ENGINE, f"needs ./reproduce.sh {c.command}")]
