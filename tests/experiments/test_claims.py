@@ -61,7 +61,14 @@ def test_rebuilds_the_same_bytes_and_every_claim_appears(reference, tmp_path, ca
     assert ids == {c.id for c in CLAIMS}
     assert {r["id"] for r in recs} >= {"pruning / traffic", "pruning / hit rate", "pruning / throughput",
                                        "pruning / accuracy"}
-    assert all(r["worlds"] in (table.ONE_WORLD, "-") for r in recs)
+    # the worlds study: every Table 1 claim has a row across its 3 worlds; other claims say it runs Table 1 only
+    across = [r for r in recs if "(across 3 worlds)" in r["claim"]]
+    assert {r["id"] for r in across} >= {"accuracy-vs-sd", "matched-budget", "matched-budget-gap", "tau-parity"}
+    assert all(r["worlds"].startswith("3 worlds") for r in across)
+    assert next(r for r in across if r["id"] == "accuracy-vs-sd")["worlds"].startswith("3 worlds: ")
+    table1_claims = {r["id"] for r in across}
+    assert all(r["worlds"] in (table.ACROSS_BELOW, "-") if r["id"] in table1_claims else
+               r["worlds"] in (table.TABLE1_ONLY, "-") for r in recs if r not in across)
     assert "\\begin{tabular}" in (out / "claims.tex").read_text()
 
 
