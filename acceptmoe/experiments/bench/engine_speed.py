@@ -178,7 +178,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--prompts", type=int, default=4)
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--threads", type=int, default=1)
-    p.add_argument("--backend", default="auto", help="verifier backend (auto: the compiled cpu backend where it "
+    p.add_argument("--backend", default="auto", choices=("auto", "torch", "cpu"), help="verifier backend (auto: the compiled cpu backend where it "
                                                       "builds, else torch; torch shows the tensor-code selector)")
     p.add_argument("--tree", type=int, nargs=3, metavar=("STEPS", "TOPK", "TOKENS"), default=None,
                    help="draft tree: levels, top-k per level, tokens verified (root included); "

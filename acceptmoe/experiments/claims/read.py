@@ -187,7 +187,7 @@ def _across(first: Measured, group: list[Measured], views: dict, bs, base: dict)
         ours = "; ".join(m.ours for m in group)
     return Measured(first.claim, first.part, ours, "-" if lo is None else _iv(lo, hi), mean, lo, hi, values,
                     spread=tuple(e for e in est if e is not None), note=note,
-                    **{k: v for k, v in base.items()})
+                    **base)
 
 
 # ----- throughput runs (fig3, fig4, table2, sweep, fig5) -----
