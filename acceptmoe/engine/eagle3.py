@@ -340,6 +340,18 @@ class Eagle3Drafter:
         self.length = 0
         self.root_hidden: Tensor | None = None    # [H]
         self.root_logp: Tensor | None = None      # [Vd] fp32
+        self._tree_masks: dict[int, Tensor] = {}  # level -> its tree mask (`_tree_mask`)
+
+    def _tree_mask(self, level: int) -> Tensor:
+        """bool [k, level k]: what level `level`'s k fed nodes see among the tree slots: in each of levels 1..level,
+        the node fed in their own beam slot (not the parent's: SGLang's beam-slot KV layout). The same every
+        step, so made once per level."""
+        mask = self._tree_masks.get(level)
+        if mask is None:
+            k = self.shape.topk
+            eye = torch.eye(k, dtype=torch.bool, device=self.root_logp.device)
+            mask = self._tree_masks[level] = eye.repeat(1, level)
+        return mask
 
     def _run(self, step, inputs: dict) -> tuple[Tensor, Tensor]:
         return step(inputs) if self.steps is None else self.steps.run(step, inputs)
@@ -363,16 +375,15 @@ class Eagle3Drafter:
         if self.root_logp is None:
             raise RuntimeError("call extend() with the prompt's target features before propose()")
         L, k, dev = self.length, self.shape.topk, self.root_logp.device
-        state = {"hidden": self.root_hidden[None], "mask": torch.zeros(1, 0, dtype=torch.bool, device=dev)}
+        state = {"hidden": self.root_hidden[None]}
 
         def step(level: int, fed_tok: Tensor, parent_row: Tensor) -> Tensor:
             rows = parent_row.clamp_min(0)
-            # slot j's own history (not the parent's row), then itself: SGLang's beam-slot KV layout
-            tree_mask = torch.cat([state["mask"].expand(k, -1), torch.eye(k, dtype=torch.bool, device=dev)], 1)  # [k, level k]
             inputs = {"tokens": self.draft.to_target(fed_tok), "hidden": state["hidden"][rows],
-                      "positions": torch.full((k,), L - 1 + level, device=dev), "tree_mask": tree_mask, "L": L}
+                      "positions": torch.full((k,), L - 1 + level, device=dev), "tree_mask": self._tree_mask(level),
+                      "L": L}
             out, logp = self._run(DraftLevel(self.draft, self.cache, level), inputs)
-            state["hidden"], state["mask"] = out, tree_mask
+            state["hidden"] = out
             return logp                                                                  # [k, Vd]
 
         cand = eagle2_expand(self.root_logp, step, self.shape)

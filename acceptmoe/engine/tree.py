@@ -48,19 +48,20 @@ class TreeShape:
 
 
 def ancestor_mask(parents: Tensor) -> Tensor:
-    """bool [T, T]: mask[i, j] is True when j is i or an ancestor of i. parents [T], parents[0] == -1.
+    """bool [T, T]: mask[i, j] is True when j is i or an ancestor of i. parents [T] in topological order
+    (parents[0] == -1, each parent earlier than its child: what `BlockInfo.from_parents` checks).
 
-    Built on the host, one vectorised step per tree level (every node's ancestor at distance d)."""
-    par = parents.cpu()
-    T = par.numel()
-    mask = torch.eye(T, dtype=torch.bool)
-    rows, anc = torch.arange(T), par
-    for _ in range(T):
-        live = anc >= 0
-        if not bool(live.any()):
-            break
-        mask[rows[live], anc[live]] = True
-        anc = torch.where(live, par[anc.clamp_min(0)], -1)
+    Built on the host from lists (each node's ancestry is its parent's plus itself) into one byte buffer."""
+    par = parents.tolist()
+    T = len(par)
+    flat = bytearray(T * T)
+    chains: list[list[int]] = []
+    for i, p in enumerate(par):
+        chain = [i] if p < 0 else chains[p] + [i]
+        chains.append(chain)
+        for j in chain:
+            flat[i * T + j] = 1
+    mask = torch.frombuffer(flat, dtype=torch.bool).view(T, T)
     return mask.to(parents.device)
 
 

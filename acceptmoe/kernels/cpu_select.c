@@ -13,7 +13,6 @@
    Built with -ffp-contract=off: a product is rounded once, as torch rounds it. */
 #include <math.h>
 #include <stdint.h>
-#include <stdlib.h>
 
 enum { SIZING_ALL = 0, SIZING_FIXED = 1, SIZING_SELF = 2 };
 enum { MAX_K = 256 };
@@ -23,34 +22,64 @@ enum { P_ANCHOR, P_SIZING, P_BUDGET, P_GUARD, P_RHO_Q, P_MIN_SET, P_BITS, P_COUN
 
 int64_t params_count(void) { return P_COUNT; }
 
-/* ids[0..k) of the k largest z[e] among allowed e (allowed NULL: all), best first, ties to the lower index;
-   returns how many were found (< k only when fewer are allowed). */
-static int64_t topk_row(const float *z, int64_t E, int64_t k, const uint8_t *allowed, int64_t *ids) {
-    float best[MAX_K], worst = 0.0f, floor = -INFINITY;
+/* the insertion step of a top-k scan: v at index e enters the best-first list best/ids of n <= k entries when
+   the list is short or v beats its last (a tie keeps the lower index already held: indices arrive ascending) */
+static inline void offer(float v, int64_t e, int64_t k, float *best, int64_t *ids, int64_t *n) {
+    if (*n == k && !(v > best[k - 1])) return;
+    int64_t i = *n < k ? (*n)++ : k - 1;
+    while (i > 0 && v > best[i - 1]) { best[i] = best[i - 1]; ids[i] = ids[i - 1]; i--; }
+    best[i] = v;
+    ids[i] = e;
+}
+
+/* the largest of z[lo..hi), hi > lo, in four independent running maxima (no serial dependency per value) */
+static inline float chunk_max(const float *z, int64_t lo, int64_t hi) {
+    float m0 = z[lo], m1 = m0, m2 = m0, m3 = m0;
+    int64_t e = lo + 1;
+    for (; e + 4 <= hi; e += 4) {
+        m0 = z[e] > m0 ? z[e] : m0;
+        m1 = z[e + 1] > m1 ? z[e + 1] : m1;
+        m2 = z[e + 2] > m2 ? z[e + 2] : m2;
+        m3 = z[e + 3] > m3 ? z[e + 3] : m3;
+    }
+    for (; e < hi; e++) m0 = z[e] > m0 ? z[e] : m0;
+    m0 = m1 > m0 ? m1 : m0;
+    m2 = m3 > m2 ? m3 : m2;
+    return m2 > m0 ? m2 : m0;
+}
+
+/* ids[0..k) of the k largest z[e] over all e < E, best first, ties to the lower index. */
+static void topk_row(const float *z, int64_t E, int64_t k, int64_t *ids) {
+    float best[MAX_K], floor = -INFINITY;
     int64_t n = 0;
-    if (!allowed && k > 1 && E >= 4 * k) {
+    if (k > 1 && E >= 4 * k) {
         /* the k chunk maxima are k distinct values, so their minimum is at most the k-th largest: only
            values >= it can enter (a single compare per value, then a short insertion) */
         const int64_t width = E / k;
         floor = INFINITY;
         for (int64_t c = 0; c < k; c++) {
-            const int64_t lo = c * width, hi = c == k - 1 ? E : lo + width;
-            float m = z[lo];
-            for (int64_t e = lo + 1; e < hi; e++) m = z[e] > m ? z[e] : m;
+            const float m = chunk_max(z, c * width, c == k - 1 ? E : (c + 1) * width);
             floor = m < floor ? m : floor;
         }
     }
-    for (int64_t e = 0; e < E; e++) {
-        if (allowed && !allowed[e]) continue;
-        const float v = z[e];
-        if (v < floor || (n == k && !(v > worst))) continue;   /* a tie keeps the lower index already held */
-        int64_t i = n < k ? n++ : k - 1;
-        while (i > 0 && v > best[i - 1]) { best[i] = best[i - 1]; ids[i] = ids[i - 1]; i--; }
-        best[i] = v;
-        ids[i] = e;
-        worst = best[n - 1];
-    }
+    for (int64_t e = 0; e < E; e++)
+        if (!(z[e] < floor)) offer(z[e], e, k, best, ids, &n);
+}
+
+/* ids[0..k) of the k largest z[e] among the experts among[0..count) (ascending), best first, ties to the
+   lower index; returns how many were found (< k only when count < k). */
+static int64_t topk_among(const float *z, const int64_t *among, int64_t count, int64_t k, int64_t *ids) {
+    float best[MAX_K];
+    int64_t n = 0;
+    for (int64_t i = 0; i < count; i++) offer(z[among[i]], among[i], k, best, ids, &n);
     return n;
+}
+
+/* the allowed experts of a mask row, ascending, into among; returns their count */
+static int64_t members(const uint8_t *allowed, int64_t E, int64_t *among) {
+    int64_t m = 0;
+    for (int64_t e = 0; e < E; e++) among[m] = e, m += allowed[e] != 0;
+    return m;
 }
 
 /* z [rows, E] -> ids [rows, k]; allowed NULL or [rows / per_mask, E] (row r reads mask r / per_mask).
@@ -58,9 +87,14 @@ static int64_t topk_row(const float *z, int64_t E, int64_t k, const uint8_t *all
 int64_t topk_rows(const float *z, int64_t rows, int64_t E, int64_t k, const uint8_t *allowed, int64_t per_mask,
                   int64_t *ids) {
     if (k > MAX_K || k > E) return 0;
+    int64_t among[E], count = 0;
     for (int64_t r = 0; r < rows; r++) {
-        const uint8_t *mask = allowed ? allowed + (r / per_mask) * E : 0;
-        if (topk_row(z + r * E, E, k, mask, ids + r * k) < k) return r;
+        if (!allowed) {
+            topk_row(z + r * E, E, k, ids + r * k);
+            continue;
+        }
+        if (r % per_mask == 0) count = members(allowed + (r / per_mask) * E, E, among);
+        if (topk_among(z + r * E, among, count, k, ids + r * k) < k) return r;
     }
     return -1;
 }
@@ -94,21 +128,21 @@ static int64_t effective_rank(const int64_t *d, int64_t E, int64_t guard) {
 }
 
 /* the ranking: primary descending, then secondary descending, then lower index (a total order) */
-typedef struct { float p, s; int64_t e; } Ranked;
-
-static int ranked_first(const void *a, const void *b) {
-    const Ranked *x = a, *y = b;
-    if (x->p != y->p) return x->p > y->p ? -1 : 1;
-    if (x->s != y->s) return x->s > y->s ? -1 : 1;
-    return x->e < y->e ? -1 : 1;
+static inline int better(int64_t a, int64_t b, const float *p, const float *s) {
+    return p[a] > p[b] || (p[a] == p[b] && s[a] > s[b]);      /* equal scores: the earlier (lower) id wins */
 }
 
-/* ids[0..n) sorted in place by the ranking of (p, s) */
-static void rank(int64_t *ids, int64_t n, const float *p, const float *s) {
-    Ranked r[n > 0 ? n : 1];
-    for (int64_t i = 0; i < n; i++) r[i] = (Ranked){p[ids[i]], s[ids[i]], ids[i]};
-    qsort(r, (size_t)n, sizeof(Ranked), ranked_first);
-    for (int64_t i = 0; i < n; i++) ids[i] = r[i].e;
+/* ids[0..count) (ascending) -> ids[0..min(n, count)) their best n in ranking order: an insertion into the
+   kept prefix, which only the values that beat its last entry enter */
+static void rank(int64_t *ids, int64_t count, int64_t n, const float *p, const float *s) {
+    int64_t kept = 0;
+    for (int64_t i = 0; i < count && n > 0; i++) {
+        const int64_t e = ids[i];
+        if (kept == n && !better(e, ids[n - 1], p, s)) continue;
+        int64_t j = kept < n ? kept++ : n - 1;
+        while (j > 0 && better(e, ids[j - 1], p, s)) { ids[j] = ids[j - 1]; j--; }
+        ids[j] = e;
+    }
 }
 
 /* Residency pruning of one block's S in place: the longest prefix of S \ H \ A in ascending utility (ties:
@@ -122,7 +156,7 @@ static void prune(uint8_t *S, const uint8_t *A, const uint8_t *H, const float *f
         total += (int64_t)fp[e], size++;
         if (!H[e] && !A[e]) order[walk++] = e;
     }
-    rank(order, walk, fp, zeros);
+    rank(order, walk, walk, fp, zeros);
     for (int64_t i = walk - 1; i >= 0; i--) {
         const int64_t e = order[i];
         mass += (int64_t)fp[e];
@@ -178,24 +212,26 @@ int64_t select_blocks(int64_t B, int64_t T, int64_t E, int64_t k, const float *z
         int64_t n = rest;                                 /* SIZING_ALL: every expert */
         if (params[P_SIZING] == SIZING_FIXED) n = params[P_BUDGET] - n_anchor;
         if (params[P_SIZING] == SIZING_SELF) n = effective_rank(demand, E, params[P_GUARD]);
-        if (n > 0 && n < rest) rank(order, rest, fp, fs);
+        if (n > 0 && n < rest) rank(order, rest, n, fp, fs);
         for (int64_t i = 0; i < n && i < rest; i++) S[order[i]] = 1;
         if (resident)
             prune(S, A, resident + (resident_rows > 1 ? b * E : 0), fp, zeros, order, E, params[P_RHO_Q],
                   params[P_MIN_SET]);
         if (!routed) continue;
-        int64_t size = 0;
-        for (int64_t e = 0; e < E; e++) size += S[e];
+        const int64_t size = members(S, E, order);      /* S's experts, ascending (order is free now) */
         if (size < k) {
             if (short_block < 0) short_block = b;
             continue;
         }
         for (int64_t t = 0; t < T; t++) {
             const int64_t row = b * T + t, *ids = natural + row * k;
+            const float *zr = z + row * E;
+            float *mr = masked + row * E;
             int64_t *out = routed + row * k, all_in = 1;
             for (int64_t j = 0; j < k; j++) all_in &= S[ids[j]], out[j] = ids[j];
-            if (!all_in) topk_row(z + row * E, E, k, S, out);
-            for (int64_t e = 0; e < E; e++) masked[row * E + e] = S[e] ? z[row * E + e] : -INFINITY;
+            if (!all_in) topk_among(zr, order, size, k, out);
+            for (int64_t e = 0; e < E; e++) mr[e] = -INFINITY;
+            for (int64_t i = 0; i < size; i++) mr[order[i]] = zr[order[i]];
         }
     }
     return short_block;

@@ -161,10 +161,11 @@ class CpuVerifier(Verifier):
         plan, router = self.plan, self.plan.router
         (B, T, E), k = logits.shape, router.top_k
         z = logits.float().contiguous()                                       # [B, T, E]
-        ids = topk_rows(z, k)                                                 # [B, T, k] natural K_t
         gate = demand = None
-        if plan.spec.score is not Score.ROUTER_MASS:
-            gate = router.weights(z, ids)                                     # [B, T, k] the model's r[t, K_t]
+        if plan.spec.score is Score.ROUTER_MASS:
+            ids = topk_rows(z, k)                                             # [B, T, k] natural K_t
+        else:
+            ids, gate = natural(router, z)                                    # K_t and the model's r[t, K_t]
             demand = gate if plan.selector.demand_score == "gate" else torch.softmax(z, -1).gather(-1, ids)
         term, dense, tie, factor = SCORES[plan.spec.score](z, ids, gate, demand, self.rows(B))
         # every array the call reads is held in a local until it returns

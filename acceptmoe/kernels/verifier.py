@@ -92,6 +92,7 @@ class Verifier:
         self.buffers: dict[tuple[int, int], StepBuffers] = {}     # (rows, T) -> buffers, kept for graph replays
         self.step: StepBuffers | None = None
         self._p_hat: Tensor | None = None                          # p_hat on the device (prepare_tree)
+        self._alpha_tables: dict[tuple[int, ...], Tensor] = {}     # level sizes -> alpha per depth (prepare)
 
     def prepare(self, blocks: BlockInfo | Sequence[BlockInfo], pad_to: int | None = None,
                 rows: int | None = None) -> None:
@@ -169,8 +170,20 @@ class Verifier:
         """fp32 [R, T] on the host: alpha_t = p_hat[d_t]^beta * N_{d_t}^level_exponent (root 1), zero padding."""
         out = torch.zeros(R, T, dtype=torch.float32)
         for i, b in enumerate(blocks):
-            out[i, : b.num_tokens] = commitment_weights(self.plan, b.depth, b.level_sizes[b.depth])
+            out[i, : b.num_tokens] = self._alpha_by_depth(b.level_sizes)[b.depth]
         return out
+
+    def _alpha_by_depth(self, level_sizes: Tensor) -> Tensor:
+        """fp32 [D + 1]: alpha at each depth of a block with these level sizes, kept per sizes (a drafted tree's
+        levels repeat from step to step). `commitment_weights` is elementwise, so a token's value read from
+        the table is the one computed for it alone."""
+        key = tuple(level_sizes.tolist())
+        table = self._alpha_tables.get(key)
+        if table is None:
+            if len(self._alpha_tables) >= 4096:
+                self._alpha_tables.clear()
+            table = self._alpha_tables[key] = commitment_weights(self.plan, torch.arange(len(key)), level_sizes)
+        return table
 
     def __call__(self, logits: Tensor, resident: Tensor | None = None, route: bool = True) -> VerifierOutput:
         """logits [B, T, E] of one MoE layer (B <= the prepared rows); resident bool [E] or [B, E] (the pool

@@ -5,7 +5,8 @@ from pathlib import Path
 from acceptmoe.engine import load_engine
 from acceptmoe.methods import Variant
 from acceptmoe.engine import TreeShape
-from acceptmoe.experiments.bench.engine_speed import AtenCounter, aten_ops_per_step, profile_components, time_ours
+from acceptmoe.experiments.bench.engine_speed import (AtenCounter, aten_ops_per_step, profile_components, time_ours,
+                                                     time_pair)
 
 TINY = Path(__file__).parents[2] / "models" / "tiny"
 
@@ -31,8 +32,8 @@ def test_profile_components_find_the_verifier_and_natural_routing():
     sd, am = Variant("standard-sd").bind(engine.fit), Variant("acceptmoe").bind(engine.fit, commitment=(1.0, 0.8, 0.6))
     before = (Verifier.__call__, MoEModel.forward, type(engine.model.store).run)
     store = type(engine.model.store)
-    total_sd, parts_sd = profile_components(lambda: time_ours(engine, [[5, 17, 300]], sd, 6), store)
-    total_am, parts_am = profile_components(lambda: time_ours(engine, [[5, 17, 300]], am, 6), store)
+    total_sd, parts_sd, inside_sd = profile_components(lambda: time_ours(engine, [[5, 17, 300]], sd, 6), store)
+    total_am, parts_am, inside_am = profile_components(lambda: time_ours(engine, [[5, 17, 300]], am, 6), store)
     assert (Verifier.__call__, MoEModel.forward, type(engine.model.store).run) == before      # unpatched again
     verifier, natural = "verifier: select + prune + route", "natural routing (kernels.natural)"
     forward, experts = "target forward (all of it)", "expert MLPs (ExpertStore.run)"
@@ -40,6 +41,19 @@ def test_profile_components_find_the_verifier_and_natural_routing():
     assert parts_sd[verifier] == 0                   # Standard SD without a trace routes naturally, no verifier
     for total, parts in ((total_sd, parts_sd), (total_am, parts_am)):
         assert 0 < parts[experts] < parts[forward] <= total
+    # nesting: every expert pass runs inside a target forward; the cpu verifier's natural top-k and gates
+    # (engine.backend is cpu here) inside its call, and Standard SD's natural routing inside no verifier
+    assert inside_am[forward, experts] == parts_am[experts]
+    assert engine.backend != "cpu" or 0 < inside_am[verifier, natural] < parts_am[verifier]
+    assert (verifier, natural) not in inside_sd
+
+
+def test_time_pair_alternates_and_gives_a_ratio_per_prompt():
+    engine = load_engine(TINY, tree=TreeShape(2, 3, 6))
+    sd, am = Variant("standard-sd").bind(engine.fit), Variant("acceptmoe").bind(engine.fit, commitment=(1.0, 0.8, 0.6))
+    totals, ratios = time_pair(engine, [[5, 17, 300], [7, 8]], (sd, am), 5, flip=True)
+    assert len(ratios) == 2 and all(r > 0 for r in ratios)
+    assert [tau >= 1.0 and tps > 0 for tps, tau in totals] == [True, True]
 
 
 def test_bench_select_times_every_method_on_changing_logits():
