@@ -66,10 +66,14 @@ def time_one(engine, ids, plan: Plan, tokens: int) -> tuple[float, int, float]:
     return time.perf_counter() - t0, len(gen.tokens), gen.mean_accept_length
 
 
+def _overall(runs: list[tuple[float, int, float]]) -> tuple[float, float]:
+    """`time_one` results -> (output tokens/s over all of them, mean tau)."""
+    return sum(n for _, n, _ in runs) / sum(t for t, _, _ in runs), statistics.mean(tau for *_, tau in runs)
+
+
 def time_ours(engine, prompts, plan: Plan, tokens: int) -> tuple[float, float]:
     """(output tokens/s, tau) over all prompts; each generation exactly `tokens` tokens."""
-    runs = [time_one(engine, ids, plan, tokens) for ids in prompts]
-    return sum(n for _, n, _ in runs) / sum(t for t, _, _ in runs), statistics.mean(tau for *_, tau in runs)
+    return _overall([time_one(engine, ids, plan, tokens) for ids in prompts])
 
 
 def time_pair(engine, prompts, plans: tuple[Plan, Plan], tokens: int, flip: bool) -> tuple[list, list[float]]:
@@ -84,9 +88,7 @@ def time_pair(engine, prompts, plans: tuple[Plan, Plan], tokens: int, flip: bool
         for m in (0, 1):
             runs[m].append(one[m])
         ratios.append((one[1][1] / one[1][0]) / (one[0][1] / one[0][0]))
-    totals = [(sum(n for _, n, _ in r) / sum(t for t, _, _ in r), statistics.mean(tau for *_, tau in r))
-              for r in runs]
-    return totals, ratios
+    return [_overall(r) for r in runs], ratios
 
 
 def time_transformers(model, prompts, tokens: int) -> float:

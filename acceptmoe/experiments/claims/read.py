@@ -49,6 +49,7 @@ class Measured:
     world: str = ""           # which trained world the run used (its target checkpoints)
     note: str = ""            # e.g. a row from another rule than the claim's own
     spread: tuple[float, ...] = ()   # a row across worlds: each world's estimate
+    worlds: int = 0                  # a row across worlds: how many (0: a row of one run)
 
 
 def where(run: Path) -> str:
@@ -186,8 +187,7 @@ def _across(first: Measured, group: list[Measured], views: dict, bs, base: dict)
     else:
         ours = "; ".join(m.ours for m in group)
     return Measured(first.claim, first.part, ours, "-" if lo is None else _iv(lo, hi), mean, lo, hi, values,
-                    spread=tuple(e for e in est if e is not None), note=note,
-                    **base)
+                    spread=tuple(e for e in est if e is not None), note=note, worlds=W, **base)
 
 
 # ----- throughput runs (fig3, fig4, table2, sweep, fig5) -----

@@ -118,7 +118,7 @@ def _parts(c: Claim) -> list[Part | None]:
 def claim_rows(found: list[Measured]) -> list[dict]:
     """One record per (claim, part, measurement), every claim of the registry present, in its order."""
     out = []
-    studied = any(m.note.startswith("across") for m in found)
+    studied = any(m.worlds for m in found)
     for c in CLAIMS:
         for part in _parts(c):
             name = part.name if part else ""
@@ -126,7 +126,7 @@ def claim_rows(found: list[Measured]) -> list[dict]:
             mine = [m for m in found if m.claim == c.id and m.part == name]
             base = {"id": c.id + (f" / {name}" if name else ""), "claim": (c.text.partition(":")[0] + f": {name}") if name else c.text,
                     "paper": part.paper if part else c.paper, "the paper's direction": expect.words}
-            across = any(m.spread or m.note.startswith("across") for m in mine)
+            across = any(m.worlds for m in mine)
             for m in mine:
                 group = [x for x in mine if x.kind == m.kind and x.note == m.note]
                 out.append({**base, "claim": base["claim"] + (f" ({m.note})" if m.note else ""), "ours": m.ours,
