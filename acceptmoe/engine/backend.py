@@ -52,3 +52,8 @@ class EngineBackend(Protocol):
 
     def describe(self) -> dict:
         """Engine name, version and settings, recorded with every run that uses it."""
+
+    def close(self) -> None:
+        """Give back what the engine holds (device memory, pinned host memory, a server's processes); the engine
+        cannot generate afterwards and a second call does nothing. Runners close every engine in a `finally`
+        before opening the next (`spine.engines.opened`), so one engine at a time holds the device."""

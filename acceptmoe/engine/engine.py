@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import gc
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -130,6 +131,8 @@ class Engine:
         """Greedy generation of `plan` (`Variant.bind(engine.fit, ...)`); trace_layers False skips the
         per-layer trace fields (blocks are always traced); record_routes keeps what every target pass sent to
         the experts (`Generation.routes`, see `routes`). Recording never changes the computation."""
+        if self.model is None:
+            raise RuntimeError("this engine was closed (Engine.close); open another with load_engine")
         if not isinstance(plan, Plan):
             raise TypeError(f"generate takes a Plan (Variant(...).bind(engine.fit, ...)), got {type(plan).__name__}")
         if plan.fit != self.fit:
@@ -183,6 +186,16 @@ class Engine:
         """The expert store's counters since the last reset, summed over layers, and its kind."""
         stats = self.model.store.stats()
         return {**stats["total"], "store": stats["kind"]}
+
+    def close(self) -> None:
+        """Drop the model, the draft, the captured graphs and the verifiers cached for this device, then give the
+        freed device and pinned host memory back (`free_memory`). A second call does nothing."""
+        if self.model is None:
+            return
+        self.model = self.draft = None
+        self.steps = StepGraphs(self.device, "eager")
+        _verifier.cache_clear()
+        free_memory()
 
     def describe(self) -> dict:
         from importlib import metadata
@@ -276,6 +289,17 @@ class Engine:
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
         return time.perf_counter()
+
+
+def free_memory() -> None:
+    """Collect what nothing references, then empty torch's device cache and its pinned host cache (the caching
+    host allocator keeps freed page-locked blocks until asked: without this, every model a process opens adds
+    its pinned bytes to the last one's)."""
+    gc.collect()
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
+        torch.cuda.empty_cache()
+        torch.accelerator.empty_host_cache()
 
 
 def check_device(device: str | torch.device) -> None:

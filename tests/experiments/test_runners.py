@@ -248,6 +248,30 @@ def test_interrupted_run_resumes_to_the_same_table(setup, full_run, monkeypatch)
     assert (run / "table1.csv").read_text() == (full_run / "table1.csv").read_text()
 
 
+def test_every_engine_a_run_opens_is_closed_even_when_interrupted(setup, monkeypatch):
+    """One engine at a time holds the device: a stop mid-pair still closes the engine (`spine.engines.opened`),
+    and so does a finished `calibrate`."""
+    from acceptmoe.engine.engine import Engine
+    root, preset = setup
+    engines, real_init = [], Engine.__init__
+
+    def init(self, *args, **kwargs):
+        engines.append(self)
+        real_init(self, *args, **kwargs)
+
+    def stop(self, key, row):
+        raise KeyboardInterrupt
+    monkeypatch.setattr(Engine, "__init__", init)
+    monkeypatch.setattr(SampleLog, "append", stop)
+    assert table1.main(["--preset", str(preset), "--limit", "1", "--results", str(root / "stopped")]) == 130
+    assert len(engines) == 1 and engines[0].model is None
+    assert table1.calibrate(["--preset", str(preset), "--limit", "1", "--results", str(root / "cal")]) == 0
+    assert len(engines) == 2 and engines[1].model is None
+    with pytest.raises(RuntimeError, match="closed"):
+        engines[1].generate([1], None, 1)
+    engines[1].close()                                                       # a second close does nothing
+
+
 def test_each_graded_reply_is_saved_before_the_next_one_is_graded(setup, monkeypatch):
     """Prompts are generated a batch at a time, but each reply's row is saved as soon as it is graded: a
     stop while grading the second reply of the first batch keeps the first reply's row."""

@@ -20,7 +20,7 @@ from acceptmoe.methods import B0_METHOD, CommitmentTable, Variant
 from . import calibration
 from .b0 import B0Decision, b0_for_pair
 from .config import Pair, WorldConfig
-from .engines import free_device_memory, load_model, set_threads
+from .engines import opened, set_threads
 from .grading import PairRun, run_graded
 from .layout import RunPaths
 from .runs import SampleLog, unit_key, write_json
@@ -64,17 +64,16 @@ def compute_budgets(world: WorldConfig, dest: Path, limit: int | None) -> dict[P
         pairs = [p for p in world.pairs() if p.model == model.name]
         if all(paths.b0(p).is_file() for p in pairs):
             continue
-        loaded = load_model(model, world, dest)
-        tables = {s: calibration.calibrate_source(loaded, world, s, paths) for s in calibration.sources(world)}
-        for pair in pairs:
-            task, table = get_task(pair.task), tables[world.calibration.source(pair.task)]
-            run = PairRun(loaded, task, task.load(world.eval_split, n), samples)
-            log = TraceLog(paths.traces(pair, B0_METHOD), keep=samples)
-            units = [(i, unit_key(pair.model, pair.task, ex["id"], B0_METHOD)) for i, ex in enumerate(run.examples)]
-            run_graded(run, loaded.plan(Variant(B0_METHOD), commitment=table.p_hat), units, log=log)
-            b0_for_pair(log, world.b0, paths.b0(pair))
-        del loaded
-        free_device_memory()
+        with opened(model, world, dest) as loaded:
+            tables = {s: calibration.calibrate_source(loaded, world, s, paths) for s in calibration.sources(world)}
+            for pair in pairs:
+                task, table = get_task(pair.task), tables[world.calibration.source(pair.task)]
+                run = PairRun(loaded, task, task.load(world.eval_split, n), samples)
+                log = TraceLog(paths.traces(pair, B0_METHOD), keep=samples)
+                units = [(i, unit_key(pair.model, pair.task, ex["id"], B0_METHOD))
+                         for i, ex in enumerate(run.examples)]
+                run_graded(run, loaded.plan(Variant(B0_METHOD), commitment=table.p_hat), units, log=log)
+                b0_for_pair(log, world.b0, paths.b0(pair))
     return read_budgets(world, dest)
 
 

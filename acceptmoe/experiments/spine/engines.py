@@ -16,12 +16,12 @@ native engine (SGLang has no X-slot expert cache), so offload phases refuse any 
 """
 from __future__ import annotations
 
-import gc
 import importlib
 import json
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Callable, Iterator, Sequence
 
 import torch
 
@@ -91,6 +91,18 @@ class Loaded:
         return variant.bind(self.engine.fit, commitment=commitment, b0=b0, selector=self.world.selector)
 
 
+@contextmanager
+def opened(model, world, run_dir: Path, store: str = "resident", slots: int | None = None) -> Iterator[Loaded]:
+    """`load_model` for the length of a `with` block: the engine is closed when the block ends, however it ends,
+    so the next model, repetition or variant set opens on a device (and, for SGLang, a host) this one left."""
+    loaded = load_model(model, world, run_dir, store, slots)
+    try:
+        yield loaded
+    finally:
+        loaded.engine.close()
+        free_device_memory()
+
+
 def load_model(model, world, run_dir: Path, store: str = "resident", slots: int | None = None) -> Loaded:
     """A fresh engine (`world.engine`) for `model` (a ModelEntry); store/slots select the expert store
     (offloaded: an X-slot pool per layer, native engine only). The engine's `describe()` (name, version,
@@ -111,6 +123,5 @@ def set_threads(world) -> None:
 
 
 def free_device_memory() -> None:
-    gc.collect()
-    if torch.cuda.is_available():
-        torch.cuda.empty_cache()
+    from acceptmoe.engine.engine import free_memory
+    free_memory()

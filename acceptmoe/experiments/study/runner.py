@@ -23,7 +23,7 @@ from ..spine import calibration
 from ..spine.b0 import decide_b0
 from ..spine.budgets import pair_budgets
 from ..spine.config import Pair
-from ..spine.engines import Loaded, free_device_memory, load_model, set_threads
+from ..spine.engines import Loaded, opened, set_threads
 from ..spine.grading import PairRun, run_graded
 from ..spine.prompts import prompt_ids
 from ..spine.runs import Run, SampleLog, unit_key, write_json
@@ -77,18 +77,16 @@ def run_experiment(cfg: CalibrationStudyConfig, run: Run) -> None:
     w, samples = cfg.world, SampleLog(run.path / "samples.jsonl")
     budgets = pair_budgets(w, run.path, cfg.budgets_from, cfg.limit)
     for model in w.models:
-        loaded = load_model(model, cfg.world, run.path)
-        for source in calibration.sources(w):
-            task0 = next(t for t in w.tasks if w.calibration.source(t) == source)
-            natural = budgets[Pair(model.name, task0)].table
-            onpolicy, traces = onpolicy_table(loaded, cfg, source, natural, run.path)
-            b0_train = dataclasses.replace(decide_b0(traces, w.b0), source=source)
-            for task in [t for t in w.tasks if w.calibration.source(t) == source]:
-                out = run.path / "b0-train" / model.name / f"{task}.json"
-                out.parent.mkdir(parents=True, exist_ok=True)
-                write_json(out, b0_train.to_json())
-                b0s = (budgets[Pair(model.name, task)].b0, b0_train.b0)
-                print(f"{model.name} {task}: B0 eval {b0s[0]}, B0 train {b0s[1]}", flush=True)
-                run_pair(loaded, cfg, task, natural, onpolicy, b0s, samples)
-        del loaded
-        free_device_memory()
+        with opened(model, cfg.world, run.path) as loaded:
+            for source in calibration.sources(w):
+                task0 = next(t for t in w.tasks if w.calibration.source(t) == source)
+                natural = budgets[Pair(model.name, task0)].table
+                onpolicy, traces = onpolicy_table(loaded, cfg, source, natural, run.path)
+                b0_train = dataclasses.replace(decide_b0(traces, w.b0), source=source)
+                for task in [t for t in w.tasks if w.calibration.source(t) == source]:
+                    out = run.path / "b0-train" / model.name / f"{task}.json"
+                    out.parent.mkdir(parents=True, exist_ok=True)
+                    write_json(out, b0_train.to_json())
+                    b0s = (budgets[Pair(model.name, task)].b0, b0_train.b0)
+                    print(f"{model.name} {task}: B0 eval {b0s[0]}, B0 train {b0s[1]}", flush=True)
+                    run_pair(loaded, cfg, task, natural, onpolicy, b0s, samples)

@@ -16,7 +16,7 @@ from acceptmoe.methods import B0_METHOD
 from ..spine import calibration
 from ..spine.b0 import B0Decision, decide_b0, first_traces
 from ..spine.config import from_saved, load_experiment
-from ..spine.engines import load_model, set_threads
+from ..spine.engines import opened, set_threads
 from ..spine.layout import RunPaths
 from ..spine.options import add_methods_option, add_run_options, open_or_resume, run_to_completion
 from ..spine.runs import Run, SampleLog
@@ -56,11 +56,12 @@ def calibrate(argv: list[str] | None = None) -> int:
     set_threads(cfg.world)
     paths = RunPaths(run.path)
     for model in cfg.world.models:
-        loaded = load_model(model, cfg.world, run.path)
-        for source in calibration.sources(cfg.world):
-            table = calibration.calibrate_source(loaded, cfg.world, source, paths)
-            p_hat = ", ".join(f"{p:.3f}" for p in table.p_hat)
-            print(f"{model.name} {source}-{cfg.world.calibration.split}: p_hat = [{p_hat}]  (m_d = {table.proposed})")
+        with opened(model, cfg.world, run.path) as loaded:
+            for source in calibration.sources(cfg.world):
+                table = calibration.calibrate_source(loaded, cfg.world, source, paths)
+                p_hat = ", ".join(f"{p:.3f}" for p in table.p_hat)
+                print(f"{model.name} {source}-{cfg.world.calibration.split}: p_hat = [{p_hat}]  "
+                      f"(m_d = {table.proposed})")
     print(f"run folder: {run.path}")
     return 0
 

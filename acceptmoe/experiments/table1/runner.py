@@ -22,7 +22,7 @@ from acceptmoe.methods import METHODS, CommitmentTable, Variant
 from ..spine import calibration
 from ..spine.b0 import B0Decision, b0_for_pair
 from ..spine.config import ModelEntry, Pair
-from ..spine.engines import Loaded, free_device_memory, load_model, set_threads
+from ..spine.engines import opened, set_threads
 from ..spine.grading import PairRun, run_graded
 from ..spine.layout import RunPaths
 from ..spine.runs import Run, SampleLog, unit_key
@@ -66,13 +66,13 @@ def pending_units(cfg: Table1Config, model: str, examples: dict[str, list[dict]]
 
 def run_model(model: ModelEntry, cfg: Table1Config, paths: RunPaths, samples: SampleLog,
               examples: dict[str, list[dict]], progress: Progress) -> None:
-    """Calibration and every pair of one model (the engine is freed when this returns)."""
-    loaded: Loaded = load_model(model, cfg.world, paths.root)
-    tables = {s: calibration.calibrate_source(loaded, cfg.world, s, paths, progress)
-              for s in calibration.sources(cfg.world)}
-    for task in cfg.world.tasks:
-        run = PairRun(loaded, get_task(task), examples[task], samples)
-        run_pair(run, tables[cfg.world.calibration.source(task)], cfg, paths, progress)
+    """Calibration and every pair of one model (the engine is closed when this returns)."""
+    with opened(model, cfg.world, paths.root) as loaded:
+        tables = {s: calibration.calibrate_source(loaded, cfg.world, s, paths, progress)
+                  for s in calibration.sources(cfg.world)}
+        for task in cfg.world.tasks:
+            run = PairRun(loaded, get_task(task), examples[task], samples)
+            run_pair(run, tables[cfg.world.calibration.source(task)], cfg, paths, progress)
 
 
 def saved_b0(cfg: Table1Config, paths: RunPaths) -> dict[Pair, B0Decision]:
@@ -95,7 +95,6 @@ def run_experiment(cfg: Table1Config, run: Run, show_progress: bool = True) -> d
         for model in cfg.world.models:
             if todo[model.name]:
                 run_model(model, cfg, paths, samples, examples, progress)
-                free_device_memory()
     return saved_b0(cfg, paths)
 
 

@@ -38,7 +38,7 @@ from acceptmoe.methods import Plan, Variant
 
 from ..spine.budgets import PairBudget, pair_budgets
 from ..spine.config import Pair
-from ..spine.engines import Loaded, free_device_memory, load_model, set_threads
+from ..spine.engines import Loaded, opened, set_threads
 from ..spine.grading import PairRun, run_graded, save_routes
 from ..spine.layout import RunPaths
 from ..spine.prompts import decode, prompt_ids
@@ -163,14 +163,12 @@ def run_timed_phase(cfg: ThroughputConfig, phase: str, samples: SampleLog, budge
         for model in cfg.world.models:
             if not pending(cfg, phase, rep, model.name, samples, examples):
                 continue
-            loaded = load_model(model, cfg.world, samples.path.parent, store, slots)  # fresh per repetition
-            for task in cfg.world.tasks:
-                u = Unit(cfg, phase, rep, loaded, get_task(task), examples[task], budgets.get(Pair(model.name, task)),
-                         samples)
-                for variant in rotated(cfg.variants(phase), rep):
-                    run_timed_variant(u, variant, progress)
-            del loaded, u
-            free_device_memory()
+            with opened(model, cfg.world, samples.path.parent, store, slots) as loaded:   # fresh per repetition
+                for task in cfg.world.tasks:
+                    u = Unit(cfg, phase, rep, loaded, get_task(task), examples[task],
+                             budgets.get(Pair(model.name, task)), samples)
+                    for variant in rotated(cfg.variants(phase), rep):
+                        run_timed_variant(u, variant, progress)
 
 
 def run_sweep_phase(cfg: ThroughputConfig, samples: SampleLog, budgets: dict, progress: Progress) -> None:
@@ -179,18 +177,17 @@ def run_sweep_phase(cfg: ThroughputConfig, samples: SampleLog, budgets: dict, pr
     for model in cfg.world.models:
         if not pending(cfg, "sweep", 0, model.name, samples, examples):
             continue
-        loaded = load_model(model, cfg.world, samples.path.parent)
-        for task in cfg.world.tasks:
-            run = PairRun(loaded, get_task(task), examples[task][:cfg.prompts("sweep")], samples)
-            for variant in cfg.variants("sweep"):
-                units = [(i, unit_key("sweep", 0, model.name, task, variant.name, ex["id"]))
-                         for i, ex in enumerate(run.examples)]
-                relabel = lambda row, v=variant: dataclasses.replace(                     # noqa: E731
-                    row, phase="sweep", rep=0, variant=v.name, wall_s=row.generated.prefill_s + row.generated.decode_s)
-                run_graded(run, bound(loaded, variant, budgets.get(run.pair)), units, relabel=relabel,
-                           progress=progress, routes_as="sweep")
-        del loaded
-        free_device_memory()
+        with opened(model, cfg.world, samples.path.parent) as loaded:
+            for task in cfg.world.tasks:
+                run = PairRun(loaded, get_task(task), examples[task][:cfg.prompts("sweep")], samples)
+                for variant in cfg.variants("sweep"):
+                    units = [(i, unit_key("sweep", 0, model.name, task, variant.name, ex["id"]))
+                             for i, ex in enumerate(run.examples)]
+                    relabel = lambda row, v=variant: dataclasses.replace(                 # noqa: E731
+                        row, phase="sweep", rep=0, variant=v.name,
+                        wall_s=row.generated.prefill_s + row.generated.decode_s)
+                    run_graded(run, bound(loaded, variant, budgets.get(run.pair)), units, relabel=relabel,
+                               progress=progress, routes_as="sweep")
 
 
 def total_units(cfg: ThroughputConfig, samples: SampleLog) -> int:
