@@ -4,6 +4,7 @@ pipeline, the files, resumability and the table's structure)."""
 from __future__ import annotations
 
 import json
+import os
 import random
 from pathlib import Path
 
@@ -270,6 +271,54 @@ def test_every_engine_a_run_opens_is_closed_even_when_interrupted(setup, monkeyp
     with pytest.raises(RuntimeError, match="closed"):
         engines[1].generate([1], None, 1)
     engines[1].close()                                                       # a second close does nothing
+
+
+def test_grading_in_worker_processes_gives_the_inline_rows(setup, full_run):
+    """Replies graded by two spawned workers while the next batch (of one prompt) generates: the same rows,
+    in the same order, as inline grading."""
+    root, preset = setup
+    data = yaml.safe_load(preset.read_text())
+    data["generation"].update(batch=1, grading_workers=2)
+    pooled = root / "pooled.yaml"
+    pooled.write_text(yaml.safe_dump(data))
+    assert table1.main(["--preset", str(pooled), "--limit", "2", "--results", str(root / "pooled")]) == 0
+    (run,) = (root / "pooled" / "table1" / "test").iterdir()
+    timing = ("prefill_s", "decode_s", "step_times", "wall_s", "load_avg")
+    strip = lambda rows: [{k: v for k, v in r.items() if k not in timing} for r in rows]   # noqa: E731
+    assert strip(SampleLog(run / "samples.jsonl")) == strip(SampleLog(full_run / "samples.jsonl"))
+
+
+def test_replies_are_saved_in_unit_order_as_their_grades_arrive():
+    from concurrent.futures import Future
+    from acceptmoe.evals.tasks import Grade
+    from acceptmoe.experiments.spine.grading import Reply, _save_ready
+    from collections import deque
+    futures = [Future() for _ in range(3)]
+    waiting, saved = deque(Reply(i, f"k{i}", [], None, "", f) for i, f in enumerate(futures)), []
+    save = lambda reply: saved.append(reply.key)                                           # noqa: E731
+    futures[1].set_result(Grade(True, ""))
+    _save_ready(waiting, save, wait=False)
+    assert saved == []                                             # k1 is graded, but k0 comes first
+    futures[0].set_result(Grade(False, ""))
+    _save_ready(waiting, save, wait=False)
+    assert saved == ["k0", "k1"]
+    futures[2].set_exception(KeyboardInterrupt())
+    _save_ready(waiting, save, wait=False, quiet=True)             # while a stop propagates: kept for resume
+    assert saved == ["k0", "k1"] and len(waiting) == 1
+    with pytest.raises(KeyboardInterrupt):
+        _save_ready(waiting, save, wait=True)
+
+
+def test_grading_workers_default_to_inline_on_a_cpu_engine():
+    from acceptmoe.experiments.spine.config import load_world
+    from acceptmoe.experiments.spine.grading import grading_workers
+    world = load_world("tiny")
+    assert world.device == "cpu" and grading_workers(world) == 0
+    assert grading_workers(load_world("tiny", {"generation": {"grading_workers": 3}})) == 3
+    gpu = load_world("paper")
+    assert 0 < grading_workers(gpu) <= 4 or (os.cpu_count() or 1) == 1
+    with pytest.raises(ConfigKeyError, match="grading_workers must be >= 0"):
+        load_world("tiny", {"generation": {"grading_workers": -1}})
 
 
 def test_each_graded_reply_is_saved_before_the_next_one_is_graded(setup, monkeypatch):

@@ -234,10 +234,14 @@ class GenerationConfig:
                                    # one after another; a serving engine keeps them in flight together)
     record_routes: bool = False    # save what every target pass sent to the experts, one file per generation
                                    # (`engine.routes`; routes/ in the run folder; read by `replay`)
+    grading_workers: int | None = None   # processes grading replies while the engine generates the next batch
+                                   # (None: `spine.grading.grading_workers` decides; 0: grade inline)
 
     def __post_init__(self) -> None:
         if min(self.max_new_tokens, self.timed_tokens, self.batch) < 1:
             raise ConfigKeyError(f"generation limits must be >= 1, got {self}")
+        if self.grading_workers is not None and self.grading_workers < 0:
+            raise ConfigKeyError(f"grading_workers must be >= 0 (0: grade inline), got {self.grading_workers}")
 
 
 @dataclass(frozen=True)

@@ -11,13 +11,24 @@ each reply graded by its task and saved at once: its trace appended to `log` (if
 interrupted run resumes at the first unfinished unit, never duplicates a row and never loses a graded one. A
 reply whose grading goes wrong is that reply's failure, with its reason in the row (`Task.score_many`); other
 errors propagate: an exception is never recorded as an answer.
+
+Grading can overlap generation (`generation.grading_workers`, resolved by `grading_workers`): replies are then
+graded in worker processes (their own main threads, so math_verify keeps its time limits; code still runs in
+the sandbox) while the engine generates the next batch, and rows are saved in unit order as their grades
+arrive. Inline grading (the default on a CPU engine, which would share its cores with the graders) grades and
+saves each reply before the next is graded. Either way the rows are the same.
 """
 from __future__ import annotations
 
+import multiprocessing
+import os
+from collections import deque
+from concurrent.futures import Future, ProcessPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Callable, Sequence
+from typing import Callable, Iterator, Sequence
 
-from acceptmoe.evals.tasks import Task
+from acceptmoe.evals.tasks import Grade, Task, get_task
 from acceptmoe.methods import Plan
 
 from .config import Pair
@@ -56,16 +67,63 @@ def generated(pair: PairRun, indices: Sequence[int], plan: Plan, trace_layers: b
     return list(zip(prompts, gens))
 
 
-def _row(pair: PairRun, index: int, plan: Plan, ids: list[int], gen) -> tuple[GradedRow, object]:
+def grading_workers(world) -> int:
+    """Worker processes grading replies while the engine generates (`generation.grading_workers`; None: none
+    on a CPU engine, whose cores the graders would take, else up to 4, leaving a core to the engine's host)."""
+    chosen = world.generation.grading_workers
+    if chosen is not None:
+        return chosen
+    return 0 if str(world.device) == "cpu" else max(0, min(4, (os.cpu_count() or 1) - 1))
+
+
+def grade_reply(task: str, example: dict, response: str, response_format: str) -> Grade:
+    """One reply's grade (what a grading worker runs; inline grading calls it too)."""
+    return get_task(task).score_many([example], [response], response_format=response_format)[0]
+
+
+@contextmanager
+def grading_pool(workers: int) -> Iterator[ProcessPoolExecutor | None]:
+    """`workers` spawned grading processes for the length of a `with` block (None: grade inline). Spawned, not
+    forked: the parent may hold a CUDA context."""
+    if workers == 0:
+        yield None
+        return
+    pool = ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"))
+    try:
+        yield pool
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
+
+
+@dataclass
+class Reply:
+    """A generated reply on its way to the sample log: its unit, prompt, generation, response and grade."""
+    index: int
+    key: str
+    ids: list[int]
+    gen: object
+    response: str
+    grade: Future | Grade
+
+
+def _reply(pair: PairRun, index: int, key: str, ids: list[int], gen, pool: ProcessPoolExecutor | None) -> Reply:
     model, ex = pair.loaded.model, pair.examples[index]
     response = decode(pair.loaded.tokenizer, gen.tokens, model.response_format)
-    grade = pair.task.score_many([ex], [response], response_format=model.response_format)[0]
-    row = GradedRow(model.name, pair.task.name, pair.task.version, ex["id"], index, plan.variant.method,
-                    plan.budget, Generated.of(gen, ids),
-                    Graded(bool(grade.correct), grade.extracted, score_details=grade.details, response=response),
+    args = (pair.task.name, ex, response, model.response_format)
+    grade = pair.task.score_many([ex], [response], response_format=model.response_format)[0] if pool is None \
+        else pool.submit(grade_reply, *args)
+    return Reply(index, key, ids, gen, response, grade)
+
+
+def _row(pair: PairRun, plan: Plan, reply: Reply) -> GradedRow:
+    model, ex, gen = pair.loaded.model, pair.examples[reply.index], reply.gen
+    grade = reply.grade
+    row = GradedRow(model.name, pair.task.name, pair.task.version, ex["id"], reply.index, plan.variant.method,
+                    plan.budget, Generated.of(gen, reply.ids),
+                    Graded(bool(grade.correct), grade.extracted, score_details=grade.details, response=reply.response),
                     TraceStats.of(gen.trace))
-    gen.trace.meta.update(model=model.name, task=pair.task.name, example_id=ex["id"], index=index)
-    return row, gen
+    gen.trace.meta.update(model=model.name, task=pair.task.name, example_id=ex["id"], index=reply.index)
+    return row
 
 
 def run_graded(pair: PairRun, plan: Plan, units: Sequence[tuple[int, str]], *, trace_layers: bool = True,
@@ -78,16 +136,42 @@ def run_graded(pair: PairRun, plan: Plan, units: Sequence[tuple[int, str]], *, t
     step = pair.loaded.world.generation.batch
     record = routes_as is not None and pair.loaded.world.generation.record_routes
     paths = RunPaths(pair.samples.path.parent)
-    for start in range(0, len(todo), step):
-        batch = todo[start:start + step]
-        for (index, key), (ids, gen) in zip(batch, generated(pair, [i for i, _ in batch], plan, trace_layers, record)):
-            row, gen = _row(pair, index, plan, ids, gen)     # graded and saved one unit at a time
-            if log is not None:
-                log.append(key, gen.trace)
-            if record:
-                save_routes(gen, paths.routes(routes_as, pair.pair, plan.name, 0, index), key)
-            pair.samples.append(key, relabel(row).to_json())
-            progress(f"{pair.pair.model} {pair.pair.task} {plan.name}")
+
+    def save(reply: Reply) -> None:                          # its trace and routes first, then its row
+        row = _row(pair, plan, reply)
+        if log is not None:
+            log.append(reply.key, reply.gen.trace)
+        if record:
+            save_routes(reply.gen, paths.routes(routes_as, pair.pair, plan.name, 0, reply.index), reply.key)
+        pair.samples.append(reply.key, relabel(row).to_json())
+        progress(f"{pair.pair.model} {pair.pair.task} {plan.name}")
+
+    waiting: deque[Reply] = deque()                           # generated, in unit order, not yet saved
+    with grading_pool(grading_workers(pair.loaded.world)) as pool:
+        try:
+            for start in range(0, len(todo), step):
+                batch = todo[start:start + step]
+                for (index, key), (ids, gen) in zip(batch, generated(pair, [i for i, _ in batch], plan,
+                                                                     trace_layers, record)):
+                    waiting.append(_reply(pair, index, key, ids, gen, pool))
+                    _save_ready(waiting, save, wait=False)
+            _save_ready(waiting, save, wait=True)
+        finally:                                              # a stop keeps every reply graded before it
+            _save_ready(waiting, save, wait=False, quiet=True)
+
+
+def _save_ready(waiting: deque, save: Callable[[Reply], None], wait: bool, quiet: bool = False) -> None:
+    """Save the replies at the front of `waiting` whose grades are in (all of them when `wait`), in order;
+    `quiet` (while another error propagates) stops at the first grade that failed instead of raising."""
+    while waiting:
+        grade = waiting[0].grade
+        if isinstance(grade, Future) and not (wait or grade.done()):
+            return
+        if quiet and isinstance(grade, Future) and (not grade.done() or grade.exception() is not None):
+            return
+        reply = waiting.popleft()
+        reply.grade = grade.result() if isinstance(grade, Future) else grade      # a worker's error raises here
+        save(reply)
 
 
 def save_routes(gen, path, key: str) -> None:
