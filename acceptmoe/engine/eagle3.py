@@ -28,7 +28,7 @@ from safetensors.torch import load_file, save_file
 from torch import Tensor, nn
 
 from .config import rope_config
-from .kv import Start, visible_slots
+from .kv import Prefixes, Start, visible_slots
 from .layers import Attention, DenseMLP, Linear, RMSNorm, Rope
 from .tree import DraftTree, TreeShape, eagle2_expand, select_tree
 from acceptmoe.errors import UserError
@@ -42,16 +42,23 @@ class DraftMismatchError(UserError, ValueError):
     """A draft checkpoint that does not fit the target model it is paired with."""
 
 
-class DraftCache:
+class DraftCache(Prefixes):
     """Static KV cache of the draft's one attention layer: k, v [max_len, kv_heads, head_dim]. A pass
     starts at an int slot (keys: slots [0, start + T)) or at a 0-d device tensor (static shapes: keys are
-    all slots and the pass's mask covers all of them; see `acceptmoe.engine.kv`). Its `write` takes what
-    `layers.Attention` hands a `KVCache` (the layer index is always 0)."""
+    all slots and the pass's mask covers all of them; a static pass is given `upto(end)`, the cache's first
+    `kv.bucket(end)` slots; see `acceptmoe.engine.kv`). Its `write` takes what `layers.Attention` hands a
+    `KVCache` (the layer index is always 0)."""
 
     def __init__(self, max_len: int, kv_heads: int, head_dim: int, dtype: torch.dtype, device):
         self.k = torch.zeros(max_len, kv_heads, head_dim, dtype=dtype, device=device)
         self.v = torch.zeros_like(self.k)
         self.slots = torch.arange(max_len, device=device)                 # [S]
+        self._prefixes = {}
+
+    def _prefix(self, n: int) -> "DraftCache":
+        view = object.__new__(DraftCache)
+        view.k, view.v, view.slots = self.k[:n], self.v[:n], self.slots[:n]   # [n, kv_heads, hd], [n]
+        return view
 
     def write(self, layer: int, start: Start, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
         """k, v [kv_heads, T, hd] to slots start..start+T-1 -> keys, values [1, kv_heads, S', hd]."""
@@ -278,7 +285,8 @@ def _check_and_load(draft: Eagle3Draft, state: dict[str, Tensor], path: Path) ->
 @dataclass(frozen=True)
 class DraftExtend:
     """The drafter's pass over newly committed tokens (an accepted path, or the prompt): what it reads is
-    the draft head and its cache; inputs tokens [T], features [T, 3*Ht], start."""
+    the draft head and its cache (`upto(start + T)`: the prefix a static pass attends over); inputs tokens
+    [T], features [T, 3*Ht], start."""
     draft: Eagle3Draft
     cache: DraftCache
 
@@ -299,7 +307,8 @@ class DraftExtend:
 class DraftLevel:
     """One tree level: its k fed nodes at draft slots L + (level - 1) k, attending to the committed prefix
     [0, L) and to what `tree_mask` [k, level k] shows among the tree slots from L; inputs tokens [k],
-    hidden [k, H], positions [k], tree_mask, L (an int eagerly, a 0-d device tensor at static shapes)."""
+    hidden [k, H], positions [k], tree_mask, L (an int eagerly, a 0-d device tensor at static shapes). Its
+    cache is the draft cache's `upto(L + level k)`, the prefix a static pass attends over."""
     draft: Eagle3Draft
     cache: DraftCache
     level: int
@@ -330,8 +339,8 @@ class Eagle3Drafter:
     node's ancestry: SGLang's approximation, kept so both engines build the same trees.
 
     `steps` (the engine's `StepGraphs`) runs each tree level and each extension by an accepted path at fixed
-    shapes (one CUDA graph per level and per length in "graphs" mode) and holds the draft cache across
-    generations; without it every pass is eager."""
+    shapes (one CUDA graph per level and per length, and per cache bucket (`kv.bucket`), in "graphs" mode)
+    and holds the draft cache across generations; without it every pass is eager."""
 
     def __init__(self, draft: Eagle3Draft, max_len: int, shape: TreeShape, steps=None):
         self.draft, self.shape, self.steps = draft, shape, steps
@@ -363,7 +372,7 @@ class Eagle3Drafter:
         if start + T > self.cache.max_len:
             raise ValueError(f"draft cache overflow: {start + T} > max_len {self.cache.max_len}")
         inputs = {"tokens": tokens, "features": features, "start": start}
-        step = DraftExtend(self.draft, self.cache)
+        step = DraftExtend(self.draft, self.cache.upto(start + T))
         if T > self.shape.num_steps + 1:
             self.root_hidden, self.root_logp = step(inputs)                              # the prompt: any length
         else:
@@ -382,7 +391,7 @@ class Eagle3Drafter:
             inputs = {"tokens": self.draft.to_target(fed_tok), "hidden": state["hidden"][rows],
                       "positions": torch.full((k,), L - 1 + level, device=dev), "tree_mask": self._tree_mask(level),
                       "L": L}
-            out, logp = self._run(DraftLevel(self.draft, self.cache, level), inputs)
+            out, logp = self._run(DraftLevel(self.draft, self.cache.upto(L + level * k), level), inputs)
             state["hidden"] = out
             return logp                                                                  # [k, Vd]
 

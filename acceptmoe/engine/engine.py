@@ -19,8 +19,9 @@ KV cache keeps the accepted path and the drafter is fed the accepted tokens with
 
 A generation's settings (`Request`: the plan, the token cap, EOS handling, tracing) never change while it
 runs; its state is a `Progress` (cache, tokens, trace). Passes are `StepGraphs` steps (`passes.TargetPass`
-and the drafter's `DraftLevel` / `DraftExtend`): eager, or at fixed shapes over persistent caches, captured
-as CUDA graphs on CUDA with the resident store (see `graphs`).
+and the drafter's `DraftLevel` / `DraftExtend`): eager, or at fixed shapes over persistent caches (each pass
+over the prefix of the cache its sequence reaches, `kv.bucket`), captured as CUDA graphs on CUDA with the
+resident store (see `graphs`).
 
 Verifier backends (`Engine(backend=...)`): `torch` (tensor code on any device), `triton` (the fused kernel,
 one launch per layer, no host sync), any name registered with `acceptmoe.kernels.register_backend`, and
@@ -223,7 +224,8 @@ class Engine:
     def _ar_step(self, req: Request, run: Progress) -> int:
         root = torch.tensor([run.tokens[-1]], device=self.device)
         inputs = {"ids": root, "positions": torch.tensor([run.length], device=self.device), "start": run.length}
-        logits, _, _, routes = self.steps.run(TargetPass(self.model, run.cache, routes=req.record_routes), inputs)
+        step = TargetPass(self.model, run.cache.upto(run.length + 1), routes=req.record_routes)
+        logits, _, _, routes = self.steps.run(step, inputs)
         run.length += 1
         output = self._commit(req, run, [int(logits.argmax())])                # [1, V]: the one row
         if routes is not None:
@@ -250,15 +252,16 @@ class Engine:
         return output
 
     def _verify_pass(self, tree, req: Request, run: Progress) -> TargetPass:
-        """The verification pass of this step: natural routing without a verifier when nothing restricts or
-        records; otherwise the plan's verifier, prepared with this step's tree (its buffers are refilled in
-        place, so a captured pass sees each step's tree)."""
+        """The verification pass of this step over the cache's prefix it reads (`KVCache.upto`): natural
+        routing without a verifier when nothing restricts or records; otherwise the plan's verifier, prepared
+        with this step's tree (its buffers are refilled in place, so a captured pass sees each step's tree)."""
         plan, aux = req.plan, tuple(self.draft.aux_layer_ids)
+        cache = run.cache.upto(run.length + tree.num_tokens)
         if not plan.spec.restricts and not req.trace_layers:
-            return TargetPass(self.model, run.cache, aux_layers=aux, routes=req.record_routes)
+            return TargetPass(self.model, cache, aux_layers=aux, routes=req.record_routes)
         verifier = _verifier(self.backend, plan, self.device)
         verifier.prepare([tree.block])
-        return TargetPass(self.model, run.cache, verifier, plan.prune, req.trace_layers, aux, req.record_routes)
+        return TargetPass(self.model, cache, verifier, plan.prune, req.trace_layers, aux, req.record_routes)
 
     def _route_meta(self, meta: dict) -> dict:
         """What a routes file says about the experts beside the routes: shapes, activation, the trace's meta."""

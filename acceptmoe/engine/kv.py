@@ -6,7 +6,18 @@ Slot positions are stored because a draft tree's slot is not its position (slidi
 
 `start` is a Python int (the keys a pass reads are slots [0, start + T): shapes follow the sequence) or a
 0-d long tensor on the device (a static-shape pass: new K/V go in by index and the keys are all max_len
-slots, those at or past start + T masked by `attention.block_masks`), which is what a CUDA graph captures.
+slots of the cache it is given, those at or past start + T masked by `layers.block_masks`), which is what a
+CUDA graph captures. A static pass is given `cache.upto(start + T)`: the first `bucket(start + T)` slots as
+a cache of their own (views of the same storage, made once per length), so it reads the slots its sequence
+needs rounded up to a short ladder of lengths, not the whole persistent cache, and a graph is captured per
+length of the ladder.
+
+    >>> cache = KVCache(2, 1, 4, 1024, torch.float32, "cpu")
+    >>> [bucket(n, cache.max_len) for n in (1, 256, 257, 300, 900, 5000)]
+    [256, 256, 512, 512, 1024, 1024]
+    >>> view = cache.upto(300)
+    >>> view.max_len, view is cache.upto(400), cache.upto(1000) is cache
+    (512, True, True)
 """
 from __future__ import annotations
 
@@ -14,6 +25,13 @@ import torch
 from torch import Tensor
 
 Start = int | Tensor                  # int: dynamic shapes; 0-d long device tensor: static shapes
+BUCKET_FLOOR = 256                    # the shortest length of the ladder; then powers of two up to max_len
+
+
+def bucket(end: int, max_len: int) -> int:
+    """The cache length a static pass reading slots [0, end) attends over: the smallest power of two at
+    least `end` and BUCKET_FLOOR, capped at the cache's max_len. A host int known before the pass."""
+    return min(max(BUCKET_FLOOR, 1 << (end - 1).bit_length()), max_len)
 
 
 def visible_slots(slots: Tensor, start: Tensor, block: Tensor) -> Tensor:
@@ -25,18 +43,47 @@ def visible_slots(slots: Tensor, start: Tensor, block: Tensor) -> Tensor:
     return (rel < 0)[None, :] | ((rel >= 0) & (rel < W))[None, :] & inside
 
 
-class KVCache:
+class Prefixes:
+    """A cache with `max_len` slots whose first n slots can be a cache of their own (`_prefix(n)`, views of
+    the same storage): `upto(end)` is the one a pass reading slots [0, end) is given (`bucket`). A prefix is
+    made once per length and shared with the cache's other prefixes, so a step holding it keeps one key."""
+    max_len: int
+    _prefixes: dict[int, "Prefixes"]
+
+    def upto(self, end: int) -> "Prefixes":
+        n = bucket(end, self.max_len)
+        if n >= self.max_len:
+            return self
+        view = self._prefixes.get(n)
+        if view is None:
+            view = self._prefixes[n] = self._prefix(n)
+            view._prefixes = self._prefixes
+        return view
+
+    def _prefix(self, n: int) -> "Prefixes":
+        raise NotImplementedError
+
+
+class KVCache(Prefixes):
     def __init__(self, num_layers: int, num_kv_heads: int, head_dim: int, max_len: int,
                  dtype: torch.dtype, device: torch.device | str):
         shape = (num_layers, num_kv_heads, max_len, head_dim)
-        self.k = torch.zeros(shape, dtype=dtype, device=device)           # [L, Hkv, S, D]
-        self.v = torch.zeros(shape, dtype=dtype, device=device)           # [L, Hkv, S, D]
-        self.pos = torch.zeros(max_len, dtype=torch.long, device=device)  # [S]
-        self.slots = torch.arange(max_len, device=device)                  # [S]
+        self._hold(torch.zeros(shape, dtype=dtype, device=device), torch.zeros(shape, dtype=dtype, device=device),
+                   torch.zeros(max_len, dtype=torch.long, device=device), torch.arange(max_len, device=device))
+        self._prefixes = {}
+
+    def _hold(self, k: Tensor, v: Tensor, pos: Tensor, slots: Tensor) -> None:
+        self.k, self.v = k, v                                              # [L, Hkv, S, D] each
+        self.pos, self.slots = pos, slots                                  # [S] each
         self.layer_k, self.layer_v = self.k.unbind(0), self.v.unbind(0)    # per-layer views [Hkv, S, D]
         self.batch_k = [k[None] for k in self.layer_k]                     # the same, [1, Hkv, S, D]
         self.batch_v = [v[None] for v in self.layer_v]
-        self.max_len = max_len
+        self.max_len = pos.shape[0]
+
+    def _prefix(self, n: int) -> "KVCache":
+        view = object.__new__(KVCache)
+        view._hold(self.k[:, :, :n], self.v[:, :, :n], self.pos[:n], self.slots[:n])
+        return view
 
     def check(self, start: Start, T: int) -> None:
         if isinstance(start, Tensor):
