@@ -1,22 +1,28 @@
 """Fixed-shape target passes (`acceptmoe.engine.graphs`): what a CUDA graph captures, run eagerly on CPU.
 
 The capture and replay themselves need CUDA (`./reproduce.sh gpu-check`, check `graphs`); here the static
-passes (device-scalar start, attention over the whole persistent cache) are checked against the eager
-engine, which is the comparison that makes a replay trustworthy."""
+passes (device-scalar start, attention over the cache bucket the step holds) are checked against the eager
+engine, which is the comparison that makes a replay trustworthy, and the dispatch a replay runs (key lookup,
+buffer copies) is run as graphs mode runs it."""
 from dataclasses import dataclass
 
 import pytest
 import torch
 
 from acceptmoe.engine import Engine, TreeShape, load_engine
+from acceptmoe.engine.eagle3 import DraftExtend, DraftLevel
 from acceptmoe.engine.engine import _verifier
-from acceptmoe.engine.graphs import resolve_steps
+from acceptmoe.engine.graphs import StepGraphs, label, resolve_steps
+from acceptmoe.engine.kv import BUCKET_FLOOR
+from acceptmoe.engine.model import MoEModel
+from acceptmoe.engine.passes import TargetPass
 from acceptmoe.errors import UserError
 from acceptmoe.methods import METHODS, Variant
 
 TINY = "models/tiny"
 P_HAT = (1.0, 0.8, 0.64, 0.512, 0.41, 0.33)
 PROMPTS = [[1, 17, 42, 99, 7, 300, 12], [5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21]]
+LONG = [3 + (37 * i) % 1000 for i in range(180)]    # 180 + 90 tokens: passes cross the bucket at 256
 
 
 @pytest.fixture(scope="module")
@@ -25,7 +31,7 @@ def engines():
 
 
 def test_static_passes_equal_eager_for_every_method(engines):
-    """Every method gives the same tokens. Attention over the masked whole cache sums in another order, so
+    """Every method gives the same tokens. Attention over the masked cache bucket sums in another order, so
     logits differ by float rounding (~1e-6) and a draft tree may differ where two candidates' scores are
     that close; where the trees agree, so do accepted paths and, to rounding, per-layer fields."""
     same_trees = 0
@@ -74,6 +80,9 @@ def test_one_persistent_cache_regrows_and_ignores_stale_slots(engines):
     long = eng.generate(PROMPTS[1], variant, 200, ignore_eos=True).tokens
     after = held()
     assert all(after[n] > before[n] and after[n] & (after[n] - 1) == 0 for n in after)
+    held = list(eng.steps.caches.values())
+    kept = [key[0].cache for key in eng.steps.entries]
+    assert kept and all(any(k is c or k in c._prefixes.values() for c in held) for k in kept)   # none dropped
     assert eng.generate(PROMPTS[0], variant, 8, ignore_eos=True).tokens == short
     assert engines["eager"].generate(PROMPTS[1], variant, 200, ignore_eos=True).tokens == long
 
@@ -168,3 +177,63 @@ def test_visible_slots_is_prefix_then_block_then_nothing():
                          [1, 1, 1, 1, 0, 0, 0, 0],
                          [1, 1, 1, 0, 1, 0, 0, 0]], dtype=torch.bool)
     assert torch.equal(got, want)
+
+
+def test_static_passes_equal_eager_across_a_bucket_boundary(engines):
+    """A generation whose context grows from one cache bucket into the next (256 -> 512 slots) gives eager's
+    tokens under every method, through target decode and verify passes and draft levels and extensions held
+    at both buckets."""
+    eng = engines["static"]
+    for name in METHODS:
+        variant = Variant(name).bind(eng.fit, commitment=P_HAT, b0=24)
+        static, eager = (engines[m].generate(LONG, variant, 90, ignore_eos=True) for m in ("static", "eager"))
+        assert static.tokens == eager.tokens, name
+    held = {(type(key[0]).__name__, key[0].cache.max_len) for key in eng.steps.entries
+            if isinstance(key[0], (TargetPass, DraftLevel, DraftExtend))}
+    for kind in ("TargetPass", "DraftLevel", "DraftExtend"):
+        assert {(kind, BUCKET_FLOOR), (kind, 2 * BUCKET_FLOOR)} <= held, (kind, held)
+
+
+def test_keys_with_different_buckets_are_distinct(engines):
+    """The bucket is part of the key: a step over another bucket is another key (its own buffers and graph);
+    within a bucket the step is the same key. Prefixes are views: a static pass writes the cache itself."""
+    model, draft = engines["static"].model, engines["static"].draft
+    cache = model.new_cache(1024)
+    a, b, c = (TargetPass(model, cache.upto(n)) for n in (100, 300, 400))
+    assert (a.cache.max_len, b.cache.max_len, cache.upto(1000) is cache) == (256, 512, True)
+    assert a != b and b == c and hash(b) == hash(c)
+    dc = draft.new_cache(1024)
+    assert DraftLevel(draft, dc.upto(250), 2) != DraftLevel(draft, dc.upto(260), 2)
+    assert DraftExtend(draft, dc.upto(257)) == DraftExtend(draft, dc.upto(512))
+    steps = StepGraphs("cpu", "static", state=(model.store.tally,))
+    for start in (100, 300, 400):
+        inputs = {"ids": torch.tensor([5]), "positions": torch.tensor([start]), "start": start}
+        steps.run(TargetPass(model, cache.upto(start + 1)), inputs)
+    assert sorted(key[0].cache.max_len for key in steps.entries) == [256, 512]
+    assert cache.k[:, :, 300].abs().sum() > 0 and cache.pos[400] == 400       # written through the 512 view
+
+
+def test_a_dispatch_renders_no_step_as_text_and_a_fallen_back_key_runs_static(engines, monkeypatch):
+    """What runs per pass never turns the key into text (the step's repr prints the whole model): with the
+    model's repr raising, static passes and graphs mode's dispatch run many times, and a key whose capture
+    failed (what `_capture` records through `fall_back`) routes to the static pass, with the eager logits."""
+    model = engines["static"].model
+    inputs = {"ids": torch.tensor([5, 17, 300]), "positions": torch.arange(3), "start": 0}
+    want, _ = model.forward(inputs["ids"], inputs["positions"], model.new_cache(64), 0)
+
+    def no_text(self):
+        raise AssertionError("a step was rendered as text")
+    for mode in ("static", "graphs"):                    # graphs: dispatch, then the fallen-back key's route
+        steps = StepGraphs("cpu", mode, state=(model.store.tally,))
+        cache = steps.cache("target", 40, model.new_cache)
+        key, entry = steps.dispatch(TargetPass(model, cache.upto(3)), inputs)
+        if mode == "graphs":
+            steps.fall_back(key, entry, "RuntimeError: capture refused")
+        monkeypatch.setattr(MoEModel, "__repr__", no_text)
+        for _ in range(50):
+            logits = steps.run(TargetPass(model, cache.upto(3)), inputs)[0]        # a fresh step per pass
+            assert torch.allclose(logits, want, atol=1e-5)
+        monkeypatch.undo()
+        assert len(steps.entries) == 1 and steps.replays == 0
+    assert steps.describe()["fallbacks"] == {label(key): "RuntimeError: capture refused"}
+    assert label(key).startswith("TargetPass(model=MoEModel, cache=KVCache[64], verifier=None")
