@@ -102,8 +102,9 @@ def block_masks(cfg: ModelConfig, cache: KVCache, start: Start, positions: Tenso
 
     Committed slots [0, start) are visible to every new token; among the T new tokens `mask` (None =
     causal). A window w keeps keys with q_pos - k_pos < w (RoPE positions, not slots). S' = start + T for
-    an int start; for a tensor start (static shapes, see `kv`) S' = max_len and slots past the block are
-    masked, so the masks' shapes do not depend on where the block sits."""
+    an int start; for a tensor start (static shapes, see `kv`) S' = the given cache's max_len (the bucket a
+    static pass is given, `KVCache.upto`) and slots past the block are masked, so the masks' shapes do not
+    depend on where the block sits."""
     T, dev = positions.shape[0], positions.device
     windows = set(cfg.windows) - {None}
     if mask is not None and (mask.shape != (T, T) or mask.dtype != torch.bool):

@@ -12,8 +12,9 @@ besides its inputs, so its CUDA-graph key is derived, never listed by hand.
     >>> tuple(logits.shape), aux, stats, routes, step == TargetPass(engine.model, cache)   # the step is its key
     ((3, 1024), None, None, None, True)
 
-`verifier` None routes every MoE layer naturally (`acceptmoe.kernels.natural`): prefill-free decode steps, Vanilla AR,
-and Standard SD without a trace. With a verifier, a restricting method routes inside the verifier's set S
+`cache` is the prefix of the sequence's cache the pass reads (`KVCache.upto(start + T)`, the bucket a static
+pass attends over and a CUDA graph is captured for). `verifier` None routes every MoE layer naturally
+(`acceptmoe.kernels.natural`): prefill-free decode steps, Vanilla AR, and Standard SD without a trace. With a verifier, a restricting method routes inside the verifier's set S
 (pruned against the expert pool when `prune`), and Standard SD routes naturally while the verifier only
 scores its sets for the trace; `record` stacks one `trace.layer_stats` row per MoE layer ([L, 6], computed
 on the device); `routes` returns what the experts received (`routes.PassRoutes.outputs`: ids and weights
