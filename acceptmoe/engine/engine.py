@@ -189,10 +189,12 @@ class Engine:
         return {**stats["total"], "store": stats["kind"]}
 
     def close(self) -> None:
-        """Drop the model, the draft, the captured graphs and the verifiers cached for this device, then give the
-        freed device and pinned host memory back (`free_memory`). A second call does nothing."""
+        """Unregister the expert store's page-locked host memory (`ExpertStore.release`), drop the model, the
+        draft, the captured graphs and the verifiers cached for this device, then give the freed device and
+        pinned host memory back (`free_memory`). A second call does nothing."""
         if self.model is None:
             return
+        self.model.store.release()
         self.model = self.draft = None
         self.steps = StepGraphs(self.device, "eager")
         _verifier.cache_clear()

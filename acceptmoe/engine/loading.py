@@ -1,7 +1,9 @@
 """Reading Hugging Face safetensors checkpoints: one `model.safetensors` or shards listed in
 `model.safetensors.index.json`, plus the per-layer expert layouts both architectures use on disk.
 
-Expert layouts, all returned as the store's stacked form (see store.py), on the CPU:
+Expert layouts, each written one MoE layer at a time into the store's stacked form (`memory.stored_form`:
+`expert_weights(..., out=store.receive(layer))`, on whatever device the store keeps it), converted to the load
+dtype as it is copied, with no staging copy of the layer:
 - Qwen3-MoE: per-expert `mlp.experts.{j}.{gate,up,down}_proj.weight` (what save_pretrained writes and the
   released checkpoints use) or fused `mlp.experts.gate_up_proj` [E, 2I, H] / `down_proj` [E, H, I].
 - GPT-OSS unquantised (save_pretrained): `mlp.experts.gate_up_proj` [E, H, 2I] (interleaved gate/up
@@ -19,6 +21,7 @@ from safetensors import SafetensorError, safe_open
 from torch import Tensor
 
 from .config import CheckpointError, ModelConfig
+from .memory import stored_form
 
 
 class Checkpoint:
@@ -77,25 +80,52 @@ def _open(path: Path):
         raise _damaged(path, exc) from exc
 
 
-def expert_weights(ckpt: Checkpoint, cfg: ModelConfig, layer: int, dtype: torch.dtype) -> dict[str, Tensor]:
-    """One MoE layer's experts in the store's stacked form, on the CPU (packed MXFP4 stays uint8)."""
+def packed_experts(ckpt: Checkpoint, cfg: ModelConfig) -> bool:
+    """Whether the checkpoint stores its experts MXFP4-packed (GPT-OSS's released layout)."""
+    return cfg.arch == "gpt_oss" and f"model.layers.{cfg.moe_layer_ids[0]}.mlp.experts.gate_up_proj_blocks" in ckpt
+
+
+def expert_weights(ckpt: Checkpoint, cfg: ModelConfig, layer: int, dtype: torch.dtype,
+                   out: dict[str, Tensor] | None = None) -> dict[str, Tensor]:
+    """One MoE layer's experts in the store's stacked form (packed MXFP4 stays uint8), written into `out`
+    (tensors of `memory.stored_form`'s shapes and dtypes on any device, e.g. `ExpertStore.receive(layer)`)
+    tensor by tensor as the checkpoint holds them, converted to `dtype` on the way; `out` None: new CPU tensors.
+    A checkpoint tensor whose shape differs from the form's is a CheckpointError naming it."""
+    if out is None:
+        out = {n: torch.empty(t.shape, dtype=t.dtype) for n, t in stored_form(cfg, dtype, packed_experts(ckpt, cfg)).items()}
     p = f"model.layers.{layer}.mlp.experts"
     if cfg.arch == "qwen3_moe":
         if f"{p}.gate_up_proj" in ckpt:
-            return {"w1": ckpt.get(f"{p}.gate_up_proj").to(dtype), "w2": ckpt.get(f"{p}.down_proj").to(dtype)}
-        w1 = torch.stack([torch.cat((ckpt.get(f"{p}.{j}.gate_proj.weight"), ckpt.get(f"{p}.{j}.up_proj.weight")))
-                          for j in range(cfg.num_experts)])                   # [E, 2I, H]
-        w2 = torch.stack([ckpt.get(f"{p}.{j}.down_proj.weight") for j in range(cfg.num_experts)])  # [E, H, I]
-        return {"w1": w1.to(dtype), "w2": w2.to(dtype)}
-    out = {"b1": ckpt.get(f"{p}.gate_up_proj_bias").to(dtype), "b2": ckpt.get(f"{p}.down_proj_bias").to(dtype)}
-    if f"{p}.gate_up_proj_blocks" in ckpt:
-        for ours, theirs in (("w1", "gate_up_proj"), ("w2", "down_proj")):
-            out[f"{ours}_blocks"] = ckpt.get(f"{p}.{theirs}_blocks").to(torch.uint8)
-            out[f"{ours}_scales"] = ckpt.get(f"{p}.{theirs}_scales").to(torch.uint8)
+            _write(out["w1"], ckpt, f"{p}.gate_up_proj")
+            _write(out["w2"], ckpt, f"{p}.down_proj")
+            return out
+        I = cfg.moe_intermediate_size
+        for j in range(cfg.num_experts):                                  # w1 [E, 2I, H]: gate rows, then up rows
+            _write(out["w1"][j, :I], ckpt, f"{p}.{j}.gate_proj.weight")
+            _write(out["w1"][j, I:], ckpt, f"{p}.{j}.up_proj.weight")
+            _write(out["w2"][j], ckpt, f"{p}.{j}.down_proj.weight")    # [H, I]
         return out
-    out["w1"] = ckpt.get(f"{p}.gate_up_proj").transpose(1, 2).contiguous().to(dtype)   # [E, 2I, H]
-    out["w2"] = ckpt.get(f"{p}.down_proj").transpose(1, 2).contiguous().to(dtype)      # [E, H, I]
+    _write(out["b1"], ckpt, f"{p}.gate_up_proj_bias")
+    _write(out["b2"], ckpt, f"{p}.down_proj_bias")
+    if "w1_blocks" in out:
+        for ours, theirs in (("w1", "gate_up_proj"), ("w2", "down_proj")):
+            _write(out[f"{ours}_blocks"], ckpt, f"{p}.{theirs}_blocks")
+            _write(out[f"{ours}_scales"], ckpt, f"{p}.{theirs}_scales")
+        return out
+    _write(out["w1"], ckpt, f"{p}.gate_up_proj", transposed=True)       # [E, H, 2I] on disk -> [E, 2I, H]
+    _write(out["w2"], ckpt, f"{p}.down_proj", transposed=True)          # [E, I, H] on disk -> [E, H, I]
     return out
+
+
+def _write(dst: Tensor, ckpt: Checkpoint, name: str, transposed: bool = False) -> None:
+    """Copy checkpoint tensor `name` (its last two dims swapped when `transposed`) into `dst`."""
+    src = ckpt.get(name)
+    src = src.transpose(-1, -2) if transposed else src
+    if tuple(src.shape) != tuple(dst.shape):
+        raise CheckpointError(f"checkpoint tensor {name!r} has shape {tuple(src.shape)}{' transposed' * transposed}, "
+                              f"config.json implies {tuple(dst.shape)}: the weights and config.json do not belong "
+                              f"together; restore the checkpoint's own config.json")
+    dst.copy_(src)
 
 
 def module_state(ckpt: Checkpoint, cfg: ModelConfig, wanted: list[str]) -> dict[str, Tensor]:

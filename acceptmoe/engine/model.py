@@ -25,9 +25,10 @@ from ..methods import Router
 from .layers import Attention, DenseMLP, Linear, RMSNorm, Rope, block_masks
 from .config import DTYPES, ModelConfig
 from .kv import KVCache, Start
-from .loading import Checkpoint, expert_weights, module_state
+from .loading import Checkpoint, expert_weights, module_state, packed_experts
+from .memory import stored_form
 from .routes import PassRoutes
-from .store import ExpertMath, ExpertStore, make_store, validate_store_args
+from .store import ExpertMath, ExpertStore, open_store, validate_store_args
 
 Policy = Callable[[int, Tensor], tuple[Tensor, Tensor]]
 
@@ -73,17 +74,15 @@ class MoEModel(nn.Module):
         """Load a Hugging Face checkpoint folder (config.json + safetensors, single or sharded).
 
         dtype None = the checkpoint's dtype; store "resident" (all experts on `device`) or "offloaded"
-        (`slots` experts per layer on `device`, the rest in host memory)."""
+        (`slots` experts per layer on `device`, the rest in host memory). Experts stream into the store one
+        MoE layer at a time (`load_experts`), then the other weights load."""
         cfg = ModelConfig.from_folder(path)
         dtype = DTYPES.get(dtype, dtype) if isinstance(dtype, str) else (dtype or cfg.dtype)
         if dtype not in DTYPES.values():
             raise ValueError(f"dtype {dtype!r} not supported; valid: {', '.join(DTYPES)}")
         validate_store_args(store, slots, cfg.num_experts)
         ckpt = Checkpoint(path)
-        math = ExpertMath(cfg.expert_activation, dtype, cfg.swiglu_alpha, cfg.swiglu_limit)
-        experts = {l: expert_weights(ckpt, cfg, l, dtype) for l in cfg.moe_layer_ids}
-        expert_store = make_store(store, math, experts, cfg.num_experts, device, slots)
-        del experts
+        expert_store = load_experts(ckpt, cfg, dtype, store, device, slots)
         names = list(_skeleton_names(cfg))
         model = cls(cfg, expert_store, module_state(ckpt, cfg, names), device, dtype)
         ckpt.close()
@@ -140,6 +139,20 @@ class MoEModel(nn.Module):
         logits = mlp.router(x).float()                                   # [T, E]
         ids, weights = natural(self.router, logits) if policy is None else policy(layer, logits)  # [T, k]
         return (self.store if routes is None else routes).run(layer, x, ids, weights)
+
+
+def load_experts(ckpt: Checkpoint, cfg: ModelConfig, dtype: torch.dtype, kind: str, device: torch.device | str,
+                 slots: int | None) -> ExpertStore:
+    """The expert store, filled layer by layer: it is opened empty at the checkpoint's stored form
+    (`memory.stored_form`), then each MoE layer's experts are read straight into where the store keeps them
+    (`store.receive`: the device, or the offloaded store's host arena) and handed over before the next layer
+    is read, so host memory holds the store's own part and one layer at most (`memory.store_bytes`)."""
+    math = ExpertMath(cfg.expert_activation, dtype, cfg.swiglu_alpha, cfg.swiglu_limit)
+    form = stored_form(cfg, dtype, packed_experts(ckpt, cfg))
+    store = open_store(kind, math, {l: form for l in cfg.moe_layer_ids}, cfg.num_experts, device, slots)
+    for l in cfg.moe_layer_ids:
+        store.put(l, expert_weights(ckpt, cfg, l, dtype, out=store.receive(l)))
+    return store
 
 
 def _build_skeleton(module: nn.Module, cfg: ModelConfig) -> nn.Module:
