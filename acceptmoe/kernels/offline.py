@@ -7,6 +7,7 @@ wrapper would launch with), bound and specialised by Triton's own JIT binder for
 
     launch = capture_launch(verifier_module, "_verifier_kernel", lambda: verifier(logits))
     stats = compile_stats(launch, arch=120)       # registers, stack, spill bytes, SASS counts
+    binary_spills(compile_launch(launch.with_warps(8), 90).asm["cubin"])   # local memory or STL/LDL in the SASS
 
 Run it in a process where TRITON_INTERPRET is unset: under the interpreter `@triton.jit` builds an
 interpreted function that cannot be compiled.
@@ -35,6 +36,9 @@ class Launch:
     kernel: Any            # the @triton.jit function
     args: tuple
     kwargs: dict           # constexprs and launch options (num_warps, ...)
+
+    def with_warps(self, num_warps: int) -> "Launch":
+        return Launch(self.kernel, self.args, {**self.kwargs, "num_warps": num_warps})
 
 
 class _Recorder:
@@ -143,6 +147,17 @@ def cubin_stats(cubin: bytes, spill: int = 0) -> KernelStats:
         local_ops=sum(op.split(".")[0] in ("STL", "LDL") for op in ops))
 
 
-def compile_stats(launch: Launch, arch: int) -> KernelStats:
-    kernel = compile_launch(launch, arch)
+def binary_spills(cubin: bytes) -> bool:
+    """Whether a cubin spills: local memory or local-memory instructions (STL/LDL) in its SASS. The test the
+    verifier's warps are chosen by (`triton_verifier.choose_warps`), on a GPU's JIT binary and offline alike."""
+    stats = cubin_stats(cubin)
+    return stats.local > 0 or stats.local_ops > 0
+
+
+def kernel_stats(kernel, arch: int) -> KernelStats:
+    """`cubin_stats` of a compiled kernel, with ptxas's spill bytes on its PTX."""
     return cubin_stats(kernel.asm["cubin"], ptxas_spill_bytes(kernel.asm["ptx"], arch))
+
+
+def compile_stats(launch: Launch, arch: int) -> KernelStats:
+    return kernel_stats(compile_launch(launch, arch), arch)

@@ -26,10 +26,16 @@ Exactly the reference's rules (`acceptmoe.methods`), with no fp64 and no E x E t
   budget are the integer arithmetic of `methods.fixed` (log2 by repeated squaring, rho in 2^-16 units).
 Fixed shapes, no host synchronisation: safe to capture in a CUDA graph. Every method-dependent choice is a
 `tl.constexpr` enum, so each method compiles only its own code.
+
+Warps per specialisation (`choose_warps`): the first of `WARP_CHOICES` whose compiled binary does not spill
+(local memory or STL/LDL in its SASS, read by `offline.binary_spills`). The wrapper decides it at a
+specialisation's first launch on a GPU from the binary Triton's JIT made, and keeps it for the process;
+bench-kernel and the compile test apply the same function to the same launch compiled offline.
 """
 from __future__ import annotations
 
 from enum import IntEnum
+from typing import Callable, NamedTuple
 
 import torch
 import triton
@@ -348,8 +354,51 @@ def _verifier_kernel(
 # ----------------------------------------------------------------------------------------------- wrapper
 
 MAX_EXPERTS = 1 << 12   # experts per layer the key layout and the [E] vectors allow
-WARPS = 4               # one token of a chunk per warp: a token's reductions over E stay inside its warp
-                        # (4 rather than 8: no spills on sm_120 up to E = 256, and fewer instructions)
+TC_MAX = 4              # tokens per chunk: the [TC, BE] tiles of a chunk, whatever the warps
+WARP_CHOICES = (4, 8)   # num_warps in the order tried (`choose_warps`): 4 runs the fewest instructions; 8 halves
+                        # each thread's share of the tiles and of the [BE] sorts where 4 spills (pruning at
+                        # E = 256, or fp32 keys on sm_120)
+
+
+def choose_warps(spills: Callable[[int], bool]) -> int:
+    """num_warps of one specialisation: the first of WARP_CHOICES whose binary compiled with that many warps does
+    not spill (`spills(w)`), else the first. The one rule, applied at a specialisation's first launch on a GPU
+    and to the same launch compiled offline (bench-kernel, tests/kernels/test_kernel_compile.py)."""
+    return next((w for w in WARP_CHOICES if not spills(w)), WARP_CHOICES[0])
+
+
+class Chosen(NamedTuple):
+    """What `choose_warps` decided for one specialisation launched in this process."""
+    num_warps: int
+    spills: bool          # the chosen binary still spills (every choice did)
+
+
+_CHOSEN: dict[tuple, Chosen] = {}    # a launch's specialisation (device, logits dtype, ints, constexprs) -> choice
+
+
+def chosen() -> list[Chosen]:
+    """Every specialisation this process launched on a GPU, with its warps (gpu-check reports them)."""
+    return list(_CHOSEN.values())
+
+
+def _warps_on_gpu(grid: tuple, args: tuple, kwargs: dict) -> int:
+    """`choose_warps` for a CUDA launch, from the binaries Triton's JIT compiles for this device (kept in its
+    cache, so the launch that follows compiles nothing); once per specialisation and process."""
+    key = (args[0].device, args[0].dtype) + tuple(a for a in args if not isinstance(a, Tensor)) \
+        + tuple(sorted(kwargs.items()))
+    choice = _CHOSEN.get(key)
+    if choice is None:
+        from .offline import binary_spills
+        seen = {}
+
+        def spills(w: int) -> bool:
+            compiled = _verifier_kernel.warmup(*args, grid=grid, **{**kwargs, "num_warps": w})
+            seen[w] = binary_spills(compiled.asm["cubin"])
+            return seen[w]
+        w = choose_warps(spills)
+        choice = _CHOSEN[key] = Chosen(w, seen[w])
+    return choice.num_warps
+
 
 def router_mode(router: Router) -> RouterMode:
     if router.kind == "topk_softmax":
@@ -384,10 +433,10 @@ class TritonVerifier(Verifier):
                                      f"score_bits={self.plan.selector.score_bits} fixed point); lower score_bits "
                                      f"or split")
 
-    def launch_config(self, T: int, E: int) -> dict:
-        """Tile sizes and warps of a launch for blocks of T tokens and E experts."""
-        return dict(TC=min(triton.next_power_of_2(T), WARPS), BLOCK_E=triton.next_power_of_2(E),
-                    BLOCK_K=triton.next_power_of_2(self.plan.router.top_k), num_warps=WARPS)
+    def tiles(self, T: int, E: int) -> dict:
+        """Tile sizes of a launch for blocks of T tokens and E experts (warps: `choose_warps`)."""
+        return dict(TC=min(triton.next_power_of_2(T), TC_MAX), BLOCK_E=triton.next_power_of_2(E),
+                    BLOCK_K=triton.next_power_of_2(self.plan.router.top_k))
 
     def _run(self, logits: Tensor, resident: Tensor | None, route: bool) -> VerifierOutput:
         B, T, E = logits.shape
@@ -400,13 +449,14 @@ class TritonVerifier(Verifier):
                              anchor=torch.empty(B, E, dtype=torch.bool, device=dev))
         res = resident.view(torch.uint8) if resident is not None else out.eligible.view(torch.uint8)
         res_b, res_e = (0, res.stride(0)) if res.dim() == 1 else res.stride()
-        _verifier_kernel[(B,)](
-            logits, step.alpha, step.num_tokens, res, self.log2_n,
-            out.eligible.view(torch.uint8), out.utility, out.anchor.view(torch.uint8),
-            ids if route else out.utility, weights if route else out.utility,      # unused without routing
-            T, E, **self.fixed,
-            s_lb=logits.stride(0), s_lt=logits.stride(1), s_le=logits.stride(2),
-            s_ab=step.alpha.stride(0), s_at=step.alpha.stride(1), s_rb=res_b, s_re=res_e,
-            PRUNE=int(Prune.NONRESIDENT if resident is not None else Prune.OFF), ROUTE=route,
-            **self.launch_config(T, E), **self.meta)
+        args = (logits, step.alpha, step.num_tokens, res, self.log2_n,
+                out.eligible.view(torch.uint8), out.utility, out.anchor.view(torch.uint8),
+                ids if route else out.utility, weights if route else out.utility,      # unused without routing
+                T, E)
+        kwargs = dict(**self.fixed, s_lb=logits.stride(0), s_lt=logits.stride(1), s_le=logits.stride(2),
+                      s_ab=step.alpha.stride(0), s_at=step.alpha.stride(1), s_rb=res_b, s_re=res_e,
+                      PRUNE=int(Prune.NONRESIDENT if resident is not None else Prune.OFF), ROUTE=route,
+                      **self.tiles(T, E), **self.meta)
+        warps = _warps_on_gpu((B,), args, kwargs) if dev.type == "cuda" else WARP_CHOICES[0]
+        _verifier_kernel[(B,)](*args, **kwargs, num_warps=warps)
         return out

@@ -1,8 +1,8 @@
 """The verifier kernel compiled for its GPU targets without a GPU: sm_90 (H100/H200) and sm_120 (RTX 5090 /
 RTX PRO 6000). The launches are captured from the Triton backend exactly as it would make them, compiled
-with `triton.compile` and read with the Triton wheel's `cuobjdump` and `ptxas -v`: they must compile, not
-spill and hold no fp64 instruction. The compiler needs TRITON_INTERPRET unset, which the test conftest
-sets, so the compilation runs in a subprocess.
+with `triton.compile` at the warps the wrapper chooses on that GPU (`choose_warps`) and read with the Triton
+wheel's `cuobjdump` and `ptxas -v`: they must compile, not spill and hold no fp64 instruction. The compiler
+needs TRITON_INTERPRET unset, which the test conftest sets, so the compilation runs in a subprocess.
 """
 from __future__ import annotations
 
@@ -25,12 +25,20 @@ CASES = [
     (120, ("moe-spec", "gpt-oss", "bf16", True, 16)),
 ]
 
+# The specialisations that spilled (16-40 B, 4-10 STL/LDL) at 4 warps, one per kind: pruning at E = 256 on
+# sm_90 and sm_120, fp32 keys on sm_120. At 8 warps they do not, and 8 warps everywhere spills elsewhere.
+FORMERLY_SPILLING = [
+    (90, ("acceptmoe", "qwen3-e256", "bf16", True, 64)),
+    (120, ("acceptmoe-b", "qwen3-e256", "bf16", True, 16)),
+    (120, ("count-b", "gpt-oss", "fp32", True, 128)),
+]
+
 SCRIPT = """
 import dataclasses, json, sys
 from acceptmoe.experiments.bench.kernel_table import KernelCase, measure
 rows = [measure((KernelCase(*v), arch)) for arch, v in json.loads(sys.argv[1])]
-print(json.dumps([{"arch": r["arch"], "case": list(dataclasses.astuple(r["case"])),
-                   "stats": dataclasses.asdict(r["stats"])} for r in rows]))
+print(json.dumps([{"arch": r["arch"], "case": list(dataclasses.astuple(r["case"])), "num_warps": r["num_warps"],
+                   "tried": r["tried"], "stats": dataclasses.asdict(r["stats"])} for r in rows]))
 """
 
 
@@ -38,6 +46,20 @@ def test_kernel_compiles_for_gpu_targets_without_spills_or_fp64():
     rows = _compiled(SCRIPT, CASES)
     assert len(rows) == len(CASES)
     _assert_compiled_clean(rows)
+
+
+def test_specialisations_that_spilled_at_4_warps_compile_clean_at_the_warps_chosen():
+    """Each binary at 4 warps spills, so `choose_warps` compiles 8 and keeps it: no spill, no fp64."""
+    rows = _compiled(SCRIPT, FORMERLY_SPILLING)
+    assert [(r["tried"], r["num_warps"]) for r in rows] == [([4, 8], 8)] * len(FORMERLY_SPILLING)
+    _assert_compiled_clean(rows)
+
+
+def test_choose_warps_takes_the_first_count_that_does_not_spill():
+    from acceptmoe.kernels.triton_verifier import WARP_CHOICES, choose_warps
+    assert WARP_CHOICES[0] == 4 and choose_warps(lambda w: False) == 4
+    assert choose_warps(lambda w: w == 4) == 8
+    assert choose_warps(lambda w: True) == 4                  # every count spills: the fewest instructions
 
 
 def _compiled(script: str, cases: list) -> list[dict]:

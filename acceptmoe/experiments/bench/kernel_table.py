@@ -1,10 +1,12 @@
 """Benchmark: the verifier and experts kernels compiled offline for their GPU targets, one row per variant.
 
 For every method x router x logit dtype x pruning x T, the launch the wrapper makes is captured (no GPU
-needed), compiled for sm_90 (H100/H200) and sm_120 (RTX 5090 / RTX PRO 6000) with `triton.compile`, and
-the cubin is read with the Triton wheel's `cuobjdump`: registers, stack and local bytes, spill bytes (the
-wheel's `ptxas -v` on the same PTX), local-memory instructions (STL/LDL) in the SASS, SASS instructions,
-fp64 SASS instructions and shuffles. Run without TRITON_INTERPRET.
+needed), compiled for sm_90 (H100/H200) and sm_120 (RTX 5090 / RTX PRO 6000) with `triton.compile` at the
+warps the wrapper chooses on that GPU (`triton_verifier.choose_warps`: the first count whose binary does not
+spill; a row that needed more than one compile lists the counts tried), and the cubin is read with the
+Triton wheel's `cuobjdump`: registers, stack and local bytes, spill bytes (the wheel's `ptxas -v` on the same
+PTX), local-memory instructions (STL/LDL) in the SASS, SASS instructions, fp64 SASS instructions and
+shuffles. Run without TRITON_INTERPRET.
 
     ./reproduce.sh bench-kernel [--archs 90 120] [--tokens 16 64 128] [--routers qwen3 gpt-oss qwen3-e256]
                                 [--kernels verifier experts] [--shapes ...] [--weights bf16 fp32 mxfp4]
@@ -71,12 +73,19 @@ def launch_of(v: KernelCase):
 
 
 def measure(args: tuple[KernelCase, int]) -> dict:
-    from acceptmoe.kernels.offline import compile_stats
+    """One specialisation compiled for `arch` with the warps the wrapper would launch it with on that GPU
+    (`choose_warps` on the binaries compiled here); its stats, and every warps count tried."""
+    from acceptmoe.kernels.offline import binary_spills, compile_launch, kernel_stats
+    from acceptmoe.kernels.triton_verifier import choose_warps
     v, arch = args
     t0 = time.perf_counter()
-    launch = launch_of(v)
-    stats = compile_stats(launch, arch)
-    return {"case": v, "arch": arch, "num_warps": launch.kwargs.get("num_warps"), "stats": stats,
+    launch, compiled = launch_of(v), {}
+
+    def spills(w: int) -> bool:
+        compiled[w] = compile_launch(launch.with_warps(w), arch)
+        return binary_spills(compiled[w].asm["cubin"])
+    w = choose_warps(spills)
+    return {"case": v, "arch": arch, "num_warps": w, "tried": sorted(compiled), "stats": kernel_stats(compiled[w], arch),
             "compile_s": time.perf_counter() - t0}
 
 
@@ -99,8 +108,9 @@ def _compiled(fn, work: list, jobs: int, on_row) -> list[dict]:
 
 def format_row(r: dict) -> str:
     v, s = r["case"], r["stats"]
+    warps = f"{r['num_warps']} (tried {', '.join(map(str, r['tried']))})" if len(r["tried"]) > 1 else r["num_warps"]
     return (f"| sm_{r['arch']} | {v.router} | {v.method} | {v.dtype} | {'on' if v.prune else 'off'} | "
-            f"{v.tokens} | {r['num_warps']} | {s.registers} | {s.stack} | {s.local} | {s.spill} | "
+            f"{v.tokens} | {warps} | {s.registers} | {s.stack} | {s.local} | {s.spill} | "
             f"{s.local_ops} | {s.sass} | "
             f"{s.fp64} | {s.shuffles} |")
 
