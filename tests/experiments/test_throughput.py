@@ -215,3 +215,37 @@ def test_counter_arithmetic_matches_the_store_on_a_hand_computed_case():
     m = counter_metrics([row, {**row, "tokens": 6}])          # pooled: 960 bytes over 10 tokens
     assert m["bytes_per_token"] == pytest.approx(96.0) and m["loads_per_token"] == pytest.approx(1.0)
     assert m["hit_rate"] == pytest.approx(3 / 8) and m["stall_share"] == pytest.approx(0.25)
+
+
+# ----- where a reply ends by itself -----
+@pytest.fixture(scope="module")
+def tiny_engine():
+    from acceptmoe.engine import TreeShape, load_engine
+    from acceptmoe.experiments.spine.prompts import load_tokenizer, prompt_ids
+    from acceptmoe.evals.tasks import get_task
+    root = Path(__file__).parents[2] / "models" / "tiny"
+    engine = load_engine(root, tree=TreeShape(5, 10, 64))
+    task, tok = get_task("tiny-gsm"), load_tokenizer(root / "target")
+    return engine, [prompt_ids(tok, task.messages(ex)) for ex in task.load("test", 2)]
+
+
+@pytest.mark.parametrize("method", ["vanilla-ar", "standard-sd"])
+def test_natural_end_is_where_a_stop_at_eos_generation_stops(tiny_engine, method):
+    """A timed generation runs past EOS; its NaturalEnd is exactly the reply, the steps and the seconds a
+    generation that stops at EOS has (greedy decoding: the same tokens up to there)."""
+    from acceptmoe.experiments.spine.rows import NaturalEnd
+    from acceptmoe.methods import Variant
+    engine, prompts = tiny_engine
+    plan = Variant(method).bind(engine.fit)
+    for ids in prompts:
+        forced = engine.generate(ids, plan, 64, ignore_eos=True, trace_layers=False)
+        stopped = engine.generate(ids, plan, 64, trace_layers=False)
+        assert stopped.stop_reason == "eos" and len(forced.tokens) == 64
+        end = NaturalEnd.of(forced, engine.eos_token_ids)
+        assert end.natural_tokens == len(stopped.tokens) < 64
+        assert forced.tokens[:end.natural_tokens] == stopped.tokens
+        assert end.natural_steps == len(stopped.accept_lengths)
+        assert end.natural_s == pytest.approx(forced.prefill_time + sum(forced.step_times[:end.natural_steps]))
+        assert sum(forced.accept_lengths[:end.natural_steps]) + 1 >= end.natural_tokens
+    whole = NaturalEnd.of(forced, set())                              # no EOS among the timed tokens
+    assert (whole.natural_tokens, whole.natural_steps) == (None, len(forced.accept_lengths))

@@ -3,7 +3,8 @@
 - `GradedRow`: one greedy generation graded like Table 1 — a (model, task, prompt, method) of Table 1, and
   (with `variant`, `phase`) a point of the fixed-budget sweep or of the calibration study.
 - `TimedRow`: one timed generation of a throughput phase (exactly `timed_tokens` long, EOS ignored), with the
-  expert store's counters; in the instrumented offload run also its `Graded` reply.
+  expert store's counters and where the reply ended by itself (`NaturalEnd`); in the instrumented offload run
+  also its `Graded` reply.
 - `TraceStats`: sums and means over every verification block and MoE layer of one generation's trace
   (one pair of fields per `acceptmoe.engine.trace.LAYER_FIELDS` entry after `layer`).
 
@@ -71,6 +72,28 @@ class Generated:
 
 
 @dataclass(frozen=True)
+class NaturalEnd:
+    """Where a timed generation's reply ended by itself (EOS ignored, it ran on): its first EOS. Tokens up to
+    and including it, the target steps up to the one that output it, and those steps' seconds with the
+    prefill's (the engine's own timers). Without an EOS among the timed tokens `natural_tokens` is None: every
+    timed token is the reply's own text."""
+    natural_tokens: int | None
+    natural_steps: int
+    natural_s: float
+
+    @classmethod
+    def of(cls, gen, eos: set[int]) -> "NaturalEnd":
+        n = next((i + 1 for i, t in enumerate(gen.tokens) if t in eos), None)
+        steps, out = len(gen.accept_lengths), len(gen.tokens)
+        if n is not None:
+            steps, out = 0, 1                                    # tokens[0] comes from the prefill
+            while out < n:
+                out += gen.accept_lengths[steps]
+                steps += 1
+        return cls(n, steps, gen.prefill_time + sum(gen.step_times[:steps]))
+
+
+@dataclass(frozen=True)
 class Graded:
     """A reply's grade."""
     correct: bool
@@ -125,6 +148,7 @@ class TimedRow:
     stats: TraceStats | None = None
     copy_s: float | None = None        # seconds the loads' copies took, where the engine's store times them
                                        # (absent from the row otherwise, and from rows written before it)
+    natural: NaturalEnd | None = None  # where the reply ended by itself (absent from rows written before it)
 
     def to_json(self) -> dict:
         return _flat(self)
@@ -143,6 +167,7 @@ def _flat(row) -> dict:
             if isinstance(row, TimedRow) and f.name == "generated":
                 part = {k: v for k, v in part.items() if k not in _DROP_WHEN_GENERATED}
             out.update({k: v for k, v in part.items() if not (f.name == "graded" and v is None)})
-        elif value is not None or f.name not in ("variant", "phase", "rep", "wall_s", "graded", "stats", "copy_s"):
+        elif value is not None or f.name not in ("variant", "phase", "rep", "wall_s", "graded", "stats", "copy_s",
+                                                 "natural"):
             out[f.name] = value
     return out
