@@ -48,6 +48,19 @@ class SweepConfig:
     prompts: int | None = None              # evaluation prompts per pair (None: resident.prompts)
 
 
+ORDERS = ("index", "longest_reply")
+
+
+@dataclass(frozen=True)
+class PromptSet:
+    """Which evaluation examples the timed phases time (the sweep always grades examples 0..n-1): `index`, the
+    examples in order (the paper's protocol); `longest_reply`, the first `candidates` examples ordered by the
+    length of the target's own greedy reply, longest first (ties: lower index), so timed tokens are reply text,
+    not the continuation after EOS, where a world's replies are shorter than the timed window."""
+    order: str = "index"
+    candidates: int = 300
+
+
 @dataclass(frozen=True)
 class ThroughputConfig:
     SECTION = "throughput"
@@ -59,6 +72,8 @@ class ThroughputConfig:
     offload: PhaseConfig = PhaseConfig(slots=48)
     sweep: SweepConfig = SweepConfig()
     bootstrap_resamples: int = 2000         # intervals over prompts (sweep accuracy, pruning accuracy)
+    prompt_set: PromptSet = PromptSet()     # which evaluation examples the timed phases time
+    natural_min_tokens: int = 16            # the natural-text protocol pools prompts whose replies are this long
 
     def __post_init__(self) -> None:
         _validate(self)
@@ -131,6 +146,16 @@ def _validate(cfg: ThroughputConfig) -> None:
     if not cfg.sweep.method or not get_method(cfg.sweep.method).needs_budget:
         raise ThroughputConfigError(f"sweep.method {cfg.sweep.method!r} does not take a budget; use one of "
                                     f"{[n for n, s in METHODS.items() if s.needs_budget]}")
+    if cfg.prompt_set.order not in ORDERS:
+        raise ThroughputConfigError(f"prompt_set.order {cfg.prompt_set.order!r}; valid: {', '.join(ORDERS)}")
+    if cfg.prompt_set.order != "index":
+        need = max(max(sec.prompts, sec.warmup_index if sec.warmup_index is not None else sec.prompts) + 1
+                   for sec in (cfg.resident, cfg.offload))
+        if cfg.prompt_set.candidates < need:
+            raise ThroughputConfigError(f"prompt_set.candidates {cfg.prompt_set.candidates} < {need}: the timed "
+                                        f"prompts and the warm-up are chosen among them; raise it")
+    if cfg.natural_min_tokens < 1:
+        raise ThroughputConfigError(f"natural_min_tokens must be >= 1, got {cfg.natural_min_tokens}")
     if cfg.limit is not None and cfg.limit < 1:
         raise ThroughputConfigError(f"limit must be a positive number of prompts or null, got {cfg.limit}")
     if any(b < 1 for b in cfg.sweep.budgets) or not cfg.sweep.budgets:
