@@ -21,6 +21,7 @@ Triton interpreter for the kernel. No host synchronisation and fixed shapes insi
 """
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import NamedTuple, Sequence
 
@@ -68,6 +69,19 @@ def commitment_weights(plan: Plan, depth: Tensor, level_size: Tensor, p_hat: Ten
     return (p_hat[depth].pow(cfg.beta) * level_size.to(torch.float64).pow(cfg.level_exponent)).float()
 
 
+# the selector fields `prepare` turns into a step's commitment weights before the layers run; every other part
+# of a plan is read by the calls themselves (a launch's constants, and any graph captured on them)
+STEP_FIELDS = ("p_hat", "beta", "level_exponent")
+
+
+def same_calls(a: Plan, b: Plan) -> bool:
+    """Whether plans a and b make the same verifier calls and differ at most in `STEP_FIELDS` (so one verifier,
+    and a graph captured on its calls, serves both: `Verifier.rebind`)."""
+    def calls(p: Plan) -> tuple:
+        return p.spec, p.fit, p.prune, dataclasses.replace(p.selector, p_hat=None, beta=0.0, level_exponent=0.0)
+    return calls(a) == calls(b)
+
+
 def tree_depths(parents: Tensor, max_depth: int) -> Tensor:
     """parents [B, T] long (-1: the root) -> depths [B, T] long, capped at max_depth: max_depth + 1 rounds of
     fixed-shape gathers (each token's ancestor one level further up), no host read."""
@@ -93,6 +107,14 @@ class Verifier:
         self.step: StepBuffers | None = None
         self._p_hat: Tensor | None = None                          # p_hat on the device (prepare_tree)
         self._alpha_tables: dict[tuple[int, ...], Tensor] = {}     # level sizes -> alpha per depth (prepare)
+
+    def rebind(self, plan: Plan) -> None:
+        """Serve `plan` from the next `prepare` on with the same buffers and calls (a graph captured on them stays
+        right): `plan` may differ from the current one only in what `prepare` writes (`STEP_FIELDS`)."""
+        if not same_calls(self.plan, plan):
+            raise VerifierInputError(f"plan {plan.name} makes other verifier calls than {self.plan.name} (only "
+                                     f"{', '.join(STEP_FIELDS)} may change between steps): make a new verifier")
+        self.plan, self._p_hat, self._alpha_tables = plan, None, {}
 
     def prepare(self, blocks: BlockInfo | Sequence[BlockInfo], pad_to: int | None = None,
                 rows: int | None = None) -> None:

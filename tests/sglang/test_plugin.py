@@ -14,8 +14,9 @@ import torch
 
 from acceptmoe.errors import UserError
 from acceptmoe.kernels import make_verifier
-from acceptmoe.methods import BlockInfo, CommitmentTable, Fit, Router, select
-from acceptmoe.serving.sglang.config import PluginConfigError, load_config, to_env
+from acceptmoe.methods import BlockInfo, CommitmentTable, Fit, Router, Variant, select
+from acceptmoe.serving.sglang.config import (PluginConfigError, Watched, for_plan, load_config, restart_reason,
+                                             settings, to_env)
 from acceptmoe.experiments.bench.plugin_host import count_host_reads
 from acceptmoe.serving.sglang.runtime import Limits, Runtime
 
@@ -271,3 +272,178 @@ def test_standard_sd_unrecorded_passes_straight_through():
     assert not Runtime(load_config({"ACCEPTMOE_METHOD": "standard-sd"})).active
     assert not Runtime(load_config({})).active
     assert Runtime(load_config({"ACCEPTMOE_METHOD": "acceptmoe", "ACCEPTMOE_P_HAT": "1,0.5"})).active
+
+
+# ----- one server for consecutive plans: the settings file, read again between generations -----
+FIT = Fit(Router("softmax_topk", 4), 32, 7)
+TREES = [random_parents(random.Random(7), 8) for _ in range(3)]
+LOGITS = torch.randn(24, 32, generator=torch.Generator().manual_seed(8))       # [B * n, E], n = 8
+P_HAT = (1.0, 0.9, 0.8, 0.7, 0.6, 0.5, 0.4, 0.3)
+
+
+def _replace_settings(path: Path, plan) -> None:
+    """What the backend does between generations: a new settings file renamed over the old one."""
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(settings(for_plan(plan))))
+    os.replace(tmp, path)
+
+
+def _served_sets(rt: Runtime) -> torch.Tensor:
+    """One verify pass of TREES through the runtime: the set each request's logits were masked to, bool [B, E]."""
+    seen = {}
+
+    def orig(topk, hidden, logits):
+        seen["logits"] = logits
+        return _natural_topk(topk, hidden, logits)
+    rt.begin_verify(_verify_input(TREES), len(TREES))
+    rt.restrict(_topk_module(), orig, LOGITS[:, :0], LOGITS)
+    rt.end_pass()
+    return torch.isfinite(seen["logits"].view(3, 8, 32)[:, 0])
+
+
+def _reference_sets(plan) -> torch.Tensor:
+    return torch.stack([select(plan, LOGITS.view(3, 8, 32)[b], BlockInfo.from_parents(t)).eligible
+                        for b, t in enumerate(TREES)])
+
+
+def test_a_replaced_settings_file_is_served_from_the_next_pass(tmp_path):
+    """The backend serves consecutive plans from one server by replacing the plugin's settings file between
+    generations; the plugin looks before each target pass (one stat) and serves the new settings from that pass
+    on. Before any CUDA graph is captured (a CPU) every setting may change, the method included."""
+    path = tmp_path / "plugin.json"
+    plans = [Variant("acceptmoe").bind(FIT, commitment=P_HAT),
+             Variant("acceptmoe", overrides=(("beta", 4.0),)).bind(FIT, commitment=(1.0,) + (0.05,) * 7),
+             Variant("count-b", budget=8).bind(FIT)]
+    _replace_settings(path, plans[0])
+    watched = Watched({"ACCEPTMOE_SGLANG_CONFIG": str(path)})
+    rt = Runtime(watched.cfg)
+    rt.start(Limits(requests=4, depth=7))
+    assert watched.poll() is None                                # nothing changed: nothing read
+    served = [_served_sets(rt)]
+    for plan in plans[1:]:
+        _replace_settings(path, plan)
+        cfg = watched.poll()
+        assert cfg is not None and watched.poll() is None
+        rt.reconfigure(cfg)
+        served.append(_served_sets(rt))
+    for plan, sets in zip(plans, served):
+        assert torch.equal(sets, _reference_sets(plan)), plan.name
+    assert not torch.equal(served[0], served[1]) and not torch.equal(served[1], served[2])   # each change mattered
+
+
+def test_after_a_graph_capture_only_the_commitment_inputs_change_on_the_same_buffers(tmp_path):
+    """Once SGLang captured the verify graphs, they replay the verifier's calls on its buffers: new p_hat and beta
+    (written into those buffers before each step) are served by the same verifier; a new budget or method is
+    refused with a message to start a new server (the backend restarts instead: `config.restart_reason`)."""
+    first = Variant("acceptmoe").bind(FIT, commitment=P_HAT)
+    rt = Runtime(for_plan(first, trace=str(tmp_path / "steps.jsonl")))
+    rt.start(Limits(requests=4, depth=7))
+    rt.captured = True                                           # what plugin._around_capture marks at capture
+    _served_sets(rt)
+    verifier, alpha = rt.verifier, rt.verifier.step.alpha
+    new = Variant("acceptmoe", overrides=(("beta", 4.0),)).bind(FIT, commitment=(1.0,) + (0.05,) * 7)
+    rt.reconfigure(for_plan(new, trace=str(tmp_path / "steps.jsonl")))
+    assert torch.equal(_served_sets(rt), _reference_sets(new)) and not torch.equal(_reference_sets(new),
+                                                                                    _reference_sets(first))
+    assert rt.verifier is verifier and rt.verifier.step.alpha is alpha
+    for other in (Variant("count-b", budget=8).bind(FIT), Variant("acceptmoe-b", budget=8).bind(FIT, commitment=P_HAT),
+                  Variant("acceptmoe", overrides=(("demand_score", "softmax"),)).bind(FIT, commitment=P_HAT)):
+        with pytest.raises(PluginConfigError, match="start a new server"):
+            rt.reconfigure(for_plan(other, trace=str(tmp_path / "steps.jsonl")))
+    with pytest.raises(PluginConfigError, match="recording"):
+        rt.reconfigure(for_plan(new))
+
+
+def test_restart_reason_names_what_a_captured_graph_holds():
+    """The backend's rule for starting a new server: without captured graphs never (the plugin reads everything
+    again); with them, when the plan restricts differently or makes other verifier calls."""
+    sd = Variant("standard-sd").bind(FIT)
+    am = Variant("acceptmoe").bind(FIT, commitment=P_HAT)
+    am_beta = Variant("acceptmoe", overrides=(("beta", 1.0),)).bind(FIT, commitment=(1.0,) + (0.5,) * 7)
+    cb8, cb12 = Variant("count-b").bind(FIT, b0=8), Variant("count-b").bind(FIT, b0=12)
+    for a, b in ((sd, am), (am, am_beta), (cb8, cb12), (am, cb8)):
+        assert restart_reason(for_plan(a), for_plan(b), FIT, captured=False) is None
+    assert restart_reason(for_plan(am), for_plan(am_beta), FIT, captured=True) is None
+    assert restart_reason(for_plan(cb8), for_plan(Variant("count-b", budget=8).bind(FIT)), FIT, captured=True) is None
+    assert "restricts" in restart_reason(for_plan(sd), for_plan(am), FIT, captured=True)
+    for a, b in ((cb8, cb12), (am, cb8)):
+        assert "verifier calls" in restart_reason(for_plan(a), for_plan(b), FIT, captured=True)
+
+
+def test_rebind_serves_new_commitment_inputs_from_the_same_triton_buffers():
+    """`Verifier.rebind` (the fused kernel under the interpreter): a new p_hat and beta give the sets a fresh
+    verifier of the new plan gives, from the buffers a captured graph reads; other calls are refused."""
+    fit = Fit(Router("softmax_topk", 4), 32, 3)
+    blocks = [BlockInfo.from_parents([-1, 0, 0, 1, 2, 3]), BlockInfo.from_parents([-1, 0, 1, 1, 2, 2])]
+    z = torch.randn(2, 6, 32, generator=torch.Generator().manual_seed(3))
+    old = Variant("acceptmoe").bind(fit, commitment=(1.0, 0.9, 0.8, 0.7))
+    new = Variant("acceptmoe", overrides=(("beta", 4.0),)).bind(fit, commitment=(1.0, 0.05, 0.05, 0.05))
+    verifier = make_verifier("triton", old)
+    verifier.prepare(blocks, rows=4)
+    buffers = dict(verifier.buffers)
+    before = verifier(z, route=False).eligible
+    verifier.rebind(new)
+    verifier.prepare(blocks, rows=4)
+    fresh = make_verifier("triton", new)
+    fresh.prepare(blocks, rows=4)
+    after = verifier(z, route=False).eligible
+    assert torch.equal(after, fresh(z, route=False).eligible) and not torch.equal(after, before)
+    assert verifier.buffers.keys() == buffers.keys() and all(verifier.buffers[k] is v for k, v in buffers.items())
+    assert verifier.step is buffers[(4, 6)]
+    with pytest.raises(UserError, match="other verifier calls"):
+        verifier.rebind(Variant("acceptmoe-b", budget=8).bind(fit, commitment=(1.0, 0.9, 0.8, 0.7)))
+
+
+# ----- the served model's router -----
+def test_the_plugin_routes_as_the_served_models_config_says():
+    """GPT-OSS routes top-k then softmax: its config, read by the project's parser, gives the plugin that router
+    (near ties of the gates' fixed-point truncation then select what the native engine selects)."""
+    from transformers import GptOssConfig, Qwen3MoeConfig
+
+    from acceptmoe.serving.sglang.plugin import limits_of
+    runner = lambda hf: SimpleNamespace(model_config=SimpleNamespace(hf_config=hf))     # noqa: E731
+    assert limits_of(runner(GptOssConfig())).router == "topk_softmax"
+    assert limits_of(runner(Qwen3MoeConfig())).router == "softmax_topk"
+    parents = [-1, 0, 0, 1, 1, 2, 3, 4]
+    z = torch.round(torch.randn(8, 32, generator=torch.Generator().manual_seed(2450)) * 4) / 4   # tied logits
+    sets = {}
+    for kind in ("softmax_topk", "topk_softmax"):
+        rt = Runtime(load_config({"ACCEPTMOE_METHOD": "count-b", "ACCEPTMOE_BUDGET": "8"}))
+        rt.start(Limits(requests=1, depth=3, router=kind))
+        seen = {}
+
+        def orig(topk, hidden, logits):
+            seen["logits"] = logits
+            return _natural_topk(topk, hidden, logits)
+        rt.begin_verify(_verify_input([parents]), 1)
+        rt.restrict(_topk_module(), orig, z[:, :0], z)
+        sets[kind] = torch.isfinite(seen["logits"][0])
+        plan = Variant("count-b", budget=8).bind(Fit(Router(kind, 4), 32, 3))
+        assert rt.verifier.plan.router.kind == kind
+        assert torch.equal(sets[kind], select(plan, z, BlockInfo.from_parents(parents)).eligible)
+    assert not torch.equal(sets["softmax_topk"], sets["topk_softmax"])
+
+
+# ----- memory from the run -----
+def test_pools_are_sized_from_the_run():
+    """Requests in flight, each its prompt and generation plus one speculative step, at the checkpoints' KV width;
+    on a GPU the share of free memory the weights and pools need, at most the cap."""
+    from acceptmoe.engine.tree import TreeShape
+    from acceptmoe.experiments.spine.config import load_world
+    from acceptmoe.serving.sglang.memory import size_pools
+
+    tiny = ROOT / "models" / "tiny"
+    pools = size_pools(tiny / "target", tiny / "draft", TreeShape(5, 10, 64), "float32", requests=16,
+                       request_tokens=2304)
+    assert pools.tokens_per_request == 2304 + 5 * 10 + 64
+    assert pools.kv_bytes_per_token == 2 * 2 * 32 * 4 * (4 + 1)          # K and V, 2 heads of 32, fp32, 4 + 1 layers
+    assert pools.max_total_tokens == 16 * 2418
+    assert pools.weight_bytes == sum(f.stat().st_size for f in tiny.glob("*/*.safetensors"))
+    assert pools.server_args("cpu") == {"max_running_requests": 16, "max_total_tokens": 16 * 2418}
+    need = pools.need_bytes
+    assert pools.server_args("cuda", free_bytes=need * 4)["mem_fraction_static"] == 0.25
+    assert pools.server_args("cuda", free_bytes=need // 2, cap=0.9)["mem_fraction_static"] == 0.9
+    world = load_world("tiny")
+    assert world.serving.settings(world, world.models[0]) == {
+        "tp": 1, "dp": 1, "overlap": False, "memory_cap": 0.9, "requests": world.generation.batch,
+        "request_tokens": 2048 + max(96, 256), "disable_cuda_graph": True}

@@ -40,11 +40,14 @@ def gpu_check(world: Path = Path("models/tiny"), num_prompts: int = 4, max_new_t
     native = load_engine(world, device="cuda", tree=tree)
     base = Variant(CALIBRATION).bind(native.fit)
     want = [native.generate(p, base, max_new_tokens, ignore_eos=True).tokens for p in prompts]
+    dtype = native.model.dtype
+    native.close()                               # one engine at a time holds the device
     rows, tokens = [], {}
     for graphs in (False, True):
         # the native engine runs the checkpoint's dtype (fp32 for the tiny world): SGLang too, like with like
-        backend = open_engine(world / "target", world / "draft", device="cuda", dtype=native.model.dtype, tree=tree,
-                              disable_cuda_graph=not graphs)
+        backend = open_engine(world / "target", world / "draft", device="cuda", dtype=dtype, tree=tree,
+                              disable_cuda_graph=not graphs, requests=num_prompts,
+                              request_tokens=max(len(p) for p in prompts) + max_new_tokens)
         p_hat, budget = None, None
         for method in ORDER:
             plan = Variant(method).bind(backend.fit, commitment=p_hat, b0=budget)

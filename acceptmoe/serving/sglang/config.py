@@ -1,7 +1,9 @@
-"""The SGLang plugin's settings: read from the environment (and one JSON/YAML file), validated once at load.
+"""The SGLang plugin's settings: read from the environment (and one JSON/YAML file), validated when read.
 
 SGLang starts its scheduler in a spawned process, so the plugin cannot be configured by a Python call in the
-launching process: every process reads the same environment.
+launching process: every process reads the same environment. A server whose settings file is replaced between
+generations reads it again before its next target pass (`Watched`), so one server serves consecutive plans;
+`restart_reason` says which changes a running server cannot take (what a captured CUDA graph holds).
 
 | variable                  | meaning                                                               | default |
 |---------------------------|-----------------------------------------------------------------------|---------|
@@ -22,7 +24,8 @@ launching process: every process reads the same environment.
 Environment variables override the file. The method's settings (method, budget, beta) are parsed into a
 `Variant` and nothing else (`Variant.from_mapping`, the parser configs and the lm-eval backend share); the
 plugin binds it to the router, experts and tree depth SGLang serves (`PluginConfig.bind`), which checks the
-rest. Errors are `PluginConfigError` (a `UserError`): one line naming the key and the fix.
+rest. Errors are `PluginConfigError` (a `UserError`): one line naming the key and the fix. `for_plan` and
+`settings` are the other direction: a `Plan` as the settings that run it, as file or environment values.
 """
 from __future__ import annotations
 
@@ -34,6 +37,7 @@ from pathlib import Path
 from typing import Mapping
 
 from acceptmoe.errors import UserError
+from acceptmoe.kernels.verifier import same_calls
 from acceptmoe.methods import METHODS, CommitmentTable, ConfigError, Fit, Plan, SelectorConfig, Variant
 
 ENV_FILE = "ACCEPTMOE_SGLANG_CONFIG"
@@ -66,6 +70,10 @@ class PluginConfig:
     @property
     def restricts(self) -> bool:
         return self.variant is not None and self.variant.spec.restricts
+
+    @property
+    def recording(self) -> bool:
+        return self.trace is not None or self.dump is not None
 
     def bind(self, fit: Fit) -> Plan:
         """The plan the plugin's verifier runs, for the router, experts and tree depth SGLang serves."""
@@ -139,6 +147,37 @@ def validate(raw: Mapping) -> PluginConfig:
                         dump=vals.get("dump") or None)
 
 
+def for_plan(plan: Plan, trace: str | None = None, dump: str | None = None) -> PluginConfig:
+    """The settings under which the plugin runs `plan` (bound again inside SGLang's worker to the same plan): its
+    variant (none for a method that does not speculate), the budget and p_hat it was bound with, the base
+    selector; `trace` and `dump` as given."""
+    v, base = plan.variant, plan.selector
+    return PluginConfig(variant=v if plan.spec.speculates else None, b0=plan.budget if v.budget is None else None,
+                        p_hat=base.p_hat, selector=dataclasses.replace(base, budget=None, p_hat=None), trace=trace,
+                        dump=dump)
+
+
+def restart_reason(old: PluginConfig, new: PluginConfig, fit: Fit, captured: bool) -> str | None:
+    """Why a server whose plugin runs `old` cannot take `new` by reading its settings file again (None: it can).
+    Before any verify graph is captured (a CPU, or CUDA graphs off) every setting is read again. A captured graph
+    holds whether the plugin restricts and records, the test switches, and the verifier's calls: only what a
+    step writes before its graph replays may change (`kernels.verifier.same_calls`: p_hat, beta, level_exponent)."""
+    if not captured:
+        return None
+    for what in ("restricts", "recording", "force_decode"):
+        if getattr(old, what) != getattr(new, what):
+            return f"{what} differs ({getattr(old, what)} -> {getattr(new, what)}) and a captured graph holds it"
+    if new.restricts and not same_calls(old.bind(fit), new.bind(fit)):
+        return (f"{old.variant.name} and {new.variant.name} make other verifier calls (a captured graph holds them; "
+                f"only p_hat, beta and level_exponent may change)")
+    return None
+
+
+def settings(cfg: PluginConfig) -> dict[str, str]:
+    """The settings file's mapping (lower-case keys) that reproduces `cfg`; unset keys are empty strings."""
+    return {k.removeprefix(PREFIX).lower(): v for k, v in to_env(cfg).items()}
+
+
 def to_env(cfg: PluginConfig) -> dict[str, str]:
     """Environment variables that reproduce `cfg` in another process (unset keys are empty strings)."""
     v = cfg.variant
@@ -155,6 +194,32 @@ def to_env(cfg: PluginConfig) -> dict[str, str]:
         out[PREFIX + key.upper()] = "" if value is None else ("1" if value is True else "0" if value is False
                                                               else str(value))
     return out
+
+
+class Watched:
+    """The settings as a server process sees them over its life: `load_config(env)` at start, and again when the
+    file named by ACCEPTMOE_SGLANG_CONFIG was replaced (its inode, size or modification time changed; the
+    backend writes a new file and renames it over the old one between generations). A look costs one stat."""
+
+    def __init__(self, env: Mapping[str, str] | None = None):
+        self.env = os.environ if env is None else env
+        self.seen = self._signature()
+        self.cfg = load_config(self.env)
+
+    def _signature(self) -> tuple | None:
+        try:
+            st = os.stat(self.env[ENV_FILE])
+        except (KeyError, OSError):
+            return None
+        return st.st_ino, st.st_size, st.st_mtime_ns
+
+    def poll(self) -> PluginConfig | None:
+        """The settings read again when the file changed since the last look, else None."""
+        seen = self._signature()
+        if seen == self.seen:
+            return None
+        self.seen, self.cfg = seen, load_config(self.env)
+        return self.cfg
 
 
 def _read_file(path: Path) -> dict:

@@ -5,12 +5,19 @@
     plan = Variant("acceptmoe").bind(backend.fit, commitment=p_hat)
     gens = backend.generate_many(prompts, plan, max_new_tokens=256)
 
-The plugin is configured per process through the environment (`config.py`), so a generation with another
-plan restarts the engine with that plan's settings (one engine is kept at a time); the plugin binds the same
-variant, budget, p_hat and base selector again inside SGLang's worker, so both sides run the same plan. Accuracy runs go
-through `generate_many` (all prompts in flight, greedy); throughput runs call `generate`, batch 1. Routing
-traces come back through the plugin's trace file and are returned in the native trace format. Only resident
-expert stores exist here (SGLang has no X-slot expert cache): offloaded runs use the native engine.
+The plugin reads its settings from a file this backend rewrites between generations (`config.Watched`), so
+one server serves consecutive plans; a server restarts only when EAGLE-3 is switched on or off (Vanilla AR) or
+when `config.restart_reason` finds a setting its captured CUDA graphs hold (the verifier's calls: method,
+budget, selector). The plugin binds the same variant, budget, p_hat and base selector again inside SGLang's
+worker, so both sides run the same plan. Accuracy runs go through `generate_many` (all prompts in flight,
+greedy); throughput runs call `generate`, batch 1. Routing traces come back through the plugin's trace file and
+are returned in the native trace format. Only resident expert stores exist here (SGLang has no X-slot expert
+cache): offloaded runs use the native engine.
+
+Memory comes from the run, not from the machine (`memory.size_pools`): `requests` in flight of up to
+`request_tokens` tokens each give max_running_requests and max_total_tokens, and on a GPU the share of free
+device memory SGLang keeps (mem_fraction_static, at most `memory_cap`). SGLang's overlap scheduler is off unless
+`overlap=True` (the paper measured with it off).
 
 On a CUDA GPU SGLang runs as installed (CUDA graphs on unless `disable_cuda_graph=True`). On a CPU
 (`device="cpu"`) `acceptmoe.serving.sglang.cpu` supplies what SGLang lacks for its EAGLE loop there (the CPU
@@ -23,8 +30,8 @@ Importing this module needs SGLang installed; the SGLang environment is built by
 """
 from __future__ import annotations
 
-import dataclasses
 import importlib.metadata
+import json
 import os
 import tempfile
 import time
@@ -38,7 +45,8 @@ from acceptmoe.engine.trace import BlockRecord, Trace, trace_meta
 from acceptmoe.errors import UserError
 from acceptmoe.methods import Fit, Plan, Router
 
-from .config import PluginConfig, to_env
+from .config import ENV_FILE, PREFIX, for_plan, restart_reason, settings
+from .memory import size_pools
 from .runtime import output_lengths, parse_steps
 
 NEEDS = ("SGLang serving needs sglang==0.5.23 (scripts/sglang-env.sh builds a CPU environment for it; on a GPU "
@@ -72,8 +80,12 @@ if not installed():                 # checked when the runners import the opener
 
 
 def open_engine(target, draft, device: str = "cuda", dtype=None, store: str = "resident", slots=None,
-                tree=None, tp: int = 1, dp: int = 1, dump: str | None = None, **settings) -> "SGLangBackend":
-    """An `EngineBackend` serving `target` with its EAGLE-3 `draft` in SGLang (resident experts only)."""
+                tree=None, tp: int = 1, dp: int = 1, dump: str | None = None, requests: int = 1,
+                request_tokens: int = 4096, memory_cap: float = 0.9, overlap: bool = False,
+                **settings) -> "SGLangBackend":
+    """An `EngineBackend` serving `target` with its EAGLE-3 `draft` in SGLang (resident experts only), its pools
+    sized for `requests` in flight of up to `request_tokens` tokens (prompt and generation); `settings` are
+    SGLang server arguments and win over the computed ones."""
     if store != "resident":
         raise UserError("the SGLang engine keeps every expert resident: offloaded runs use --engine native")
     why = requirements_missing(device)
@@ -91,58 +103,85 @@ def open_engine(target, draft, device: str = "cuda", dtype=None, store: str = "r
         settings["tp_size"] = int(tp)
     if dp != 1:
         settings["dp_size"] = int(dp)
-    return SGLangBackend(Path(target), Path(draft), dtype=dtype, tree=tree, dump=dump, **settings)
+    settings = {"disable_overlap_schedule": not overlap, **settings}
+    return SGLangBackend(Path(target), Path(draft), dtype=dtype, tree=tree, dump=dump,
+                         memory=dict(requests=requests, request_tokens=request_tokens, cap=memory_cap), **settings)
 
 
 class SGLangBackend:
     name = "sglang"
 
-    def __init__(self, target: Path, draft: Path, dtype=None, tree=None, dump: str | None = None, **server_args):
+    def __init__(self, target: Path, draft: Path, dtype=None, tree=None, dump: str | None = None,
+                 memory: dict | None = None, **server_args):
         import sglang
         from acceptmoe.engine.tree import TreeShape
 
         self.target, self.draft, self.tree = target, draft, tree or TreeShape()
+        model = ModelConfig.from_folder(target)
         self.dtype = {None: "auto", torch.bfloat16: "bfloat16", torch.float16: "float16",
                       torch.float32: "float32"}.get(dtype, str(dtype))
-        self.server_args, self.version = server_args, sglang.__version__
-        model = ModelConfig.from_folder(target)
+        self.version = sglang.__version__
         self.eos_token_ids = set(model.eos_token_ids)
         self.fit = Fit(Router(model.router_kind, model.top_k, model.norm_topk_prob), model.num_experts,
                        self.tree.num_steps, "resident")
-        self._engine, self._key, self.dump = None, None, dump
+        self.pools, self.server_args = None, server_args
+        if memory is not None:
+            kv_dtype = str(model.dtype).removeprefix("torch.") if self.dtype == "auto" else self.dtype
+            self.pools = size_pools(target, draft, self.tree, kv_dtype, memory["requests"], memory["request_tokens"],
+                                    int(server_args.get("tp_size", 1)))
+            device = server_args.get("device", "cuda")
+            free = torch.cuda.mem_get_info()[0] if str(device).startswith("cuda") else None
+            self.server_args = {**self.pools.server_args(device, free, memory["cap"]), **server_args}
+        # a CUDA graph captured at the start holds the plugin's calls: some plan changes need a new server
+        self.graphs = str(self.server_args.get("device", "cuda")).startswith("cuda") and \
+            not self.server_args.get("disable_cuda_graph", False)
+        self._engine, self._key, self._plugin, self.dump = None, None, None, dump
+        self.starts = 0                                     # servers started over this backend's life
         self._dir = Path(tempfile.mkdtemp(prefix="acceptmoe-sglang-"))
+        self._settings = self._dir / "plugin.json"          # the plugin's settings, rewritten between generations
 
-    # ----- one engine per plan (the plugin reads its settings at process start) -----
+    # ----- one server for consecutive plans (the plugin re-reads its settings file) -----
+    def restart_reason(self, plan: Plan) -> str | None:
+        """Why the running server cannot serve `plan` (None: it can, once its settings file is rewritten)."""
+        if self._engine is None:
+            return "no server is running"
+        if self._key.spec.speculates != plan.spec.speculates:
+            return "EAGLE-3 is on for one plan and off for the other"
+        return restart_reason(for_plan(self._key), for_plan(plan), self.fit, self.graphs)
+
     def _open(self, plan: Plan):
-        if plan == self._key:
+        dump = None if self.dump is None else str(Path(self.dump) / plan.name)
+        if self.restart_reason(plan) is None:
+            self._write_settings(for_plan(plan, self._plugin.trace, dump))
+            self._key = plan
             return self._engine
         self.close()
         import sglang
-        v, base = plan.variant, plan.selector
-        plugin = PluginConfig(variant=v if plan.spec.speculates else None,
-                              b0=plan.budget if v.budget is None else None, p_hat=base.p_hat,
-                              selector=dataclasses.replace(base, budget=None, p_hat=None),
-                              trace=str(self._dir / f"steps-{len(os.listdir(self._dir))}.jsonl"),
-                              dump=None if self.dump is None else str(Path(self.dump) / plan.name))
+        self._write_settings(for_plan(plan, str(self._dir / f"steps-{self.starts}.jsonl"), dump))
         speculative = {}
         if plan.spec.speculates:
             speculative = dict(speculative_algorithm="EAGLE3", speculative_draft_model_path=str(self.draft),
                         speculative_num_steps=self.tree.num_steps, speculative_eagle_topk=self.tree.topk,
                         speculative_num_draft_tokens=self.tree.num_draft_tokens)
-        env = to_env(plugin)
-        saved = {k: os.environ.get(k) for k in env}
-        os.environ.update(env)                 # SGLang's processes read the plugin's settings at spawn
+        keys = [k for k in os.environ if k.startswith(PREFIX)]
+        saved = {k: os.environ.pop(k) for k in keys}          # SGLang's processes read only this backend's file
+        os.environ[ENV_FILE] = str(self._settings)
         try:
             self._engine = sglang.Engine(model_path=str(self.target), dtype=self.dtype, random_seed=0,
                                          **speculative, **self.server_args)
         finally:                               # ... and this process keeps its own environment
-            for k, v in saved.items():
-                if v is None:
-                    os.environ.pop(k, None)
-                else:
-                    os.environ[k] = v
-        self._key, self._plugin, self._offset = plan, plugin, 0
+            os.environ.pop(ENV_FILE)
+            os.environ.update(saved)
+        self._key, self._offset = plan, 0
+        self.starts += 1
         return self._engine
+
+    def _write_settings(self, plugin) -> None:
+        """Replace the settings file (a new file renamed over the old one: the plugin sees a new inode)."""
+        tmp = self._settings.with_suffix(".tmp")
+        tmp.write_text(json.dumps(settings(plugin), sort_keys=True))
+        os.replace(tmp, self._settings)
+        self._plugin = plugin
 
     def _new_steps(self):
         """Records the plugin appended since the last read (its file grows for the engine's lifetime)."""
@@ -211,4 +250,5 @@ class SGLangBackend:
     def describe(self) -> dict:
         return {"engine": "sglang", "version": self.version, "target": str(self.target), "draft": str(self.draft),
                 "dtype": self.dtype, "tree": [self.tree.num_steps, self.tree.topk, self.tree.num_draft_tokens],
-                "server_args": {k: str(v) for k, v in self.server_args.items()}}
+                "server_args": {k: str(v) for k, v in self.server_args.items()},
+                "pools": None if self.pools is None else self.pools.describe()}

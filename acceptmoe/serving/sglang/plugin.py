@@ -12,17 +12,20 @@ registered hooks. No installed SGLang file is edited. The hooks:
 
 Draft layers (`TopK.is_draft`), the draft worker, prefill and plain decode passes pass through untouched
 (plain decode is restricted only under the test switch `ACCEPTMOE_FORCE_DECODE`). With no method and no trace
-file set, every hook passes straight through.
+file set, every hook passes straight through. Before each target pass the forward hook looks (one stat) whether
+the settings file was replaced and, if so, hands the runtime the new settings (`config.Watched`): a backend
+serves consecutive plans from one server by rewriting that file between generations.
 """
 from __future__ import annotations
 
 import logging
 
-from .config import PluginConfigError, load_config
+from .config import PluginConfigError, Watched
 from .runtime import Limits, Runtime
 
 log = logging.getLogger("acceptmoe.sglang")
 RUNTIME: Runtime | None = None
+SETTINGS: Watched | None = None
 
 TARGETS = {
     "forward": "sglang.srt.model_executor.model_runner.ModelRunner.forward",
@@ -34,17 +37,17 @@ TARGETS = {
 
 def load() -> None:
     """Validate the settings (a bad setting stops the process with one clear message) and register the hooks."""
-    global RUNTIME
+    global RUNTIME, SETTINGS
     from sglang.srt.plugins.hook_registry import HookRegistry, HookType
 
     try:
-        cfg = load_config()
+        SETTINGS = Watched()
     except PluginConfigError as exc:
         # SGLang logs and skips a plugin that raises an Exception; a server must not run unrestricted when the
         # user asked for a method, so stop the process with the message instead.
         log.error("acceptmoe plugin: %s", exc)
         raise SystemExit(f"error: acceptmoe plugin: {exc}") from None
-    RUNTIME = Runtime(cfg)
+    RUNTIME = Runtime(SETTINGS.cfg)
     HookRegistry.register(TARGETS["forward"], _around_forward, HookType.AROUND)
     HookRegistry.register(TARGETS["capture"], _around_capture, HookType.AROUND)
     HookRegistry.register(TARGETS["topk"], _around_topk, HookType.AROUND)
@@ -56,8 +59,20 @@ def _active() -> bool:
     return RUNTIME is not None and RUNTIME.active
 
 
+def router_kind(runner) -> str:
+    """The served target's router kind, read from its Hugging Face config by the project's own parser
+    (`acceptmoe.engine.config.ModelConfig`: top-k then softmax for GPT-OSS, softmax then top-k for Qwen3-MoE);
+    a model type that parser does not know keeps SGLang's reading of it (softmax, then top-k)."""
+    from acceptmoe.engine.config import ARCHS, ModelConfig
+
+    hf = getattr(getattr(runner, "model_config", None), "hf_config", None)
+    raw = hf.to_dict() if hf is not None else {}
+    return ModelConfig.from_dict(raw).router_kind if raw.get("model_type") in ARCHS else "softmax_topk"
+
+
 def limits_of(runner, graph_max_bs: int = 0) -> Limits:
-    """The server's limits from its model runner: rows for every pass it can run, the tree depth, the TP rank."""
+    """The server's limits from its model runner: rows for every pass it can run, the tree depth, the TP rank,
+    the router kind."""
     server = getattr(runner, "server_args", None)
     pool = getattr(getattr(runner, "req_to_token_pool", None), "size", 0) or 0
     rows = max(int(pool), int(getattr(runner, "max_running_requests", 0) or 0),
@@ -68,11 +83,16 @@ def limits_of(runner, graph_max_bs: int = 0) -> Limits:
         rank = int(get_parallel().tp_rank)
     except Exception:  # noqa: BLE001 - no parallel context (a runner built by hand)
         rank = int(getattr(runner, "tp_rank", 0) or 0)
-    return Limits(rows, depth, rank)
+    return Limits(rows, depth, rank, router_kind(runner))
 
 
 def _around_forward(orig, runner, forward_batch, *args, **kwargs):
-    if not _active() or getattr(runner, "is_draft_worker", False):
+    if RUNTIME is None or getattr(runner, "is_draft_worker", False):
+        return orig(runner, forward_batch, *args, **kwargs)
+    changed = SETTINGS.poll() if SETTINGS is not None else None
+    if changed is not None:                              # the settings file was replaced between generations
+        RUNTIME.reconfigure(changed)
+    if not RUNTIME.active:
         return orig(runner, forward_batch, *args, **kwargs)
     mode = forward_batch.forward_mode
     verify_input = getattr(forward_batch, "spec_info", None)
@@ -99,8 +119,11 @@ def _around_forward(orig, runner, forward_batch, *args, **kwargs):
 def _around_capture(orig, graph_runner, *args, **kwargs):
     from sglang.srt.model_executor.forward_batch_info import ForwardMode
 
-    if (not _active() or graph_runner.model_runner.is_draft_worker
+    if (RUNTIME is None or graph_runner.model_runner.is_draft_worker
             or graph_runner.capture_forward_mode != ForwardMode.TARGET_VERIFY):
+        return orig(graph_runner, *args, **kwargs)
+    RUNTIME.captured = True                              # the graphs hold this pass's work from now on
+    if not RUNTIME.active:
         return orig(graph_runner, *args, **kwargs)
     RUNTIME.start(limits_of(graph_runner.model_runner, int(getattr(graph_runner, "max_bs", 1))))
     RUNTIME.begin_capture(graph_runner)

@@ -2,12 +2,13 @@
 
 One `Runtime` per process. The hooks in `plugin.py` call it:
 
-    runtime.start(Limits(...))                    # once: the server's limits (rows, tree depth, TP rank)
+    runtime.start(Limits(...))                    # once: the server's limits (rows, tree depth, TP rank, router)
     runtime.begin_verify(spec_info, batch_size)   # ModelRunner.forward, target TARGET_VERIFY pass (host side)
     runtime.begin_capture(graph_runner)          # a target TARGET_VERIFY CUDA graph is being captured
     out = runtime.restrict(topk, orig, hidden, router_logits, ...)   # TopK.forward, every MoE layer
     runtime.end_pass()                            # after the forward: read this pass's records (when recording)
     runtime.finish_step(rids, accept_index, n)    # after verification: paths and accept lengths per request
+    runtime.reconfigure(cfg)                      # between generations: the settings file changed
 
 With a method that routes naturally (Standard SD) and nothing recorded, `active` is False and every hook
 passes straight through: no selector work, no copies.
@@ -21,7 +22,9 @@ each request's set are masked to -inf before SGLang's own top-k (Eq. 2 for every
 `acceptmoe.engine.trace.layer_stats`, the function the native engine records with, into a static record buffer
 read after the pass. Everything that varies per step (trees, valid tokens, commitment weights) is written into
 the verifier's step buffers before the forward (`Verifier.prepare`, rows sized once from the server's limits),
-so a captured graph replays it correctly.
+so a captured graph replays it correctly. New settings between generations (`reconfigure`) rebuild everything
+while no graph was captured; after a capture they may change only what a step writes before its replay
+(`config.restart_reason`), and the same verifier, with its buffers, is rebound to the new plan.
 """
 from __future__ import annotations
 
@@ -40,7 +43,7 @@ from acceptmoe.errors import UserError
 from acceptmoe.kernels import Verifier, VerifierOutput, make_verifier
 from acceptmoe.methods import Fit, Router
 
-from .config import PluginConfig, PluginConfigError
+from .config import PluginConfig, PluginConfigError, restart_reason
 from .tree import parents_from_links
 
 MAX_LAYERS = 512
@@ -50,15 +53,19 @@ class UnsupportedRouterError(UserError, ValueError):
     """A MoE router the plugin cannot restrict exactly (grouped, biased, sigmoid or fused-shared routing)."""
 
 
-def router_of(topk) -> Router:
-    """Our `Router` for an SGLang `TopK` module (softmax routing, optional renormalisation)."""
+def router_of(topk, kind: str = "softmax_topk") -> Router:
+    """Our `Router` for an SGLang `TopK` module of a model whose router is `kind` (`Limits.router`): softmax
+    routing, optional renormalisation; top-k then softmax (GPT-OSS) renormalises by definition."""
     c = topk.topk_config
     if (c.use_grouped_topk or c.scoring_func != "softmax" or c.correction_bias is not None
             or c.custom_routing_function is not None or c.num_shared_topk_slots):
         raise UnsupportedRouterError(
             f"MoE layer {topk.layer_id}: the plugin restricts softmax top-k routers only (this one is grouped, "
             f"biased, sigmoid-scored or carries fused shared experts); unset ACCEPTMOE_METHOD for this model")
-    return Router("softmax_topk", top_k=c.top_k, renormalize=bool(c.renormalize))
+    if kind == "topk_softmax" and not c.renormalize:
+        raise UnsupportedRouterError(f"MoE layer {topk.layer_id}: a top-k-then-softmax router must renormalise over "
+                                     f"its k experts, but SGLang's TopK does not: unset ACCEPTMOE_METHOD for this model")
+    return Router(kind, top_k=c.top_k, renormalize=bool(c.renormalize))
 
 
 # the verifier backend inside the forward, per device type: work a captured (or traced) graph can hold
@@ -71,15 +78,22 @@ class Limits:
                                # the largest captured graph batch)
     depth: int = 1             # speculative_num_steps: the deepest draft node
     rank: int = 0              # tensor-parallel rank: only rank 0 writes records
+    router: str = "softmax_topk"   # the served target's router kind (`acceptmoe.engine.config.ModelConfig`)
 
 
 class Runtime:
     def __init__(self, cfg: PluginConfig):
+        self.limits: Limits | None = None     # fixed at the first verify pass or graph capture
+        self.captured = False                 # a target verify graph was captured (it holds the passes' work)
+        self.step = 0
+        self._serve(cfg)
+
+    def _serve(self, cfg: PluginConfig) -> None:
+        """Everything that follows from the settings, made afresh (the limits, capture and step count stay)."""
         self.cfg = cfg
-        self.recording = cfg.trace is not None or cfg.dump is not None
+        self.recording = cfg.recording
         # with a method that routes naturally and nothing recorded, the hooks do nothing at all
         self.active = cfg.restricts or self.recording
-        self.limits: Limits | None = None     # fixed at the first verify pass or graph capture
         self.mode: str | None = None          # None (pass through), "verify", "star" (test switch)
         self.width = 0                        # tokens per request in the current pass
         self.verifier: Verifier | None = None
@@ -88,13 +102,29 @@ class Runtime:
         self.records: Tensor | None = None    # [MAX_LAYERS, rows, len(LAYER_FIELDS)] fp64, written inside the forward
         self.slots: dict[int, int] = {}       # TopK.layer_id -> row of `records`
         self.calls = 0                        # restricted TopK calls (eager passes only)
-        self.step = 0
         self.parents: list[list[int]] = []    # per request of the last recorded pass (host copy, after it)
         self.tree: Tensor | None = None       # [bs, n] parents of the current pass, on the device
         self.batch = 0                        # requests in the current pass
         self.pending: tuple | None = None     # (parents, layer records [L, B, S] on the host)
         self.done: deque = deque(maxlen=cfg.max_records)
         self.dump: Dump | None = Dump(Path(cfg.dump)) if cfg.dump else None
+
+    def reconfigure(self, cfg: PluginConfig) -> None:
+        """Serve `cfg` from the next pass on (called between generations, when the settings file changed). Before
+        a graph capture everything is made again; after one, `config.restart_reason` must find nothing the graph
+        holds changed, and the verifier keeps its buffers (`Verifier.rebind`)."""
+        if not self.captured:
+            self._serve(cfg)
+            return
+        fit = self.verifier.plan.fit if self.verifier is not None else None
+        why = restart_reason(self.cfg, cfg, fit, captured=True)
+        if why is not None:
+            raise PluginConfigError(f"acceptmoe plugin: new settings cannot be served by this server: {why}; start "
+                                    f"a new server with them")
+        if self.verifier is not None:
+            self.verifier.rebind(cfg.bind(fit))
+        self.cfg = cfg
+        self.done = deque(self.done, maxlen=cfg.max_records)
 
     # ----- before the forward (host) -----
     def start(self, limits: Limits) -> None:
@@ -189,7 +219,7 @@ class Runtime:
     def _ensure(self, topk, E: int, device) -> None:
         if self.ready:
             return
-        self.router = router_of(topk)
+        self.router = router_of(topk, self.limits.router)
         if self.cfg.variant is not None and self.cfg.restricts:
             plan = self.cfg.bind(Fit(self.router, E, self.limits.depth, "resident"))
             self.verifier = make_verifier(GRAPH_BACKEND.get(torch.device(device).type, "torch"), plan, device)
