@@ -7,8 +7,10 @@ Prompts: the first `--limit` test examples of each of the preset's tasks, chat-f
 send them, all in flight in SGLang, one at a time in the native engine. Methods run in calibration order:
 Standard SD first (its native traces give p_hat), AcceptMoE next (its mean set size gives the fixed-budget
 methods their B), then the others; both engines run the same plan. SGLang runs eagerly here (CUDA graphs off):
-the per-pass records the set check reads are a test switch that graphs would skip. Writes `report.json` and
-`report.md` in the run folder, with the config and environment; exits 1 on a required disagreement.
+the per-pass records the set check reads are a test switch that graphs would skip. Per model one SGLang server,
+its pools sized for these prompts, serves every method, and both engines are closed before the next model opens.
+Writes `report.json` and `report.md` in the run folder, with the config and environment; exits 1 on a required
+disagreement.
 """
 from __future__ import annotations
 
@@ -34,12 +36,46 @@ def method_order(methods: list[str] | None) -> list[str]:
     return list(dict.fromkeys(first + chosen))
 
 
-def cross_engine(preset: str, limit: int, tokens: int, methods: list[str] | None, results=None):
+def compare_model(world, name: str, native, prompts: list[list[int]], order: list[str], tokens: int,
+                  dumps) -> tuple[list, tuple | None, int | None]:
+    """Every method of `order` on `prompts` through the native engine (`native`, a `Loaded`) and an SGLang server
+    for the same checkpoints, its pools sized for these prompts (closed when this returns): the agreement rows,
+    the p_hat and the budget the methods ran with."""
     from acceptmoe.engine.trace import commitment_table
+
+    from ..spine.engines import open_backend
+
+    sglang = open_backend("sglang", target=native.target, draft=native.draft, device=world.device,
+                          dtype=world.dtype, tree=world.tree, dump=str(dumps), disable_cuda_graph=True,
+                          skip_tokenizer_init=True, requests=len(prompts),
+                          request_tokens=max(len(p) for p in prompts) + tokens, log_level="error")
+    rows, p_hat, budget = [], None, None
+    try:
+        if sglang.fit != native.engine.fit:
+            raise UserError(f"{name}: SGLang serves {sglang.fit}, the native engine {native.engine.fit}: the "
+                            f"engines disagree on the router, experts or tree depth")
+        for method in order:
+            plan = native.plan(Variant(method), commitment=p_hat, b0=budget)
+            ours = [native.engine.generate(p, plan, tokens, ignore_eos=True) for p in prompts]
+            theirs = sglang.generate_many(prompts, Variant(method).bind(
+                sglang.fit, commitment=p_hat, b0=budget, selector=world.selector), tokens, ignore_eos=True)
+            if method == CALIBRATION:
+                p_hat = commitment_table([g.trace for g in ours]).p_hat
+            if method == B0_METHOD:
+                sizes = [s for g in ours for b in g.trace.blocks if b.layers for s in b.layers["set_size"]]
+                budget = max(native.engine.fit.router.top_k, round(sum(sizes) / len(sizes)))
+            rows.append(agreement(method, plan, ours, theirs, dumps / plan.name))
+            print(f"{name} {method}: done", file=sys.stderr, flush=True)
+    finally:
+        sglang.close()
+    return rows, p_hat, budget
+
+
+def cross_engine(preset: str, limit: int, tokens: int, methods: list[str] | None, results=None):
     from acceptmoe.evals.tasks import get_task
 
     from ..spine.config import load_world
-    from ..spine.engines import load_model, open_backend, opener
+    from ..spine.engines import opened, opener
     from ..spine.prompts import prompt_ids
     from ..spine.runs import open_run, write_json
 
@@ -48,39 +84,17 @@ def cross_engine(preset: str, limit: int, tokens: int, methods: list[str] | None
     opener("sglang")                        # SGLang missing: one error before any run folder is made
     config = {"preset": preset, "limit": limit, "tokens": tokens, "methods": order}
     run = open_run("cross-engine", world.preset, config, root=results, fresh=True)
-    rows = []
+    rows, p_hat, budget = [], None, None
     for model in world.models:
-        native = load_model(model, dataclasses.replace(world, engine="native"), run.path)
-        prompts = []
-        for name in world.tasks:
-            task = get_task(name)
-            prompts += [prompt_ids(native.tokenizer, task.messages(ex), model)
-                        for ex in task.load(world.eval_split, limit=limit)]
-        longest = max(len(p) for p in prompts) + tokens + world.tree.num_draft_tokens
-        dumps = run.path / "dumps" / model.name
-        sglang = open_backend("sglang", target=native.target, draft=native.draft, device=world.device,
-                              dtype=world.dtype, tree=world.tree, dump=str(dumps), disable_cuda_graph=True,
-                              skip_tokenizer_init=True, max_running_requests=max(8, len(prompts)),
-                              max_total_tokens=max(4096, 2 * len(prompts) * longest), log_level="error")
-        if sglang.fit != native.engine.fit:
-            raise UserError(f"{model.name}: SGLang serves {sglang.fit}, the native engine {native.engine.fit}: "
-                            f"the engines disagree on the router, experts or tree depth")
-        p_hat = budget = None
-        try:
-            for method in order:
-                plan = native.plan(Variant(method), commitment=p_hat, b0=budget)
-                ours = [native.engine.generate(p, plan, tokens, ignore_eos=True) for p in prompts]
-                theirs = sglang.generate_many(prompts, Variant(method).bind(
-                    sglang.fit, commitment=p_hat, b0=budget, selector=world.selector), tokens, ignore_eos=True)
-                if method == CALIBRATION:
-                    p_hat = commitment_table([g.trace for g in ours]).p_hat
-                if method == B0_METHOD:
-                    sizes = [s for g in ours for b in g.trace.blocks if b.layers for s in b.layers["set_size"]]
-                    budget = max(native.engine.fit.router.top_k, round(sum(sizes) / len(sizes)))
-                rows.append(agreement(method, plan, ours, theirs, dumps / plan.name))
-                print(f"{model.name} {method}: done", file=sys.stderr, flush=True)
-        finally:
-            sglang.close()
+        with opened(model, dataclasses.replace(world, engine="native"), run.path) as native:
+            prompts = []
+            for name in world.tasks:
+                task = get_task(name)
+                prompts += [prompt_ids(native.tokenizer, task.messages(ex), model)
+                            for ex in task.load(world.eval_split, limit=limit)]
+            found, p_hat, budget = compare_model(world, model.name, native, prompts, order, tokens,
+                                                 run.path / "dumps" / model.name)
+            rows += found
     report = {"rows": [r.row() for r in rows], "p_hat": p_hat, "budget": budget}
     write_json(run.path / "report.json", report)
     text = table(rows)

@@ -265,21 +265,30 @@ class B0Config:
 
 @dataclass(frozen=True)
 class ServingConfig:
-    """Settings of a serving engine (`engine: sglang`): its parallelism and graph mode. The native engine
-    ignores them."""
+    """Settings of a serving engine (`engine: sglang`): its parallelism, graph and scheduling modes, and what its
+    memory pools are sized for. The native engine ignores them."""
     tp: int = 1                                 # tensor parallelism (SGLang tp_size): GPUs per model copy
     dp: int = 1                                 # data parallelism (SGLang dp_size): model copies serving the
                                                 # requests in flight (accuracy runs across a node's GPUs)
     cuda_graphs: bool = True                    # capture verify passes as CUDA graphs (GPU only)
+    overlap: bool = False                       # SGLang's overlap scheduler; the paper measured with it off
+    prompt_tokens: int = 2048                   # the longest prompt the KV pools are sized for
+    memory_cap: float = 0.9                     # GPU: the most of the free device memory an engine may keep
 
     def __post_init__(self) -> None:
         if self.tp < 1 or self.dp < 1:
             raise ConfigKeyError(f"serving.tp and serving.dp must be >= 1, got {self}")
+        if self.prompt_tokens < 1 or not 0 < self.memory_cap <= 1:
+            raise ConfigKeyError(f"serving.prompt_tokens must be >= 1 and serving.memory_cap in (0, 1], got {self}")
 
-    def settings(self, device: str) -> dict:
-        """Keyword settings for the engine's opener."""
-        out = {"tp": self.tp, "dp": self.dp}
-        if not self.cuda_graphs or not str(device).startswith("cuda"):
+    def settings(self, world: "WorldConfig", model: ModelEntry) -> dict:
+        """Keyword settings for the engine's opener: parallelism, graphs and overlap, and its pools: the most
+        requests any phase keeps in flight (`generation.batch`), each up to `prompt_tokens` plus the longest
+        generation of `model` (graded or timed)."""
+        out = {"tp": self.tp, "dp": self.dp, "overlap": self.overlap, "memory_cap": self.memory_cap,
+               "requests": world.generation.batch,
+               "request_tokens": self.prompt_tokens + max(world.max_new_tokens(model), world.generation.timed_tokens)}
+        if not self.cuda_graphs or not str(world.device).startswith("cuda"):
             out["disable_cuda_graph"] = True
         return out
 

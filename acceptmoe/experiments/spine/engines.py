@@ -109,7 +109,7 @@ def load_model(model, world, run_dir: Path, store: str = "resident", slots: int 
     settings) is appended to `run_dir/engines.jsonl`, so every run says which engine made its rows."""
     from .prompts import load_tokenizer, resolve_checkpoint
     target, draft = resolve_checkpoint(model.target), resolve_checkpoint(model.draft)
-    serving = world.serving.settings(world.device) if world.engine != "native" else {}
+    serving = world.serving.settings(world, model) if world.engine != "native" else {}
     engine = open_backend(world.engine, target=target, draft=draft, device=world.device, dtype=world.dtype,
                           store=store, slots=slots, tree=world.tree, **serving)
     with open(Path(run_dir) / "engines.jsonl", "a") as f:

@@ -7,12 +7,15 @@ Per model, with Table 1's p_hat (Standard SD traces, natural routing) and B0 (fi
    routing, and B0 from these training-split traces by the B0 rule (`b0-train/<model>/<task>.json`);
 2. graded evaluation runs (Table 1's generation settings, stop at EOS) per pair: Standard SD; AcceptMoE at
    each beta with the natural p_hat; AcceptMoE with the on-policy p_hat; AcceptMoE-B at B0 (evaluation
-   prompts) and at B0 (training split) when they differ.
+   prompts) and at B0 (training split) when they differ. One variant at a time over every pair, AcceptMoE's
+   first (the engine that traced on-policy serves them on; an engine configured per method, such as an SGLang
+   server, then serves each once).
 Rows resume like every runner (`spine.grading`); the tables are `study.tables`.
 """
 from __future__ import annotations
 
 import dataclasses
+from dataclasses import dataclass
 from pathlib import Path
 
 from acceptmoe.engine.trace import commitment_table
@@ -61,15 +64,34 @@ def eval_variants(cfg: CalibrationStudyConfig, b0_eval: int, b0_train: int) -> l
     return out + [Variant(fixed_twin(B0_METHOD), budget=b) for b in dict.fromkeys((b0_eval, b0_train))]
 
 
-def run_pair(loaded: Loaded, cfg: CalibrationStudyConfig, task: str, natural, onpolicy, b0s: tuple[int, int],
-             samples: SampleLog) -> None:
-    run = PairRun(loaded, get_task(task), get_task(task).load(cfg.world.eval_split, cfg.eval_prompts()), samples)
-    for variant in eval_variants(cfg, *b0s):
-        table = onpolicy if variant.tag == ONPOLICY.tag else natural
-        units = [(i, unit_key("study", loaded.model.name, task, variant.name, ex["id"]))
-                 for i, ex in enumerate(run.examples)]
-        relabel = lambda row, v=variant: dataclasses.replace(row, phase="sweep", variant=v.name)   # noqa: E731
-        run_graded(run, loaded.plan(variant, commitment=table.p_hat), units, relabel=relabel)
+@dataclass(frozen=True)
+class StudyPair:
+    """One pair's inputs to its graded variants: the natural and on-policy tables, B0 (eval, train)."""
+    task: str
+    natural: CommitmentTable
+    onpolicy: CommitmentTable
+    b0s: tuple[int, int]
+
+
+def run_variant(loaded: Loaded, cfg: CalibrationStudyConfig, pair: StudyPair, variant: Variant,
+                samples: SampleLog) -> None:
+    task = get_task(pair.task)
+    run = PairRun(loaded, task, task.load(cfg.world.eval_split, cfg.eval_prompts()), samples)
+    table = pair.onpolicy if variant.tag == ONPOLICY.tag else pair.natural
+    units = [(i, unit_key("study", loaded.model.name, pair.task, variant.name, ex["id"]))
+             for i, ex in enumerate(run.examples)]
+    relabel = lambda row, v=variant: dataclasses.replace(row, phase="sweep", variant=v.name)   # noqa: E731
+    run_graded(run, loaded.plan(variant, commitment=table.p_hat), units, relabel=relabel)
+
+
+def run_pairs(loaded: Loaded, cfg: CalibrationStudyConfig, pairs: list[StudyPair], samples: SampleLog) -> None:
+    """Each pair's graded variants, one variant at a time over the pairs, AcceptMoE's variants first."""
+    each = {pair.task: eval_variants(cfg, *pair.b0s) for pair in pairs}
+    variants = list(dict.fromkeys(v for vs in each.values() for v in vs))
+    for variant in sorted(variants, key=lambda v: v.method != B0_METHOD):      # stable: otherwise as listed
+        for pair in pairs:
+            if variant in each[pair.task]:
+                run_variant(loaded, cfg, pair, variant, samples)
 
 
 def run_experiment(cfg: CalibrationStudyConfig, run: Run) -> None:
@@ -78,6 +100,7 @@ def run_experiment(cfg: CalibrationStudyConfig, run: Run) -> None:
     budgets = pair_budgets(w, run.path, cfg.budgets_from, cfg.limit)
     for model in w.models:
         with opened(model, cfg.world, run.path) as loaded:
+            pairs = []
             for source in calibration.sources(w):
                 task0 = next(t for t in w.tasks if w.calibration.source(t) == source)
                 natural = budgets[Pair(model.name, task0)].table
@@ -89,4 +112,5 @@ def run_experiment(cfg: CalibrationStudyConfig, run: Run) -> None:
                     write_json(out, b0_train.to_json())
                     b0s = (budgets[Pair(model.name, task)].b0, b0_train.b0)
                     print(f"{model.name} {task}: B0 eval {b0s[0]}, B0 train {b0s[1]}", flush=True)
-                    run_pair(loaded, cfg, task, natural, onpolicy, b0s, samples)
+                    pairs.append(StudyPair(task, natural, onpolicy, b0s))
+            run_pairs(loaded, cfg, sorted(pairs, key=lambda p: w.tasks.index(p.task)), samples)

@@ -1,10 +1,11 @@
 """Table 1's runner: every method on every (model, task) pair, greedy, one sample row per (prompt, method).
 
-Order per model: calibrate every source task (`spine.calibration`), then per task: B0's method (AcceptMoE)
-on every evaluation prompt (its traces give B0, `spine.b0`), the fixed-budget methods at B0, then the rest
-(Vanilla AR, Standard SD). Each unit's trace is appended to `traces/<model>/<task>/<method>.jsonl`, then its
-row to `samples.jsonl` (`spine.grading.run_graded`), so an interrupted run resumes at the first unfinished
-unit and never duplicates a row.
+Order per model, one method at a time over every task (an engine configured per method, such as an SGLang
+server, then serves each method once): calibrate every source task (`spine.calibration`, Standard SD), Standard
+SD, B0's method (AcceptMoE) on every evaluation prompt (its traces give each pair's B0, `spine.b0`), the
+fixed-budget methods at B0, then the rest (Vanilla AR). Each unit's trace is appended to
+`traces/<model>/<task>/<method>.jsonl`, then its row to `samples.jsonl` (`spine.grading.run_graded`), so an
+interrupted run resumes at the first unfinished unit and never duplicates a row.
 
 Row fields: the prompt (model, task, example id and index, method, budget), the graded response and grade,
 the generated token ids and stop reason, accept lengths (tau = mean accepted length per target step), per-layer
@@ -17,7 +18,7 @@ from typing import Callable
 from tqdm import tqdm
 
 from acceptmoe.evals.tasks import get_task
-from acceptmoe.methods import METHODS, CommitmentTable, Variant
+from acceptmoe.methods import CALIBRATION, METHODS, CommitmentTable, Variant
 
 from ..spine import calibration
 from ..spine.b0 import B0Decision, b0_for_pair
@@ -33,26 +34,24 @@ Progress = Callable[[str], None]
 
 
 def method_order(methods: tuple[str, ...]) -> list[str]:
-    """The method whose traces give B0 first, then the fixed-budget methods (at B0), then the rest."""
+    """Calibration's method first (the engine that calibrated serves it on), then the method whose traces give B0,
+    then the fixed-budget methods (at B0), then the rest."""
     ordered = [m for m in METHODS if m in methods]
-    first = [m for m in ordered if METHODS[m].sets_b0]
+    first = [m for m in ordered if m == CALIBRATION] + [m for m in ordered if METHODS[m].sets_b0]
     fixed = [m for m in ordered if METHODS[m].needs_budget]
     return first + fixed + [m for m in ordered if m not in first + fixed]
 
 
-def run_pair(run: PairRun, table: CommitmentTable, cfg: Table1Config, paths: RunPaths,
-             progress: Progress) -> B0Decision | None:
-    """All methods on one pair in the required order; returns the B0 decision (None without B0's method)."""
-    decision = None
-    for method in method_order(cfg.methods):
-        plan = run.loaded.plan(Variant(method), commitment=table.p_hat, b0=decision.b0 if decision else None)
-        log = TraceLog(paths.traces(run.pair, method), keep=run.samples)
-        units = [(i, unit_key(run.pair.model, run.pair.task, ex["id"], method)) for i, ex in enumerate(run.examples)]
-        run_graded(run, plan, units, trace_layers=cfg.trace_layers or plan.spec.sets_b0, log=log, progress=progress,
-                   routes_as="table1")
-        if plan.spec.sets_b0:
-            decision = b0_for_pair(log, cfg.world.b0, paths.b0(run.pair))
-    return decision
+def run_method(run: PairRun, method: str, table: CommitmentTable, b0: B0Decision | None, cfg: Table1Config,
+               paths: RunPaths, progress: Progress) -> B0Decision | None:
+    """One method on one pair (fixed budgets at the pair's B0); returns the pair's B0 decision when the method
+    sets it, else `b0` unchanged."""
+    plan = run.loaded.plan(Variant(method), commitment=table.p_hat, b0=b0.b0 if b0 else None)
+    log = TraceLog(paths.traces(run.pair, method), keep=run.samples)
+    units = [(i, unit_key(run.pair.model, run.pair.task, ex["id"], method)) for i, ex in enumerate(run.examples)]
+    run_graded(run, plan, units, trace_layers=cfg.trace_layers or plan.spec.sets_b0, log=log, progress=progress,
+               routes_as="table1")
+    return b0_for_pair(log, cfg.world.b0, paths.b0(run.pair)) if plan.spec.sets_b0 else b0
 
 
 def eval_examples(cfg: Table1Config) -> dict[str, list[dict]]:
@@ -66,13 +65,16 @@ def pending_units(cfg: Table1Config, model: str, examples: dict[str, list[dict]]
 
 def run_model(model: ModelEntry, cfg: Table1Config, paths: RunPaths, samples: SampleLog,
               examples: dict[str, list[dict]], progress: Progress) -> None:
-    """Calibration and every pair of one model (the engine is closed when this returns)."""
+    """Calibration, then each method on every pair of one model (the engine is closed when this returns)."""
     with opened(model, cfg.world, paths.root) as loaded:
         tables = {s: calibration.calibrate_source(loaded, cfg.world, s, paths, progress)
                   for s in calibration.sources(cfg.world)}
-        for task in cfg.world.tasks:
-            run = PairRun(loaded, get_task(task), examples[task], samples)
-            run_pair(run, tables[cfg.world.calibration.source(task)], cfg, paths, progress)
+        runs = [PairRun(loaded, get_task(task), examples[task], samples) for task in cfg.world.tasks]
+        b0: dict[str, B0Decision | None] = {task: None for task in cfg.world.tasks}
+        for method in method_order(cfg.methods):
+            for run in runs:
+                table = tables[cfg.world.calibration.source(run.task.name)]
+                b0[run.task.name] = run_method(run, method, table, b0[run.task.name], cfg, paths, progress)
 
 
 def saved_b0(cfg: Table1Config, paths: RunPaths) -> dict[Pair, B0Decision]:

@@ -10,15 +10,16 @@ fixed-budget sweep (Figure 5), one run folder per command.
 | `fig5`   | sweep, offload-timed, offload-counters       | all of the above for these phases, fig5.*     |
 
 Timed phases (paper protocol): batch 1; per repetition a fresh engine (resident, or offloaded with X slots
-per MoE layer); per (task, variant) one untimed warm-up generation on the warm-up example, then the
-evaluation examples 0..n-1 in order, exactly `generation.timed_tokens` tokens with EOS ignored; the variant order
-rotates by one per repetition. Each generation is timed with the engine's clock (device synchronised) around
+per MoE layer); the variants in an order that rotates by one per repetition, each over every task (an engine
+configured per method, such as an SGLang server, then serves each variant once per repetition); per (task,
+variant) one untimed warm-up generation on the warm-up example, then the evaluation examples 0..n-1 in order,
+exactly `generation.timed_tokens` tokens with EOS ignored. Each generation is timed with the engine's clock (device synchronised) around
 `generate`; throughput = total tokens / total timed seconds; each row also keeps the machine's 1-minute load
 average (other processes on the host distort timings; the report shows it). The store's counters are reset before every
 generation and saved with its row (prefill included). `offload-counters` is one more such run with per-layer
 traces on (set sizes) and each reply graded up to its first EOS (greedy decoding makes that prefix the reply
 a stop-at-EOS run gives). `sweep` grades AcceptMoE-B at each budget plus the references with Table 1's
-generation settings (`spine.grading`). p_hat and B0 come from `spine.budgets.pair_budgets` (a Table 1 run,
+generation settings (`spine.grading`), one variant at a time over every pair. p_hat and B0 come from `spine.budgets.pair_budgets` (a Table 1 run,
 or computed here).
 
 One `samples.jsonl` row per (phase, repetition, model, task, variant, prompt), written as it finishes: an
@@ -164,10 +165,10 @@ def run_timed_phase(cfg: ThroughputConfig, phase: str, samples: SampleLog, budge
             if not pending(cfg, phase, rep, model.name, samples, examples):
                 continue
             with opened(model, cfg.world, samples.path.parent, store, slots) as loaded:   # fresh per repetition
-                for task in cfg.world.tasks:
-                    u = Unit(cfg, phase, rep, loaded, get_task(task), examples[task],
-                             budgets.get(Pair(model.name, task)), samples)
-                    for variant in rotated(cfg.variants(phase), rep):
+                units = [Unit(cfg, phase, rep, loaded, get_task(task), examples[task],
+                              budgets.get(Pair(model.name, task)), samples) for task in cfg.world.tasks]
+                for variant in rotated(cfg.variants(phase), rep):
+                    for u in units:
                         run_timed_variant(u, variant, progress)
 
 
@@ -178,9 +179,11 @@ def run_sweep_phase(cfg: ThroughputConfig, samples: SampleLog, budgets: dict, pr
         if not pending(cfg, "sweep", 0, model.name, samples, examples):
             continue
         with opened(model, cfg.world, samples.path.parent) as loaded:
-            for task in cfg.world.tasks:
-                run = PairRun(loaded, get_task(task), examples[task][:cfg.prompts("sweep")], samples)
-                for variant in cfg.variants("sweep"):
+            runs = [PairRun(loaded, get_task(task), examples[task][:cfg.prompts("sweep")], samples)
+                    for task in cfg.world.tasks]
+            for variant in cfg.variants("sweep"):
+                for run in runs:
+                    task = run.task.name
                     units = [(i, unit_key("sweep", 0, model.name, task, variant.name, ex["id"]))
                              for i, ex in enumerate(run.examples)]
                     relabel = lambda row, v=variant: dataclasses.replace(                 # noqa: E731
