@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 import pytest
 import torch
+from fixtures import tiny_gpt_oss, tiny_qwen3_moe
 
 from acceptmoe.engine import Engine, TreeShape, load_engine
 from acceptmoe.engine.eagle3 import DraftExtend, DraftLevel
@@ -237,3 +238,26 @@ def test_a_dispatch_renders_no_step_as_text_and_a_fallen_back_key_runs_static(en
         assert len(steps.entries) == 1 and steps.replays == 0
     assert steps.describe()["fallbacks"] == {label(key): "RuntimeError: capture refused"}
     assert label(key).startswith("TargetPass(model=MoEModel, cache=KVCache[64], verifier=None")
+
+
+@pytest.mark.parametrize("arch", ["qwen3_moe", "gpt_oss"])
+def test_a_static_pass_over_its_bucket_equals_eager_with_stale_slots_after_it(tmp_path, arch):
+    """A tree pass at start 300 over a 1024-slot persistent cache reads its 512-slot bucket: the logits are
+    eager's, with every slot past the block holding stale keys and positions (GPT-OSS: sliding windows over
+    the bucket's positions, sinks)."""
+    {"qwen3_moe": tiny_qwen3_moe, "gpt_oss": tiny_gpt_oss}[arch](tmp_path)
+    model = MoEModel.from_pretrained(tmp_path)
+    g = torch.Generator().manual_seed(0)
+    ids = torch.randint(0, model.config.vocab_size, (307,), generator=g)
+    eager, held = model.new_cache(320), model.new_cache(1024)
+    held.k.normal_(generator=g), held.v.normal_(generator=g), held.pos.random_(0, 1000, generator=g)
+    for cache in (eager, held):
+        model.forward(ids[:300], torch.arange(300), cache, 0)
+    mask = torch.ones(7, 7, dtype=torch.bool).tril()
+    mask[4, 1] = mask[6, 3] = False
+    positions = torch.tensor([300, 301, 302, 301, 302, 303, 302])
+    want, _ = model.forward(ids[300:], positions, eager, 300, mask=mask)
+    view = held.upto(307)
+    got, _ = model.forward(ids[300:], positions, view, torch.tensor(300), mask=mask)
+    assert view.max_len == 2 * BUCKET_FLOOR and torch.allclose(got, want, atol=1e-5)
+    assert torch.equal(held.pos[300:307], positions)                    # written through the view
