@@ -33,22 +33,23 @@ FORMATS = ("dense", "mxfp4")
 @dataclass(frozen=True)
 class DeviceBound:
     """A GPU's published bandwidths: device memory and host-to-device (GB/s = 1e9 B/s); `h2d_typical_gbps`:
-    what pinned host-to-device copies measure on that link in practice (`PCIE5_TYPICAL`); `memory_gb`: its
-    device memory as published (GB; `plan` checks a run's device bytes against it)."""
+    what pinned host-to-device copies measure on that link in practice (`PCIE5_TYPICAL`); `memory_gib`: its
+    device memory as published (vendors' "GB" of device memory are binary: the RTX 5090's 32 GB are 32 GiB;
+    `plan` checks a run's device bytes against it)."""
     name: str
     memory_gbps: float
     h2d_gbps: float
     h2d_typical_gbps: float | None = None
-    memory_gb: float | None = None
+    memory_gib: float | None = None
 
 
 # Pinned copies over PCIe 5.0 x16 (63 GB/s per direction published) measure about 53 GB/s: 52.8 GB/s on an H100
 # with nvbandwidth (NVIDIA/nvbandwidth issue #24), the same 80-85 % of peak PCIe 4.0 x16 shows (24-26 of 31.5 GB/s,
 # RTX 4090, issue #15).
 PCIE5_TYPICAL = 53
-GPUS = (DeviceBound("H200", 4800, 63, PCIE5_TYPICAL, memory_gb=141),           # HBM3e; PCIe 5.0 x16
-        DeviceBound("RTX PRO 6000", 1790, 63, PCIE5_TYPICAL, memory_gb=96),     # Blackwell workstation, GDDR7
-        DeviceBound("RTX 5090", 1790, 63, PCIE5_TYPICAL, memory_gb=32))
+GPUS = (DeviceBound("H200", 4800, 63, PCIE5_TYPICAL, memory_gib=141),           # HBM3e; PCIe 5.0 x16
+        DeviceBound("RTX PRO 6000", 1790, 63, PCIE5_TYPICAL, memory_gib=96),     # Blackwell workstation, GDDR7
+        DeviceBound("RTX 5090", 1790, 63, PCIE5_TYPICAL, memory_gib=32))
 
 
 @dataclass(frozen=True)
