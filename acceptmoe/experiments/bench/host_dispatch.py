@@ -4,15 +4,16 @@ What a CUDA-graph replay costs the host before `graph.replay()` (`StepGraphs.dis
 step compared with the one the graph was captured under, the inputs copied into the key's static buffers),
 for the target's decode pass (1 token) and its verify pass (a 64-token tree, AcceptMoE's verifier, traced,
 three aux layers), each call with a fresh step as the engine builds one per pass. The model is a skeleton:
-a real `MoEModel` at the model's published config (layers, hidden size, heads, experts, vocabulary) whose
+a real `MoEModel` at the model's released config (layers, hidden size, heads, experts, vocabulary) whose
 weights, experts and KV cache live on the `meta` device (nothing allocated), so the step, its hash, its
 comparison and its repr are those of the real model; the inputs and buffers are on this CPU (a GPU's buffer
 copies are kernel launches instead). Medians, p10 and p90 over `--calls` calls, in microseconds.
 
     ./reproduce.sh bench-host --shape qwen3-30b-a3b [--calls 2000 --context 300 --json]
 
-`--shape` takes qwen3-30b-a3b, gpt-oss-120b (their published config.json, `PUBLISHED`), tiny or a model
-folder holding config.json. `--json` prints one JSON object (`dispatch_us_median` is the verify pass's).
+`--shape` takes qwen3-30b-a3b, gpt-oss-120b (the paper's targets: their released config.json, shipped under
+configs/models/<hub id>/), tiny or a model folder holding config.json. `--json` prints one JSON object
+(`dispatch_us_median` is the verify pass's).
 """
 from __future__ import annotations
 
@@ -35,43 +36,23 @@ from acceptmoe.kernels import make_verifier
 from acceptmoe.methods import B0_METHOD, Fit, Variant
 
 from ..spine.options import positive_int
+from ..spine.runs import REPO
 from ..spine.shapes import BUILTIN_FOLDERS
 
 TREE_TOKENS, DEPTH = 64, 5                    # the paper's verify pass: a 64-token tree of depth <= 5
 P_HAT = (1.0, 0.8, 0.64, 0.512, 0.41, 0.33)
 WARMUP = 10                                   # calls left out: the first makes the key's buffers
 
-# the models' published config.json (Qwen/Qwen3-30B-A3B, openai/gpt-oss-120b): the fields the engine reads
-PUBLISHED = {
-    "qwen3-30b-a3b": dict(
-        architectures=["Qwen3MoeForCausalLM"], model_type="qwen3_moe", vocab_size=151936, hidden_size=2048,
-        intermediate_size=6144, moe_intermediate_size=768, num_hidden_layers=48, num_attention_heads=32,
-        num_key_value_heads=4, head_dim=128, num_experts=128, num_experts_per_tok=8, norm_topk_prob=True,
-        decoder_sparse_step=1, mlp_only_layers=[], hidden_act="silu", rms_norm_eps=1e-6, rope_theta=1000000.0,
-        rope_scaling=None, max_position_embeddings=40960, use_sliding_window=False, sliding_window=None,
-        attention_bias=False, tie_word_embeddings=False, bos_token_id=151643, eos_token_id=151645,
-        torch_dtype="bfloat16"),
-    "gpt-oss-120b": dict(
-        architectures=["GptOssForCausalLM"], model_type="gpt_oss", vocab_size=201088, hidden_size=2880,
-        intermediate_size=2880, num_hidden_layers=36, num_attention_heads=64, num_key_value_heads=8, head_dim=64,
-        num_local_experts=128, num_experts_per_tok=4, experts_per_token=4, hidden_act="silu", rms_norm_eps=1e-5,
-        layer_types=["sliding_attention", "full_attention"] * 18, sliding_window=128, attention_bias=True,
-        rope_theta=150000, rope_scaling=dict(beta_fast=32.0, beta_slow=1.0, factor=32.0,
-                                             original_max_position_embeddings=4096, rope_type="yarn",
-                                             truncate=False),
-        initial_context_length=4096, max_position_embeddings=131072, swiglu_limit=7.0, tie_word_embeddings=False,
-        eos_token_id=200002, pad_token_id=199999, torch_dtype="bfloat16",
-        quantization_config=dict(quant_method="mxfp4")),
-}
+TARGETS = {"qwen3-30b-a3b": "Qwen/Qwen3-30B-A3B-Instruct-2507",     # the paper's targets by hub id: their
+           "gpt-oss-120b": "openai/gpt-oss-120b"}                    # released config.json under SHIPPED
+SHIPPED = REPO / "configs" / "models"
 
 
 def model_config(shape: str) -> ModelConfig:
-    """A published config by name, `tiny`, or a model folder's config.json."""
-    if shape in PUBLISHED:
-        return ModelConfig.from_dict(PUBLISHED[shape])
-    folder = BUILTIN_FOLDERS.get(shape, Path(shape))
+    """A paper target's released config (`TARGETS`), `tiny`, or a model folder's config.json."""
+    folder = SHIPPED / TARGETS[shape] if shape in TARGETS else BUILTIN_FOLDERS.get(shape, Path(shape))
     if not (folder / "config.json").is_file():
-        raise UserError(f"unknown shape {shape!r}; valid: {', '.join([*PUBLISHED, *BUILTIN_FOLDERS])}, or a model "
+        raise UserError(f"unknown shape {shape!r}; valid: {', '.join([*TARGETS, *BUILTIN_FOLDERS])}, or a model "
                         f"folder holding config.json")
     return ModelConfig.from_folder(folder)
 
@@ -146,7 +127,7 @@ def format_table(res: dict) -> str:
 def main(argv: list[str] | None = None) -> int:
     p = parser("bench-host")
     p.add_argument("--shape", default="qwen3-30b-a3b",
-                   help=f"{' | '.join([*PUBLISHED, *BUILTIN_FOLDERS])} | a model folder holding config.json")
+                   help=f"{' | '.join([*TARGETS, *BUILTIN_FOLDERS])} | a model folder holding config.json")
     p.add_argument("--calls", type=positive_int, default=2000, help="timed dispatches per pass (default 2000)")
     p.add_argument("--context", type=positive_int, default=300,
                    help="committed tokens before the pass (default 300)")
