@@ -14,9 +14,9 @@ from safetensors.torch import load_file, save_file
 
 from acceptmoe.engine import mxfp4
 
-from acceptmoe.experiments.gpu_check import GPT_OSS_SMALL as GPT_OSS_TINY    # one definition, shared with
-from acceptmoe.experiments.gpu_check import QWEN3_SMALL as QWEN3_TINY        # gpu-check's parity check
-from acceptmoe.experiments.gpu_check import spread
+from acceptmoe.experiments.gpucheck.parity import GPT_OSS_SMALL as GPT_OSS_TINY    # one definition, shared
+from acceptmoe.experiments.gpucheck.parity import QWEN3_SMALL as QWEN3_TINY        # with gpu-check's parity
+from acceptmoe.experiments.gpucheck.parity import spread                           # check
 
 
 def tiny_qwen3_moe(folder: str | Path, seed: int = 0, **overrides):

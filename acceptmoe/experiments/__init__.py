@@ -12,7 +12,7 @@ commands, never from one experiment into another (a test holds it).
 | `claims/`        | the paper's claims beside this reproduction, from saved runs (a reader of other experiments' records) |
 | `bench/`         | benchmarks that print measured numbers (never run by the tests beyond a small smoke run) |
 | `tables`         | `./reproduce.sh tables`: every experiment's outputs rebuilt from saved results only     |
-| `gpu_check`      | `./reproduce.sh gpu-check`: the script a person with a CUDA GPU runs as is             |
+| `gpucheck/`      | `./reproduce.sh gpu-check`: the script a person with a CUDA GPU runs as is             |
 | `lm_eval`        | the lm-evaluation-harness model backend (`--model acceptmoe`)                          |
 | `cli`            | `python -m acceptmoe <command>`: commands from their `@command` declarations            |
 """

@@ -4,7 +4,8 @@ tiny shapes on CPU (the paper's shapes need CUDA)."""
 import pytest
 import torch
 
-from acceptmoe.experiments import gpu_check, gpu_experts
+from acceptmoe.experiments import gpu_experts
+from acceptmoe.experiments.gpucheck.table import table
 from acceptmoe.experiments.spine.shapes import ExpertShape
 from acceptmoe.kernels.experts import experts
 
@@ -51,7 +52,7 @@ def test_published_peak_matches_the_gpu_name():
 
 def test_timing_rows_at_tiny_shapes_and_their_table():
     """Real (interpreter) timings at tiny shapes: the bytes each path reads, the ratios, the kernel's output
-    against the per-pair path, and the rendering, with gpu_check's table placing it after its own."""
+    against the per-pair path, and the rendering, with gpu-check's table placing it after its own."""
     rows = []
     for shape in TINY_SHAPES:
         rows += gpu_experts.time_shape("cpu", shape, tokens=(1, 4), repeats=1, warmup=1, peak=(50.0, "given"),
@@ -73,5 +74,5 @@ def test_timing_rows_at_tiny_shapes_and_their_table():
     assert text.count("\n") == len(rows) + 1 and "| tiny-mxfp4 | mxfp4 | 4 |" in text
     assert text.splitlines()[-1].count("n/a") == 2                                   # grouped ms and its ratio
     check = gpu_experts.check_experts("cpu")
-    full = gpu_check.table({"checks": [check], "timing": {}, "experts_timing": rows})
+    full = table({"checks": [check], "timing": {}, "experts_timing": rows})
     assert full.index("| experts | PASS |") < full.index("| experts case |") < full.index("| experts shape |")
