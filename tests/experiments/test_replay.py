@@ -2,12 +2,17 @@
 re-executes them through the engine's ExpertStore. At the tiny model's own shape the replayed counters equal
 the run's counters exactly and the replayed expert time agrees with the engine's own measured expert time;
 at Qwen3-30B-A3B's shape (one layer, to stay small) bytes follow from the counters and the shape; GPT-OSS's
-top-4 routing is refused for top-8 routes; packed MXFP4 experts load and run."""
+top-4 routing is refused for top-8 routes; packed MXFP4 experts load and run. Routes that pruned against the
+recorded pool are not replayed with the resident store. The whole-pass byte model counts what the real
+transformers models and the engine's EAGLE-3 draft hold, and the bounds it gives follow from it."""
 from __future__ import annotations
 
+import itertools
+import json
 from pathlib import Path
 
 import pytest
+import torch
 
 from acceptmoe.errors import UserError
 from acceptmoe.experiments.replay import report
@@ -61,8 +66,15 @@ def test_tiny_shape_counters_equal_the_run_and_times_agree(recorded, tmp_path):
                 replayed = sum(gen["seconds"][1:])
                 engine = sum(gen["engine_s"][1:])
                 assert 1 / TOLERANCE < replayed / engine < TOLERANCE, (replayed, engine)
+    assert ("resident", "acceptmoe") not in {(r["store"], r["variant"]) for r in rows}   # it pruned: offloaded only
     recs = report.records(out)
     assert all(r["counters_match"] == "2/2" for r in recs)
+    for r in recs:                     # the recording's rows say where each reply ended: passes after it, counted
+        gens = [g for row in rows if (row["store"], row["variant"], row["round"]) == (r["store"], r["variant"], 0)
+                for g in row["generations"]]
+        after = sum(sum(1 for k, before in zip(g["kinds"], [0, *itertools.accumulate(g["output"])])
+                        if k != "prefill" and before >= g["natural_tokens"]) for g in gens)
+        assert r["after_eos_share"] == pytest.approx(after / r["passes"]) and r["after_eos_share"] > 0
     off = {r["variant"]: r for r in recs if r["store"] == f"offloaded-{SLOTS}"}
     assert off["acceptmoe"]["engine_ms_per_pass"] is not None
     assert off["standard-sd"]["experts_per_layer"] > off["acceptmoe"]["experts_per_layer"]
@@ -113,3 +125,78 @@ def test_command_line_errors(recorded, tmp_path, capsys):
     assert main(["replay", "--run", str(recorded), "--memory-gib", "0.5", "--results", str(results)]) == 2
     assert "> memory_gib 0.5: lower --layers" in capsys.readouterr().err
     assert not results.exists()                                      # refused before any run folder opened
+
+
+# ----- the whole-pass byte model and the bounds it gives -----
+def _transformers_nonexpert(ref: str) -> int:
+    """Parameters of the real transformers model a pass reads besides its experts (the input embedding left out),
+    built on the meta device from the shipped config.json."""
+    import transformers
+    from acceptmoe.experiments.spine.passbytes import config_json
+    raw = {k: v for k, v in config_json(ref).items() if k not in ("architectures", "quantization_config")}
+    cls = {"qwen3_moe": (transformers.Qwen3MoeConfig, transformers.Qwen3MoeForCausalLM),
+           "gpt_oss": (transformers.GptOssConfig, transformers.GptOssForCausalLM)}[raw["model_type"]]
+    with torch.device("meta"):
+        model = cls[1](cls[0](**raw))
+    return sum(p.numel() for n, p in model.named_parameters() if ".experts." not in n and "embed_tokens" not in n)
+
+
+@pytest.mark.parametrize("name", ["tiny", "qwen3-30b-a3b", "gpt-oss-120b"])
+def test_whole_pass_bytes_are_the_real_models_weights(name):
+    """Non-expert target bytes = the transformers model's non-expert, non-embedding parameters x dtype; the draft
+    step = the engine's EAGLE-3 module: fc once, then num_steps passes of its decoder layer, norm and LM head."""
+    from acceptmoe.engine.eagle3 import Eagle3Draft
+    from acceptmoe.experiments.spine.passbytes import CHECKPOINTS, config_json, pass_model
+    m = pass_model(name)
+    assert m.target_bytes() == _transformers_nonexpert(CHECKPOINTS[name][0]) * m.dtype_bytes
+    with torch.device("meta"):
+        draft = Eagle3Draft(config_json(CHECKPOINTS[name][1]))
+    per_pass = sum(p.numel() for n, p in draft.named_parameters() if not n.startswith(("fc.", "embed")))
+    fc = draft.fc.weight.numel()
+    d = m.draft
+    kv = d.num_layers * 2 * d.num_kv_heads * d.head_dim * 512 * d.dtype_bytes
+    assert m.draft_step_bytes(5, 512) == (fc + 5 * per_pass) * d.dtype_bytes + 5 * kv
+    assert m.step_bytes(1000, 512, speculative=False) == 1000 + m.target_bytes() + m.kv_bytes(512)
+
+
+def test_whole_pass_numbers_at_the_paper_shapes():
+    """Qwen3-30B-A3B reads 2.46 GB of non-expert weights per pass (attention, norms, routers, LM head in bf16) and
+    50 MB of KV at 512 tokens; GPT-OSS-120B's sliding layers read at most their 128-token window."""
+    from acceptmoe.experiments.spine.passbytes import pass_model, step_bound
+    from acceptmoe.experiments.spine.shapes import GPUS
+    q = pass_model("qwen3-30b-a3b")
+    assert q.target_bytes() == 2 * (48 * (2048 * 4096 * 2 + 2048 * 512 * 2 + 2 * 128 + 2 * 2048 + 2048 * 128)
+                                    + 151936 * 2048 + 2048)
+    assert q.kv_bytes(512) == 48 * 2 * 4 * 128 * 512 * 2
+    g = pass_model("gpt-oss-120b")
+    assert g.kv_bytes(512) == 2 * 8 * 64 * 2 * (18 * 128 + 18 * 512)
+    assert g.kv_bytes(100) == 2 * 8 * 64 * 2 * 36 * 100
+    h200 = next(x for x in GPUS if x.name == "H200")
+    assert step_bound(4.8e9, 0, h200) == pytest.approx(1e-3)
+    assert step_bound(0, 63e9, h200) == pytest.approx(1.0)
+    assert step_bound(0, 53e9, h200, "typical") == pytest.approx(1.0)
+
+
+def test_bounds_regime_and_whole_pass_on_records():
+    from acceptmoe.experiments.replay import bounds
+    assert bounds.regime(1.5, 2.0, 1.0) == bounds.BETWEEN
+    assert bounds.regime(1.0, 2.0, 1.0) == bounds.BETWEEN and bounds.regime(2.0, 2.0, 1.0) == bounds.BETWEEN
+    assert bounds.regime(2.1, 2.0, 1.0) == bounds.ABOVE and bounds.regime(0.9, 2.0, 1.0) == bounds.BELOW
+    cfg = {"world": {"tree": {"num_steps": 5}}, "devices": [{"name": "H200", "memory_gbps": 4800, "h2d_gbps": 63}]}
+    plan = {"shape": {"name": "qwen3-30b-a3b"}}
+    recs = [{"store": "offloaded-48", "variant": v, "read_mb": read, "moved_mb": moved, "tokens_per_pass": tpp,
+             "routed_per_pass": routed} for v, read, moved, tpp, routed in
+            (("standard-sd", 28000.0, 12000.0, 4.0, 64.0), ("vanilla-ar", 3600.0, 1400.0, 1.0, 1.0))]
+    routes = {"standard-sd": {"method": "standard-sd", "prune": False}, "vanilla-ar": {"method": "vanilla-ar",
+                                                                                      "prune": False}}
+    bounds.add_bounds(recs, cfg, plan, routes, "standard-sd")
+    sd, ar = recs
+    from acceptmoe.experiments.spine.passbytes import pass_model
+    q = pass_model("qwen3-30b-a3b")
+    want_sd = ((28000e6 + q.target_bytes() + q.kv_bytes() + q.draft_step_bytes(5)) / 4800e9 + 12000e6 / 63e9) / 4.0
+    want_ar = (3600e6 + q.target_bytes() + q.kv_bytes()) / 4800e9 + 1400e6 / 63e9
+    assert sd["whole_ms_per_token_H200"] == pytest.approx(1e3 * want_sd)
+    assert ar["whole_ms_per_token_H200"] == pytest.approx(1e3 * want_ar)
+    assert ar["whole_speedup_per_token_H200"] == pytest.approx(want_sd / want_ar)
+    assert "whole_ms_per_token_H200_typical_link" in ar                  # H200's typical link from spine.shapes.GPUS
+    assert ar["flops_speedup_per_token"] == pytest.approx(16.0)            # 64 routed tokens per 4 output vs 1 per 1

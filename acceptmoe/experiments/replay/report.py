@@ -15,6 +15,13 @@ replayed generations, each pass's seconds the median over rounds:
   the dtype it ran; `measured / local bound` says how far the measured time is from bytes / bandwidth.
 Speedups over the reference (Standard SD): per step pass and per output token, with paired bootstrap
 intervals over generations (the same prompts for every variant), and the H200 bound's ratio.
+- `routes`: which routes a row replayed (what made them; whether they pruned against the recorded pool, which
+  has no resident counterpart: resident AcceptMoE is the recording's AcceptMoE with pruning off);
+- whole-pass bound (`bounds`, `spine.passbytes`): per output token, the step's expert bytes plus its
+  non-expert weights, KV cache and draft passes, at the paper's GPU for the store and H200, the link at its
+  published peak and measured-typical figure; the measured ratio against the expert bytes and FLOPs ratios;
+- `step passes after EOS`: replayed passes that start after the reply ended by itself (where the recording
+  run's rows say).
 
 Figures: replay.{png,pdf} (every store side by side), and per store the paper-shape panel of Figure 3
 (resident: fig3.{png,pdf}) or Figure 4 (offloaded: fig4.{png,pdf}), drawn beside the tiny engine's own ratio.
@@ -26,10 +33,15 @@ from pathlib import Path
 
 import numpy as np
 
+from acceptmoe.errors import UserError
 from acceptmoe.evals.stats import paired_bootstrap_speedup
+from acceptmoe.methods import METHODS
 
 from ..spine import render
-from ..spine.runs import NothingToTabulate, SampleLog
+from ..spine.runs import REPO, NothingToTabulate, SampleLog
+from ..spine.paper import PAPER_GPUS
+from .bounds import add_bounds, devices, model_for
+from .source import find_recording
 
 
 def _load(run_dir: Path) -> tuple[dict, dict, dict, list[dict]]:
@@ -51,19 +63,47 @@ def per_generation(rows: list[dict], store: str, variant: str) -> dict[str, np.n
     if not mine:
         return None
     gens0 = mine[0]["generations"]
-    out = {k: [] for k in ("seconds", "passes", "output", "used", "loads", "hits", "engine_s")}
-    match = []
+    out = {k: [] for k in ("seconds", "passes", "output", "tokens", "used", "loads", "hits", "engine_s",
+                           "after_eos")}
+    match, natural = [], []
     for g, first in enumerate(gens0):
         step = np.array([k != "prefill" for k in first["kinds"]])
         secs = np.median(np.array([r["generations"][g]["seconds"] for r in mine]), axis=0)
         out["seconds"].append(secs[step].sum())
         out["passes"].append(step.sum())
-        for name in ("output", "used", "loads", "hits", "engine_s"):
+        for name in ("output", "tokens", "used", "loads", "hits", "engine_s"):
             out[name].append(np.asarray(first[name], dtype=float)[step].sum())
+        out["after_eos"].append(after_eos(first))
         match.append(first["counters_match"])
+        natural.append("natural_tokens" in first)
     arrays = {k: np.asarray(v, dtype=float) for k, v in out.items()}
     arrays["match"] = np.array([m for m in match if m is not None], dtype=bool)
+    arrays["natural_recorded"] = np.array(natural, dtype=bool)
     return arrays
+
+
+def after_eos(gen: dict) -> int:
+    """Step passes of a replayed generation that start after its reply ended by itself (their work outputs only
+    the continuation past EOS); 0 where the reply has no EOS among its tokens or the run did not say."""
+    end = gen.get("natural_tokens")
+    if end is None:
+        return 0
+    before = np.cumsum([0, *gen["output"]])[:-1]              # tokens output before each pass (prefill's included)
+    step = np.array([k != "prefill" for k in gen["kinds"]])
+    return int(((before >= end) & step).sum())
+
+
+def routes_of(cfg: dict, plan: dict) -> dict:
+    """variant -> {"method", "prune"} of the replayed routes: recorded in replay.json, or (runs made before it
+    was) read from the recording's files, named in the run's config."""
+    if "routes" in plan:
+        return plan["routes"]
+    rec = plan["recording"]
+    source = Path(cfg["source"]) if Path(cfg["source"]).is_absolute() else REPO / cfg["source"]
+    try:
+        return find_recording(source, rec["phase"], rec["model"]).routes()
+    except UserError:
+        return {}
 
 
 def records(run_dir: Path) -> list[dict]:
@@ -90,7 +130,8 @@ def records(run_dir: Path) -> list[dict]:
                  "experts_per_layer": used / n, "loads_per_layer": loads / n,
                  "hit_rate": g["hits"].sum() / g["used"].sum() if g["used"].sum() else None,
                  "ms_per_pass": ms, "ms_per_token": g["seconds"].sum() / g["output"].sum() * scale * 1e3,
-                 "tokens_per_pass": g["output"].sum() / P,
+                 "tokens_per_pass": g["output"].sum() / P, "routed_per_pass": g["tokens"].sum() / P,
+                 "after_eos_share": (g["after_eos"].sum() / P) if g["natural_recorded"].all() else None,
                  "engine_ratio": (plan["engine_ratios"].get("ratios", {}).get(variant)
                                   if plan["engine_ratios"].get("store") == store else None),
                  "engine_ms_per_pass": (g["engine_s"].sum() / P * scale * 1e3)
@@ -113,7 +154,19 @@ def records(run_dir: Path) -> list[dict]:
         if d0 and r is not base:
             r[f"bound_speedup_{d0}"] = base[f"bound_ms_{d0}"] / r[f"bound_ms_{d0}"]
             r[f"bound_speedup_per_token_{d0}"] = r[f"bound_speedup_{d0}"] * r["tokens_per_pass"] / base["tokens_per_pass"]
+    add_bounds(out, cfg, plan, routes_of(cfg, plan), rec["variants"][0])
+    for r in out:
+        r["routes"] = routes_label(r)
     return out
+
+
+def routes_label(r: dict) -> str:
+    """Which routes a record replayed, in words: what made them, and whether they fit its store."""
+    if r["method"] is None:
+        return "not recorded"
+    label = METHODS[r["method"]].label + (", pruned against the recorded pool" if r["prune"] else
+                                          ", pruning off" if METHODS[r["method"]].prunes_when_offloaded else "")
+    return label + (" (no resident counterpart)" if r["prune"] and r["store"] == "resident" else "")
 
 
 def _f(v, fmt: str = "{:.2f}") -> str:
@@ -154,7 +207,55 @@ def tables(run_dir: Path) -> str:
                for r in recs if "speedup_per_pass" in r]
     return ("\n".join(head) + "\n" + render.markdown(header, rows, "Expert work per target step pass")
             + "\n" + render.markdown(sp_header, sp_rows, f"Speedup of expert work over {ref} (paired bootstrap "
-                                                         f"over generations)"))
+                                                         f"over generations)")
+            + "\n" + whole_pass_md(recs, cfg, plan) + "\n" + regime_md(recs, ref, d0))
+
+
+def paper_gpu(store: str) -> str:
+    """The GPU the paper measured this store's throughput on."""
+    return PAPER_GPUS["resident" if store == "resident" else "offloaded"]
+
+
+def _gpus(store: str, names: list[str]) -> list[str]:
+    """The whole-pass columns of a store: the paper's GPU for it, and H200 (every device is in the CSV)."""
+    return list(dict.fromkeys(n for n in (paper_gpu(store), "H200") if n in names))
+
+
+def whole_pass_md(recs: list[dict], cfg: dict, plan: dict) -> str:
+    model, missing = model_for(plan)
+    if model is None:
+        return f"**Whole-pass bound**\n\nnot computed: {missing}\n"
+    d = model.describe(cfg["world"]["tree"]["num_steps"])
+    names = [g.name for g in devices(cfg)]
+    out = [f"**Whole-pass bound per output token** ({d['source']}: non-expert target weights "
+           f"{d['target_bytes'] / 1e6:.0f} MB, KV cache at {d['context']} tokens {d['kv_bytes'] / 1e6:.0f} MB, "
+           f"draft passes per step {d['draft_step_bytes'] / 1e6:.0f} MB; links: published peak / measured-typical, "
+           f"`spine.shapes.GPUS`)", ""]
+    for store in dict.fromkeys(r["store"] for r in recs):
+        mine = [r for r in recs if r["store"] == store]
+        gpus = _gpus(store, names)
+        links = ("", "_typical_link") if store != "resident" else ("",)
+        cols = [(g, k) for g in gpus for k in links]
+        header = ["store", "variant", "routes", "non-expert MB/step", "expert MB/step",
+                  *[f"ms/token {g}{' typical link' if k else ''}" for g, k in cols],
+                  *[f"speedup {g}{' typical link' if k else ''}" for g, k in cols]]
+        rows = [[store, r["variant"], r["routes"], _f(r.get("nonexpert_mb_per_pass"), "{:.0f}"),
+                 _f(r["read_mb"], "{:.0f}"), *[_f(r.get(f"whole_ms_per_token_{g}{k}"), "{:.3f}") for g, k in cols],
+                 *[_f(r.get(f"whole_speedup_per_token_{g}{k}"), "{:.3f}") for g, k in cols]] for r in mine]
+        out.append(render.markdown(header, rows))
+    return "\n".join(out)
+
+
+def regime_md(recs: list[dict], ref: str, d0: str | None) -> str:
+    header = ["store", "variant", "measured per token", f"expert bytes ratio ({d0})", "expert FLOPs ratio",
+              "measured lies", "step passes after EOS"]
+    rows = [[r["store"], r["variant"], f"{r['speedup_per_token']:.3f}", _f(r.get(f"bound_speedup_per_token_{d0}"),
+             "{:.3f}"), _f(r["flops_speedup_per_token"], "{:.3f}"), r.get("regime", "-"),
+             "not recorded" if r["after_eos_share"] is None else f"{100 * r['after_eos_share']:.0f} %"]
+            for r in recs if "speedup_per_token" in r]
+    return render.markdown(header, rows, f"Measured ratios over {ref} against their bounds: a time that follows "
+                                         f"bytes gives the bytes ratio, one that follows expert FLOPs (routed "
+                                         f"tokens x top-k per output token) the FLOPs ratio")
 
 
 def write_outputs(run_dir: Path) -> tuple[str, list[Path]]:
@@ -176,18 +277,24 @@ def write_outputs(run_dir: Path) -> tuple[str, list[Path]]:
 
 def figure(recs: list[dict], stores: list[str], stem: Path, title: str) -> list[Path]:
     """One panel per store: each variant's speedup over the reference per output token: the tiny engine's own
-    measured tokens/s ratio (the recorded run), the replay's measured expert time at the target shape (95% CI)
-    and the first device's bytes / bandwidth bound."""
+    measured tokens/s ratio (the recorded run), the replay's measured expert time at the target shape (95% CI),
+    the first device's expert bytes / bandwidth bound and the whole-pass bound at the paper's GPU for the store.
+    Routes pruned against the recorded pool are left out of the resident panel (no resident counterpart)."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     fig, axes = plt.subplots(1, len(stores), figsize=(5.5 * len(stores), 3.6), squeeze=False)
     for ax, store in zip(axes[0], stores):
-        mine = [r for r in recs if r["store"] == store and "speedup_per_token" in r]
+        mine = [r for r in recs if r["store"] == store and "speedup_per_token" in r
+                and not (r["prune"] and store == "resident")]
         bound = next((k for k in (mine[0] if mine else {}) if k.startswith("bound_speedup_per_token_")), None)
+        gpu = paper_gpu(store)
+        whole = f"whole_speedup_per_token_{gpu}" if any(f"whole_speedup_per_token_{gpu}" in r for r in mine) else None
         series = [("tiny engine, tokens/s", "engine_ratio", None),
                   ("replay, expert time", "speedup_per_token", ("speedup_per_token_low", "speedup_per_token_high")),
-                  (f"{bound.removeprefix('bound_speedup_per_token_')} bound" if bound else "bound", bound, None)]
+                  (f"{bound.removeprefix('bound_speedup_per_token_')} expert bytes bound" if bound else "bound", bound,
+                   None),
+                  (f"{gpu} whole-pass bound", whole, None)]
         xs, width = np.arange(len(mine)), 0.8 / len(series)
         for i, (label, key, ci) in enumerate(series):
             ys = [r.get(key) if key else None for r in mine]
@@ -202,7 +309,8 @@ def figure(recs: list[dict], stores: list[str], stem: Path, title: str) -> list[
         ax.set_xticks(xs, [r["variant"] for r in mine], rotation=15, fontsize=8)
         ax.set_ylabel("speedup over the reference, per token")
         ax.set_title(f"{title}{store}", fontsize=9)
-        ax.legend(fontsize=6)
+        if mine:
+            ax.legend(fontsize=6)
     fig.tight_layout()
     out = [stem.with_suffix(".png"), stem.with_suffix(".pdf")]
     for p in out:

@@ -16,10 +16,15 @@ Rules (each stated in the run's `replay.json` and its report):
 - Dtype: the shape's on CUDA; on CPU fp32, because bf16 matrix multiplication on a CPU without bf16 units is
   emulated and compute-bound (time would not follow bytes); bytes for the GPU bounds stay in the shape's dtype.
 - Inputs: one random hidden state [T, H] per pass length T (expert time does not depend on its values).
+- Stores: every variant with the X-slot pool; with the resident store only variants whose routes did not
+  prune (pruning acts against the recorded pool: those routes are not what a resident engine runs; resident
+  AcceptMoE's routing is the recording's AcceptMoE with pruning off).
 
 One `samples.jsonl` row per (store, round, variant): per generation and pass the kind, tokens, output tokens,
 seconds, experts used, loads and hits (summed over replayed layers), the engine's recorded expert seconds,
-and whether the counters matched the run's. An interrupted replay resumes at the first unfinished row.
+and whether the counters matched the run's; per generation where its reply ended by itself
+(`natural_tokens`, when the recording run's row says). An interrupted replay resumes at the first unfinished
+row.
 """
 from __future__ import annotations
 
@@ -62,9 +67,16 @@ class ReplayPlan:
     exact_pool: bool                  # the recorded pool is restored per generation
     steps: int | None                 # step passes per generation (None: all)
 
+    routes: dict                      # variant -> {"method", "prune"} (`Recording.routes`)
+
     @property
     def stores(self) -> tuple[str, ...]:
         return ("resident",) + ((f"offloaded-{self.slots}",) if self.slots else ())
+
+    def variants(self, store: str) -> tuple[str, ...]:
+        """The variants replayed with a store: all offloaded; resident, those whose routes did not prune."""
+        rec = self.recording.variants
+        return rec if store != "resident" else tuple(v for v in rec if not self.routes[v]["prune"])
 
     @property
     def same_shape(self) -> bool:
@@ -93,6 +105,7 @@ class ReplayPlan:
                 "generations": [k.name for k in self.keys], "layers": self.layers, "mapping": list(self.mapping),
                 "steps_per_generation": self.steps, "scale": self.scale, "slots": self.slots, "exact_pool": self.exact_pool, "stores": list(self.stores),
                 "local_bytes": [self.shape.dense_bytes(self.dtype), self.shape.stored_bytes(self.dtype)],
+                "routes": self.routes, "store_variants": {s: list(self.variants(s)) for s in self.stores},
                 "same_shape": self.same_shape,
                 "rules": {"layers": f"replayed layer j of {self.layers} replays recorded MoE layer floor(j * {L} / "
                                     f"{self.layers}); per-pass sums x {self.shape.num_layers}/{self.layers} = the "
@@ -127,7 +140,7 @@ def plan_replay(cfg: ReplayConfig) -> ReplayPlan:
     exact = rec.meta["store"] == "offloaded" and slots == rec.meta.get("slots")
     rec = select(rec, cfg.variants, cfg.generations)
     plan = ReplayPlan(shape, dtype, why, device, rec, rec.keys, n, tuple(j * L // n for j in range(n)), slots, exact,
-                      cfg.passes_per_generation)
+                      cfg.passes_per_generation, rec.routes())
     check_memory(plan, cfg)
     return plan
 
@@ -271,7 +284,7 @@ def run_replay(cfg: ReplayConfig, run: Run, show_progress: bool = True) -> dict:
     if not (run.path / "engine-ratios.json").is_file():
         write_json(run.path / "engine-ratios.json", engine_ratios(plan))
     rec = plan.recording
-    todo = [(s, r, v) for s in plan.stores for r in range(cfg.repeats) for v in rotated(rec.variants, r)
+    todo = [(s, r, v) for s in plan.stores for r in range(cfg.repeats) for v in rotated(plan.variants(s), r)
             if unit_key(s, r, v) not in samples]
     total = sum(_step_passes(rec, v, plan.keys, plan.steps) for s, r, v in todo)
     sets = weight_sets(plan, cfg) if todo else []
@@ -289,11 +302,13 @@ def run_replay(cfg: ReplayConfig, run: Run, show_progress: bool = True) -> dict:
                 gens = []
                 for key in plan.keys:
                     g = replay_generation(plan, store, rec.load(v, key), xs)
-                    gens.append({"task": key.task, "rep": key.rep, "index": key.index, **g})
+                    recorded, natural = rec.natural_end(v, key)
+                    gens.append({"task": key.task, "rep": key.rep, "index": key.index, **g,
+                                 **({"natural_tokens": natural} if recorded else {})})
                     bar.update(sum(k != "prefill" for k in g["kinds"]))
                     bar.set_description(f"{label} r{r} {v}", refresh=False)
                 samples.append(unit_key(label, r, v), {"store": label, "round": r, "variant": v,
-                                                       "position": rotated(rec.variants, r).index(v),
+                                                       "position": rotated(plan.variants(label), r).index(v),
                                                        "generations": gens})
             del store
             gc.collect()

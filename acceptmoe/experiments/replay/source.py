@@ -3,6 +3,10 @@ with `generation.record_routes`): which phase, model and variants a replay reads
 
 A replay compares variants on the same prompts: it takes the first generations every variant recorded, in
 order (repetition, prompt index, task order); the reference variant (Standard SD when recorded) comes first.
+Each variant's routes say which method made them and whether it pruned against the recorded pool (`routes`):
+pruned routes exist only under an offloaded store, so they have no resident counterpart. Where the recording
+run's row says where the reply ended by itself (`natural_end`), the replay can tell text from the forced
+continuation after EOS.
 """
 from __future__ import annotations
 
@@ -15,6 +19,8 @@ import numpy as np
 from acceptmoe.engine.routes import KINDS, Routes
 from acceptmoe.errors import UserError
 from acceptmoe.methods import METHODS
+
+from ..spine.runs import SampleLog
 
 REFERENCE = "standard-sd"
 PHASE_ORDER = ("resident", "offload-timed", "offload-counters", "table1", "sweep")
@@ -39,6 +45,7 @@ class Recording:
     variants: tuple[str, ...]         # the reference first, then by registry order
     keys: tuple[GenKey, ...]          # generations every variant recorded, in order
     meta: dict                        # the first file's meta (experts, layers, store, slots, shapes)
+    cache: dict = dataclasses.field(default_factory=dict, compare=False, repr=False)   # the run's rows, read once
 
     def path(self, variant: str, key: GenKey) -> Path:
         return self.root / key.task / variant / f"r{key.rep}-{key.index:04d}.npz"
@@ -53,6 +60,31 @@ class Recording:
     def methods(self) -> dict[str, str]:
         """variant -> method (from each variant's first file)."""
         return {v: self.load(v, self.keys[0]).meta.get("method", v) for v in self.variants}
+
+    def routes(self) -> dict[str, dict]:
+        """variant -> {"method", "prune"}: what made its routes (each variant's first file's meta)."""
+        metas = {v: self.load(v, self.keys[0]).meta for v in self.variants}
+        return {v: {"method": m.get("method", v), "prune": bool(m.get("prune"))} for v, m in metas.items()}
+
+    def natural_end(self, variant: str, key: GenKey) -> tuple[bool, int | None]:
+        """(recorded, tokens up to the reply's first EOS or None without one) from the recording run's row of
+        that generation: a timed row's `natural_tokens`, or an instrumented row's graded `reply_tokens` (shorter
+        than the generation: it ended there). (False, None) where the row does not say."""
+        unit = self.load(variant, key).meta.get("unit")
+        row = self._rows().get(unit)
+        if row is None:
+            return False, None
+        if "natural_tokens" in row:
+            return True, row["natural_tokens"]
+        if row.get("reply_tokens") is not None:
+            return True, row["reply_tokens"] if row["reply_tokens"] < row["tokens"] else None
+        return False, None
+
+    def _rows(self) -> dict[str, dict]:
+        if "_rows" not in self.cache:
+            path = self.root.parents[2] / "samples.jsonl"
+            self.cache["_rows"] = {r["key"]: r for r in SampleLog(path)} if path.is_file() else {}
+        return self.cache["_rows"]
 
 
 def _children(p: Path) -> list[str]:
