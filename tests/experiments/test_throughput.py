@@ -1,8 +1,11 @@
 """Throughput runners (fig3, fig4, table2, sweep, fig5) and the calibration study end to end on the tiny random
-world, resuming after an interruption, plus the counter arithmetic on a hand-computable offloaded store."""
+world, resuming after an interruption, plus the counter arithmetic on a hand-computable offloaded store; on the
+real tiny world, where a reply ends by itself, the prompts with the longest replies, the share of timed tokens
+after EOS and the natural-text protocol."""
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -249,3 +252,81 @@ def test_natural_end_is_where_a_stop_at_eos_generation_stops(tiny_engine, method
         assert sum(forced.accept_lengths[:end.natural_steps]) + 1 >= end.natural_tokens
     whole = NaturalEnd.of(forced, set())                              # no EOS among the timed tokens
     assert (whole.natural_tokens, whole.natural_steps) == (None, len(forced.accept_lengths))
+
+
+# ----- timed text that is text: prompts by reply length, the share after EOS, the natural-text protocol -----
+def test_longest_reply_prompts_are_the_longest_greedy_replies(tiny_engine, tmp_path, monkeypatch):
+    """The timed prompts are the candidates whose greedy replies (measured here by a stop-at-EOS generation of the
+    real tiny target) are longest, ties to the lower index, then the warm-up; the lengths are measured once per
+    run folder, and a file of other candidates is refused."""
+    from acceptmoe.experiments.throughput import prompts
+    from acceptmoe.evals.tasks import get_task
+    from acceptmoe.experiments.spine.prompts import load_tokenizer, prompt_ids
+    from acceptmoe.methods import Variant
+    cfg = load_throughput_config("tiny", ("resident",), {"prompt_set.order": "longest_reply",
+                                                         "prompt_set.candidates": 12, "resident.prompts": 3,
+                                                         "world.tasks": ["tiny-humaneval"], "world.threads": 1})
+    model = cfg.world.models[0]
+    chosen = prompts.examples_for(cfg, "resident", "tiny-humaneval", model, tmp_path)
+    engine, _ = tiny_engine
+    tok, task = load_tokenizer(Path(model.target)), get_task("tiny-humaneval")
+    plan = Variant("vanilla-ar").bind(engine.fit)
+    cands = task.load("test", 12)
+    lengths = [len(engine.generate(prompt_ids(tok, task.messages(ex)), plan, cfg.world.generation.max_new_tokens,
+                                   trace_layers=False).tokens) for ex in cands]
+    order = sorted(range(12), key=lambda i: (-lengths[i], i))
+    assert [ex["id"] for ex in chosen] == [cands[i]["id"] for i in order[:4]]          # 3 timed + the warm-up
+    assert lengths[order[3]] >= max(lengths[i] for i in order[4:])
+    assert prompts.examples_for(cfg, "sweep", "tiny-humaneval", model, tmp_path) == task.load("test", 15)
+    monkeypatch.setattr(prompts, "opened", lambda *a, **k: pytest.fail("measured twice"))
+    assert prompts.examples_for(cfg, "resident", "tiny-humaneval", model, tmp_path) == chosen
+    other = load_throughput_config("tiny", ("resident",), {"prompt_set.order": "longest_reply",
+                                                           "prompt_set.candidates": 10, "resident.prompts": 3,
+                                                           "world.tasks": ["tiny-humaneval"]})
+    with pytest.raises(ValueError, match="lists other tiny-humaneval candidates"):
+        prompts.examples_for(other, "resident", "tiny-humaneval", model, tmp_path)
+    with pytest.raises(ThroughputConfigError, match="prompt_set.candidates 3 < 9"):
+        load_throughput_config("tiny", ("resident",), {"prompt_set.order": "longest_reply", "prompt_set.candidates": 3})
+
+
+@pytest.fixture(scope="module")
+def natural_run(tmp_path_factory):
+    """A small resident run of the real tiny world: two tiny-gsm prompts forced to 48 tokens (replies end at about
+    25), two repetitions."""
+    from acceptmoe.experiments.spine.runs import open_run
+    from acceptmoe.experiments.throughput.runner import run_experiment
+    cfg = load_throughput_config("tiny", ("resident",), {
+        "limit": 2, "world.tasks": ["tiny-gsm"], "world.generation.timed_tokens": 48, "world.threads": 1,
+        "resident.variants": ["vanilla-ar", "standard-sd"], "resident.repetitions": 2, "natural_min_tokens": 8})
+    run = open_run("fig3", "tiny", cfg, root=tmp_path_factory.mktemp("natural"))
+    run_experiment(cfg, run, show_progress=False)
+    return run.path
+
+
+def test_after_eos_share_and_the_natural_text_protocol(natural_run, tmp_path):
+    from acceptmoe.experiments.throughput.records import after_eos, natural_records
+    from acceptmoe.experiments.throughput.report import write_outputs
+    rows = list(SampleLog(natural_run / "samples.jsonl"))
+    assert all(r["tokens"] == 48 and r["natural_tokens"] is not None and r["natural_tokens"] < 48 for r in rows)
+    want = sum(48 - r["natural_tokens"] for r in rows) / (48 * len(rows))
+    assert after_eos(rows) == pytest.approx(want) and want > 0.3
+    recs = natural_records(rows, "resident", ("vanilla-ar", "standard-sd"), 2, "pooled", 8)
+    sd = [r for r in rows if r["variant"] == "standard-sd"]
+    mine = next(r for r in recs if r["variant"] == "standard-sd")
+    assert mine["natural_prompts"] == 2 and mine["natural_ratio_vs_standard_sd"] == pytest.approx(1.0)
+    assert mine["natural_tokens_per_s"] == pytest.approx(sum(r["natural_tokens"] for r in sd)
+                                                         / sum(r["natural_s"] for r in sd))
+    assert mine["natural_tau"] == pytest.approx(sum(r["natural_tokens"] - 1 for r in sd)
+                                                / sum(r["natural_steps"] for r in sd))
+    longest = max(r["natural_tokens"] for r in rows)                 # a window no reply fills pools no prompt
+    assert natural_records(rows, "resident", ("vanilla-ar", "standard-sd"), 2, "pooled", longest + 1) == []
+    text, written = write_outputs(natural_run)
+    assert f"{100 * want:.0f} %" in text and "natural text: each generation timed only up to its own EOS" in text
+    assert (natural_run / "throughput-resident-natural.csv") in written
+    old = tmp_path / "old"                                           # rows written before NaturalEnd existed
+    shutil.copytree(natural_run, old, ignore=shutil.ignore_patterns("*.md", "*.csv", "*.png", "*.pdf"))
+    (old / "samples.jsonl").write_text("".join(json.dumps({k: v for k, v in r.items() if not k.startswith("natural")})
+                                               + "\n" for r in rows))
+    text, written = write_outputs(old)
+    assert "| not recorded |" in text and "natural text (timed up to each reply's own EOS): not recorded" in text
+    assert not (old / "throughput-resident-natural.csv").exists()

@@ -5,7 +5,8 @@ fixed-budget sweep (Figure 5).
 |------------|---------------------------------------------------------------------------------|
 | `config`   | `ThroughputConfig`, the `throughput:` section (resident, offload, sweep phases) |
 | `runner`   | the timed phases and the graded sweep                                           |
-| `records`  | throughput, ratios, traffic, hit rate, stall share from saved rows              |
+| `prompts`  | which evaluation examples a phase runs (in order, or the longest replies first) |
+| `records`  | throughput, ratios, traffic, hit rate, stall share, after EOS, natural text     |
 | `report`   | Markdown / CSV / LaTeX outputs and the comparison with the paper's numbers      |
 | `figures`  | Figures 3, 4, 5 (matplotlib, Agg backend)                                        |
 | `commands` | `fig3`, `fig4`, `table2`, `sweep`, `fig5`                                        |

@@ -6,6 +6,11 @@
   measured side by side on the same engine) and across repetitions its mean (resident) or median
   (offloaded), min, max and standard deviation; tau pooled.
   Only repetitions in which every variant finished every prompt of the pair count.
+- `after_eos(rows)`: the share of timed tokens generated after the reply's natural end (its first EOS; the
+  forced protocol runs on past it), pooled; None where a row does not record its end (rows written before
+  `NaturalEnd`). `natural_records(...)`: the natural-text protocol beside the forced one: each generation
+  timed only up to its own EOS (its tokens and steps up to there, prefill included), pooled over the prompts
+  whose reply is at least `min_tokens` long in every variant of the pair; ratios and spread as above.
 - `counter_metrics(rows)`: host-to-device bytes and loads per output token, hit rate = hits / (hits + misses),
   stall share = seconds the compute stalled for loads (`wait_s`, not the copies' own `copy_s`) / timed
   seconds, stall microseconds per load, all pooled over the rows.
@@ -71,7 +76,8 @@ def throughput_records(rows, phase: str, variants: tuple[str, ...], prompts: int
                    "tau": rate(all_rows, "accepted", "steps") if v not in NO_TAU else None,
                    "ms_per_step": 1e3 * rate(all_rows, "decode_s", "steps"),
                    "load_avg_1m": statistics.fmean(x["load_avg_1m"] for x in all_rows)
-                   if all("load_avg_1m" in x for x in all_rows) else None}
+                   if all("load_avg_1m" in x for x in all_rows) else None,
+                   "after_eos_share": after_eos(all_rows)}
             if BASELINE in variants:
                 ratios = [a / b for a, b in zip(tput[v], tput[BASELINE])]
                 mid = statistics.fmean(ratios) if center == "pooled" else statistics.median(ratios)
@@ -79,6 +85,55 @@ def throughput_records(rows, phase: str, variants: tuple[str, ...], prompts: int
                            ratio_min=min(ratios), ratio_max=max(ratios),
                            ratio_std=statistics.stdev(ratios) if len(ratios) > 1 else 0.0,
                            ratios_per_rep=[round(x, 4) for x in ratios])
+            out.append(rec)
+    return out
+
+
+def natural_length(row: dict) -> int:
+    """Tokens of the reply up to and including its own EOS (all timed tokens where it has none)."""
+    return row["tokens"] if row["natural_tokens"] is None else row["natural_tokens"]
+
+
+def after_eos(rows: list[dict]) -> float | None:
+    if not rows or any("natural_tokens" not in r for r in rows):
+        return None
+    return sum(r["tokens"] - natural_length(r) for r in rows) / sum(r["tokens"] for r in rows)
+
+
+def after_eos_pooled(records: list[dict], rows: list[dict], phase: str) -> dict[str, float | None]:
+    """variant -> the after-EOS share over every pair's rows the records counted, and "all" over every variant."""
+    counted = {(r["model"], r["task"], r["variant"]) for r in records}
+    mine = [r for r in rows if r.get("phase") == phase and (r["model"], r["task"], r["variant"]) in counted]
+    out = {v: after_eos([r for r in mine if r["variant"] == v]) for v in dict.fromkeys(x["variant"] for x in records)}
+    return {**out, "all": after_eos(mine)}
+
+
+def natural_records(rows, phase: str, variants: tuple[str, ...], prompts: int, center: str,
+                    min_tokens: int) -> list[dict]:
+    """The natural-text protocol per (pair, variant); none for a pair whose rows do not record their ends."""
+    out = []
+    for (model, task), pair_rows in by_pair(rows, phase).items():
+        reps = complete_reps(pair_rows, variants, prompts)
+        if not reps or after_eos(pair_rows) is None:
+            continue
+        keep = [i for i in range(prompts)
+                if all(natural_length(reps[r][v][i]) >= min_tokens for r in reps for v in variants)]
+        if not keep:
+            continue
+        tput = {v: [sum(natural_length(reps[r][v][i]) for i in keep) / sum(reps[r][v][i]["natural_s"] for i in keep)
+                    for r in reps] for v in variants}
+        for v in variants:
+            sel = [reps[r][v][i] for r in reps for i in keep]
+            rec = {"model": model, "task": task, "variant": v, "reps": len(reps), "natural_prompts": len(keep),
+                   "natural_tokens": sum(natural_length(x) for x in sel),
+                   "natural_tokens_per_s": (sum(natural_length(x) for x in sel) / sum(x["natural_s"] for x in sel)
+                                            if center == "pooled" else statistics.median(tput[v])),
+                   "natural_tau": (sum(natural_length(x) - 1 for x in sel) / sum(x["natural_steps"] for x in sel)
+                                   if v not in NO_TAU else None)}
+            if BASELINE in variants:
+                ratios = [a / b for a, b in zip(tput[v], tput[BASELINE])]
+                rec.update(natural_ratio_vs_standard_sd=statistics.fmean(ratios) if center == "pooled"
+                           else statistics.median(ratios), natural_ratio_min=min(ratios), natural_ratio_max=max(ratios))
             out.append(rec)
     return out
 

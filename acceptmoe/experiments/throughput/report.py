@@ -19,33 +19,60 @@ from ..spine.records import graded_records
 from ..spine.runs import NothingToTabulate, SampleLog
 from . import figures
 from .config import ThroughputConfig, throughput_config_from_saved
-from .records import (BASELINE, HEADLINE, counter_records, headline, mean_ratio_spread, means, self_sized_vs_best,
-                      throughput_records)
+from .records import (BASELINE, HEADLINE, after_eos_pooled, counter_records, headline, mean_ratio_spread, means,
+                      natural_records, self_sized_vs_best, throughput_records)
 
 
 def fmt(x, digits: int = 2) -> str:
     return "-" if x is None else f"{x:.{digits}f}"
 
 
-def throughput_md(records: list[dict], title: str, center: str, labels: dict) -> str:
+NOT_RECORDED = "not recorded"
+
+
+def share(x: float | None) -> str:
+    return NOT_RECORDED if x is None else f"{100 * x:.0f} %"
+
+
+def throughput_md(records: list[dict], title: str, center: str, labels: dict, pooled_eos: dict) -> str:
     header = ["Model", "Task", "Variant", "reps", "tok/s", "min-max", "ratio vs SD", "ratio min-max", "ratio sd", "tau",
-              "ms/step", "host load"]
+              "ms/step", "host load", "after EOS"]
     rows = [[r["model"], r["task"], labels[r["variant"]], str(r["reps"]), fmt(r["tokens_per_s"], 1),
              f"{fmt(r['tokens_per_s_min'], 1)}-{fmt(r['tokens_per_s_max'], 1)}", fmt(r.get("ratio_vs_standard_sd"), 3),
              f"{fmt(r.get('ratio_min'), 3)}-{fmt(r.get('ratio_max'), 3)}", fmt(r.get("ratio_std"), 3), fmt(r["tau"]),
-             fmt(r["ms_per_step"], 1), fmt(r.get("load_avg_1m"), 2)] for r in records]
+             fmt(r["ms_per_step"], 1), fmt(r.get("load_avg_1m"), 2), share(r.get("after_eos_share"))]
+            for r in records]
     m = means(records, ("tokens_per_s", "ratio_vs_standard_sd", "tau", "ms_per_step", "load_avg_1m"))
     spread = mean_ratio_spread(records)
     for v, row in m.items():
         s = spread.get(v, {})
         rows.append(["Mean over pairs", "", labels[v], "", fmt(row["tokens_per_s"], 1), "",
                      fmt(row["ratio_vs_standard_sd"], 3), f"{fmt(s.get('min'), 3)}-{fmt(s.get('max'), 3)}", "",
-                     fmt(row["tau"]), fmt(row["ms_per_step"], 1), fmt(row["load_avg_1m"], 2)])
+                     fmt(row["tau"]), fmt(row["ms_per_step"], 1), fmt(row["load_avg_1m"], 2),
+                     share(pooled_eos.get(v))])
+    rows.append(["Pooled over variants", "", "", "", "", "", "", "", "", "", "", "", share(pooled_eos.get("all"))])
     note = ("pooled over repetitions (total tokens / total timed seconds); ratio: mean" if center == "pooled"
             else "median over repetitions; ratio: median")
     return render.markdown(header, rows, f"{title}: throughput {note} over repetitions of the ratio to Standard SD "
                                          f"measured in the same repetition, with its min-max and standard deviation; "
-                                         f"host load = mean 1-minute load average while the variant ran")
+                                         f"host load = mean 1-minute load average while the variant ran; after EOS = "
+                                         f"share of timed tokens generated after the reply's own EOS (EOS ignored)")
+
+
+def natural_md(records: list[dict], title: str, center: str, labels: dict, min_tokens: int) -> str:
+    header = ["Model", "Task", "Variant", "prompts", "tok/s", "ratio vs SD", "ratio min-max", "tau"]
+    rows = [[r["model"], r["task"], labels[r["variant"]], str(r["natural_prompts"]), fmt(r["natural_tokens_per_s"], 1),
+             fmt(r.get("natural_ratio_vs_standard_sd"), 3),
+             f"{fmt(r.get('natural_ratio_min'), 3)}-{fmt(r.get('natural_ratio_max'), 3)}", fmt(r["natural_tau"])]
+            for r in records]
+    for v, row in means(records, ("natural_tokens_per_s", "natural_ratio_vs_standard_sd", "natural_tau")).items():
+        rows.append(["Mean over pairs", "", labels[v], "", fmt(row["natural_tokens_per_s"], 1),
+                     fmt(row["natural_ratio_vs_standard_sd"], 3), "", fmt(row["natural_tau"])])
+    return render.markdown(header, rows, f"{title}, natural text: each generation timed only up to its own EOS (its "
+                                         f"tokens, steps and seconds up to there, prefill included), over the prompts "
+                                         f"whose reply is at least {min_tokens} tokens in every variant; "
+                                         f"{'pooled' if center == 'pooled' else 'median'} over repetitions, ratio to "
+                                         f"Standard SD in the same repetition")
 
 
 def table2_rows(records: list[dict], pooled: list[dict], labels: dict) -> tuple[list[str], list[list[str]], int]:
@@ -134,6 +161,7 @@ class RunRecords:
     cfg: ThroughputConfig
     rows: list[dict]
     timed: dict[str, list[dict]] = field(default_factory=dict)   # resident / offload-timed -> throughput_records
+    natural: dict[str, list[dict]] = field(default_factory=dict)  # the same phases -> natural_records
     counters: list[dict] = field(default_factory=list)           # Table 2, per pair
     pooled: list[dict] = field(default_factory=list)             # Table 2, per model over its tasks
     sweep: list[dict] = field(default_factory=list)              # the sweep's graded records
@@ -145,6 +173,8 @@ def load_records(run_dir: str | Path) -> RunRecords:
     for phase, center in (("resident", "pooled"), ("offload-timed", "median")):
         if phase in cfg.phases:
             out.timed[phase] = throughput_records(rows, phase, cfg.names(phase), cfg.prompts(phase), center)
+            out.natural[phase] = natural_records(rows, phase, cfg.names(phase), cfg.prompts(phase), center,
+                                                 cfg.natural_min_tokens)
     if "offload-counters" in cfg.phases:
         out.counters = counter_records(rows, cfg.names("offload-counters"), cfg.bootstrap_resamples)
         if out.counters:
@@ -166,8 +196,15 @@ def write_outputs(run_dir: str | Path) -> tuple[str, list[Path]]:
         recs = timed.get(phase)
         if recs:
             name = "throughput-" + phase.split("-")[0]
-            write(run_dir, f"{name}.md", throughput_md(recs, title, center, labels), written)
+            md = throughput_md(recs, title, center, labels, after_eos_pooled(recs, got.rows, phase))
+            natural = got.natural.get(phase)
+            md += "\n" + (natural_md(natural, title, center, labels, cfg.natural_min_tokens) if natural else
+                          f"{title}, natural text (timed up to each reply's own EOS): {NOT_RECORDED} (rows written "
+                          f"before where a reply ends was saved)\n")
+            write(run_dir, f"{name}.md", md, written)
             write(run_dir, f"{name}.csv", render.csv_text(_flat(recs)), written)
+            if natural:
+                write(run_dir, f"{name}-natural.csv", render.csv_text(natural), written)
             written += figures.figure_throughput(recs, cfg.names(phase), title, run_dir / stem, labels)
             parts.append((run_dir / f"{name}.md").read_text())
     if counters:

@@ -12,9 +12,10 @@ fixed-budget sweep (Figure 5), one run folder per command.
 Timed phases (paper protocol): batch 1; per repetition a fresh engine (resident, or offloaded with X slots
 per MoE layer); the variants in an order that rotates by one per repetition, each over every task (an engine
 configured per method, such as an SGLang server, then serves each variant once per repetition); per (task,
-variant) one untimed warm-up generation on the warm-up example, then the evaluation examples 0..n-1 in order,
-exactly `generation.timed_tokens` tokens with EOS ignored. Each generation is timed with the engine's clock (device synchronised) around
-`generate`; throughput = total tokens / total timed seconds; each row also keeps the machine's 1-minute load
+variant) one untimed warm-up generation on the warm-up example, then the phase's prompts in order (`prompts`:
+evaluation examples 0..n-1, or those with the longest replies first), exactly `generation.timed_tokens` tokens
+with EOS ignored; each row says where the reply ended by itself (`rows.NaturalEnd`). Each generation is timed
+with the engine's clock (device synchronised) around `generate`; throughput = total tokens / total timed seconds; each row also keeps the machine's 1-minute load
 average (other processes on the host distort timings; the report shows it). The store's counters are reset before every
 generation and saved with its row (prefill included). `offload-counters` is one more such run with per-layer
 traces on (set sizes) and each reply graded up to its first EOS (greedy decoding makes that prefix the reply
@@ -43,9 +44,10 @@ from ..spine.engines import Loaded, opened, set_threads
 from ..spine.grading import PairRun, run_graded, save_routes
 from ..spine.layout import RunPaths
 from ..spine.prompts import decode, prompt_ids
-from ..spine.rows import COUNTER_FIELDS, Generated, Graded, TimedRow, TraceStats
+from ..spine.rows import COUNTER_FIELDS, Generated, Graded, NaturalEnd, TimedRow, TraceStats
 from ..spine.runs import Run, SampleLog, unit_key
 from .config import ThroughputConfig, needs_budgets
+from .prompts import examples_for
 
 Progress = Callable[[str], None]
 
@@ -106,7 +108,8 @@ def generate_timed(u: Unit, index: int, ex: dict, plan: Plan, warmup: bool = Fal
     totals = engine.counters()
     row = TimedRow(u.phase, u.rep, u.loaded.model.name, u.task.name, plan.name, ex["id"], index,
                    plan.budget, Generated.of(gen, ids), wall, totals["store"],
-                   os.getloadavg()[0], **{c: totals[c] for c in COUNTER_FIELDS}, copy_s=totals.get("copy_s"))
+                   os.getloadavg()[0], **{c: totals[c] for c in COUNTER_FIELDS}, copy_s=totals.get("copy_s"),
+                   natural=NaturalEnd.of(gen, engine.eos_token_ids))
     return row, gen
 
 
@@ -141,16 +144,6 @@ def run_timed_variant(u: Unit, variant: Variant, progress: Progress) -> None:
         progress(f"{u.phase} r{u.rep} {task} {variant.name}")
 
 
-def examples_for(cfg: ThroughputConfig, phase: str, task: str) -> list[dict]:
-    """The phase's evaluation examples, up to and including its warm-up example."""
-    need = max(cfg.prompts(phase), cfg.warmup_index(phase) + 1 if phase != "sweep" else 0)
-    examples = get_task(task).load(cfg.world.eval_split, need)
-    if len(examples) < need:
-        raise ValueError(f"{task} {cfg.world.eval_split} has {len(examples)} examples; phase {phase} needs {need} "
-                         f"(prompts and the warm-up example): lower prompts or warmup_index")
-    return examples
-
-
 def pending(cfg: ThroughputConfig, phase: str, rep: int, model: str, samples: SampleLog,
             examples: dict[str, list[dict]]) -> int:
     return sum(unit_key(phase, rep, model, t, v, ex["id"]) not in samples for t in cfg.world.tasks
@@ -159,9 +152,9 @@ def pending(cfg: ThroughputConfig, phase: str, rep: int, model: str, samples: Sa
 
 def run_timed_phase(cfg: ThroughputConfig, phase: str, samples: SampleLog, budgets: dict, progress: Progress) -> None:
     store, slots = ("offloaded", cfg.offload.slots) if phase.startswith("offload") else ("resident", None)
-    examples = {t: examples_for(cfg, phase, t) for t in cfg.world.tasks}
     for rep in range(repetitions(cfg, phase)):
         for model in cfg.world.models:
+            examples = {t: examples_for(cfg, phase, t, model, samples.path.parent) for t in cfg.world.tasks}
             if not pending(cfg, phase, rep, model.name, samples, examples):
                 continue
             with opened(model, cfg.world, samples.path.parent, store, slots) as loaded:   # fresh per repetition
@@ -196,9 +189,9 @@ def run_sweep_phase(cfg: ThroughputConfig, samples: SampleLog, budgets: dict, pr
 def total_units(cfg: ThroughputConfig, samples: SampleLog) -> int:
     n = 0
     for phase in cfg.phases:
-        examples = {t: get_task(t).load(cfg.world.eval_split, cfg.prompts(phase)) for t in cfg.world.tasks}
-        n += sum(pending(cfg, phase, r, m.name, samples, examples)
-                 for r in range(repetitions(cfg, phase)) for m in cfg.world.models)
+        for m in cfg.world.models:
+            examples = {t: examples_for(cfg, phase, t, m, samples.path.parent) for t in cfg.world.tasks}
+            n += sum(pending(cfg, phase, r, m.name, samples, examples) for r in range(repetitions(cfg, phase)))
     return n
 
 
