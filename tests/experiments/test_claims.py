@@ -13,10 +13,11 @@ import pytest
 
 from acceptmoe.errors import UserError
 from acceptmoe.experiments.claims import table
-from acceptmoe.experiments.claims.read import Measured
+from acceptmoe.experiments.claims.measured import Measured
+from acceptmoe.experiments.claims.verdict import Evidence, judge, verdict
 from acceptmoe.experiments.cli import main
-from acceptmoe.experiments.spine.paper import CLAIMS, Expect, docs_table
-from acceptmoe.experiments.spine.runs import REPO, open_run
+from acceptmoe.experiments.spine.paper import CLAIMS, Expect, docs_table, margins_table
+from acceptmoe.experiments.spine.runs import REPO, SampleLog, open_run
 
 REFERENCE = REPO / "results" / "reference"
 
@@ -43,9 +44,12 @@ def test_docs_table_is_the_registry():
     text = (REPO / "docs" / "method.md").read_text()
     section = text.split("## The paper's claims (the reproduction targets)\n\n", 1)[1]
     assert section.startswith(docs_table())
+    assert margins_table() in section                        # every margin the verdicts use, with its source
     assert [c.id for c in CLAIMS] == ["accuracy-vs-sd", "matched-budget", "matched-budget-gap", "self-vs-best-fixed",
-                                      "b0-range", "tau-parity", "resident-throughput", "offload-throughput",
-                                      "stall-share", "h2d-traffic", "hit-rate", "pruning"]
+                                      "b0-range", "tau-parity", "tau-parity-moe-spec", "resident-throughput",
+                                      "resident-all-pairs", "offload-throughput", "offload-vs-ar", "offload-sd-vs-ar",
+                                      "stall-share", "h2d-traffic", "hit-rate", "sd-vs-ar-offload-traffic", "pruning",
+                                      "small-budget-loss"]
 
 
 def test_rebuilds_the_same_bytes_and_every_claim_appears(reference, tmp_path, capsys):
@@ -82,7 +86,9 @@ def test_accuracy_vs_sd_is_table1s_own_number(reference):
     est, iv = acceptmoe.split(" ", 1)
     row = next(r for r in _records(out) if r["id"] == "accuracy-vs-sd")
     assert row["ours"].startswith(f"{est} pp over 4 pairs") and row["95% interval / spread"] == iv
-    assert row["measures"] == "tiny engine on CPU" and row["direction holds"] == "yes"
+    low, high = (float(x) for x in iv.strip("[]").split(", "))
+    want = "yes" if -1 <= low and high <= 1 else "no" if low > 1 or high < -1 else "not resolved"
+    assert row["measures"] == "tiny engine on CPU" and row["direction holds"].split(" (")[0] == want
     b0 = next(r for r in _records(out) if r["id"] == "b0-range" and "calibration" not in r["run"])
     decided = [json.loads(p.read_text())["b0"] for p in sorted((run.parent / "b0").rglob("*.json"))]
     assert b0["ours"].startswith(f"{min(decided)} to {max(decided)} experts")
@@ -95,14 +101,33 @@ def test_throughput_rows_equal_the_runs_paper_comparison(reference):
     mean = re.search(r"\| (\d\.\d{3})x mean", fig3.read_text()).group(1)
     res = next(r for r in recs if r["id"] == "resident-throughput" and r["measures"] == "tiny engine on CPU")
     assert res["ours"].startswith(f"{mean}x mean")
-    assert res["direction holds"] == ("yes" if float(mean) > 1 else "no")      # the rule: a ratio above 1
-    assert res["95% interval / spread"].startswith("repetitions ")
+    low, high = (float(x) for x in re.match(r"repetitions (\d\.\d+)-(\d\.\d+)", res["95% interval / spread"]).groups())
+    want = "yes" if low > 1 else "no" if high <= 1 else "not resolved"     # the rule: the spread against 1
+    assert res["direction holds"].split(" (")[0] == want
     replay_rows = [r for r in recs if r["id"] == "resident-throughput" and "replay" in r["measures"]]
     assert len(replay_rows) == 1
     if not list((REFERENCE / "replay").glob("*/config.json")):
         assert replay_rows[0]["run"].startswith("needs ./reproduce.sh replay")
     else:
         assert re.match(r"\[\d\.\d{3}, \d\.\d{3}\]", replay_rows[0]["95% interval / spread"])
+
+
+def test_the_resident_replay_row_replays_unpruned_routes(reference):
+    """Resident AcceptMoE never prunes: its replay row is the recording's AcceptMoE with pruning off (the
+    committed replay also replayed the pruned routes on its resident store, which the row must not take)."""
+    (run,) = sorted((REFERENCE / "replay").glob("*/config.json"))[-1:]
+    from acceptmoe.experiments.replay import report
+    recs = report.records(run.parent)
+    unpruned = next(r for r in recs if r["store"] == "resident" and r["method"] == "acceptmoe" and not r["prune"])
+    row = next(r for r in _records(reference[0]) if r["id"] == "resident-throughput" and "replay" in r["measures"])
+    assert row["ours"].startswith(f"{unpruned['speedup_per_token']:.3f}x per output token, resident store")
+    assert row["95% interval / spread"] == (f"[{unpruned['speedup_per_token_low']:.3f}, "
+                                            f"{unpruned['speedup_per_token_high']:.3f}]")
+    assert row["measures"].endswith("routes: AcceptMoE, pruning off")
+    pruned = next(r for r in recs if r["store"] == "resident" and r["prune"])
+    assert "no resident counterpart" in pruned["routes"]
+    off = next(r for r in _records(reference[0]) if r["id"] == "offload-throughput" and "replay" in r["measures"])
+    assert off["measures"].endswith("routes: AcceptMoE, pruned against the recorded pool")
 
 
 def test_a_claim_without_its_run_names_the_command(tmp_path):
@@ -131,16 +156,55 @@ def test_bad_input_is_one_error_line(tmp_path, capsys):
     assert not (tmp_path / "o").exists()
 
 
-def test_directions_can_fail():
-    m = lambda est, lo=None, hi=None, values=(): Measured("x", "", "", "", est, lo, hi, values)
-    assert table.holds(Expect("parity", ""), m(-5.0, -9.0, -1.0)) == "no (the interval excludes 0)"
-    assert table.holds(Expect("parity", ""), m(-0.5, -2.0, 1.0)) == "yes"
-    assert table.holds(Expect("above", "", 1.0), m(0.8)) == "no"
-    assert table.holds(Expect("above", "", 1.0), m(1.1, 0.9, 1.3)).startswith("yes (not resolved")
-    assert table.holds(Expect("below", ""), m(3.0)) == "no"
-    assert table.holds(Expect("increasing", ""), m(None, values=(3.0, 2.0, 4.0))) == "no"
-    assert table.holds(Expect("decrease", ""), m(None, values=(1.0, 2.0))) == "no"
-    assert table.holds(Expect("near", "", 1.0, 0.02), m(0.9)) == "no"
+# ----- the verdict rules, each at its boundary -----
+EPS = 1e-9
+
+
+def _ev(low: float, high: float) -> Evidence:
+    return Evidence((low + high) / 2, low, high, "95 % interval")
+
+
+@pytest.mark.parametrize("low, high, want", [(1.0 + EPS, 1.5, "yes"), (1.0, 1.5, "not resolved"),
+                                             (0.5, 1.0, "no"), (0.5, 1.0 + EPS, "not resolved")])
+def test_above_reads_yes_only_when_the_interval_excludes_the_opposite(low, high, want):
+    assert judge("above", 1.0, 0.0, _ev(low, high)) == want
+
+
+@pytest.mark.parametrize("low, high, want", [(-1.0, -EPS, "yes"), (-1.0, 0.0, "not resolved"),
+                                             (0.0, 1.0, "no"), (-EPS, 1.0, "not resolved")])
+def test_below_reads_no_only_when_the_interval_excludes_the_papers_direction(low, high, want):
+    assert judge("below", 0.0, 0.0, _ev(low, high)) == want
+
+
+@pytest.mark.parametrize("low, high, want", [(-1.0, 1.0, "yes"), (-1.0 - EPS, 1.0, "not resolved"),
+                                             (-0.2, 1.0 + EPS, "not resolved"), (1.0 + EPS, 2.0, "no"),
+                                             (1.0, 2.0, "not resolved"), (-3.0, -1.0 - EPS, "no"),
+                                             (-9.0, 9.0, "not resolved")])
+def test_an_equality_is_judged_by_its_margin_so_a_wide_interval_is_never_yes(low, high, want):
+    assert judge("equivalent", 0.0, 1.0, _ev(low, high)) == want
+
+
+def test_verdict_cells_every_pair_steps_and_points():
+    above = Expect("above", "", 1.0, every_pair=True)
+    pairs = lambda *ends: [Evidence(lo, lo, hi, "spread", f"p{i}") for i, (lo, hi) in enumerate(ends)]   # noqa: E731
+    assert verdict(above, None, pairs((1.1, 1.2), (1.2, 1.3))) == "yes (all 2 pairs)"
+    assert verdict(above, None, pairs((1.1, 1.2), (0.8, 1.0))) == "no (1 of 2 pairs: p1)"
+    assert verdict(above, None, pairs((1.1, 1.2), (0.9, 1.1))) == "not resolved (1 of 2 pairs: p1)"
+    assert verdict(above, None, [Evidence(1.2, label="a"), Evidence(1.1, label="b")]) == \
+        "yes (all 2 pairs; point estimates)"
+    assert verdict(Expect("above", "", 1.0), Evidence(1.2)) == "yes (point estimate, no interval)"
+    assert verdict(Expect("above", "", 1.0), Evidence(1.05, 0.98, 1.13, "spread over repetitions")) == \
+        "not resolved (the spread over repetitions holds 1)"
+    increasing = Expect("increasing", "")
+    assert verdict(increasing, None, steps=[_ev(0.5, 2.0), _ev(0.1, 0.3)]) == "yes (all 2 steps)"
+    assert verdict(increasing, None, steps=[_ev(0.5, 2.0), _ev(-0.3, 0.1)]).startswith("not resolved")
+    assert verdict(Expect("none", "a size"), Evidence(3.0)) == "n/a (a size)"
+    with pytest.raises(ValueError, match="positive margin"):
+        Expect("equivalent", "", 0.0, 0.0)
+
+
+def test_worlds_cell():
+    m = lambda est: Measured("x", "", "", "", est, None, None)    # noqa: E731
     assert table.worlds_cell([m(1.0)]) == table.ONE_WORLD
     two = [Measured("x", "", "", "", v, None, None, world=w) for v, w in ((0.8, "a"), (1.2, "b"))]
     assert table.worlds_cell(two) == "2 worlds: 0.8 to 1.2"
@@ -148,7 +212,9 @@ def test_directions_can_fail():
 
 def test_replay_rows_from_a_small_real_replay(tmp_path):
     """A two-prompt offloaded recording and its replay at Qwen3-30B-A3B's shape (one layer): both throughput
-    claims get the replay's per-token speedup with its interval and the H200 bound, beside the engine's ratio."""
+    claims get the replay's per-token speedup with its interval, the H200 expert bytes bound and the paper GPU's
+    whole-pass bound, beside the engine's ratio; the resident row replays AcceptMoE's unpruned routes, and the
+    pruned routes are not replayed with the resident store."""
     from acceptmoe.experiments.replay.config import load_replay_config
     from acceptmoe.experiments.replay.runner import run_replay
     from acceptmoe.experiments.throughput.config import load_throughput_config
@@ -157,7 +223,8 @@ def test_replay_rows_from_a_small_real_replay(tmp_path):
     cfg = load_throughput_config("tiny", ("offload-timed",), {
         "limit": 2, "budgets_from": str(t1), "world.tasks": ["tiny-gsm"], "world.generation.timed_tokens": 24,
         "world.generation.record_routes": True, "world.threads": 1,
-        "offload.variants": ["standard-sd", "acceptmoe"], "offload.repetitions": 1, "offload.slots": 48})
+        "offload.variants": ["standard-sd", "acceptmoe", {"method": "acceptmoe", "prune": False}],
+        "offload.repetitions": 1, "offload.slots": 48})
     rec = open_run("fig4", "tiny", cfg, root=tmp_path / "rec")
     run_experiment(cfg, rec, show_progress=False)
     rcfg = load_replay_config("tiny", {"source": str(rec.path), "shape": "qwen3-30b-a3b", "layers": 1,
@@ -168,14 +235,19 @@ def test_replay_rows_from_a_small_real_replay(tmp_path):
     out = tmp_path / "claims"
     assert main(["claims", "--run", str(rec.path), "--run", str(rep.path), "--out", str(out)]) == 0
     recs = _records(out)
-    for claim_id in ("resident-throughput", "offload-throughput"):
+    for claim_id, routes, gpu in (("resident-throughput", "AcceptMoE, pruning off", "RTX PRO 6000"),
+                                  ("offload-throughput", "AcceptMoE, pruned against the recorded pool", "RTX 5090")):
         rows = [r for r in recs if r["id"] == claim_id and r["measures"].startswith("expert-work replay")]
         assert len(rows) == 1, claim_id
         row = rows[0]
-        assert row["measures"] == "expert-work replay at qwen3-30b-a3b's shape (CPU)"
-        assert "x per output token" in row["ours"] and "H200 bytes/bandwidth bound" in row["ours"]
+        assert row["measures"] == f"expert-work replay at qwen3-30b-a3b's shape (CPU), routes: {routes}"
+        assert "x per output token" in row["ours"] and "H200 expert bytes bound" in row["ours"]
+        assert f"{gpu} whole-pass bound" in row["ours"]
         assert re.match(r"\[\d+\.\d{3}, \d+\.\d{3}\]", row["95% interval / spread"])
-        assert row["direction holds"].split(" ")[0] in ("yes", "no")
+        assert row["direction holds"].split(" ")[0] in ("yes", "no", "not")
+    replayed = {(r["store"], r["variant"]) for r in SampleLog(rep.path / "samples.jsonl")}
+    assert ("resident", "acceptmoe") not in replayed and ("resident", "acceptmoe-noprune") in replayed
+    assert ("offloaded-48", "acceptmoe") in replayed
     engine = [r for r in recs if r["id"] == "offload-throughput" and r["measures"] == "tiny engine on CPU"]
     assert len(engine) == 1 and engine[0]["run"] == str(rec.path)
     assert next(r for r in recs if r["id"] == "resident-throughput" and r["measures"] == "tiny engine")["run"] \

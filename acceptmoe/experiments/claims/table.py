@@ -8,7 +8,8 @@ Rows follow the registry's order; a claim reported per part (pruning) has one ro
 run speaks to gets a row naming the command that produces it; the throughput claims also get one for the
 replay at the paper's expert shape. The worlds column is the spread of a claim's estimate across
 independently trained tiny worlds: a worlds run (`./reproduce.sh worlds`) adds one row per Table 1 claim
-across its worlds (mean, worlds x prompts interval for a paired difference, each world's estimate).
+across its worlds (mean, worlds x prompts interval for a paired difference, each world's estimate). Whether
+the direction holds is `claims.verdict` on the row's interval: yes, no, or not resolved.
 """
 from __future__ import annotations
 
@@ -20,7 +21,9 @@ from acceptmoe.errors import UserError
 from ..spine import render
 from ..spine.paper import CLAIMS, Claim, Expect, Part
 from ..spine.runs import REPO, RunFolderError, recorded_experiment
-from .read import ENGINE, READERS, REPLAY, REPLAY_HINT, Measured, claims_with_replay, where
+from .measured import ENGINE, REPLAY, Measured, where
+from .read import READERS, REPLAY_HINT, claims_with_replay
+from .verdict import verdict
 
 REFERENCE = REPO / "results" / "reference"
 # fig5 holds fig4's phases with more prompts; the reference fig4 run is the replay's small routes source
@@ -65,24 +68,9 @@ def experiment_with_claims(run: Path) -> str:
 
 # ----- directions -----
 def holds(expect: Expect, m: Measured) -> str:
-    est, lo, hi, t = m.estimate, m.low, m.high, expect.threshold
-    if expect.kind == "none":
-        return f"n/a ({expect.words})"
-    if expect.kind in ("increasing", "decrease"):
-        v = m.values
-        ok = all(a < b for a, b in zip(v, v[1:])) if expect.kind == "increasing" else v[1] < v[0]
-        return "yes" if ok else "no"
-    if est is None:
-        return "n/a (no estimate)"
-    if expect.kind == "parity":
-        if lo is None:
-            return "n/a (no interval)"
-        return "yes" if lo <= 0 <= hi else "no (the interval excludes 0)"
-    if expect.kind == "near":
-        return "yes" if abs(est - t) <= expect.tolerance else "no"
-    ok = est > t if expect.kind == "above" else est < t
-    crosses = lo is not None and lo <= t <= hi
-    return ("yes" if ok else "no") + (f" (not resolved: the interval holds {t:g})" if crosses else "")
+    """The "direction holds" cell: `claims.verdict` on the measurement's interval (per pair or per step where it
+    carries them)."""
+    return verdict(expect, m.evidence, list(m.pairs), list(m.steps))
 
 
 # ----- the rows -----
@@ -158,9 +146,13 @@ def render_markdown(records: list[dict], runs: list[Path]) -> str:
                                       f"{measured_n} measured"),
         "Intervals: 95 % paired bootstrap over prompts (Table 1: stratified by pair; pruning accuracy: pooled "
         "over pairs) or over generations (the replay); throughput: min-max over repetitions of the mean over "
-        "pairs; counters are counts of one instrumented run (per-pair range, no interval). \"tiny engine on "
-        "CPU\": the embedded tiny world on this project's engine; \"expert-work replay\": the tiny world's "
-        "recorded routes re-executed at the named model's expert shape.\n"])
+        "pairs, or of each pair; counters are counts of one instrumented run (per-pair points, no interval). "
+        "Direction: \"yes\" only when the interval or spread excludes the opposite of the paper's direction, "
+        "\"no\" only when it excludes the paper's direction, \"not resolved\" otherwise; an equality is judged "
+        "against its stated margin (docs/method.md), so a wide interval never reads \"yes\"; a claim the paper "
+        "makes of every pair is judged pair by pair; a point estimate says so. \"tiny engine on CPU\": the "
+        "embedded tiny world on this project's engine; \"expert-work replay\": the tiny world's recorded routes "
+        "re-executed at the named model's expert shape, the routes named.\n"])
 
 
 def csv_records(records: list[dict]) -> list[dict]:
