@@ -222,6 +222,7 @@ def test_replay_rows_from_a_small_real_replay(tmp_path):
     (t1,) = [p.parent for p in sorted((REFERENCE / "table1").glob("*/config.json"))[-1:]]
     cfg = load_throughput_config("tiny", ("offload-timed",), {
         "limit": 2, "budgets_from": str(t1), "world.tasks": ["tiny-gsm"], "world.generation.timed_tokens": 24,
+        "prompt_set.order": "index",
         "world.generation.record_routes": True, "world.threads": 1,
         "offload.variants": ["standard-sd", "acceptmoe", {"method": "acceptmoe", "prune": False}],
         "offload.repetitions": 1, "offload.slots": 48})

@@ -33,6 +33,7 @@ def recorded(tmp_path_factory) -> Path:
     (table1,) = sorted((REPO / "results" / "reference" / "table1").iterdir())[-1:]
     cfg = load_throughput_config("tiny", ("offload-timed",), {
         "limit": 2, "budgets_from": str(table1), "world.tasks": ["tiny-gsm"], "world.generation.timed_tokens": 40,
+        "prompt_set.order": "index",
         "world.generation.record_routes": True, "world.threads": 1,
         "offload.variants": ["standard-sd", "acceptmoe"], "offload.repetitions": 1, "offload.slots": SLOTS})
     run = open_run("fig4", "tiny", cfg, root=tmp_path_factory.mktemp("rec"))

@@ -297,6 +297,7 @@ def natural_run(tmp_path_factory):
     from acceptmoe.experiments.throughput.runner import run_experiment
     cfg = load_throughput_config("tiny", ("resident",), {
         "limit": 2, "world.tasks": ["tiny-gsm"], "world.generation.timed_tokens": 48, "world.threads": 1,
+        "prompt_set.order": "index",
         "resident.variants": ["vanilla-ar", "standard-sd"], "resident.repetitions": 2, "natural_min_tokens": 8})
     run = open_run("fig3", "tiny", cfg, root=tmp_path_factory.mktemp("natural"))
     run_experiment(cfg, run, show_progress=False)

@@ -173,7 +173,9 @@ def _across(first: Measured, group: dict[str, Measured], views: dict, bs, base: 
         ours = f"{mean:.3f} mean over {W} worlds"
     else:
         ours = "; ".join(m.ours for m in ms)
-    interval = ("-" if lo is None else iv(lo, hi)) if not steps else "steps " + ", ".join(iv(s.low, s.high) for s in steps)
+    interval = "-" if lo is None else iv(lo, hi)
+    if steps:
+        interval = "steps " + ", ".join(iv(s.low, s.high) for s in steps)
     if pairs:
         interval = f"per pair ratio {min(p.low for p in pairs):.3f} to {max(p.high for p in pairs):.3f} (95 %)"
     return Measured(first.claim, first.part, ours, interval, mean, lo, hi, values,

@@ -183,7 +183,8 @@ def _sweep_rows(got, base: dict) -> list[Measured]:
                     pairs=points(labels, d), **base)]
     small = []
     for b in best:
-        fixed = [r for r in got.sweep if (r["model"], r["task"]) == (b["model"], b["task"]) and r["variant"] in roles.fixed]
+        fixed = [r for r in got.sweep
+                 if (r["model"], r["task"]) == (b["model"], b["task"]) and r["variant"] in roles.fixed]
         low = min(fixed, key=lambda r: r["budget"])
         small.append((low["budget"], low["accuracy"] - b["best_accuracy"]))
     loss = [x for _, x in small]

@@ -5,11 +5,11 @@
 The interval is a 95 % bootstrap interval, or a spread (min-max over repetitions, or over pairs) where the run
 gives no interval; without either, the point estimate is judged and the verdict says so. For a threshold t:
 
-| kind         | "yes" when (the interval excludes the opposite) | "no" when (the interval excludes the paper's direction) |
-|--------------|-------------------------------------------------|---------------------------------------------------------|
-| `above`      | low > t                                         | high <= t                                               |
-| `below`      | high < t                                        | low >= t                                                |
-| `equivalent` | t - m <= low and high <= t + m                  | low > t + m or high < t - m                             |
+| kind         | "yes" (it excludes the opposite) | "no" (it excludes the paper's direction) |
+|--------------|----------------------------------|------------------------------------------|
+| `above`      | low > t                          | high <= t                                |
+| `below`      | high < t                         | low >= t                                 |
+| `equivalent` | t - m <= low and high <= t + m   | low > t + m or high < t - m              |
 
 and "not resolved" otherwise: an equivalence is never read off an interval that merely holds t, so low power
 reads "not resolved", not "yes". `increasing` judges each consecutive difference as `above 0`; a claim the

@@ -36,7 +36,8 @@ from .shapes import DeviceBound
 SHIPPED = REPO / "configs" / "models"          # released config.json files by hub id: <owner>/<name>/config.json
 # the targets and drafts of the replay's shapes (spine.shapes.SHAPES and the embedded tiny world)
 CHECKPOINTS = {
-    "qwen3-30b-a3b": ("Qwen/Qwen3-30B-A3B-Instruct-2507", "lmsys/SGLang-EAGLE3-Qwen3-30B-A3B-Instruct-2507-SpecForge-Nex"),
+    "qwen3-30b-a3b": ("Qwen/Qwen3-30B-A3B-Instruct-2507",
+                      "lmsys/SGLang-EAGLE3-Qwen3-30B-A3B-Instruct-2507-SpecForge-Nex"),
     "gpt-oss-120b": ("openai/gpt-oss-120b", "lmsys/EAGLE3-gpt-oss-120b-bf16"),
     "tiny": ("models/tiny/target", "models/tiny/draft"),
 }
