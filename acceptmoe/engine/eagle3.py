@@ -5,7 +5,8 @@ Checkpoint: `config.json` (Llama fields plus `draft_vocab_size`, optional `targe
 `midlayer.{input_layernorm,hidden_norm,post_attention_layernorm}.weight`,
 `midlayer.self_attn.{q,k,v,o}_proj.weight` (q/k/v read width 2H), `midlayer.mlp.{gate,up,down}_proj.weight`,
 `norm.weight`, `lm_head.weight` [Vd, H], `d2t` [Vd] (target id = draft id + d2t[draft id]), `t2d` [V] and
-optionally `embed_tokens.weight` (otherwise the target's embedding is shared).
+optionally `embed_tokens.weight`. Tokens are embedded as SGLang embeds them (`own_embedding`): with the target's
+embedding, unless the config's `target_hidden_size` differs from the draft's `hidden_size`.
 
 One step (SGLang `llama_eagle3.py`, SpecForge `llama3_eagle.py`): the draft's input at position i pairs the
 token x_{i+1} with a hidden state h_i, either the target's fused features fc(concat of three layers'
@@ -136,7 +137,9 @@ class Eagle3Draft(nn.Module):
         if ARCHITECTURE not in archs:
             raise ValueError(f"{path}: architectures {archs} is not {ARCHITECTURE} (an EAGLE-3 draft head)")
         state = _load_state(path)
-        draft = cls(config, own_embedding="embed_tokens.weight" in state)
+        own = own_embedding(config) and "embed_tokens.weight" in state
+        state = {k: v for k, v in state.items() if own or k != "embed_tokens.weight"}   # unused, as in SGLang
+        draft = cls(config, own_embedding=own)
         _check_and_load(draft, state, path)
         stored = state["fc.weight"].dtype
         draft = draft.to(device=device, dtype=dtype or stored).eval()
@@ -261,6 +264,14 @@ def _load_state(path: Path) -> dict[str, Tensor]:
     else:
         raise FileNotFoundError(f"no *.safetensors or pytorch_model.bin in {path}")
     return {k.removeprefix("model."): v for k, v in state.items() if not k.endswith(_IGNORED_KEYS)}
+
+
+def own_embedding(config: dict) -> bool:
+    """Whether a draft embeds with its own `embed_tokens`: SGLang's rule (`LlamaForCausalLM.set_embed`, which every
+    EAGLE-3 draft gets) keeps a draft's own only when its config names a `target_hidden_size` other than its
+    `hidden_size`; otherwise the target's embedding replaces it, whatever the checkpoint holds."""
+    target = config.get("target_hidden_size")
+    return target is not None and target != config["hidden_size"]
 
 
 def _check_and_load(draft: Eagle3Draft, state: dict[str, Tensor], path: Path) -> None:

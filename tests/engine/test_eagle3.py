@@ -86,18 +86,28 @@ def test_forward_matches_reference_and_cache_is_consistent(draft_dir, target):
     assert draft.logits(whole).shape == (9, 96)
 
 
-def test_a_draft_with_its_own_embedding_uses_it(tmp_path, target):
-    """A checkpoint with embed_tokens.weight embeds with it, not with the target's embedding."""
-    folder = make_draft(tmp_path / "own", own_embedding=True)
-    draft = Eagle3Draft.from_pretrained(folder).bind(target)
-    sd = load_file(str(folder / "model.safetensors"))
+def test_a_drafts_own_embedding_is_used_where_sglang_uses_it(tmp_path, target):
+    """SGLang embeds a draft's tokens with the target's embedding unless the draft's config names a
+    target_hidden_size other than its hidden_size: a checkpoint's own embed_tokens of the target's width is left
+    unused (as SGLang leaves it), one of another width embeds."""
     g = torch.Generator().manual_seed(2)
     ids, fused = torch.randint(0, VOCAB, (6,), generator=g), torch.randn(6, 3 * HIDDEN, generator=g)
     pos = torch.arange(6)
+    same = make_draft(tmp_path / "same", own_embedding=True)                       # hidden_size = the target's
+    draft = Eagle3Draft.from_pretrained(same).bind(target)
+    sd = load_file(str(same / "model.safetensors"))
     out = draft(ids, fused, pos, draft.new_cache(8), 0)
-    torch.testing.assert_close(out, reference_forward(sd, sd["embed_tokens.weight"][ids], fused, pos),
-                               rtol=1e-4, atol=1e-5)
-    assert not torch.allclose(out, reference_forward(sd, target.embed(ids), fused, pos), rtol=1e-3, atol=1e-3)
+    assert draft.embed_tokens is None
+    torch.testing.assert_close(out, reference_forward(sd, target.embed(ids), fused, pos), rtol=1e-4, atol=1e-5)
+    assert not torch.allclose(out, reference_forward(sd, sd["embed_tokens.weight"][ids], fused, pos), rtol=1e-3,
+                              atol=1e-3)
+    narrow = make_draft(tmp_path / "narrow", config=draft_config(hidden=32, target_hidden_size=HIDDEN), hidden=32,
+                        own_embedding=True)
+    draft = Eagle3Draft.from_pretrained(narrow).bind(target)
+    sd = load_file(str(narrow / "model.safetensors"))
+    assert draft.embed_tokens is not None
+    torch.testing.assert_close(draft(ids, fused, pos, draft.new_cache(8), 0),
+                               reference_forward(sd, sd["embed_tokens.weight"][ids], fused, pos), rtol=1e-4, atol=1e-5)
 
 
 def test_tree_follows_sglang_beam_slots(draft_dir, target):
@@ -159,7 +169,8 @@ def test_save_load_round_trip(draft_dir, target, tmp_path):
 
 
 def test_own_embedding_and_bf16(tmp_path, target):
-    folder = make_draft(tmp_path / "d", own_embedding=True)
+    folder = make_draft(tmp_path / "d", config=draft_config(hidden=32, target_hidden_size=HIDDEN), hidden=32,
+                        own_embedding=True)
     draft = Eagle3Draft.from_pretrained(folder, dtype=torch.bfloat16).bind(target)
     assert draft.embed_tokens is not None and draft.dtype == torch.bfloat16
     out = draft(torch.tensor([1, 2]), torch.randn(2, 3 * HIDDEN), torch.arange(2), draft.new_cache(4), 0)

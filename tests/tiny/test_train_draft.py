@@ -142,7 +142,8 @@ def test_training_lowers_the_loss_and_the_draft_is_lossless(tmp_path, target_dir
     out = tmp_path / "draft"
     draft.save_pretrained(out)
     loaded = Eagle3Draft.from_pretrained(out)
-    assert loaded.aux_layer_ids == aux and loaded.embed_tokens is not None and not loaded.d2t.any()
+    assert loaded.aux_layer_ids == aux and not loaded.d2t.any()
+    assert loaded.embed_tokens is None        # its frozen copy of the target's is unused, as SGLang leaves it
     result = train_draft.measure(target_dir, out, tok, SMALL, seed=0, shape=TreeShape(3, 4, 10))
     assert result["lossless"] == {"checked": 8, "equal": 8, "all_equal": True}
     assert result["tau"] >= 1.0 and set(result["families"]) == set(tasks.FAMILIES)
