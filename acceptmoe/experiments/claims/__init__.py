@@ -7,12 +7,12 @@ package imports no other" (`tests/architecture/test_import_graph.py` names the m
 The claims themselves (id, text, the paper's value and direction) live in `spine.paper`, where the
 throughput report's paper column reads them too.
 
-| module     | what it holds                                                                          |
-|------------|----------------------------------------------------------------------------------------|
-| `measured` | `Measured`: what a run says about one claim, with its interval, per-pair or per-step evidence |
-| `read`     | per experiment, its run's `Measured` rows: Table 1, the worlds study, the calibration study; `READERS` |
-| `timed`    | the same for the throughput runs and the replay (which routes each replay row used)       |
-| `verdict`  | the direction rules: yes / no / not resolved from an interval, equivalence margins, every pair |
-| `table`    | which runs (default: the newest reference runs), one row per claim, outputs             |
-| `commands` | `claims`                                                                               |
+| module     | what it holds                                                                                    |
+|------------|--------------------------------------------------------------------------------------------------|
+| `measured` | `Measured`: what a run says about one claim, with its interval and per-pair or per-step evidence |
+| `read`     | per experiment, its run's rows: Table 1, the worlds study, the calibration study; `READERS`      |
+| `timed`    | the same for the throughput runs and the replay (which routes each replay row used)              |
+| `verdict`  | the direction rules: yes / no / not resolved from an interval, margins, every pair               |
+| `table`    | which runs (default: the newest reference runs), one row per claim, outputs                      |
+| `commands` | `claims`                                                                                         |
 """
