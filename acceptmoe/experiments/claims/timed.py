@@ -51,7 +51,9 @@ def _versus(recs: list[dict], num: str, den: str, center: str) -> list[tuple[dic
 
 def _eos(got, phase: str) -> str:
     share = tp_records.after_eos_pooled(got.timed[phase], got.rows, phase)["all"]
-    return "after-EOS share not recorded" if share is None else f"{100 * share:.0f} % of timed tokens after EOS"
+    if share is None:
+        return "after-EOS share not recorded"
+    return f"{100 * share:.0f} % of timed tokens after EOS (all variants)"
 
 
 # ----- throughput runs (fig3, fig4, table2, sweep, fig5) -----
