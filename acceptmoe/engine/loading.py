@@ -92,7 +92,8 @@ def expert_weights(ckpt: Checkpoint, cfg: ModelConfig, layer: int, dtype: torch.
     tensor by tensor as the checkpoint holds them, converted to `dtype` on the way; `out` None: new CPU tensors.
     A checkpoint tensor whose shape differs from the form's is a CheckpointError naming it."""
     if out is None:
-        out = {n: torch.empty(t.shape, dtype=t.dtype) for n, t in stored_form(cfg, dtype, packed_experts(ckpt, cfg)).items()}
+        form = stored_form(cfg, dtype, packed_experts(ckpt, cfg))
+        out = {n: torch.empty(t.shape, dtype=t.dtype) for n, t in form.items()}
     p = f"model.layers.{layer}.mlp.experts"
     if cfg.arch == "qwen3_moe":
         if f"{p}.gate_up_proj" in ckpt:

@@ -22,7 +22,9 @@ are defined. The stores allocate by these rules (`store.open_store`) and a test 
   stored experts, the layer being read (its checkpoint pages, or its staging copy where the kept form differs).
   Experts stream into the store layer by layer (`MoEModel.from_pretrained`), so nothing else is staged.
 - `other` is every non-expert weight (embeddings, the LM head unless tied, attention with its biases, norms
-  and sinks, routers, dense MLPs of non-MoE layers) in the compute dtype. KV cache and activations come on top.
+  and sinks, routers, dense MLPs of non-MoE layers) in the compute dtype; `draft_bytes` an EAGLE-3 draft's
+  (built on the meta device from its config.json), `kv_bytes` the target's KV cache for a number of slots.
+  Activations and the runtime come on top.
 """
 from __future__ import annotations
 
@@ -34,6 +36,7 @@ from torch import Tensor
 
 from .arena import ArenaLayout
 from .config import ModelConfig
+from .eagle3 import Eagle3Draft
 from .expert_math import PACKED, keeps_packed
 from .mxfp4 import BLOCK
 
@@ -113,7 +116,8 @@ def pool_form(form: Mapping[str, Tensor], dtype: torch.dtype, device: torch.devi
     loads land in where the kept form is dense."""
     kept = kept_form(form, dtype, device)
     staged = {n: t for n, t in form.items() if n not in kept}
-    return {n: torch.empty((slots + 1, *t.shape[1:]), dtype=t.dtype, device=META) for n, t in {**kept, **staged}.items()}
+    return {n: torch.empty((slots + 1, *t.shape[1:]), dtype=t.dtype, device=META)
+            for n, t in {**kept, **staged}.items()}
 
 
 @dataclass(frozen=True)
@@ -161,6 +165,21 @@ def other_params(cfg: ModelConfig) -> int:
     moe = len(cfg.moe_layer_ids)
     dense_mlp = (L - moe) * 3 * H * cfg.dense_intermediate_size
     return V * H * (1 if cfg.tie_word_embeddings else 2) + L * (attention + 2 * H) + moe * router + dense_mlp + H
+
+
+def draft_bytes(config: dict, dtype: torch.dtype) -> int:
+    """Device bytes of an EAGLE-3 draft from its config.json (as a dict): every parameter in `dtype` and its
+    vocabulary maps, counting an embedding of its own (an upper bound: a draft without one shares the
+    target's)."""
+    with torch.device(META):
+        draft = Eagle3Draft(config, own_embedding=True)
+    size = torch.empty((), dtype=dtype).element_size()
+    return sum(p.numel() for p in draft.parameters()) * size + sum(nbytes(b) for b in draft.buffers())
+
+
+def kv_bytes(cfg: ModelConfig, dtype: torch.dtype, tokens: int) -> int:
+    """The target's KV cache for `tokens` slots: K and V of every layer, [tokens, kv heads, head dim] each."""
+    return 2 * cfg.num_layers * tokens * cfg.num_kv_heads * cfg.head_dim * torch.empty((), dtype=dtype).element_size()
 
 
 def weight_bytes(cfg: ModelConfig, mxfp4: bool, store: str = "resident", slots: int | None = None,

@@ -44,6 +44,16 @@ from .memory import READS, host_layout, kept_form, pool_form
 from .store_base import HITS, LOADS, MISSES, PASSES, ExpertStore
 
 
+def waves_needed(used: int, slots: int) -> int:
+    """Waves a pass with `used` distinct experts runs: at most `slots` experts each."""
+    return math.ceil(used / slots)
+
+
+def waves_bound(pairs: int, num_experts: int, slots: int) -> int:
+    """The most waves a pass of `pairs` (token, expert) pairs can need, known without reading its union."""
+    return waves_needed(min(pairs, num_experts), slots)
+
+
 @dataclass(frozen=True)
 class PoolState:
     """An offloaded store's pool: `expert_in` [L, X + 1] (slot -> expert or -1, the last slot the zero slot),
@@ -186,8 +196,8 @@ class OffloadedStore(ExpertStore):
         """Waves whose admission is computed before the read: exact on CPU (reading the union costs nothing),
         as many as the pass could need on CUDA (no host sync; a wave without experts changes nothing)."""
         if self.cuda:
-            return math.ceil(min(pairs, self.num_experts) / self.slots)
-        return math.ceil(int(used.sum()) / self.slots)
+            return waves_bound(pairs, self.num_experts, self.slots)
+        return waves_needed(int(used.sum()), self.slots)
 
     def _admit(self, layer: int, in_wave: Tensor, order: Tensor, rank: Tensor, stamp: int, loaded: Tensor) -> Tensor:
         """Make every expert of the wave resident (assigning misses their slots) and stamp them most recently
@@ -212,6 +222,7 @@ class OffloadedStore(ExpertStore):
         slot_of.index_put_((torch.where(miss, self.arange_e, E),), new_slot)
         expert_in[:X] = torch.where(replaced, incoming[:X], held)
         last_use.index_put_((torch.where(in_wave, slot_of[:E], X),), stamp + rank)
+        last_use[X:].fill_(-1)                                           # the zero slot took the others' stamps
         self.cells[layer][LOADS].add_(miss.sum())
         return torch.where(miss, new_slot, loaded)
 
@@ -228,7 +239,7 @@ class OffloadedStore(ExpertStore):
             values = self.reads
         values = values.tolist()
         n_used, slots, ranks = values[0], values[1:E + 1], values[E + 1:]
-        waves: list[list[tuple[int, int]]] = [[] for _ in range(math.ceil(n_used / X))]
+        waves: list[list[tuple[int, int]]] = [[] for _ in range(waves_needed(n_used, X))]
         for e, s in enumerate(slots):
             if s >= 0:
                 waves[ranks[e] // X].append((e, s))

@@ -231,3 +231,35 @@ def test_the_experts_kernel_path_matches_the_definition_on_the_stores_operands(k
     ref, _ = experts_by_group(math, x, group, weights, E + 1, grouped_weights(math.kept(zero, "cpu")), "grouped")
     torch.testing.assert_close(y, ref)
     assert not y[~wave].any()
+
+
+@pytest.mark.parametrize("store, slots", [("resident", None), ("offloaded", 3)])
+def test_from_pretrained_streams_each_layer_into_the_store_before_reading_the_next(store, slots, tmp_path, monkeypatch):
+    """Loading reads one MoE layer's experts and hands them to the store before it reads the next layer's, so
+    host memory never holds more than the store's own part and the layer being read."""
+    from itertools import groupby
+
+    from acceptmoe.engine import loading, offload
+    from acceptmoe.engine import store as store_module
+    tiny_qwen3_moe(tmp_path, num_hidden_layers=3)
+    events = []
+    get = loading.Checkpoint.get
+    monkeypatch.setattr(loading.Checkpoint, "get", lambda self, name: events.append(name) or get(self, name))
+    for cls in (store_module.ResidentStore, offload.OffloadedStore):
+        monkeypatch.setattr(cls, "put", lambda self, layer, w, put=cls.put: events.append(layer) or put(self, layer, w))
+    model = MoEModel.from_pretrained(tmp_path, store=store, slots=slots)
+    steps = [("put", e) if isinstance(e, int) else ("read", int(e.split(".")[2]))
+             for e in events if isinstance(e, int) or ".mlp.experts." in e]
+    assert [k for k, _ in groupby(steps)] == [(kind, l) for l in model.config.moe_layer_ids for kind in ("read", "put")]
+
+
+def test_layers_given_the_same_tensors_share_them_in_the_arena():
+    """A replay's layers share weight sets: the offloaded store holds each set once (and computes the same)."""
+    math, one = _math("swiglu"), _layers("swiglu", layers=(0,))[0]
+    shared = make_store("offloaded", math, {l: dict(one) for l in (0, 1, 2)}, E, "cpu", slots=3)
+    separate = make_store("offloaded", math, {l: {n: t.clone() for n, t in one.items()} for l in (0, 1, 2)}, E, "cpu",
+                          slots=3)
+    assert separate.host_expert_bytes() == 3 * shared.host_expert_bytes() == 3 * E * expert_bytes(one)
+    x, ids, weights = _routing(4)
+    for l in (0, 1, 2):
+        assert torch.equal(shared.run(l, x, ids, weights), separate.run(l, x, ids, weights))

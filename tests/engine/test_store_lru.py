@@ -86,3 +86,41 @@ def test_tiny_world_counters_and_tokens_as_recorded():
         assert {str(l): {k: c[k] for k in run["total"]} for l, c in s["layers"].items()} == run["layers"], where
         assert {str(l): eng.model.store.resident(l).nonzero().flatten().tolist()
                 for l in eng.model.store.layer_ids} == run["resident"], where
+
+
+@pytest.mark.parametrize("E, X, k, seed", [(8, 1, 2, 5), (16, 5, 4, 6), (32, 7, 3, 7)])
+def test_cuda_admission_rule_computes_exact_waves_after_one_read(E, X, k, seed, monkeypatch):
+    """On CUDA a pass computes every wave's admission it could need (no host sync) and then reads the host once:
+    run here with that rule (the CPU store otherwise admits exactly the waves it needs), each pass still makes
+    one read, computes exactly ceil(union / X) waves, and gives the outputs, counters and pool state (clock and
+    LRU stamps included) of the plain LRU and of the CPU rule."""
+    from acceptmoe.engine import offload
+    H, I = 8, 4
+    g = torch.Generator().manual_seed(seed)
+    weights = {"w1": torch.randn(E, 2 * I, H, generator=g), "w2": torch.randn(E, H, I, generator=g)}
+    cpu = make_store("offloaded", ExpertMath("swiglu", torch.float32), {0: dict(weights)}, E, "cpu", slots=X)
+    bound = make_store("offloaded", ExpertMath("swiglu", torch.float32), {0: dict(weights)}, E, "cpu", slots=X)
+    bound._admissions = lambda used, pairs: offload.waves_bound(pairs, E, X)    # the CUDA rule
+    reads, waves = [], []
+    read, compute = bound._read, offload.experts_by_group
+    bound._read = lambda *a: reads.append(1) or read(*a)
+    monkeypatch.setattr(offload, "experts_by_group", lambda *a, **kw: waves.append(1) or compute(*a, **kw))
+    plain = PlainLRU(E, X)
+    for p in range(30):
+        T = int(torch.randint(1, 9, (1,), generator=g))
+        ids = torch.randn(T, E, generator=g).topk(k, dim=-1).indices
+        x, w = torch.randn(T, H, generator=g), torch.full((T, k), 1.0 / k)
+        n_reads, n_waves = len(reads), len(waves)
+        y = bound.run(0, x, ids, w)
+        assert len(reads) - n_reads == 1
+        assert len(waves) - n_waves == offload.waves_needed(ids.unique().numel(), X)
+        assert offload.waves_bound(ids.numel(), E, X) >= len(waves) - n_waves
+        monkeypatch.setattr(offload, "experts_by_group", compute)
+        assert torch.equal(y, cpu.run(0, x, ids, w))
+        monkeypatch.setattr(offload, "experts_by_group", lambda *a, **kw: waves.append(1) or compute(*a, **kw))
+        plain.run(ids.flatten().tolist())
+        c = bound.stats()["layers"][0]
+        assert (c["hits"], c["misses"], c["loads"]) == (plain.hits, plain.misses, plain.loads)
+        assert bound.slot_of[0][:E].tolist() == plain.slot_of
+        a, b = bound.pool_state(), cpu.pool_state()
+        assert torch.equal(a.expert_in, b.expert_in) and torch.equal(a.last_use, b.last_use) and a.clock == b.clock

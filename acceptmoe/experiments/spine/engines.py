@@ -29,6 +29,8 @@ from acceptmoe.engine.backend import EngineBackend
 from acceptmoe.errors import UserError
 from acceptmoe.methods import Plan, Variant
 
+from .fit import check_model_fits
+
 Opener = Callable[..., EngineBackend]
 ENGINES: dict[str, str | Opener] = {
     "native": "acceptmoe.engine.engine:load_engine",
@@ -106,8 +108,10 @@ def opened(model, world, run_dir: Path, store: str = "resident", slots: int | No
 def load_model(model, world, run_dir: Path, store: str = "resident", slots: int | None = None) -> Loaded:
     """A fresh engine (`world.engine`) for `model` (a ModelEntry); store/slots select the expert store
     (offloaded: an X-slot pool per layer, native engine only). The engine's `describe()` (name, version,
-    settings) is appended to `run_dir/engines.jsonl`, so every run says which engine made its rows."""
+    settings) is appended to `run_dir/engines.jsonl`, so every run says which engine made its rows. A model
+    this machine cannot hold stops here, before anything is downloaded or loaded (`fit.check_model_fits`)."""
     from .prompts import load_tokenizer, resolve_checkpoint
+    check_model_fits(model, world, store, slots)
     target, draft = resolve_checkpoint(model.target), resolve_checkpoint(model.draft)
     serving = world.serving.settings(world, model) if world.engine != "native" else {}
     engine = open_backend(world.engine, target=target, draft=draft, device=world.device, dtype=world.dtype,

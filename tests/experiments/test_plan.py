@@ -1,0 +1,96 @@
+"""`./reproduce.sh plan` from config files alone, and the fit check where an experiment opens a model: memory
+figures from the functions that size the stores, generations counted as the runners count them, one `error:`
+line for a model without a config.json at hand or a machine too small for it."""
+import dataclasses
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from acceptmoe.engine.config import ModelConfig
+from acceptmoe.engine.memory import mxfp4_in_config, store_bytes
+from acceptmoe.errors import UserError
+from acceptmoe.experiments.spine.config import ModelEntry, load_world
+from acceptmoe.experiments.spine.fit import SHIPPED, mem_available, model_need
+from acceptmoe.experiments.spine.shapes import GPUS
+
+KEYS = {"model", "experiment", "gpu", "device_gb", "pinned_host_gb", "expert_gb", "host_peak_gb", "generations",
+        "est_hours_native", "est_hours_sglang", "tokens", "fits"}
+
+
+def plan(*args):
+    return subprocess.run([sys.executable, "-m", "acceptmoe", "plan", *args], capture_output=True, text=True,
+                          timeout=600)
+
+
+def test_paper_fig4_pins_the_experts_bytes_and_counts_the_protocol():
+    """Offloaded at X = 48 every target pins its experts' bytes (the arena `engine.memory` sizes, within 1.1x);
+    with budgets from a Table 1 run, fig4 is 3 timed repetitions plus the counters run, each 4 tasks x 4
+    variants x (20 prompts + the warm-up) of exactly 256 tokens; without, calibration (2 sources x 128 training
+    prompts) and B0's 100 prompts per task come first, with every expert on the device."""
+    out = plan("--preset", "paper", "--experiment", "fig4", "--json", "--budgets-from", "results/table1/paper/x")
+    assert out.returncode == 0, out.stderr
+    rows = json.loads(out.stdout)
+    world = load_world("paper")
+    assert [(r["model"], r["gpu"]) for r in rows] == [(m.name, g.name) for m in world.models for g in GPUS]
+    for r in rows:
+        assert KEYS <= set(r) and r["experiment"] == "fig4" and r["est_hours_sglang"] is None
+        assert r["expert_gb"] <= r["pinned_host_gb"] <= 1.1 * r["expert_gb"] and r["host_peak_gb"] > r["pinned_host_gb"]
+        assert r["generations"] == (3 + 1) * 4 * 4 * 21 and r["tokens"] == r["generations"] * 256
+        assert r["fits"] and r["est_hours_native"] > 0
+        entry = next(m for m in world.models if m.name == r["model"])
+        target = json.loads((SHIPPED / entry.target / "config.json").read_text())
+        cfg = ModelConfig.from_dict(target)
+        arena = store_bytes(cfg, torch.bfloat16, "offloaded", 48, mxfp4_in_config(target), "cuda").pinned
+        assert r["pinned_host_gb"] == round(arena / 1e9, 2)
+        need = model_need(entry, dataclasses.replace(world, device="cuda"), "offloaded", 48)
+        assert r["device_gb"] == round(need.device / 1e9, 2) < 32
+    full = json.loads(plan("--preset", "paper", "--experiment", "fig4", "--json").stdout)
+    assert {r["generations"] for r in full} == {(3 + 1) * 4 * 4 * 21 + 2 * 128 + 4 * 100}
+    assert not any(r["fits"] for r in full if r["gpu"] == "RTX 5090")         # B0's resident engine: > 32 GiB
+    assert all(r["device_gb_by_store"]["offloaded"] < 32 < r["device_gb_by_store"]["resident"] for r in full)
+
+
+def test_every_experiment_plans_and_prints_its_assumptions():
+    out = plan("--preset", "tiny", "--experiment", "table1", "--limit", "3")
+    assert out.returncode == 0, out.stderr
+    assert "| tiny" in out.stdout and "Assumptions:" in out.stdout and "tau" in out.stdout
+    from acceptmoe.experiments.plan import plan_rows
+    for experiment in ("fig3", "table2", "sweep", "fig5", "calibration-study"):
+        rows = plan_rows(experiment, "tiny", {"limit": 2})
+        assert len(rows) == len(GPUS) and all(r["generations"] > 0 and r["est_hours_native"] > 0 for r in rows)
+        assert (rows[0]["pinned_host_gb"] > 0) == (experiment in ("table2", "fig5"))
+
+
+def test_a_model_without_a_config_at_hand_is_one_error_line(tmp_path):
+    preset = tmp_path / "nowhere.yaml"
+    preset.write_text("preset: nowhere\nmodels:\n"
+                      "  - {name: m, target: nobody/no-such-model, draft: models/tiny/draft}\ntasks: [tiny-gsm]\n")
+    out = plan("--preset", str(preset), "--experiment", "table1")
+    assert out.returncode == 2 and out.stderr.count("\n") == 1
+    assert out.stderr.startswith("error: no config.json for target 'nobody/no-such-model'")
+    assert "configs/models/nobody/no-such-model/config.json" in out.stderr
+
+
+def test_load_model_refuses_a_model_this_machine_cannot_hold_before_reading_it(tmp_path):
+    """Qwen3-30B-A3B resident in fp32 on this CPU: over 100 GB of host memory, more than MemAvailable here; the
+    folder holds no weights at all, so anything but the fit check would fail differently."""
+    from acceptmoe.experiments.spine.engines import load_model
+    target = tmp_path / "target"
+    target.mkdir()
+    shutil.copy(SHIPPED / "Qwen/Qwen3-30B-A3B-Instruct-2507/config.json", target / "config.json")
+    world = load_world("tiny")
+    world = dataclasses.replace(world, models=(ModelEntry("big", str(target), world.models[0].draft),))
+    need = model_need(world.models[0], world, "resident", None)
+    assert need.host_peak > mem_available()
+    with pytest.raises(UserError, match=r"big \(resident store\) needs [\d.]+ GB of host memory while loading, "
+                                        r"[\d.]+ GB are available \(MemAvailable\)"):
+        load_model(world.models[0], world, tmp_path)
+    assert not (tmp_path / "engines.jsonl").exists()
+    fits = dataclasses.replace(world, models=(ModelEntry("tiny", str(Path("models/tiny/target")),
+                                                         world.models[0].draft),))
+    assert model_need(fits.models[0], fits, "resident", None).host_peak < mem_available()
