@@ -92,6 +92,7 @@ class HostArena:
             # runs at `release()` or when the arena is collected; it holds the buffer, so the memory outlives
             # its registration
             self._unregister = weakref.finalize(self, _unregister, ptr, self.buffer)
+            self._unregister.atexit = False      # at exit the process's memory goes back whole
 
     def view(self, name: str) -> Tensor:
         """The tensor `name`: shape and dtype of its region, sharing the arena's memory."""
