@@ -10,6 +10,7 @@ of the world's rules that several experiments take (calibration, B0, graded gene
 | `tracelog`    | resumable trace files (one complete trace per finished unit)                        |
 | `layout`      | where per-pair files live in a run folder (`RunPaths`)                              |
 | `engines`     | `--engine native|sglang` and `load_model` -> `Loaded` (engine, tokenizer, `plan`)   |
+| `fit`         | what a model needs on a machine from config.json alone; the check before it loads   |
 | `prompts`     | checkpoints, tokenizers, chat-template prompts, decoding                            |
 | `options`     | the command-line options, `open_or_resume`, `run_to_completion`, `run_and_report`   |
 | `calibration` | Standard SD on a training split -> `CommitmentTable` per (model, source)            |
