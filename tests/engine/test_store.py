@@ -1,4 +1,5 @@
-"""ExpertStore: offloaded equals resident, counter identities, LRU eviction, waves, and the model on both."""
+"""ExpertStore: offloaded equals resident, counter identities, LRU eviction, waves, the model on both, loading
+that streams each layer into the store before reading the next, and weight sets shared across layers held once."""
 import pytest
 import torch
 

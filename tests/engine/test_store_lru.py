@@ -2,7 +2,8 @@
 misses, bytes and residency as a plain Python LRU (below) on random routings, and the counters and tokens
 recorded on the tiny world (data/offloaded_counters.json: recorded with the host-side store; the speculative
 runs re-recorded when the drafter took SGLang's beam-slot rule, which changed their trees, with the Vanilla AR
-runs, which no draft touches, unchanged)."""
+runs, which no draft touches, unchanged); under CUDA's admission rule (every wave a pass could need admitted
+before the pass's one host read) the same, with exactly the waves needed computed."""
 import json
 from pathlib import Path
 
