@@ -153,11 +153,13 @@ def _source(cfg: ReplayConfig) -> Path:
 
 
 def check_memory(plan: ReplayPlan, cfg: ReplayConfig) -> None:
-    """Weights (the sets, plus their dense copies for a packed format) and the offloaded pools must fit."""
+    """Weights (the sets, plus their dense copies for a packed format) and the offloaded store (its host arena, one
+    copy of the sets, and its pools) must fit."""
     s, E, d = plan.shape, plan.shape.num_experts, plan.dtype
     sets = min(cfg.weight_sets, plan.layers)
     need = sets * E * (s.stored_bytes(d) + (s.dense_bytes(d) if s.format == "mxfp4" else 0))
     if plan.slots:
+        need += sets * E * s.stored_bytes(d)
         need += plan.layers * (plan.slots + 1) * (s.dense_bytes(d) + (s.stored_bytes(d) if s.format == "mxfp4" else 0))
     if need > cfg.memory_gib * (1 << 30):
         raise UserError(f"replay needs about {need / (1 << 30):.1f} GiB ({sets} weight sets of {E} experts, "
@@ -168,12 +170,9 @@ def check_memory(plan: ReplayPlan, cfg: ReplayConfig) -> None:
 
 # ----- stores -----
 def weight_sets(plan: ReplayPlan, cfg: ReplayConfig) -> list[dict[str, torch.Tensor]]:
-    """The random weight sets in the stored format, where the stores read them (pinned on CUDA)."""
-    out = []
-    for i in range(min(cfg.weight_sets, plan.layers)):
-        w = plan.shape.stored_weights(plan.dtype, cfg.seed + i)
-        out.append({n: (t.pin_memory() if plan.device.type == "cuda" else t) for n, t in w.items()})
-    return out
+    """The random weight sets in the stored format, in host memory (the offloaded store copies them into its
+    page-locked arena; the resident one to the device)."""
+    return [plan.shape.stored_weights(plan.dtype, cfg.seed + i) for i in range(min(cfg.weight_sets, plan.layers))]
 
 
 def build_store(plan: ReplayPlan, kind: str, sets: list[dict]):
