@@ -4,7 +4,8 @@
 #                                  then the SGLang plugin's live tests in their own environment (.venv-sglang)
 #   ./reproduce.sh <sub> [args]    run an experiment subcommand (python -m acceptmoe <sub> [args])
 #   ./reproduce.sh cross-engine    native engine against SGLang; it and `--engine sglang` run in the SGLang
-#                                  environment (.venv-sglang, built by scripts/sglang-env.sh on first use)
+#                                  environment: ACCEPTMOE_SGLANG_PYTHON's as it is, else .venv-sglang, built by
+#                                  scripts/sglang-env.sh on first use (SGLang's CUDA build on a GPU machine)
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")"
 
@@ -23,7 +24,11 @@ ensure_env() {  # $1: pip extras to install, e.g. "test" or "eval"
   local want
   want="$(sha256sum pyproject.toml | cut -d' ' -f1)"
   if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
-    echo "[reproduce] installing acceptmoe[$extras] (CPU path: torch==2.13.0, triton==3.7.1)" >&2
+    local pins="CPU path: torch==2.13.0, triton==3.7.1"
+    if [ "$(python3 scripts/sglang_env.py cuda)" = yes ]; then   # nvidia-smi lists a GPU
+      pins="torch==2.13.0 (PyPI's Linux wheel is its CUDA build), triton==3.7.1"
+    fi
+    echo "[reproduce] installing acceptmoe[$extras] ($pins)" >&2
     "$PY" -m pip install -q -e ".[$extras]"
     # Code grading reuses evalplus's sanitiser and oracles; its dependencies are in the eval extra.
     # shellcheck disable=SC2046
