@@ -444,6 +444,7 @@ def test_pools_are_sized_from_the_run():
     assert pools.server_args("cuda", free_bytes=need * 4)["mem_fraction_static"] == 0.25
     assert pools.server_args("cuda", free_bytes=need // 2, cap=0.9)["mem_fraction_static"] == 0.9
     world = load_world("tiny")
+    generation = world.generation                       # the longest generation: graded or timed
     assert world.serving.settings(world, world.models[0]) == {
-        "tp": 1, "dp": 1, "overlap": False, "memory_cap": 0.9, "requests": world.generation.batch,
-        "request_tokens": 2048 + max(96, 256), "disable_cuda_graph": True}
+        "tp": 1, "dp": 1, "overlap": False, "memory_cap": 0.9, "requests": generation.batch,
+        "request_tokens": 2048 + max(generation.max_new_tokens, generation.timed_tokens), "disable_cuda_graph": True}

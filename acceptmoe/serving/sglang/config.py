@@ -18,6 +18,7 @@ generations reads it again before its next target pass (`Watched`), so one serve
 | `ACCEPTMOE_PRUNE`         | residency pruning; only `off` (SGLang keeps every expert resident)    | off     |
 | `ACCEPTMOE_TRACE`         | JSONL file the routing trace is appended to (the native trace format) | none    |
 | `ACCEPTMOE_MAX_RECORDS`   | verify steps kept in memory before the oldest are dropped             | 4096    |
+| `ACCEPTMOE_VERIFIER`      | the verifier backend inside the forward: `auto` (the fused Triton kernel on CUDA, torch elsewhere), `torch`, or `triton` (off CUDA only under TRITON_INTERPRET=1) | auto |
 | `ACCEPTMOE_FORCE_DECODE`  | test switch: also restrict plain decode passes, all of a pass's tokens taken as one star-shaped block (root = the first request's token); eager passes only | 0 |
 | `ACCEPTMOE_DUMP`          | test switch: a directory for one file per verify pass (SGLang's tree mask and links, the recovered trees, per MoE layer the logits, sets and routing; bounded); eager passes only | none |
 
@@ -43,7 +44,8 @@ from acceptmoe.methods import METHODS, CommitmentTable, ConfigError, Fit, Plan, 
 ENV_FILE = "ACCEPTMOE_SGLANG_CONFIG"
 PREFIX = "ACCEPTMOE_"
 KEYS = ("method", "budget", "b0", "commitment", "p_hat", "beta", "selector", "prune", "trace", "max_records",
-        "force_decode", "dump")
+        "verifier", "force_decode", "dump")
+VERIFIERS = ("auto", "torch", "triton")
 _TRUE, _FALSE = ("1", "true", "yes", "on"), ("0", "false", "no", "off", "")
 
 
@@ -60,6 +62,7 @@ class PluginConfig:
     p_hat: tuple[float, ...] | None = None   # the commitment probabilities (from `commitment`, or given)
     trace: str | None = None
     max_records: int = 4096
+    verifier: str = "auto"                # the verifier backend inside the forward (VERIFIERS)
     force_decode: bool = False
     dump: str | None = None
 
@@ -141,9 +144,13 @@ def validate(raw: Mapping) -> PluginConfig:
     max_records = _int("max_records", vals.get("max_records", 4096))
     if max_records < 1:
         raise PluginConfigError(f"ACCEPTMOE_MAX_RECORDS must be >= 1, got {max_records}")
+    verifier = vals.get("verifier") or "auto"
+    if verifier not in VERIFIERS:
+        raise PluginConfigError(f"ACCEPTMOE_VERIFIER={verifier!r} is not a verifier backend; valid: {', '.join(VERIFIERS)}")
     return PluginConfig(variant=variant, b0=b0, selector=selector, commitment=commitment, p_hat=p_hat,
                         trace=vals.get("trace") or None,
-                        max_records=max_records, force_decode=_bool("force_decode", vals.get("force_decode", False)),
+                        max_records=max_records, verifier=verifier,
+                        force_decode=_bool("force_decode", vals.get("force_decode", False)),
                         dump=vals.get("dump") or None)
 
 
@@ -160,11 +167,11 @@ def for_plan(plan: Plan, trace: str | None = None, dump: str | None = None) -> P
 def restart_reason(old: PluginConfig, new: PluginConfig, fit: Fit, captured: bool) -> str | None:
     """Why a server whose plugin runs `old` cannot take `new` by reading its settings file again (None: it can).
     Before any verify graph is captured (a CPU, or CUDA graphs off) every setting is read again. A captured graph
-    holds whether the plugin restricts and records, the test switches, and the verifier's calls: only what a
+    holds whether the plugin restricts and records, the test switches, and the verifier and its calls: only what a
     step writes before its graph replays may change (`kernels.verifier.same_calls`: p_hat, beta, level_exponent)."""
     if not captured:
         return None
-    for what in ("restricts", "recording", "force_decode"):
+    for what in ("restricts", "recording", "verifier", "force_decode"):
         if getattr(old, what) != getattr(new, what):
             return f"{what} differs ({getattr(old, what)} -> {getattr(new, what)}) and a captured graph holds it"
     if new.restricts and not same_calls(old.bind(fit), new.bind(fit)):
@@ -186,7 +193,7 @@ def to_env(cfg: PluginConfig) -> dict[str, str]:
               "beta": dict(v.overrides).get("beta") if v else None, "prune": False,
               "selector": json.dumps(base, sort_keys=True) if cfg.selector != SelectorConfig() else None,
               "commitment": cfg.commitment, "p_hat": cfg.p_hat, "trace": cfg.trace, "max_records": cfg.max_records,
-              "force_decode": cfg.force_decode, "dump": cfg.dump}
+              "verifier": cfg.verifier, "force_decode": cfg.force_decode, "dump": cfg.dump}
     out = {}
     for key, value in values.items():
         if isinstance(value, tuple):

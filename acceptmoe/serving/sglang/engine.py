@@ -33,6 +33,7 @@ from __future__ import annotations
 import importlib.metadata
 import json
 import os
+import shutil
 import tempfile
 import time
 from pathlib import Path
@@ -155,8 +156,9 @@ class SGLangBackend:
             self._write_settings(for_plan(plan, self._plugin.trace, dump))
             self._key = plan
             return self._engine
-        self.close()
+        self._stop()
         import sglang
+        self._dir.mkdir(parents=True, exist_ok=True)
         self._write_settings(for_plan(plan, str(self._dir / f"steps-{self.starts}.jsonl"), dump))
         speculative = {}
         if plan.spec.speculates:
@@ -195,6 +197,11 @@ class SGLangBackend:
         return parse_steps(text.splitlines())
 
     def close(self) -> None:
+        """Shut the server down (its processes and their memory) and remove its settings and record files."""
+        self._stop()
+        shutil.rmtree(self._dir, ignore_errors=True)
+
+    def _stop(self) -> None:
         if self._engine is not None:
             self._engine.shutdown()
         self._engine, self._key = None, None

@@ -17,7 +17,7 @@ Inside the forward (`restrict`) the work is fixed-shape tensor code on buffers a
 batch is request-major with a fixed width n (token t belongs to request t // n), so router logits [B*n, E]
 are viewed as [B, n, E], the eligible sets [B, E] come from the project's one verifier interface
 (`acceptmoe.kernels.make_verifier` with the plugin's `Plan`: the Triton kernel on CUDA, the torch backend
-elsewhere, never the compiled cpu library, an opaque call no graph can hold), and router logits outside
+elsewhere, or the one `ACCEPTMOE_VERIFIER` names; never the compiled cpu library, an opaque call no graph can hold), and router logits outside
 each request's set are masked to -inf before SGLang's own top-k (Eq. 2 for every output format). Per layer and request the trace fields come from
 `acceptmoe.engine.trace.layer_stats`, the function the native engine records with, into a static record buffer
 read after the pass. Everything that varies per step (trees, valid tokens, commitment weights) is written into
@@ -222,7 +222,10 @@ class Runtime:
         self.router = router_of(topk, self.limits.router)
         if self.cfg.variant is not None and self.cfg.restricts:
             plan = self.cfg.bind(Fit(self.router, E, self.limits.depth, "resident"))
-            self.verifier = make_verifier(GRAPH_BACKEND.get(torch.device(device).type, "torch"), plan, device)
+            backend = self.cfg.verifier
+            if backend == "auto":
+                backend = GRAPH_BACKEND.get(torch.device(device).type, "torch")
+            self.verifier = make_verifier(backend, plan, device)
             if self.tree is not None:
                 self.verifier.prepare_tree(self.tree.to(device), rows=self.capacity)
             else:

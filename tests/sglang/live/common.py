@@ -4,7 +4,10 @@ SGLang spawns its scheduler, which loads the installed `acceptmoe` entry point a
 from the environment at start, so each engine gets its settings through `os.environ`."""
 import contextlib
 import os
+import threading
 from pathlib import Path
+
+import psutil
 
 from acceptmoe.serving.sglang import cpu
 from acceptmoe.serving.sglang.config import ENV_FILE, KEYS, PREFIX
@@ -61,3 +64,44 @@ def task_prompts(n: int, tasks=("tiny-gsm", "tiny-math", "tiny-humaneval", "tiny
             text = tok.apply_chat_template(task.messages(example), add_generation_prompt=True, tokenize=False)
             out.append(tok(text, add_special_tokens=False)["input_ids"])
     return out
+
+
+def sglang_processes() -> list[psutil.Process]:
+    """SGLang's processes under this one (schedulers, detokenizer, data-parallel controller)."""
+    out = []
+    for proc in psutil.Process().children(recursive=True):
+        with contextlib.suppress(psutil.Error):
+            if any(part.startswith("sglang::") for part in proc.cmdline()):
+                out.append(proc)
+    return out
+
+
+def schedulers() -> int:
+    """SGLang scheduler processes alive under this one."""
+    count = 0
+    for proc in sglang_processes():
+        with contextlib.suppress(psutil.Error):
+            count += proc.status() != psutil.STATUS_ZOMBIE and " ".join(proc.cmdline()).startswith("sglang::scheduler")
+    return count
+
+
+@contextlib.contextmanager
+def peak_rss(interval: float = 0.1):
+    """{"bytes": ...}: the largest summed resident memory of SGLang's processes, sampled every `interval` s."""
+    peak, stop = {"bytes": 0}, threading.Event()
+
+    def sample():
+        while not stop.is_set():
+            total = 0
+            for proc in sglang_processes():
+                with contextlib.suppress(psutil.Error):
+                    total += proc.memory_info().rss
+            peak["bytes"] = max(peak["bytes"], total)
+            stop.wait(interval)
+    thread = threading.Thread(target=sample, daemon=True)
+    thread.start()
+    try:
+        yield peak
+    finally:
+        stop.set()
+        thread.join()

@@ -4,7 +4,12 @@
 Several requests of different trees, one padded request (a CUDA-graph batch is padded to a captured size), a
 draft-model layer: trees recovered from SGLang's linked lists must equal the draft trees, per-request sets
 must equal `acceptmoe.methods.select` on the same logits, routing must stay inside them (Eq. 2), padding and
-draft layers must pass through, and the records must be usable by calibration."""
+draft layers must pass through, and the records must be usable by calibration. The plugin's CUDA verifier (the
+fused Triton kernel) runs the same pass under this environment's Triton interpreter, and its launch compiles
+for sm_90 and sm_120 with this environment's Triton (SGLang's pin, not the project's)."""
+import os
+import subprocess
+import sys
 import random
 from types import SimpleNamespace
 
@@ -51,12 +56,15 @@ def sglang_topk(topk, hidden, logits, *args, **kwargs):
     return select_experts(hidden, logits, cfg, layer_id=topk.layer_id)
 
 
-@pytest.mark.parametrize("method,budget", [("acceptmoe", None), ("count-b", 8), ("moe-spec", 8), ("acceptmoe-b", 8)])
-def test_verify_pass_sets_routing_and_records(tmp_path, method, budget):
+@pytest.mark.parametrize("method,budget,verifier", [("acceptmoe", None, "auto"), ("count-b", 8, "auto"),
+                                                    ("moe-spec", 8, "auto"), ("acceptmoe-b", 8, "auto"),
+                                                    ("acceptmoe", None, "triton"), ("count-b", 8, "triton")])
+def test_verify_pass_sets_routing_and_records(tmp_path, method, budget, verifier):
     bs, padded = 3, 4
     trees = draft_trees(bs)
     env = {"ACCEPTMOE_METHOD": method, "ACCEPTMOE_TRACE": str(tmp_path / "steps.jsonl"),
-           "ACCEPTMOE_DUMP": str(tmp_path / "dump"), "ACCEPTMOE_P_HAT": ",".join(map(str, P_HAT))}
+           "ACCEPTMOE_DUMP": str(tmp_path / "dump"), "ACCEPTMOE_P_HAT": ",".join(map(str, P_HAT)),
+           "ACCEPTMOE_VERIFIER": verifier}
     if budget:
         env["ACCEPTMOE_BUDGET"] = str(budget)
     plugin.RUNTIME = runtime = Runtime(load_config(env))
@@ -78,6 +86,7 @@ def test_verify_pass_sets_routing_and_records(tmp_path, method, budget):
 
     assert plugin._around_forward(model_forward, runner, batch) == "logits"
     assert runtime.mode is None
+    assert runtime.verifier.backend == {"auto": "torch", "triton": "triton"}[verifier]    # a CPU: torch unless asked
     assert runtime.parents == trees                                  # trees recovered from the linked lists
     router = Router("softmax_topk", top_k=K)
     plan = load_config(env).bind(Fit(router, E, max_depth=N - 1))          # the server's speculative_num_steps
@@ -131,3 +140,43 @@ def test_no_method_passes_everything_through(tmp_path):
     want = sglang_topk(topk_module(0), z[:, :0], z)
     assert torch.equal(got.topk_ids, want.topk_ids) and torch.equal(got.topk_weights, want.topk_weights)
     assert plugin.RUNTIME.calls == 0
+
+
+COMPILE = """
+from types import SimpleNamespace
+import torch
+from acceptmoe.serving.sglang import cpu
+cpu.prepare_process()
+from sglang.srt.layers.moe.topk import TopKConfig
+from acceptmoe.kernels import triton_verifier
+from acceptmoe.kernels.offline import capture_launch, compile_stats
+from acceptmoe.serving.sglang.config import load_config
+from acceptmoe.serving.sglang.runtime import Limits, Runtime
+from acceptmoe.serving.sglang.tree import links_from_parents
+
+for method, budget in (("acceptmoe", ""), ("count-b", "24")):
+    rt = Runtime(load_config({"ACCEPTMOE_METHOD": method, "ACCEPTMOE_BUDGET": budget,
+                              "ACCEPTMOE_P_HAT": "1,0.8,0.6,0.5,0.4,0.3", "ACCEPTMOE_VERIFIER": "triton"}))
+    rt.start(Limits(requests=48, depth=5))
+    first, sibling = links_from_parents([-1] + [(i - 1) // 10 for i in range(1, 64)])
+    rt.begin_verify(SimpleNamespace(draft_token_num=64, retrieve_next_token=torch.tensor([first]),
+                                    retrieve_next_sibling=torch.tensor([sibling])), 1)
+    topk = SimpleNamespace(topk_config=TopKConfig(top_k=8, renormalize=True), layer_id=0, is_draft=False)
+    z = torch.randn(64, 128, dtype=torch.bfloat16)        # the paper targets' router logits: bf16, 128 experts
+    launch = capture_launch(triton_verifier, "_verifier_kernel",
+                            lambda: rt.restrict(topk, lambda *a, **k: SimpleNamespace(), z[:, :0], z))
+    for arch in (90, 120):
+        stats = compile_stats(launch, arch)
+        print(method, arch, stats.registers, stats.spill, stats.sass)
+"""
+
+
+def test_the_plugins_kernel_launch_compiles_for_sm90_and_sm120_with_this_triton():
+    """The launch the plugin makes inside a verify pass (captured from its own runtime, not built by hand),
+    compiled offline by the Triton installed beside SGLang: registers and no spills, per method and GPU."""
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}     # a compiler, not the interpreter
+    proc = subprocess.run([sys.executable, "-c", COMPILE], env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    rows = [line.split() for line in proc.stdout.splitlines()]
+    assert [(m, a) for m, a, *_ in rows] == [(m, a) for m in ("acceptmoe", "count-b") for a in ("90", "120")]
+    assert all(int(regs) > 0 and int(spill) == 0 and int(sass) > 0 for _, _, regs, spill, sass in rows), rows
