@@ -28,12 +28,14 @@ Fixed shapes, no host synchronisation: safe to capture in a CUDA graph. Every me
 `tl.constexpr` enum, so each method compiles only its own code.
 
 Warps per specialisation (`choose_warps`): the first of `WARP_CHOICES` whose compiled binary does not spill
-(local memory or STL/LDL in its SASS, read by `offline.binary_spills`). The wrapper decides it at a
+(local memory or STL/LDL in its SASS, read by `offline.binary_spills` with the Triton wheel's cuobjdump; where
+that tool is missing, the driver's local-memory size of the loaded binary). The wrapper decides it at a
 specialisation's first launch on a GPU from the binary Triton's JIT made, and keeps it for the process;
 bench-kernel and the compile test apply the same function to the same launch compiled offline.
 """
 from __future__ import annotations
 
+import subprocess
 from enum import IntEnum
 from typing import Callable, NamedTuple
 
@@ -393,7 +395,11 @@ def _warps_on_gpu(grid: tuple, args: tuple, kwargs: dict) -> int:
 
         def spills(w: int) -> bool:
             compiled = _verifier_kernel.warmup(*args, grid=grid, **{**kwargs, "num_warps": w})
-            seen[w] = binary_spills(compiled.asm["cubin"])
+            try:
+                seen[w] = binary_spills(compiled.asm["cubin"])
+            except (OSError, subprocess.CalledProcessError):   # a Triton without its cuobjdump: the driver's
+                compiled._init_handles()                          # local memory of the loaded binary
+                seen[w] = compiled.n_spills > 0
             return seen[w]
         w = choose_warps(spills)
         choice = _CHOSEN[key] = Chosen(w, seen[w])

@@ -8,7 +8,8 @@ the natural top-k (the logits' own order), the ranking, effective-rank sizing, p
 The terms are not: on NVIDIA GPUs the kernel's `tl.exp` is `ex2.approx.f32` and its division `div.full.f32`,
 torch's are the accurate ones, so a term differs by a few fp32 ulps, less than one unit (four ulps of a term
 in [1/2, 1), more below). Two reals less than one unit apart truncate to integers at most one unit apart,
-never two: the tolerance is exactly one unit per term. A block score sums n_e terms for expert e (the tokens
+never two: the tolerance is exactly one unit per term. (That the terms part by less than a unit is what a GPU
+run tests: where they part by more, the check fails and says by how many units.) A block score sums n_e terms for expert e (the tokens
 whose natural top-k holds e; every token for router mass) and is held as fp32, so two scores may differ by n_e
 units, plus the fp32 spacing of the larger where that exceeds one unit (`tolerance`).
 
