@@ -180,6 +180,17 @@ def restart_reason(old: PluginConfig, new: PluginConfig, fit: Fit, captured: boo
     return None
 
 
+def server_restart(running: Plan | None, plan: Plan, graphs: bool) -> str | None:
+    """Why a server running `running` (None: no server yet) must be replaced to run `plan`, or None: EAGLE-3 is
+    on for one plan and off for the other (Vanilla AR), or `restart_reason` (`graphs`: verify passes are captured
+    as CUDA graphs) finds the plugin's settings cannot change in place. A backend records every plan it runs."""
+    if running is None:
+        return "no server is running"
+    if running.spec.speculates != plan.spec.speculates:
+        return "EAGLE-3 is on for one plan and off for the other"
+    return restart_reason(for_plan(running), for_plan(plan), plan.fit, graphs)
+
+
 def settings(cfg: PluginConfig) -> dict[str, str]:
     """The settings file's mapping (lower-case keys) that reproduces `cfg`; unset keys are empty strings."""
     return {k.removeprefix(PREFIX).lower(): v for k, v in to_env(cfg).items()}

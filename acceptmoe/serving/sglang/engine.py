@@ -6,9 +6,9 @@
     gens = backend.generate_many(prompts, plan, max_new_tokens=256)
 
 The plugin reads its settings from a file this backend rewrites between generations (`config.Watched`), so
-one server serves consecutive plans; a server restarts only when EAGLE-3 is switched on or off (Vanilla AR) or
-when `config.restart_reason` finds a setting its captured CUDA graphs hold (the verifier's calls: method,
-budget, selector). The plugin binds the same variant, budget, p_hat and base selector again inside SGLang's
+one server serves consecutive plans; it is replaced only when `config.server_restart` says so: EAGLE-3 switched
+on or off (Vanilla AR), or a setting its captured CUDA graphs hold (the verifier's calls: method, budget,
+selector). The plugin binds the same variant, budget, p_hat and base selector again inside SGLang's
 worker, so both sides run the same plan. Accuracy runs go through `generate_many` (all prompts in flight,
 greedy); throughput runs call `generate`, batch 1. Routing traces come back through the plugin's trace file and
 are returned in the native trace format. Only resident expert stores exist here (SGLang has no X-slot expert
@@ -46,7 +46,7 @@ from acceptmoe.engine.trace import BlockRecord, Trace, trace_meta
 from acceptmoe.errors import UserError
 from acceptmoe.methods import Fit, Plan, Router
 
-from .config import ENV_FILE, PREFIX, for_plan, restart_reason, settings
+from .config import ENV_FILE, PREFIX, for_plan, server_restart, settings
 from .memory import size_pools
 from .runtime import output_lengths, parse_steps
 
@@ -142,17 +142,9 @@ class SGLangBackend:
         self._settings = self._dir / "plugin.json"          # the plugin's settings, rewritten between generations
 
     # ----- one server for consecutive plans (the plugin re-reads its settings file) -----
-    def restart_reason(self, plan: Plan) -> str | None:
-        """Why the running server cannot serve `plan` (None: it can, once its settings file is rewritten)."""
-        if self._engine is None:
-            return "no server is running"
-        if self._key.spec.speculates != plan.spec.speculates:
-            return "EAGLE-3 is on for one plan and off for the other"
-        return restart_reason(for_plan(self._key), for_plan(plan), self.fit, self.graphs)
-
     def _open(self, plan: Plan):
         dump = None if self.dump is None else str(Path(self.dump) / plan.name)
-        if self.restart_reason(plan) is None:
+        if server_restart(self._key if self._engine is not None else None, plan, self.graphs) is None:
             self._write_settings(for_plan(plan, self._plugin.trace, dump))
             self._key = plan
             return self._engine
