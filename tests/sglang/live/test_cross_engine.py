@@ -1,11 +1,28 @@
 """`./reproduce.sh cross-engine`, small: one prompt per tiny task, 8 tokens, Standard SD and AcceptMoE (and the
-fixed-budget Count-B at AcceptMoE's mean set size): every required agreement holds, and the command's exit
-status says so."""
+fixed-budget Count-B at AcceptMoE's mean set size): every required agreement holds, the command's exit status
+says so, one SGLang server serves every method, and both engines are closed when it ends."""
 from acceptmoe.experiments.crossengine.commands import cross_engine, main
 
+from common import schedulers
 
-def test_cross_engine_small(tmp_path):
+
+def test_cross_engine_small(tmp_path, monkeypatch):
+    from sglang.srt.entrypoints.engine import Engine as Server
+
+    from acceptmoe.engine.engine import Engine
+
+    def made(cls) -> list:
+        made, real = [], cls.__init__
+
+        def init(self, *args, **kwargs):
+            made.append(self)
+            real(self, *args, **kwargs)
+        monkeypatch.setattr(cls, "__init__", init)
+        return made
+    opened, servers = made(Engine), made(Server)
     run, rows, text = cross_engine("tiny", limit=1, tokens=8, methods=["acceptmoe", "count-b"], results=tmp_path)
+    assert len(opened) == 1 and opened[0].model is None           # the native engine was closed
+    assert len(servers) == 1 and schedulers() == 0                # one server for the three methods, shut down
     assert [r.method for r in rows] == ["standard-sd", "acceptmoe", "count-b"]
     for r in rows:
         assert r.required_ok, text
