@@ -85,8 +85,8 @@ def measure(args: tuple[KernelCase, int]) -> dict:
         compiled[w] = compile_launch(launch.with_warps(w), arch)
         return binary_spills(compiled[w].asm["cubin"])
     w = choose_warps(spills)
-    return {"case": v, "arch": arch, "num_warps": w, "tried": sorted(compiled), "stats": kernel_stats(compiled[w], arch),
-            "compile_s": time.perf_counter() - t0}
+    return {"case": v, "arch": arch, "num_warps": w, "tried": sorted(compiled),
+            "stats": kernel_stats(compiled[w], arch), "compile_s": time.perf_counter() - t0}
 
 
 def run(archs, routers, dtypes, tokens, jobs: int, on_row=None) -> list[dict]:
