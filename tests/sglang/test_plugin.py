@@ -316,15 +316,15 @@ def test_a_replaced_settings_file_is_served_from_the_next_pass(tmp_path):
              Variant("count-b", budget=8).bind(FIT)]
     _replace_settings(path, plans[0])
     watched = Watched({"ACCEPTMOE_SGLANG_CONFIG": str(path)})
-    rt = Runtime(watched.cfg)
+    rt = Runtime(watched.cfg, source=watched)                    # as plugin.load makes it
     rt.start(Limits(requests=4, depth=7))
-    assert watched.poll() is None                                # nothing changed: nothing read
+    rt.refresh()
+    assert rt.cfg is watched.cfg and watched.poll() is None      # nothing changed: nothing read
     served = [_served_sets(rt)]
     for plan in plans[1:]:
         _replace_settings(path, plan)
-        cfg = watched.poll()
-        assert cfg is not None and watched.poll() is None
-        rt.reconfigure(cfg)
+        rt.refresh()                                             # what plugin._around_forward does first
+        assert rt.cfg == for_plan(plan) and watched.poll() is None
         served.append(_served_sets(rt))
     for plan, sets in zip(plans, served):
         assert torch.equal(sets, _reference_sets(plan)), plan.name

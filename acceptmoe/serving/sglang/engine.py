@@ -145,7 +145,9 @@ class SGLangBackend:
     def _open(self, plan: Plan):
         dump = None if self.dump is None else str(Path(self.dump) / plan.name)
         if server_restart(self._key if self._engine is not None else None, plan, self.graphs) is None:
-            self._write_settings(for_plan(plan, self._plugin.trace, dump))
+            plugin = for_plan(plan, self._plugin.trace, dump)
+            if plugin != self._plugin:                      # the plugin reads the file again before its next pass
+                self._write_settings(plugin)
             self._key = plan
             return self._engine
         self._stop()

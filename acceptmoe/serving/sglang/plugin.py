@@ -25,7 +25,6 @@ from .runtime import Limits, Runtime
 
 log = logging.getLogger("acceptmoe.sglang")
 RUNTIME: Runtime | None = None
-SETTINGS: Watched | None = None
 
 TARGETS = {
     "forward": "sglang.srt.model_executor.model_runner.ModelRunner.forward",
@@ -37,17 +36,17 @@ TARGETS = {
 
 def load() -> None:
     """Validate the settings (a bad setting stops the process with one clear message) and register the hooks."""
-    global RUNTIME, SETTINGS
+    global RUNTIME
     from sglang.srt.plugins.hook_registry import HookRegistry, HookType
 
     try:
-        SETTINGS = Watched()
+        settings = Watched()
     except PluginConfigError as exc:
         # SGLang logs and skips a plugin that raises an Exception; a server must not run unrestricted when the
         # user asked for a method, so stop the process with the message instead.
         log.error("acceptmoe plugin: %s", exc)
         raise SystemExit(f"error: acceptmoe plugin: {exc}") from None
-    RUNTIME = Runtime(SETTINGS.cfg)
+    RUNTIME = Runtime(settings.cfg, source=settings)
     HookRegistry.register(TARGETS["forward"], _around_forward, HookType.AROUND)
     HookRegistry.register(TARGETS["capture"], _around_capture, HookType.AROUND)
     HookRegistry.register(TARGETS["topk"], _around_topk, HookType.AROUND)
@@ -89,9 +88,7 @@ def limits_of(runner, graph_max_bs: int = 0) -> Limits:
 def _around_forward(orig, runner, forward_batch, *args, **kwargs):
     if RUNTIME is None or getattr(runner, "is_draft_worker", False):
         return orig(runner, forward_batch, *args, **kwargs)
-    changed = SETTINGS.poll() if SETTINGS is not None else None
-    if changed is not None:                              # the settings file was replaced between generations
-        RUNTIME.reconfigure(changed)
+    RUNTIME.refresh()                                    # the settings file replaced between generations
     if not RUNTIME.active:
         return orig(runner, forward_batch, *args, **kwargs)
     mode = forward_batch.forward_mode

@@ -8,7 +8,7 @@ One `Runtime` per process. The hooks in `plugin.py` call it:
     out = runtime.restrict(topk, orig, hidden, router_logits, ...)   # TopK.forward, every MoE layer
     runtime.end_pass()                            # after the forward: read this pass's records (when recording)
     runtime.finish_step(rids, accept_index, n)    # after verification: paths and accept lengths per request
-    runtime.reconfigure(cfg)                      # between generations: the settings file changed
+    runtime.refresh()                             # before a target pass: new settings if the file changed
 
 With a method that routes naturally (Standard SD) and nothing recorded, `active` is False and every hook
 passes straight through: no selector work, no copies.
@@ -43,7 +43,7 @@ from acceptmoe.errors import UserError
 from acceptmoe.kernels import Verifier, VerifierOutput, make_verifier
 from acceptmoe.methods import Fit, Router
 
-from .config import PluginConfig, PluginConfigError, restart_reason
+from .config import PluginConfig, PluginConfigError, Watched, restart_reason
 from .tree import parents_from_links
 
 MAX_LAYERS = 512
@@ -82,7 +82,8 @@ class Limits:
 
 
 class Runtime:
-    def __init__(self, cfg: PluginConfig):
+    def __init__(self, cfg: PluginConfig, source: Watched | None = None):
+        self.source = source                  # where cfg came from, read again by `refresh` (None: fixed)
         self.limits: Limits | None = None     # fixed at the first verify pass or graph capture
         self.captured = False                 # a target verify graph was captured (it holds the passes' work)
         self.step = 0
@@ -108,6 +109,12 @@ class Runtime:
         self.pending: tuple | None = None     # (parents, layer records [L, B, S] on the host)
         self.done: deque = deque(maxlen=cfg.max_records)
         self.dump: Dump | None = Dump(Path(cfg.dump)) if cfg.dump else None
+
+    def refresh(self) -> None:
+        """Serve the settings file's new contents when it was replaced since the last look (one stat)."""
+        changed = self.source.poll() if self.source is not None else None
+        if changed is not None:
+            self.reconfigure(changed)
 
     def reconfigure(self, cfg: PluginConfig) -> None:
         """Serve `cfg` from the next pass on (called between generations, when the settings file changed). Before
