@@ -230,9 +230,11 @@ class SGLangBackend:
                           blocks=[b if trace_layers else BlockRecord(b.step, b.parents, b.path, b.accept_length)
                                   for b in blocks])
             tokens = list(out["output_ids"])
-            gens.append(Generation(tokens=tokens, accept_lengths=output_lengths([b.accept_length for b in blocks],
-                                                                                len(tokens)),
-                                   step_times=[wall / max(1, len(blocks))] * len(blocks), trace=trace,
+            # target steps after the prefill: verify steps' accepted paths, or one token per plain decode step
+            lengths = [b.accept_length for b in blocks] if plan.spec.speculates else [1] * len(tokens)
+            accepted = output_lengths(lengths, len(tokens))
+            gens.append(Generation(tokens=tokens, accept_lengths=accepted,
+                                   step_times=[wall / max(1, len(accepted))] * len(accepted), trace=trace,
                                    stop_reason="eos" if meta.get("finish_reason", {}).get("type") == "stop"
                                    else "length"))
         return gens

@@ -52,6 +52,7 @@ def plain(monkeypatch_module):
     finally:
         backend.close()
     assert all(len(g.tokens) == NEW and g.stop_reason == "length" for g in gens)
+    assert all(g.accept_lengths == [1] * (NEW - 1) and len(g.step_times) == NEW - 1 for g in gens)  # one per step
     assert backend.describe()["engine"] == "sglang" and backend.describe()["version"] == "0.5.23"
     return [g.tokens for g in gens]
 
