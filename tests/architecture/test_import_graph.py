@@ -99,7 +99,8 @@ READERS = {"claims": {"acceptmoe.experiments.table1.table", "acceptmoe.experimen
 def test_experiments_stand_on_the_spine_and_not_on_each_other():
     """Inside experiments/: the spine imports no experiment package; an experiment package imports the spine
     and itself only (no runner inside another runner), except a reader's listed record modules (`READERS`);
-    the cross-cutting commands (cli, tables, gpu_check, lm_eval) may import any of them."""
+    the cross-cutting modules (cli, tables, plan, gpu_experts, lm_eval and the gpucheck and crossengine
+    packages) may import any of them."""
     def part(module: str) -> str | None:
         parts = module.split(".")
         return parts[2] if len(parts) > 2 and parts[:2] == ["acceptmoe", "experiments"] else None
