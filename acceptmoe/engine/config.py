@@ -24,6 +24,7 @@ from pathlib import Path
 import torch
 
 from acceptmoe.errors import UserError
+from acceptmoe.methods import RouterKind
 
 ARCHS = ("qwen3_moe", "gpt_oss")
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -110,7 +111,7 @@ class ModelConfig:
     windows: tuple[int | None, ...]            # [num_layers]: sliding window (keys with q_pos - k_pos < w)
     rope: RopeConfig
     rms_norm_eps: float
-    router_kind: str                           # "softmax_topk" | "topk_softmax"
+    router_kind: RouterKind                    # SOFTMAX_TOPK | TOPK_SOFTMAX
     norm_topk_prob: bool
     expert_activation: str                     # "swiglu" | "clamped_swiglu"
     swiglu_alpha: float = 1.702
@@ -211,7 +212,7 @@ def _qwen3_moe(raw: dict, extra_eos: tuple[int, ...]) -> ModelConfig:
     return ModelConfig(
         arch="qwen3_moe", **common, moe_intermediate_size=raw["moe_intermediate_size"],
         dense_intermediate_size=raw.get("intermediate_size", 0), moe_layers=moe, windows=(window,) * n,
-        router_kind="softmax_topk", norm_topk_prob=bool(raw.get("norm_topk_prob", False)),
+        router_kind=RouterKind.SOFTMAX_TOPK, norm_topk_prob=bool(raw.get("norm_topk_prob", False)),
         expert_activation="swiglu", attention_bias=bool(raw.get("attention_bias", False)), qk_norm=True,
     )
 
@@ -226,7 +227,7 @@ def _gpt_oss(raw: dict, extra_eos: tuple[int, ...]) -> ModelConfig:
     windows = tuple(window if t == "sliding_attention" else None for t in types)
     return ModelConfig(
         arch="gpt_oss", **common, moe_intermediate_size=raw["intermediate_size"], dense_intermediate_size=0,
-        moe_layers=(True,) * n, windows=windows, router_kind="topk_softmax", norm_topk_prob=True,
+        moe_layers=(True,) * n, windows=windows, router_kind=RouterKind.TOPK_SOFTMAX, norm_topk_prob=True,
         expert_activation="clamped_swiglu", swiglu_alpha=float(raw.get("swiglu_alpha", 1.702)),
         swiglu_limit=float(raw.get("swiglu_limit", 7.0)), attention_bias=bool(raw.get("attention_bias", True)),
         attention_sinks=True, router_bias=True,

@@ -165,14 +165,14 @@ static void prune(uint8_t *S, const uint8_t *A, const uint8_t *H, const float *f
     }
 }
 
-/* One layer's sets for B blocks of T tokens over E experts, and the routing inside them.
-   z [B, T, E] the fp32 logits; natural [B, T, k] each token's natural top-k (topk_rows); term: [B, T, k] on
-   those ids, [B, T, E] (dense != 0), or NULL (1.0 per member: votes); tie: [B, T, k] the secondary score's
-   terms or NULL; weight [B, T] each token's factor (1.0 / 0.0 valid, or alpha); resident NULL or
-   [resident_rows, E] (1 row: shared by the blocks). Outputs eligible [B, E], utility [B, E] (the score as
-   fp32, in units of 1), anchor [B, E], and routed [B, T, k] (NULL: not routed), the top-k inside S: a
-   token's natural top-k when all of it is in S (the same ids), else a scan; with it masked [B, T, E], the
-   logits with -inf outside S (what the router's weights inside S are computed from). Returns the first
+/* One layer's sets for B blocks of T tokens over E experts, and the routing inside them. z [B, T, E] fp32 values
+   whose order is the router's (the logits, or minus the rank: `cpu_verifier.CHOICE`); natural [B, T, k] each
+   token's natural top-k (topk_rows); term: [B, T, k] on those ids, [B, T, E] (dense != 0), or NULL (1.0 per member:
+   votes); tie: [B, T, k] the secondary score's terms or NULL; weight [B, T] each token's factor (1.0 / 0.0 valid,
+   or alpha); resident NULL or [resident_rows, E] (1 row: shared by the blocks). Outputs eligible [B, E], utility
+   [B, E] (the score as fp32, in units of 1), anchor [B, E], and routed [B, T, k] (NULL: not routed), the top-k
+   inside S: a token's natural top-k when all of it is in S (the same ids), else a scan; with it masked [B, T, E],
+   the values with -inf outside S (what the softmax kinds' weights inside S are computed from). Returns the first
    block whose S holds fewer than k experts (left unrouted), or -1. */
 int64_t select_blocks(int64_t B, int64_t T, int64_t E, int64_t k, const float *z, const int64_t *natural,
                       const float *term, const float *tie, const float *weight, int64_t dense,

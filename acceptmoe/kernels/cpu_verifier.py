@@ -4,14 +4,16 @@ The selection is a few hundred small tensor operations per MoE layer in the torc
 cost more than the arithmetic they do. Here one C library (`cpu_select.c`, compiled with the system's C
 compiler on first use into a cache folder, loaded with ctypes) does the top-k rows, the block scores, the
 anchor, the sizing and the pruning in two calls per layer; the router's float work stays in torch
-(`Router.weights`: the model's own softmax, gather and renormalisation), so the weights and the inputs to
-every integer rule are the values the torch backend computes, and its sets and ids are the torch
-backend's bit for bit (the verifier tests run it against the reference beside the other backends).
+(`Router.gates`, `weights`, `probs`: the model's own softmax or sigmoid, gather and renormalisation), so the
+weights and the inputs to every integer rule are the values the torch backend computes, and its sets and
+ids are the torch backend's bit for bit (the verifier tests run it against the reference beside the other
+backends). The library ranks fp32 values; each `RouterKind` gives it values whose order is the router's
+(`CHOICE`): the logits for the softmax kinds, minus the rank in `Router.order` for the grouped kind.
 
     make_verifier("cpu", plan)           # explicit: an error line when no C compiler is found
     make_verifier("auto", plan, "cpu")   # `cpu` when it builds here, else `torch`
 
-`natural(router, logits)` is the engine's unrestricted routing: the library's top-k on CPU fp32 logits,
+`natural(router, logits, bias)` is the engine's unrestricted routing: the library's top-k on CPU fp32 logits,
 `Router.natural` elsewhere (the same ids and weights either way).
 
 The cache folder is $ACCEPTMOE_CACHE or ~/.cache/acceptmoe; the compiler $CC or `cc`. The library's name
@@ -31,7 +33,7 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
-from acceptmoe.methods import Plan, Router, Score, Sizing, register_backend
+from acceptmoe.methods import Plan, Router, RouterKind, Score, Sizing, register_backend
 from acceptmoe.methods.fixed import rank_guard, rho_fixed
 
 from .verifier import Verifier, VerifierInputError, VerifierOutput
@@ -118,26 +120,35 @@ def topk_rows(z: Tensor, k: int, allowed: Tensor | None = None) -> Tensor:
     return ids
 
 
-def natural(router: Router, logits: Tensor) -> tuple[Tensor, Tensor]:
+# router kind -> fp32 values [..., T, E] (contiguous) whose order under the library's rule (value descending,
+# then lower index) is the router's choice order, from (router, fp32 logits, selection bias)
+CHOICE = {
+    RouterKind.SOFTMAX_TOPK: lambda router, z, bias: z,
+    RouterKind.TOPK_SOFTMAX: lambda router, z, bias: z,
+    RouterKind.SIGMOID_GROUPED: lambda router, z, bias: -router.order(z, bias).argsort(-1).float(),   # -rank
+}
+
+
+def natural(router: Router, logits: Tensor, bias: Tensor | None = None) -> tuple[Tensor, Tensor]:
     """Unrestricted routing (`Router.natural`): logits [..., T, E] -> ids, weights [..., T, k]; the
     library's top-k for CPU logits when it is built, the same ids and weights as `Router.natural`."""
     if logits.device.type != "cpu" or router.top_k > MAX_K or not available():
-        return router.natural(logits)
+        return router.natural(logits, bias=bias)
     z = logits.float().contiguous()
-    ids = topk_rows(z, router.top_k)
+    ids = topk_rows(CHOICE[router.kind](router, z, bias), router.top_k)
     return ids, router.weights(z, ids)
 
 
-# score -> (term, dense, tie, token factor) from (z, natural ids, gates, demand weights, step buffers):
+# score -> (term, dense, tie, token factor) from (router, z, natural ids, gates, demand weights, step buffers):
 # the per-token inputs `cpu_select.c` sums, the torch backend's SCORES in the library's form
 SCORES = {
-    Score.GATE_MASS: lambda z, ids, gate, demand, s: (demand, False, None, s.valid),
-    Score.VOTES: lambda z, ids, gate, demand, s: (None, False, gate, s.valid),          # ties: gate mass
-    Score.ROUTER_MASS: lambda z, ids, gate, demand, s: (torch.softmax(z, -1), True, None, s.valid),
-    Score.COMMITMENT: lambda z, ids, gate, demand, s: (demand, False, None, s.alpha),
+    Score.GATE_MASS: lambda router, z, ids, gate, demand, s: (demand, False, None, s.valid),
+    Score.VOTES: lambda router, z, ids, gate, demand, s: (None, False, gate, s.valid),          # ties: gate mass
+    Score.ROUTER_MASS: lambda router, z, ids, gate, demand, s: (router.probs(z), True, None, s.valid),
+    Score.COMMITMENT: lambda router, z, ids, gate, demand, s: (demand, False, None, s.alpha),
 }
 SIZES = {Sizing.ALL: 0, Sizing.FIXED: 1, Sizing.SELF: 2}          # cpu_select.c's SIZING_*
-register_backend("cpu", SCORES, SIZES)
+register_backend("cpu", SCORES, SIZES, CHOICE)
 
 
 class CpuVerifier(Verifier):
@@ -157,17 +168,17 @@ class CpuVerifier(Verifier):
                                     cfg.score_bits], dtype=torch.long)
         assert self.params.numel() == self.lib.params_count()
 
-    def _run(self, logits: Tensor, resident: Tensor | None, route: bool) -> VerifierOutput:
+    def _run(self, logits: Tensor, resident: Tensor | None, route: bool, bias: Tensor | None) -> VerifierOutput:
         plan, router = self.plan, self.plan.router
         (B, T, E), k = logits.shape, router.top_k
         z = logits.float().contiguous()                                       # [B, T, E]
+        ranked = CHOICE[router.kind](router, z, bias)                         # [B, T, E] in the router's order
+        ids = topk_rows(ranked, k)                                            # [B, T, k] natural K_t
         gate = demand = None
-        if plan.spec.score is Score.ROUTER_MASS:
-            ids = topk_rows(z, k)                                             # [B, T, k] natural K_t
-        else:
-            ids, gate = natural(router, z)                                    # K_t and the model's r[t, K_t]
-            demand = gate if plan.selector.demand_score == "gate" else torch.softmax(z, -1).gather(-1, ids)
-        term, dense, tie, factor = SCORES[plan.spec.score](z, ids, gate, demand, self.rows(B))
+        if plan.spec.score is not Score.ROUTER_MASS:
+            gate = router.gates(z, ids)                                       # the model's r[t, K_t]
+            demand = gate if plan.selector.demand_score == "gate" else router.probs(z).gather(-1, ids)
+        term, dense, tie, factor = SCORES[plan.spec.score](router, z, ids, gate, demand, self.rows(B))
         # every array the call reads is held in a local until it returns
         term, tie, factor = _flat(term), _flat(tie), factor.float().contiguous()
         held = None if resident is None else resident.to(torch.uint8).contiguous()
@@ -175,8 +186,8 @@ class CpuVerifier(Verifier):
         utility = torch.empty(B, E, dtype=torch.float32)
         anchor = torch.empty(B, E, dtype=torch.bool)
         routed = torch.empty(B, T, k, dtype=torch.long) if route else None
-        masked = torch.empty(B, T, E, dtype=torch.float32) if route else None     # z, -inf outside S
-        short = self.lib.select_blocks(B, T, E, k, z.data_ptr(), ids.data_ptr(), _ptr(term), _ptr(tie),
+        masked = torch.empty(B, T, E, dtype=torch.float32) if route else None     # ranked, -inf outside S
+        short = self.lib.select_blocks(B, T, E, k, ranked.data_ptr(), ids.data_ptr(), _ptr(term), _ptr(tie),
                                        factor.data_ptr(), int(dense), _ptr(held),
                                        1 if held is None else held.numel() // E, self.params.data_ptr(),
                                        eligible.data_ptr(), utility.data_ptr(), anchor.data_ptr(), _ptr(routed),

@@ -2,11 +2,12 @@
 
 Same contract as the Triton kernel (`verifier.Verifier`): logits [B, T, E] -> VerifierOutput, no host
 synchronisation, no Python branching on tensor values, padding tokens ignored by the selection. Each
-`Score` and each `Sizing` member is one entry of `SCORES` / `SIZES` below, any combination served (declared
-to the registry when this module loads). It must agree exactly with the readable reference
-(`acceptmoe.methods.select`, `prune`, `route`), which it shares no code with beyond the documented
-primitives (`Router.weights`, `acceptmoe.methods.fixed`); every ranking is the project's one rule
-(`acceptmoe.methods.topk`).
+`Score` and each `Sizing` member is one entry of `SCORES` / `SIZES` below, any combination served, and each
+`RouterKind` is the routing tables' entry (`acceptmoe.methods.routing.ORDERS`, `GATES`: the router's order,
+read by the selection and by `route_in`) (declared to the registry when this module loads). It must agree
+exactly with the readable reference (`acceptmoe.methods.select`, `prune`, `route`), which it shares no code
+with beyond the documented primitives (`Router.scores`, `gates`, `probs`, `acceptmoe.methods.fixed`); every
+ranking is the project's one rule (`acceptmoe.methods.topk`).
 """
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from torch import Tensor
 
 from acceptmoe.methods import Plan, Score, Selection, Sizing, order_desc, rank_desc, register_backend, route_in
 from acceptmoe.methods.fixed import LOG2_BITS, log2_fixed, rank_guard, rho_fixed, to_fixed, truncate
+from acceptmoe.methods.routing import ORDERS
 
 from .verifier import StepBuffers, Verifier, VerifierOutput
 
@@ -28,17 +30,18 @@ def block_sum(terms: Tensor, bits: int) -> Tensor:
 
 class Gates:
     """One layer's natural routing of B blocks, dense [B, T, E], computed when first read (MoE-Spec without
-    an anchor reads none of it): K_t membership, the model's own weight r[t, e] on it (zero outside K_t) and
-    the demand score's weight (`demand_score`: the gate, or the full softmax restricted to K_t). Plain lazy
-    attributes (no `functools.cached_property`, whose lock torch.compile cannot trace)."""
+    an anchor reads none of it): K_t membership, the model's own gate r[t, e] on it (zero outside K_t) and
+    the demand score's weight (`demand_score`: the gate, or the router's probabilities restricted to K_t).
+    Plain lazy attributes (no `functools.cached_property`, whose lock torch.compile cannot trace)."""
 
     def __init__(self, plan: Plan, z: Tensor, order: Tensor):
-        self.plan, self.z, self.order = plan, z, order        # fp32 logits [B, T, E] and their ranking
+        self.plan, self.z, self.order = plan, z, order        # fp32 logits [B, T, E] and the router's order
         self._ids = self._weights = self._member = self._gate = self._demand = None
 
     def _natural(self) -> Tensor:
         if self._ids is None:
-            self._ids, self._weights = self.plan.router.natural(self.z, self.order)     # [B, T, k] each
+            self._ids = self.order[..., :self.plan.router.top_k]                         # [B, T, k]
+            self._weights = self.plan.router.gates(self.z, self._ids)                  # [B, T, k]
         return self._ids
 
     def _dense(self, values: Tensor) -> Tensor:
@@ -62,7 +65,7 @@ class Gates:
     def demand(self) -> Tensor:
         if self._demand is None:
             self._demand = self.gate if self.plan.selector.demand_score == "gate" else \
-                self._dense(torch.softmax(self.z, -1).gather(-1, self._natural()))
+                self._dense(self.plan.router.probs(self.z).gather(-1, self._natural()))
         return self._demand
 
 
@@ -71,7 +74,7 @@ SCORES = {
     Score.GATE_MASS: lambda g, s, bits: (block_sum(g.demand * s.valid[..., None], bits), None),
     Score.VOTES: lambda g, s, bits: (block_sum(g.member.float() * s.valid[..., None], bits),
                                      block_sum(g.gate * s.valid[..., None], bits)),            # ties: gate mass
-    Score.ROUTER_MASS: lambda g, s, bits: (block_sum(torch.softmax(g.z, -1) * s.valid[..., None], bits), None),
+    Score.ROUTER_MASS: lambda g, s, bits: (block_sum(g.plan.router.probs(g.z) * s.valid[..., None], bits), None),
     Score.COMMITMENT: lambda g, s, bits: (block_sum(g.demand * s.alpha[..., None], bits), None),
 }
 
@@ -88,14 +91,15 @@ SIZES = {
     Sizing.SELF: lambda plan, u, sec, anchor: _ranked(u, sec, anchor, effective_rank(
         to_fixed(u, plan.selector.score_bits).masked_fill(anchor, 0), rank_guard(plan.selector.rank_tolerance))),
 }
-register_backend("torch", SCORES, SIZES)
+register_backend("torch", SCORES, SIZES, ORDERS)
 
 
-def select_batched(plan: Plan, logits: Tensor, step: StepBuffers, order: Tensor | None = None) -> Selection:
+def select_batched(plan: Plan, logits: Tensor, step: StepBuffers, order: Tensor | None = None,
+                   bias: Tensor | None = None) -> Selection:
     """Selection with [B, E] fields from logits [B, T, E] and the step's buffers (first B rows); order: the
-    logits' ranking `order_desc` [B, T, E] when the caller has it (shared with the routing that follows)."""
+    router's order `Router.order` [B, T, E] when the caller has it (shared with the routing that follows)."""
     z = logits.float()
-    g = Gates(plan, z, order_desc(z) if order is None else order)
+    g = Gates(plan, z, plan.router.order(z, bias) if order is None else order)
     primary, secondary = SCORES[plan.spec.score](g, step, plan.selector.score_bits)
     if plan.spec.anchor:
         anchor = g.member[..., 0, :]                                                     # [B, E]: K_root
@@ -146,8 +150,8 @@ class TorchVerifier(Verifier):
         super().__init__(plan, device)
         log2_sizes(plan.num_experts, self.device)       # the effective rank's constant, made outside any pass
 
-    def _run(self, logits: Tensor, resident: Tensor | None, route: bool) -> VerifierOutput:
-        order = order_desc(logits.float())                     # [B, T, E] one ranking for selection and routing
+    def _run(self, logits: Tensor, resident: Tensor | None, route: bool, bias: Tensor | None) -> VerifierOutput:
+        order = self.plan.router.order(logits, bias)           # [B, T, E] one ranking for selection and routing
         sel = select_batched(self.plan, logits, self.rows(logits.shape[0]), order)
         eligible = sel.eligible if resident is None else prune_batched(self.plan, sel, resident)
         ids, weights = route_in(logits, eligible, self.plan.router, order) if route else (None, None)

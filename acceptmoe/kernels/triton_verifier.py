@@ -3,6 +3,7 @@
 Shapes (B verification blocks padded to T tokens, E experts, router top-k K):
 
     logits     [B, T, E]  fp32 | fp16 | bf16 router logits of one layer (math is fp32)
+    bias       [E]        fp32 the layer's selection bias (the sigmoid_grouped router; zeros without one)
     alpha      [B, T]     fp32 commitment weights (`acceptmoe.methods.commitment_weights`; zeros otherwise)
     num_tokens [B]        int  valid tokens per block (a prefix of T; the rest is padding, ignored by selection)
     resident   [E] | [B, E] bool  the layer's resident experts before the pass (enables residency pruning)
@@ -21,11 +22,13 @@ ranking, sizing (fixed budget or effective rank) and optional residency-aware pr
 Exactly the reference's rules (`acceptmoe.methods`), with no fp64 and no E x E tile:
 - every ranking is one integer key per expert (orderable float bits, then 65535 - index), so value
   descending, ties to the lower index (`methods.topk`) is a plain integer order: a token's top-k is K
-  max-reductions, a block's top-n is `tl.sort` and one threshold;
+  max-reductions, a block's top-n is `tl.sort` and one threshold; the grouped router's keys are its biased
+  sigmoid scores with a bit above them for the token's chosen groups (`Router.order`);
 - block scores are fixed-point sums in int32 (`methods.fixed.block_sum`); effective rank and the pruning
   budget are the integer arithmetic of `methods.fixed` (log2 by repeated squaring, rho in 2^-16 units).
-Fixed shapes, no host synchronisation: safe to capture in a CUDA graph. Every method-dependent choice is a
-`tl.constexpr` enum, so each method compiles only its own code.
+Fixed shapes, no host synchronisation: safe to capture in a CUDA graph. Every method- and router-dependent
+choice is a `tl.constexpr` enum, so each method and router kind compiles only its own code; a code no branch
+handles fails the compile (`tl.static_assert`), never a silent default.
 
 Warps per specialisation (`choose_warps`): the first of `WARP_CHOICES` whose compiled binary does not spill
 (local memory or STL/LDL in its SASS, read by `offline.binary_spills` with the Triton wheel's cuobjdump; where
@@ -44,7 +47,7 @@ import triton
 import triton.language as tl
 from torch import Tensor
 
-from acceptmoe.methods import Plan, Router, Score, Sizing, register_backend
+from acceptmoe.methods import Plan, Router, RouterKind, Score, Sizing, register_backend
 from acceptmoe.methods.fixed import log2_fixed, rank_guard, rho_fixed
 
 from .verifier import Verifier, VerifierInputError, VerifierOutput
@@ -54,6 +57,8 @@ class RouterMode(IntEnum):
     SOFTMAX_TOPK_RENORM = 0  # softmax, top-k, renormalise over the k (Qwen3 norm_topk_prob)
     SOFTMAX_TOPK_RAW = 1     # softmax, top-k, keep the unmasked softmax probabilities
     TOPK_SOFTMAX = 2         # top-k of logits, softmax over the k (GPT-OSS)
+    SIGMOID_RENORM = 3       # sigmoid + bias, group-limited top-k, sigmoids renormalised over the k (DeepSeek-V3)
+    SIGMOID_RAW = 4          # the same, the sigmoids kept as they are
 
 
 class Demand(IntEnum):
@@ -70,17 +75,26 @@ class Prune(IntEnum):
 # verification sizings has one (checked below when the module loads, like every backend).
 SCORE_CODES = {Score.GATE_MASS: 0, Score.VOTES: 1, Score.ROUTER_MASS: 2, Score.COMMITMENT: 3}
 SIZING_CODES = {Sizing.ALL: 0, Sizing.FIXED: 1, Sizing.SELF: 2}
-register_backend("triton", SCORE_CODES, SIZING_CODES)
+# router kind -> its mode (a kernel variant) for a `Router`
+ROUTER_MODES = {
+    RouterKind.SOFTMAX_TOPK: lambda r: RouterMode.SOFTMAX_TOPK_RENORM if r.renormalize else RouterMode.SOFTMAX_TOPK_RAW,
+    RouterKind.TOPK_SOFTMAX: lambda r: RouterMode.TOPK_SOFTMAX,
+    RouterKind.SIGMOID_GROUPED: lambda r: RouterMode.SIGMOID_RENORM if r.renormalize else RouterMode.SIGMOID_RAW,
+}
+register_backend("triton", SCORE_CODES, SIZING_CODES, ROUTER_MODES)
 
 # The codes by name inside the kernel (Triton reads only constexpr globals).
 GATE_MASS, VOTES, ROUTER_MASS, COMMITMENT = (tl.constexpr(SCORE_CODES[s]) for s in
                                              (Score.GATE_MASS, Score.VOTES, Score.ROUTER_MASS, Score.COMMITMENT))
 ALL, FIXED, SELF = (tl.constexpr(SIZING_CODES[s]) for s in (Sizing.ALL, Sizing.FIXED, Sizing.SELF))
-SOFTMAX_TOPK_RENORM, SOFTMAX_TOPK_RAW, TOPK_SOFTMAX = (tl.constexpr(int(x)) for x in RouterMode)
+SOFTMAX_TOPK_RENORM, SOFTMAX_TOPK_RAW, TOPK_SOFTMAX, SIGMOID_RENORM, SIGMOID_RAW = (tl.constexpr(int(x))
+                                                                                   for x in RouterMode)
 GATE, SOFTMAX = (tl.constexpr(int(x)) for x in Demand)
 NONRESIDENT = tl.constexpr(int(Prune.NONRESIDENT))
 IDX_BITS = tl.constexpr(16)     # a key's low bits hold 65535 - expert index: ties go to the lower index
 LOG2_BITS = tl.constexpr(16)    # acceptmoe.methods.fixed.LOG2_BITS
+GROUP_BIT = tl.constexpr(48)    # above any fp32 key (|key| < 2^47): the grouped router's chosen groups rank first
+NORM_EPS = tl.constexpr(1e-20)  # acceptmoe.methods.routing.NORM_EPS
 
 
 @triton.jit
@@ -136,36 +150,100 @@ def _topk(keys, offs_k, K: tl.constexpr, SLOTS: tl.constexpr):
 
 @triton.jit
 def _slot_weights(vals, row_max, row_sum, ROUTER: tl.constexpr):
-    """Gating weights [TC, BK] of the chosen logits vals [TC, BK] (unused places hold -inf)."""
+    """Gating weights [TC, BK] of the chosen logits vals [TC, BK] (unused places hold -inf), softmax kinds."""
     if ROUTER == SOFTMAX_TOPK_RAW:   # the unmasked softmax probability
         weights = tl.exp(vals - row_max[:, None]) / row_sum[:, None]
-    else:                            # renormalised over the chosen k (equal for masking before or after the softmax)
-        ex = tl.exp(vals - tl.max(vals, axis=1)[:, None])                               # [TC, BK]
-        weights = ex / tl.sum(ex, axis=1)[:, None]
+    elif ROUTER == SOFTMAX_TOPK_RENORM or ROUTER == TOPK_SOFTMAX:
+        ex = tl.exp(vals - tl.max(vals, axis=1)[:, None])   # renormalised over the chosen k (masking before or
+        weights = ex / tl.sum(ex, axis=1)[:, None]          # after the softmax gives the same), [TC, BK]
+    else:
+        tl.static_assert(False, "_slot_weights: not a softmax router mode")
     return weights
 
 
 @triton.jit
-def _chunk(logits_ptr, b, rows, e_in, offs_e, T, s_lb, s_lt, s_le, KEY64: tl.constexpr):
-    """One chunk of a block's logits: keys [TC, BE], fp32 logits [TC, BE] (-inf outside E), row max and sum."""
+def _sigmoid_weights(sig, ROUTER: tl.constexpr):
+    """Gates [TC, BK] of the chosen experts' sigmoids sig [TC, BK] (unused places hold 0), sigmoid kinds."""
+    if ROUTER == SIGMOID_RENORM:
+        gates = sig / (tl.sum(sig, axis=1)[:, None] + NORM_EPS)
+    elif ROUTER == SIGMOID_RAW:
+        gates = sig
+    else:
+        tl.static_assert(False, "_sigmoid_weights: not a sigmoid router mode")
+    return gates
+
+
+@triton.jit
+def _group_key(total, g):
+    """int64 keys [TC] of fp32 group scores: orderable float bits, then 65535 - g (ties: the lower group)."""
+    bits = tl.where(total == 0.0, 0, total.to(tl.int32, bitcast=True))
+    return ((bits ^ ((bits >> 31) & 0x7FFFFFFF)).to(tl.int64) << IDX_BITS) | (65535 - g)
+
+
+@triton.jit
+def _groups_first(keys, e_in, offs_e, E, TC: tl.constexpr, GROUPS: tl.constexpr, GROUP_TOP: tl.constexpr,
+                  BLOCK_G: tl.constexpr):
+    """keys [TC, BE] (int64, of fp32 scores) raised by 2^GROUP_BIT on the experts of each token's GROUP_TOP
+    groups (consecutive ids, E / GROUPS each) whose two best scores sum highest (`Router.in_groups`)."""
+    size = E // GROUPS
+    group = offs_e // size                                                               # [BE]
+    low = _lowest(True)
+    offs_g = tl.arange(0, BLOCK_G)
+    gkeys = tl.full([TC, BLOCK_G], -9223372036854775807 - 1, tl.int64)                  # [TC, BG] lowest
+    for g in tl.static_range(GROUPS):
+        mine = ((group == g) & e_in)[None, :]                                            # [1, BE]
+        best = tl.max(tl.where(mine, keys, low), axis=1)                                 # [TC] unique keys
+        second = tl.max(tl.where(mine & (keys < best[:, None]), keys, low), axis=1)
+        total = _key_logit(best, tl.float32, True) + _key_logit(second, tl.float32, True)    # fp32, as topk(2).sum
+        gkeys = tl.where(offs_g[None, :] == g, _group_key(total, g)[:, None], gkeys)
+    kth, _ = _topk(gkeys, offs_g, GROUP_TOP, False)
+    chosen = gkeys >= kth[:, None]                                                       # [TC, BG]
+    inside = keys < low                                                                  # [TC, BE] all False
+    for g in tl.static_range(GROUPS):
+        picked = tl.max(tl.where((offs_g[None, :] == g) & chosen, 1, 0), axis=1) > 0    # [TC]
+        inside = inside | (picked[:, None] & (group == g)[None, :])
+    return tl.where(inside & e_in[None, :], keys + (tl.full((), 1, tl.int64) << GROUP_BIT), keys)
+
+
+@triton.jit
+def _chunk(logits_ptr, bias_ptr, b, rows, e_in, offs_e, T, E, s_lb, s_lt, s_le, KEY64: tl.constexpr,
+           TC: tl.constexpr, ROUTER: tl.constexpr, GROUPS: tl.constexpr, GROUP_TOP: tl.constexpr,
+           BLOCK_G: tl.constexpr):
+    """One chunk of a block's logits: keys [TC, BE] in the router's order (`Router.order`), fp32 logits
+    [TC, BE] (-inf outside E), row max and sum."""
     t_in = rows < T
     ptrs = logits_ptr + b * s_lb + rows[:, None].to(tl.int64) * s_lt + offs_e[None, :] * s_le
     raw = tl.load(ptrs, mask=t_in[:, None] & e_in[None, :], other=0.0)
-    keys = _logit_keys(raw, e_in[None, :], offs_e, KEY64)
     z = tl.where(e_in[None, :], raw.to(tl.float32), float("-inf"))                       # [TC, BE]
+    if ROUTER == SIGMOID_RENORM or ROUTER == SIGMOID_RAW:             # sigmoid(z) + bias, the token's groups first
+        bias = tl.load(bias_ptr + offs_e, mask=e_in, other=0.0)                          # [BE]
+        keys = _logit_keys(tl.sigmoid(z) + bias[None, :], e_in[None, :], offs_e, True)
+        if GROUP_TOP < GROUPS:
+            keys = _groups_first(keys, e_in, offs_e, E, TC, GROUPS, GROUP_TOP, BLOCK_G)
+    else:                            # the logits (softmax is monotone)
+        keys = _logit_keys(raw, e_in[None, :], offs_e, KEY64)
     row_max = tl.max(z, axis=1)
     row_sum = tl.sum(tl.exp(z - row_max[:, None]), axis=1)
     return keys, z, row_max, row_sum
 
 
 @triton.jit
-def _route_chunk(keys, row_max, row_sum, ids_ptr, weights_ptr, b, rows, offs_k, T,
+def _route_chunk(keys, z, row_max, row_sum, ids_ptr, weights_ptr, b, rows, offs_e, offs_k, T, route_scale,
                  K: tl.constexpr, ROUTER: tl.constexpr, LOGIT: tl.constexpr, KEY64: tl.constexpr):
     """Top-K of the (already masked) keys of one chunk, stored as ids [TC, K] and weights [TC, K]."""
     _, slots = _topk(keys, offs_k, K, True)                                      # [TC, BK]
     ids = 65535 - (slots & 65535).to(tl.int64)
-    vals = tl.where(offs_k[None, :] < K, _key_logit(slots, LOGIT, KEY64), float("-inf"))   # places past K: none
-    weights = _slot_weights(vals, row_max, row_sum, ROUTER)
+    if ROUTER == SIGMOID_RENORM or ROUTER == SIGMOID_RAW:             # the chosen experts' unbiased sigmoids, gathered from the logits
+        sig = tl.sigmoid(z)                                                              # [TC, BE]
+        chosen = tl.zeros_like(slots).to(tl.float32)                                     # [TC, BK]
+        for i in tl.static_range(K):
+            id_i = tl.max(tl.where(offs_k[None, :] == i, ids, -1), axis=1)               # [TC]
+            sig_i = tl.sum(tl.where(offs_e[None, :] == id_i[:, None], sig, 0.0), axis=1)
+            chosen = tl.where(offs_k[None, :] == i, sig_i[:, None], chosen)
+        weights = _sigmoid_weights(chosen, ROUTER) * route_scale
+    else:
+        vals = tl.where(offs_k[None, :] < K, _key_logit(slots, LOGIT, KEY64), float("-inf"))  # past K: none
+        weights = _slot_weights(vals, row_max, row_sum, ROUTER)
     out = (b * T + rows[:, None]) * K + offs_k[None, :]                                  # [TC, BK]
     k_mask = (rows < T)[:, None] & (offs_k[None, :] < K)
     tl.store(ids_ptr + out, ids, mask=k_mask)
@@ -174,17 +252,24 @@ def _route_chunk(keys, row_max, row_sum, ids_ptr, weights_ptr, b, rows, offs_k, 
 
 @triton.jit
 def _gates(z, member, row_max, row_sum, ROUTER: tl.constexpr, DEMAND: tl.constexpr):
-    """Natural gating weights r [TC, BE] (zero outside K_t): the model's own (r_gate) and the demand
-    score's (r_demand), and the full softmax probs, as `Router.gates`."""
-    probs = tl.exp(z - row_max[:, None]) / row_sum[:, None]                              # [TC, BE]
-    if ROUTER == SOFTMAX_TOPK_RAW:
-        r_gate = tl.where(member, probs, 0.0)
-    elif ROUTER == SOFTMAX_TOPK_RENORM:
-        chosen = tl.where(member, probs, 0.0)
-        r_gate = chosen / tl.sum(chosen, axis=1)[:, None]
-    else:                            # TOPK_SOFTMAX: softmax over the chosen logits
-        chosen = tl.where(member, tl.exp(z - row_max[:, None]), 0.0)
-        r_gate = chosen / tl.sum(chosen, axis=1)[:, None]
+    """Natural gates r [TC, BE] (zero outside K_t): the model's own (r_gate, `Router.gates`) and the demand
+    score's (r_demand), and the router's probabilities over every expert (`Router.probs`)."""
+    if ROUTER == SIGMOID_RENORM or ROUTER == SIGMOID_RAW:
+        sig = tl.sigmoid(z)                                                              # [TC, BE], 0 outside E
+        probs = sig / tl.sum(sig, axis=1)[:, None]
+        r_gate = _sigmoid_weights(tl.where(member, sig, 0.0), ROUTER)
+    else:
+        probs = tl.exp(z - row_max[:, None]) / row_sum[:, None]                          # [TC, BE]
+        if ROUTER == SOFTMAX_TOPK_RAW:
+            r_gate = tl.where(member, probs, 0.0)
+        elif ROUTER == SOFTMAX_TOPK_RENORM:
+            chosen = tl.where(member, probs, 0.0)
+            r_gate = chosen / tl.sum(chosen, axis=1)[:, None]
+        elif ROUTER == TOPK_SOFTMAX:     # softmax over the chosen logits
+            chosen = tl.where(member, tl.exp(z - row_max[:, None]), 0.0)
+            r_gate = chosen / tl.sum(chosen, axis=1)[:, None]
+        else:
+            tl.static_assert(False, "_gates: unknown router mode")
     if DEMAND == SOFTMAX:
         r_demand = tl.where(member, probs, 0.0)
     else:
@@ -271,16 +356,19 @@ def _prune(eligible, utility, anchor, resident, offs_e, scale, rho_q, min_set):
 
 @triton.jit
 def _verifier_kernel(
-    logits_ptr, alpha_ptr, ntok_ptr, resident_ptr, log2_ptr,
+    logits_ptr, bias_ptr, alpha_ptr, ntok_ptr, resident_ptr, log2_ptr,
     eligible_ptr, utility_ptr, anchor_ptr, ids_ptr, weights_ptr,
-    T, E, budget, min_set, rho_q, guard, scale, unit,
+    T, E, budget, min_set, rho_q, guard, scale, unit, route_scale,
     s_lb, s_lt, s_le, s_ab, s_at, s_rb, s_re,
     K: tl.constexpr, TC: tl.constexpr, BLOCK_E: tl.constexpr, BLOCK_K: tl.constexpr,
     SCORE: tl.constexpr, SIZING: tl.constexpr, ANCHOR: tl.constexpr, ROUTER: tl.constexpr,
+    GROUPS: tl.constexpr, GROUP_TOP: tl.constexpr, BLOCK_G: tl.constexpr,
     DEMAND: tl.constexpr, PRUNE: tl.constexpr, ROUTE: tl.constexpr,
 ):
+    tl.static_assert(ROUTER == SOFTMAX_TOPK_RENORM or ROUTER == SOFTMAX_TOPK_RAW or ROUTER == TOPK_SOFTMAX
+                     or ROUTER == SIGMOID_RENORM or ROUTER == SIGMOID_RAW, "unknown router mode")
     LOGIT: tl.constexpr = logits_ptr.dtype.element_ty
-    KEY64: tl.constexpr = LOGIT == tl.float32
+    KEY64: tl.constexpr = (LOGIT == tl.float32) or (ROUTER == SIGMOID_RENORM) or (ROUTER == SIGMOID_RAW)
     NATURAL: tl.constexpr = ROUTE and (SIZING == ALL) and (PRUNE != NONRESIDENT)   # S = all: route in pass 1
     b = tl.program_id(0).to(tl.int64)
     offs_c = tl.arange(0, TC)
@@ -296,9 +384,11 @@ def _verifier_kernel(
     for t0 in range(0, T, TC):
         rows = t0 + offs_c
         valid = (rows < T) & (rows < n_valid)
-        keys, z, row_max, row_sum = _chunk(logits_ptr, b, rows, e_in, offs_e, T, s_lb, s_lt, s_le, KEY64)
+        keys, z, row_max, row_sum = _chunk(logits_ptr, bias_ptr, b, rows, e_in, offs_e, T, E, s_lb, s_lt, s_le,
+                                           KEY64, TC, ROUTER, GROUPS, GROUP_TOP, BLOCK_G)
         if NATURAL:                  # the natural top-k is the routing
-            _route_chunk(keys, row_max, row_sum, ids_ptr, weights_ptr, b, rows, offs_k, T, K, ROUTER, LOGIT, KEY64)
+            _route_chunk(keys, z, row_max, row_sum, ids_ptr, weights_ptr, b, rows, offs_e, offs_k, T, route_scale,
+                         K, ROUTER, LOGIT, KEY64)
         kth, _ = _topk(keys, offs_k, K, False)
         member = keys >= kth[:, None]                                                    # natural K_t
         r_gate, r_demand, probs = _gates(z, member, row_max, row_sum, ROUTER, DEMAND)
@@ -348,9 +438,11 @@ def _verifier_kernel(
         outside = _lowest(KEY64)
         for t0 in range(0, T, TC):
             rows = t0 + offs_c
-            keys, _, row_max, row_sum = _chunk(logits_ptr, b, rows, e_in, offs_e, T, s_lb, s_lt, s_le, KEY64)
+            keys, z, row_max, row_sum = _chunk(logits_ptr, bias_ptr, b, rows, e_in, offs_e, T, E, s_lb, s_lt, s_le,
+                                               KEY64, TC, ROUTER, GROUPS, GROUP_TOP, BLOCK_G)
             keys = tl.where(eligible[None, :], keys, outside)
-            _route_chunk(keys, row_max, row_sum, ids_ptr, weights_ptr, b, rows, offs_k, T, K, ROUTER, LOGIT, KEY64)
+            _route_chunk(keys, z, row_max, row_sum, ids_ptr, weights_ptr, b, rows, offs_e, offs_k, T, route_scale,
+                         K, ROUTER, LOGIT, KEY64)
 
 
 # ----------------------------------------------------------------------------------------------- wrapper
@@ -407,9 +499,8 @@ def _warps_on_gpu(grid: tuple, args: tuple, kwargs: dict) -> int:
 
 
 def router_mode(router: Router) -> RouterMode:
-    if router.kind == "topk_softmax":
-        return RouterMode.TOPK_SOFTMAX
-    return RouterMode.SOFTMAX_TOPK_RENORM if router.renormalize else RouterMode.SOFTMAX_TOPK_RAW
+    """The kernel variant of a router (`ROUTER_MODES`, one entry per `RouterKind`)."""
+    return ROUTER_MODES[router.kind](router)
 
 
 class TritonVerifier(Verifier):
@@ -424,11 +515,14 @@ class TritonVerifier(Verifier):
             raise VerifierInputError(f"E={E} experts exceed the kernel's {MAX_EXPERTS}; use the torch backend")
         # log2_fixed(n) for the set sizes n = 1..E the effective rank compares against
         self.log2_n = log2_fixed(torch.arange(1, E + 1)).to(self.device)
+        self.no_bias = torch.zeros(E, dtype=torch.float32, device=self.device)   # a router without a bias
+        router = plan.router
         self.fixed = dict(budget=cfg.budget or E, min_set=plan.min_set, rho_q=rho_fixed(cfg.prune_rho),
                           guard=rank_guard(cfg.rank_tolerance), scale=float(2 ** cfg.score_bits),
-                          unit=2.0 ** -cfg.score_bits)
-        self.meta = dict(K=plan.router.top_k, SCORE=SCORE_CODES[spec.score], SIZING=SIZING_CODES[spec.sizing],
-                         ANCHOR=spec.anchor, ROUTER=int(router_mode(plan.router)),
+                          unit=2.0 ** -cfg.score_bits, route_scale=float(router.scale))
+        self.meta = dict(K=router.top_k, SCORE=SCORE_CODES[spec.score], SIZING=SIZING_CODES[spec.sizing],
+                         ANCHOR=spec.anchor, ROUTER=int(router_mode(router)), GROUPS=router.groups,
+                         GROUP_TOP=router.group_top, BLOCK_G=triton.next_power_of_2(router.groups),
                          DEMAND=int(Demand.SOFTMAX if cfg.demand_score == "softmax" else Demand.GATE))
 
     def _check(self, logits: Tensor, resident: Tensor | None) -> None:
@@ -444,7 +538,7 @@ class TritonVerifier(Verifier):
         return dict(TC=min(triton.next_power_of_2(T), TC_MAX), BLOCK_E=triton.next_power_of_2(E),
                     BLOCK_K=triton.next_power_of_2(self.plan.router.top_k))
 
-    def _run(self, logits: Tensor, resident: Tensor | None, route: bool) -> VerifierOutput:
+    def _run(self, logits: Tensor, resident: Tensor | None, route: bool, bias: Tensor | None) -> VerifierOutput:
         B, T, E = logits.shape
         dev, K = logits.device, self.plan.router.top_k
         step = self.rows(B)
@@ -455,7 +549,7 @@ class TritonVerifier(Verifier):
                              anchor=torch.empty(B, E, dtype=torch.bool, device=dev))
         res = resident.view(torch.uint8) if resident is not None else out.eligible.view(torch.uint8)
         res_b, res_e = (0, res.stride(0)) if res.dim() == 1 else res.stride()
-        args = (logits, step.alpha, step.num_tokens, res, self.log2_n,
+        args = (logits, self.no_bias if bias is None else bias, step.alpha, step.num_tokens, res, self.log2_n,
                 out.eligible.view(torch.uint8), out.utility, out.anchor.view(torch.uint8),
                 ids if route else out.utility, weights if route else out.utility,      # unused without routing
                 T, E)

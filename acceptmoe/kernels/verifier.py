@@ -207,14 +207,28 @@ class Verifier:
             table = self._alpha_tables[key] = commitment_weights(self.plan, torch.arange(len(key)), level_sizes)
         return table
 
-    def __call__(self, logits: Tensor, resident: Tensor | None = None, route: bool = True) -> VerifierOutput:
+    def __call__(self, logits: Tensor, resident: Tensor | None = None, route: bool = True,
+                 bias: Tensor | None = None) -> VerifierOutput:
         """logits [B, T, E] of one MoE layer (B <= the prepared rows); resident bool [E] or [B, E] (the pool
-        before the pass) turns on residency pruning; route=False returns the sets only (ids, weights None)."""
+        before the pass) turns on residency pruning; route=False returns the sets only (ids, weights None);
+        bias fp32 [E] the layer's selection bias (a biased router kind, `Router.biased`; None: zero)."""
         self._check(logits, resident)
-        return self._run(logits, resident, route)
+        self._check_bias(bias)
+        return self._run(logits, resident, route, bias)
 
-    def _run(self, logits: Tensor, resident: Tensor | None, route: bool) -> VerifierOutput:
+    def _run(self, logits: Tensor, resident: Tensor | None, route: bool, bias: Tensor | None) -> VerifierOutput:
         raise NotImplementedError
+
+    def _check_bias(self, bias: Tensor | None) -> None:
+        if bias is None:
+            return
+        router, E = self.plan.router, self.plan.num_experts
+        if not router.biased:
+            raise VerifierInputError(f"a selection bias was given, but the {router.kind.value} router has none: "
+                                     f"drop bias=")
+        if tuple(bias.shape) != (E,) or bias.dtype != torch.float32 or bias.device != self.device:
+            raise VerifierInputError(f"bias must be fp32 [{E}] on {self.device}, got {bias.dtype} "
+                                     f"{tuple(bias.shape)} on {bias.device}")
 
     def _check(self, logits: Tensor, resident: Tensor | None) -> None:
         if self.step is None:

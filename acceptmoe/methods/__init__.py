@@ -20,8 +20,8 @@ from .commitment import CommitmentTable
 from .config import ConfigError, SelectorConfig
 from .reference import Selection, best_first, commitment_weight, effective_rank, prune, route, select
 from .registry import (B0_METHOD, BASELINE, CALIBRATION, METHODS, REFERENCE, BackendCoverageError, MethodSpec,
-                       Score, Sizing, UnknownMethodError, fixed_twin, get_method, register_backend, register_method,
-                       unregister_method)
+                       RouterKind, Score, Sizing, UnknownMethodError, UnknownRouterError, fixed_twin, get_method,
+                       register_backend, register_method, unregister_method)
 from .routing import ROUTER_KINDS, Router, route_in
 from .topk import first_k_in, order_desc, rank_desc, topk, topk_ids
 from .tree import BlockInfo, TreeError
@@ -29,8 +29,9 @@ from .variant import Fit, Plan, Variant
 
 __all__ = [
     "B0_METHOD", "BASELINE", "CALIBRATION", "REFERENCE", "BackendCoverageError", "BlockInfo", "CommitmentTable",
-    "ConfigError", "Fit", "METHODS", "MethodSpec", "Plan", "ROUTER_KINDS", "Router", "Score", "SelectorConfig",
-    "Selection", "Sizing", "TreeError", "UnknownMethodError", "Variant", "best_first", "commitment_weight",
-    "effective_rank", "first_k_in", "fixed_twin", "get_method", "order_desc", "prune", "rank_desc",
-    "register_backend", "register_method", "route", "route_in", "select", "topk", "topk_ids", "unregister_method",
+    "ConfigError", "Fit", "METHODS", "MethodSpec", "Plan", "ROUTER_KINDS", "Router", "RouterKind", "Score",
+    "SelectorConfig", "Selection", "Sizing", "TreeError", "UnknownMethodError", "UnknownRouterError", "Variant",
+    "best_first", "commitment_weight", "effective_rank", "first_k_in", "fixed_twin", "get_method", "order_desc",
+    "prune", "rank_desc", "register_backend", "register_method", "route", "route_in", "select", "topk", "topk_ids",
+    "unregister_method",
 ]

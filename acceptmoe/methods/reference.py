@@ -13,9 +13,10 @@
 
 It exists to be read and to check the batched backends (`acceptmoe.kernels`), which must agree with it
 exactly on sets and ids. It is written in plain Python over exact integers and shares no code with them
-beyond the documented primitives: the router's gate arithmetic (`Router.weights`: softmax, gather,
-renormalisation in fp32, as the model computes them) and the fixed-point helpers (`fixed`). It serves every
-`Score` and `Sizing` member (checked when this module loads, like every backend).
+beyond the documented primitives: the router's float arithmetic (`Router.scores`, `gates`, `weights`,
+`probs`: softmax or sigmoid, gather, renormalisation in fp32, as the model computes them) and the fixed-point
+helpers (`fixed`). It serves every `Score`, `Sizing` and `RouterKind` member (checked when this module
+loads, like every backend); the router's choice order (groups included) is its own (`choice_order`).
 """
 from __future__ import annotations
 
@@ -26,7 +27,7 @@ import torch
 from torch import Tensor
 
 from .fixed import LOG2_BITS, log2_fixed_int, rank_guard, rho_fixed, truncate
-from .registry import Score, Sizing, register_backend
+from .registry import RouterKind, Score, Sizing, register_backend
 from .routing import Router
 from .tree import BlockInfo
 from .variant import Plan
@@ -55,8 +56,31 @@ def commitment_weight(p_hat: float, level_size: int, cfg) -> float:
     return float(np.float32(p_hat ** cfg.beta * level_size ** cfg.level_exponent))
 
 
-def select(plan: Plan, logits: Tensor, block: BlockInfo) -> Selection:
-    """The eligible set of `plan`'s method for one block and one layer. logits [T, E]."""
+def choice_order(router: Router, logits: list[float], scores: list[float]) -> list[int]:
+    """One token's experts in its router's choice order, best first, from its fp32 logits and the scores the
+    choice ranks (`Router.scores`: the logits, or the biased sigmoids): docs/method.md, "Router kinds"."""
+    return ORDERS[router.kind](router, logits, scores)
+
+
+def _grouped(router: Router, logits: list[float], scores: list[float]) -> list[int]:
+    """The experts of the `group_top` groups with the largest sum of their two best scores (an fp32 sum; ties:
+    the lower group) first, each part by score; ties: the lower index."""
+    size = len(scores) // router.groups
+    chosen = set(range(router.groups))
+    if router.group_top < router.groups:
+        tops = [sorted(scores[g * size:(g + 1) * size], reverse=True)[:2] for g in range(router.groups)]
+        chosen = set(best_first([float(np.float32(a) + np.float32(b)) for a, b in tops])[:router.group_top])
+    return best_first([float(e // size in chosen) for e in range(len(scores))], scores)
+
+
+ORDERS = {RouterKind.SOFTMAX_TOPK: lambda router, logits, scores: best_first(logits),
+          RouterKind.TOPK_SOFTMAX: lambda router, logits, scores: best_first(logits),
+          RouterKind.SIGMOID_GROUPED: _grouped}
+
+
+def select(plan: Plan, logits: Tensor, block: BlockInfo, bias: Tensor | None = None) -> Selection:
+    """The eligible set of `plan`'s method for one block and one layer. logits [T, E]; bias [E] the layer's
+    selection bias (a biased router kind; None: zero)."""
     spec, cfg, router = plan.spec, plan.selector, plan.router
     if not spec.speculates:
         raise ValueError(f"method {spec.name!r} does not speculate, so it selects no set")
@@ -67,14 +91,16 @@ def select(plan: Plan, logits: Tensor, block: BlockInfo) -> Selection:
     if block.max_depth > plan.fit.max_depth:
         raise ValueError(f"the block reaches depth {block.max_depth}, deeper than the plan's {plan.fit.max_depth}")
     z = logits.float()
-    natural = [best_first(row)[:router.top_k] for row in z.tolist()]              # K_t, best first
+    natural = [choice_order(router, row, s)[:router.top_k]                        # K_t, best first
+               for row, s in zip(z.tolist(), router.scores(z, bias).tolist())]
     ids = torch.tensor(natural, dtype=torch.long)                                 # [T, k]
-    gate = router.weights(z, ids).tolist()                                        # the model's own r[t, K_t]
-    demand = gate if cfg.demand_score == "gate" else torch.softmax(z, -1).gather(-1, ids).tolist()
+    gate = router.gates(z, ids).tolist()                                          # the model's own r[t, K_t]
+    probs = router.probs(z)                                                       # [T, E]
+    demand = gate if cfg.demand_score == "gate" else probs.gather(-1, ids).tolist()
 
     alpha = [commitment_weight(cfg.p_hat[d], n, cfg) if spec.needs_commitment else 1.0
              for d, n in zip(block.depth.tolist(), block.level_sizes[block.depth].tolist())]
-    tokens = _Tokens(z, natural, gate, demand, alpha, cfg.score_bits)
+    tokens = _Tokens(probs, natural, gate, demand, alpha, cfg.score_bits)
     primary, secondary = SCORES[spec.score](tokens)                              # exact integers per expert
     # a block score is held as fp32 (the exact integer rounded to 24 significant bits), then ranked
     score = [float(np.float32(u)) for u in primary]
@@ -89,9 +115,10 @@ def select(plan: Plan, logits: Tensor, block: BlockInfo) -> Selection:
 
 @dataclass(frozen=True)
 class _Tokens:
-    """One block's per-token inputs to a score: fp32 logits [T, E], K_t best first, the model's gates and the
-    demand score's weights on K_t, the commitment weights alpha_t (1.0 where unused), score_bits."""
-    z: Tensor
+    """One block's per-token inputs to a score: the router's probabilities fp32 [T, E], K_t best first, the
+    model's gates and the demand score's weights on K_t, the commitment weights alpha_t (1.0 where unused),
+    score_bits."""
+    probs: Tensor
     natural: list[list[int]]
     gate: list[list[float]]
     demand: list[list[float]]
@@ -100,7 +127,7 @@ class _Tokens:
 
     def on_members(self, term) -> list[int]:
         """Per expert: the sum over tokens t and their members e in K_t (rank j) of term(t, j), truncated."""
-        out = [0] * self.z.shape[1]
+        out = [0] * self.probs.shape[1]
         for t, members in enumerate(self.natural):
             for j, e in enumerate(members):
                 out[e] += _fixed(term(t, j), self.bits)
@@ -108,7 +135,7 @@ class _Tokens:
 
 
 def _gate_mass(x: _Tokens) -> tuple[list[int], list[int]]:
-    return x.on_members(lambda t, j: x.demand[t][j]), [0] * x.z.shape[1]
+    return x.on_members(lambda t, j: x.demand[t][j]), [0] * x.probs.shape[1]
 
 
 def _votes(x: _Tokens) -> tuple[list[int], list[int]]:
@@ -116,13 +143,13 @@ def _votes(x: _Tokens) -> tuple[list[int], list[int]]:
 
 
 def _router_mass(x: _Tokens) -> tuple[list[int], list[int]]:
-    rows = truncate(torch.softmax(x.z, -1), x.bits).tolist()                        # every expert, every token
-    return [sum(col) for col in zip(*rows)], [0] * x.z.shape[1]
+    rows = truncate(x.probs, x.bits).tolist()                                       # every expert, every token
+    return [sum(col) for col in zip(*rows)], [0] * x.probs.shape[1]
 
 
 def _commitment(x: _Tokens) -> tuple[list[int], list[int]]:
     term = lambda t, j: float(np.float32(x.alpha[t]) * np.float32(x.demand[t][j]))   # noqa: E731  fp32 product
-    return x.on_members(term), [0] * x.z.shape[1]
+    return x.on_members(term), [0] * x.probs.shape[1]
 
 
 SCORES = {Score.GATE_MASS: _gate_mass, Score.VOTES: _votes, Score.ROUTER_MASS: _router_mass,
@@ -166,16 +193,18 @@ def prune(sel: Selection, resident: Tensor, plan: Plan) -> Tensor:
     return torch.tensor(out, dtype=torch.bool)
 
 
-def route(logits: Tensor, eligible: Tensor | None, router: Router) -> tuple[Tensor, Tensor]:
+def route(logits: Tensor, eligible: Tensor | None, router: Router,
+          bias: Tensor | None = None) -> tuple[Tensor, Tensor]:
     """Constrained top-k routing (Eq. 2) of one block: logits [T, E], eligible bool [E] (one set for the
-    block), [T, E] (one per token) or None (every expert) -> ids [T, k] long, weights [T, k] fp32."""
+    block), [T, E] (one per token) or None (every expert); bias [E] the layer's selection bias (a biased
+    router kind; None: zero) -> ids [T, k] long, weights [T, k] fp32."""
     z = logits.float()
     T, E = z.shape
     allowed = torch.ones(T, E, dtype=torch.bool) if eligible is None else eligible.cpu().expand(T, E)
     k = router.top_k
     ids = []
-    for row, ok in zip(z.tolist(), allowed.tolist()):
-        members = [e for e in best_first(row) if ok[e]]
+    for row, s, ok in zip(z.tolist(), router.scores(z, bias).tolist(), allowed.tolist()):
+        members = [e for e in choice_order(router, row, s) if ok[e]]
         if len(members) < k:
             raise ValueError(f"eligible set has {len(members)} experts, fewer than top_k={k}")
         ids.append(members[:k])
@@ -195,4 +224,4 @@ def _mask(members: set[int], E: int) -> Tensor:
     return out
 
 
-register_backend("reference", SCORES, SIZES)
+register_backend("reference", SCORES, SIZES, ORDERS)

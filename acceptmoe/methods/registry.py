@@ -1,4 +1,4 @@
-"""The method registry: each method once, as a `MethodSpec` built from the two enums every backend maps.
+"""The method registry: each method once, as a `MethodSpec` built from the enums every backend maps.
 
 A method is three choices (docs/method.md, "Verifier-side selectors"):
 
@@ -11,15 +11,19 @@ A method is three choices (docs/method.md, "Verifier-side selectors"):
 | `acceptmoe-b` | `COMMITMENT`                       | yes         | `FIXED` (anchor counted in B)   |
 | `acceptmoe`   | `COMMITMENT`                       | yes         | `SELF`: abs(A) + effective rank |
 
-Every backend (the readable reference in `reference.py`, the torch and Triton verifiers in
+Every backend (the readable reference in `reference.py`, the torch, cpu and Triton verifiers in
 `acceptmoe.kernels`) implements each `Score` and each `Sizing` member once, for any combination, and
 declares what it maps with `register_backend` when its module loads. A method that a loaded backend
 cannot serve is an error naming the method, the backend and the missing member: at the backend's import
 for the registered methods, at `register_method` for a method added later. Nothing dispatches on a method's
 name; the roles below (`BASELINE`, `B0_METHOD`, ...) are the only names code outside this room refers to.
+
+The third enum, `RouterKind`, is the target's routing function (`routing.Router`): any model may come with
+any kind, so a backend maps every member, checked by `register_backend` at its import like the others.
 """
 from __future__ import annotations
 
+import difflib
 import enum
 from collections.abc import Collection
 from dataclasses import dataclass
@@ -42,6 +46,31 @@ class Sizing(enum.Enum):
     ALL = "all"        # S = every expert
     FIXED = "fixed"    # the budget B, the anchor counted in it
     SELF = "self"      # abs(A) + n_er, the effective rank of the residual (non-anchor) demand
+
+
+class UnknownRouterError(UserError, ValueError):
+    """A router kind name that `RouterKind` does not have; the message names the closest and the valid ones."""
+
+
+class RouterKind(enum.Enum):
+    """How a target's router turns one token's logits into its k experts and their weights (docs/method.md,
+    "Router kinds"; the arithmetic is `routing.Router`)."""
+    SOFTMAX_TOPK = "softmax_topk"         # softmax over E, top-k, renormalise over the k if asked (Qwen3-MoE, ...)
+    TOPK_SOFTMAX = "topk_softmax"         # top-k of the logits, softmax over the k (GPT-OSS)
+    SIGMOID_GROUPED = "sigmoid_grouped"   # sigmoid, + a selection bias, group-limited top-k, scaled (DeepSeek-V3)
+
+    @classmethod
+    def parse(cls, name: "str | RouterKind") -> "RouterKind":
+        """The kind called `name` (its value, e.g. "softmax_topk"); an unknown name is refused by name."""
+        if isinstance(name, cls):
+            return name
+        try:
+            return cls(name)
+        except ValueError:
+            valid = [k.value for k in cls]
+            close = difflib.get_close_matches(str(name), valid, n=1)
+            hint = f"did you mean {close[0]!r}? " if close else ""
+            raise UnknownRouterError(f"unknown router kind {name!r}; {hint}valid kinds: {', '.join(valid)}") from None
 
 
 @dataclass(frozen=True)
@@ -97,9 +126,11 @@ class BackendCoverageError(RuntimeError):
 
 @dataclass(frozen=True)
 class Coverage:
-    """What one backend implements: the scores and sizings it maps (every combination of them)."""
+    """What one backend implements: the scores and sizings it maps (every combination of them), and the
+    router kinds."""
     scores: frozenset[Score]
     sizings: frozenset[Sizing]
+    routers: frozenset[RouterKind] = frozenset(RouterKind)
 
     def missing(self, spec: MethodSpec) -> list[str]:
         """What this backend lacks for `spec` (nothing for a method without a verification pass)."""
@@ -119,12 +150,19 @@ def get_method(name: str) -> MethodSpec:
         raise UnknownMethodError(f"unknown method {name!r}; valid methods: {', '.join(METHODS)}") from None
 
 
-def register_backend(name: str, scores: Collection[Score], sizings: Collection[Sizing]) -> None:
-    """Declare what backend `name` maps; every registered method it cannot serve raises, naming it.
+def register_backend(name: str, scores: Collection[Score], sizings: Collection[Sizing],
+                     routers: Collection[RouterKind]) -> None:
+    """Declare what backend `name` maps; every registered method it cannot serve raises, naming it, and so
+    does every router kind it lacks.
 
     Called once at the backend module's import, with the keys of the backend's own implementation tables,
-    so a `Score` or `Sizing` member added without an implementation fails the import, never a run."""
-    coverage = Coverage(frozenset(scores), frozenset(sizings))
+    so a `Score`, `Sizing` or `RouterKind` member added without an implementation fails the import, never a
+    run."""
+    coverage = Coverage(frozenset(scores), frozenset(sizings), frozenset(routers))
+    missing = [k.name for k in RouterKind if k not in coverage.routers]
+    if missing:
+        raise BackendCoverageError(f"backend {name!r} maps no router kind {' and no '.join(missing)}; implement it "
+                                   f"there (every backend maps every RouterKind member)")
     for spec in METHODS.values():
         _refuse_unserved(name, coverage, spec)
     BACKENDS[name] = coverage

@@ -138,8 +138,9 @@ class Fit:
     def __post_init__(self) -> None:
         if self.store not in STORE_KINDS:
             raise ConfigError(f"unknown expert store {self.store!r}; valid: {', '.join(STORE_KINDS)}")
-        if self.router.top_k > self.num_experts:
-            raise ConfigError(f"router top_k={self.router.top_k} exceeds the number of experts E={self.num_experts}")
+        wrong = self.router.check_experts(self.num_experts)
+        if wrong:
+            raise ConfigError(wrong)
 
 
 @dataclass(frozen=True)

@@ -124,8 +124,8 @@ def test_acceptmoe_sets_hold_the_anchor(engine, reference, monkeypatch):
     seen = []
 
     class Capture(TorchVerifier):
-        def _run(self, logits, resident, route):
-            out = super()._run(logits, resident, route)
+        def _run(self, logits, resident, route, bias):
+            out = super()._run(logits, resident, route, bias)
             seen.append(out)
             return out
     register_backend("capture-test", Capture)

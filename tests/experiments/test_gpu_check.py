@@ -55,8 +55,8 @@ def test_kernel_checks_fail_on_a_backend_that_differs():
     from acceptmoe.kernels.torch_verifier import TorchVerifier
 
     class OffByOne(TorchVerifier):
-        def _run(self, logits, resident, route):
-            out = super()._run(logits, resident, route)
+        def _run(self, logits, resident, route, bias):
+            out = super()._run(logits, resident, route, bias)
             eligible = out.eligible.clone()
             eligible[:, int(eligible[0].nonzero()[-1])] = False
             return VerifierOutput(out.ids, out.weights, eligible, out.utility, out.anchor)

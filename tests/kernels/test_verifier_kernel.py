@@ -1,15 +1,17 @@
 """The batched verifier (both backends) against the per-block reference; the Triton backend runs under the
 Triton interpreter (conftest).
 
-Each case is one awkward shape (T in {1, 7, 64}, E in {8, 60, 64, 128}, k in {1, 2, 4, 8}), router kind,
-demand score, logit dtype, residency mask and logit draw (tie-free, or bf16-rounded with deliberate ties
-at the top-k boundary); every case runs every registered verifier method on one or two blocks (the second
-one padded) and compares with the per-block reference (`select`, `prune`, `route`). Sets and routed ids
+Each case is one awkward shape (T in {1, 7, 64}, E in {8, 60, 64, 128}, k in {1, 2, 4, 8}), router kind
+(every `RouterKind`; the grouped one with a random selection bias, none where logits tie), demand score,
+logit dtype, residency mask and logit draw (tie-free, or bf16-rounded with deliberate ties at the top-k
+boundary); every case runs every registered verifier method on one or two blocks (the second one padded)
+and compares with the per-block reference (`select`, `prune`, `route`). Sets and routed ids
 must agree exactly, utilities and weights to 1e-6. Every top_k from 1 to 8 (and k = E - 1, E) has its own
 test at widths that are and are not powers of two.
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 
@@ -27,7 +29,23 @@ ROUTERS = {
     "renorm": Router("softmax_topk", 1, renormalize=True),
     "raw": Router("softmax_topk", 1, renormalize=False),
     "gptoss": Router("topk_softmax", 1),
+    "deepseek": Router("sigmoid_grouped", 1, groups=4, group_top=2, scale=2.5),
 }
+
+
+def router_for(name: str, k: int, E: int) -> Router:
+    """ROUTERS[name] with top_k = k, its chosen groups enough to hold k of the E experts."""
+    router = ROUTERS[name]
+    group_top = min(router.groups, max(router.group_top, math.ceil(k * router.groups / E)))
+    return dataclasses.replace(router, top_k=k, group_top=group_top)
+
+
+def bias_for(case: "Case", seed: int = 0) -> torch.Tensor | None:
+    """The layer's selection bias [E] of a biased router (none where the logits tie, so the scores tie too)."""
+    if not ROUTERS[case.router].biased:
+        return None
+    gen = torch.Generator().manual_seed(seed + 1)
+    return torch.zeros(case.E) if case.ties else torch.randn(case.E, generator=gen) * 0.3
 
 
 @dataclass(frozen=True)
@@ -63,6 +81,10 @@ CASES = [
     Case(7, 60, 2, "raw", "softmax", torch.bfloat16, "per-block", 2, "k", ties=True),
     Case(16, 64, 8, "gptoss", "softmax", torch.float32, "none", 1, "k", ties=True),
     Case(7, 8, 4, "renorm", "gate", torch.float32, "shared", 2, "all", ties=True),
+    Case(7, 64, 4, "deepseek", "gate", torch.float32, "shared", 2, "third"),
+    Case(1, 60, 2, "deepseek", "softmax", torch.float16, "none", 1, "all"),
+    Case(64, 8, 2, "deepseek", "gate", torch.float32, "per-block", 2, "k"),
+    Case(16, 128, 8, "deepseek", "softmax", torch.bfloat16, "shared", 1, "third", ties=True),
 ]
 
 
@@ -124,15 +146,15 @@ def simple_plan(method: str, router: Router, E: int, depth: int = 5, store: str 
                                                selector=SelectorConfig(**selector))
 
 
-def reference(plan, blocks, logits, resident):
+def reference(plan, blocks, logits, resident, bias=None):
     """Per-block reference: ids [B, T, k], weights [B, T, k], eligible [B, E], utility [B, E], anchor [B, E]."""
     out = []
     for b, block in enumerate(blocks):
-        sel = select(plan, logits[b, : block.num_tokens], block)
+        sel = select(plan, logits[b, : block.num_tokens], block, bias)
         eligible = sel.eligible
         if resident is not None:
             eligible = prune(sel, resident if resident.dim() == 1 else resident[b], plan)
-        ids, weights = route(logits[b], eligible, plan.router)
+        ids, weights = route(logits[b], eligible, plan.router, bias)
         out.append((ids, weights, eligible, sel.utility, sel.anchor))
     return [torch.stack(x) for x in zip(*out)]
 
@@ -149,14 +171,14 @@ def assert_matches(got, want, what: str) -> None:
 @pytest.mark.parametrize("case", CASES, ids=str)
 def test_verifier_matches_reference(case: Case, backend: str):
     blocks, p_hat, logits, resident = make_inputs(case)
-    router = Router(ROUTERS[case.router].kind, case.k, ROUTERS[case.router].renormalize)
+    router, bias = router_for(case.router, case.k, case.E), bias_for(case)
     depth = max(b.max_depth for b in blocks)
     for method in SPECULATING:
         plan = plan_for(method, case, p_hat, router, depth)
         verifier = make_verifier(backend, plan, device="cpu")
         verifier.prepare(blocks, pad_to=case.T)
-        got = verifier(logits, resident)
-        assert_matches(got, reference(plan, blocks, logits, resident), f"{backend} {method} {case}")
+        got = verifier(logits, resident, bias=bias)
+        assert_matches(got, reference(plan, blocks, logits, resident, bias), f"{backend} {method} {case}")
 
 
 @pytest.mark.parametrize("E, k", [(E, k) for E in (60, 128) for k in range(1, 9)] + [(12, 11), (12, 12)],
@@ -172,8 +194,7 @@ def test_kernel_serves_every_top_k_and_a_width_not_a_power_of_two(E, k):
     blocks, p_hat, logits, resident = make_inputs(case, seed=k)
     for i, method in enumerate(SPECULATING):
         kind = tuple(ROUTERS)[(i + k) % len(ROUTERS)]
-        plan = plan_for(method, case, p_hat, Router(ROUTERS[kind].kind, k, ROUTERS[kind].renormalize),
-                        max(b.max_depth for b in blocks))
+        plan = plan_for(method, case, p_hat, router_for(kind, k, E), max(b.max_depth for b in blocks))
         want = reference(plan, blocks, logits, resident)
         for backend in ("triton", "torch", "cpu"):
             verifier = make_verifier(backend, plan, device="cpu")
@@ -320,7 +341,8 @@ def test_a_plan_that_does_not_speculate_has_no_verifier(backend):
 
 def test_ties_go_to_the_lower_expert_index():
     logits = torch.zeros(7, 60)                        # every expert and every score ties
-    for router in (Router("softmax_topk", 4), Router("topk_softmax", 4)):
+    for router in (Router("softmax_topk", 4), Router("topk_softmax", 4), Router("sigmoid_grouped", 4, groups=4,
+                                                                                group_top=2)):
         plan = simple_plan("moe-spec", router, 60, budget=12)
         for backend in ("triton", "torch", "cpu"):
             out = one_block(plan, logits, backend=backend)

@@ -8,8 +8,8 @@ import pytest
 import torch
 
 from acceptmoe.kernels import make_verifier
-from acceptmoe.methods import (METHODS, BackendCoverageError, BlockInfo, Fit, MethodSpec, Router, Score, Sizing,
-                               Variant, register_backend, register_method, route, select, unregister_method)
+from acceptmoe.methods import (METHODS, BackendCoverageError, BlockInfo, Fit, MethodSpec, Router, RouterKind, Score,
+                               Sizing, Variant, register_backend, register_method, route, select, unregister_method)
 from acceptmoe.methods import registry
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -64,10 +64,11 @@ def test_every_backend_serves_a_toy_method_exactly_like_the_reference(toys, back
 def test_a_backend_that_lacks_a_member_is_refused_at_registration_naming_the_method():
     with pytest.raises(BackendCoverageError, match="backend 'partial' cannot serve method 'moe-spec': "
                                                    "it maps no score ROUTER_MASS"):
-        register_backend("partial", scores=set(Score) - {Score.ROUTER_MASS}, sizings=set(Sizing))
+        register_backend("partial", scores=set(Score) - {Score.ROUTER_MASS}, sizings=set(Sizing),
+                         routers=set(RouterKind))
     assert "partial" not in registry.BACKENDS
     with pytest.raises(BackendCoverageError, match="cannot serve method 'acceptmoe': it maps no sizing SELF"):
-        register_backend("no-self", scores=set(Score), sizings=set(Sizing) - {Sizing.SELF})
+        register_backend("no-self", scores=set(Score), sizings=set(Sizing) - {Sizing.SELF}, routers=set(RouterKind))
 
 
 def test_a_method_that_a_loaded_backend_cannot_serve_is_refused_when_registered(monkeypatch):

@@ -14,7 +14,7 @@ import torch
 
 from acceptmoe.errors import UserError
 from acceptmoe.kernels import make_verifier
-from acceptmoe.methods import BlockInfo, CommitmentTable, Fit, Router, Variant, select
+from acceptmoe.methods import BlockInfo, CommitmentTable, Fit, Router, RouterKind, Variant, select
 from acceptmoe.serving.sglang.config import (PluginConfigError, Watched, for_plan, load_config, restart_reason,
                                              settings, to_env)
 from acceptmoe.experiments.bench.plugin_host import count_host_reads
@@ -402,12 +402,12 @@ def test_the_plugin_routes_as_the_served_models_config_says():
 
     from acceptmoe.serving.sglang.plugin import limits_of
     runner = lambda hf: SimpleNamespace(model_config=SimpleNamespace(hf_config=hf))     # noqa: E731
-    assert limits_of(runner(GptOssConfig())).router == "topk_softmax"
-    assert limits_of(runner(Qwen3MoeConfig())).router == "softmax_topk"
+    assert limits_of(runner(GptOssConfig())).router is RouterKind.TOPK_SOFTMAX
+    assert limits_of(runner(Qwen3MoeConfig())).router is RouterKind.SOFTMAX_TOPK
     parents = [-1, 0, 0, 1, 1, 2, 3, 4]
     z = torch.round(torch.randn(8, 32, generator=torch.Generator().manual_seed(2450)) * 4) / 4   # tied logits
     sets = {}
-    for kind in ("softmax_topk", "topk_softmax"):
+    for kind in (RouterKind.SOFTMAX_TOPK, RouterKind.TOPK_SOFTMAX):
         rt = Runtime(load_config({"ACCEPTMOE_METHOD": "count-b", "ACCEPTMOE_BUDGET": "8"}))
         rt.start(Limits(requests=1, depth=3, router=kind))
         seen = {}
@@ -421,7 +421,7 @@ def test_the_plugin_routes_as_the_served_models_config_says():
         plan = Variant("count-b", budget=8).bind(Fit(Router(kind, 4), 32, 3))
         assert rt.verifier.plan.router.kind == kind
         assert torch.equal(sets[kind], select(plan, z, BlockInfo.from_parents(parents)).eligible)
-    assert not torch.equal(sets["softmax_topk"], sets["topk_softmax"])
+    assert not torch.equal(sets[RouterKind.SOFTMAX_TOPK], sets[RouterKind.TOPK_SOFTMAX])
 
 
 # ----- memory from the run -----

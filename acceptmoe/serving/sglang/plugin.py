@@ -20,6 +20,8 @@ from __future__ import annotations
 
 import logging
 
+from acceptmoe.methods import RouterKind
+
 from .config import PluginConfigError, Watched
 from .runtime import Limits, Runtime
 
@@ -58,7 +60,7 @@ def _active() -> bool:
     return RUNTIME is not None and RUNTIME.active
 
 
-def router_kind(runner) -> str:
+def router_kind(runner) -> RouterKind:
     """The served target's router kind, read from its Hugging Face config by the project's own parser
     (`acceptmoe.engine.config.ModelConfig`: top-k then softmax for GPT-OSS, softmax then top-k for Qwen3-MoE);
     a model type that parser does not know keeps SGLang's reading of it (softmax, then top-k)."""
@@ -66,7 +68,7 @@ def router_kind(runner) -> str:
 
     hf = getattr(getattr(runner, "model_config", None), "hf_config", None)
     raw = hf.to_dict() if hf is not None else {}
-    return ModelConfig.from_dict(raw).router_kind if raw.get("model_type") in ARCHS else "softmax_topk"
+    return ModelConfig.from_dict(raw).router_kind if raw.get("model_type") in ARCHS else RouterKind.SOFTMAX_TOPK
 
 
 def limits_of(runner, graph_max_bs: int = 0) -> Limits:

@@ -42,7 +42,7 @@ from torch import Tensor
 from acceptmoe.engine.trace import LAYER_FIELDS, BlockRecord, layer_columns, layer_stats
 from acceptmoe.errors import UserError
 from acceptmoe.kernels import Verifier, VerifierOutput, make_verifier
-from acceptmoe.methods import Fit, Router
+from acceptmoe.methods import Fit, Router, RouterKind
 
 from .config import PluginConfig, PluginConfigError, Watched, restart_reason
 from .tree import parents_from_links
@@ -54,7 +54,7 @@ class UnsupportedRouterError(UserError, ValueError):
     """A MoE router the plugin cannot restrict exactly (grouped, biased, sigmoid or fused-shared routing)."""
 
 
-def router_of(topk, kind: str = "softmax_topk") -> Router:
+def router_of(topk, kind: RouterKind = RouterKind.SOFTMAX_TOPK) -> Router:
     """Our `Router` for an SGLang `TopK` module of a model whose router is `kind` (`Limits.router`): softmax
     routing, optional renormalisation; top-k then softmax (GPT-OSS) renormalises by definition."""
     c = topk.topk_config
@@ -63,7 +63,7 @@ def router_of(topk, kind: str = "softmax_topk") -> Router:
         raise UnsupportedRouterError(
             f"MoE layer {topk.layer_id}: the plugin restricts softmax top-k routers only (this one is grouped, "
             f"biased, sigmoid-scored or carries fused shared experts); unset ACCEPTMOE_METHOD for this model")
-    if kind == "topk_softmax" and not c.renormalize:
+    if kind is RouterKind.TOPK_SOFTMAX and not c.renormalize:
         raise UnsupportedRouterError(f"MoE layer {topk.layer_id}: a top-k-then-softmax router must renormalise over "
                                      f"its k experts, but SGLang's TopK does not: unset ACCEPTMOE_METHOD for this model")
     return Router(kind, top_k=c.top_k, renormalize=bool(c.renormalize))
@@ -79,7 +79,7 @@ class Limits:
                                # the largest captured graph batch)
     depth: int = 1             # speculative_num_steps: the deepest draft node
     rank: int = 0              # tensor-parallel rank: only rank 0 writes records
-    router: str = "softmax_topk"   # the served target's router kind (`acceptmoe.engine.config.ModelConfig`)
+    router: RouterKind = RouterKind.SOFTMAX_TOPK   # the served target's (`acceptmoe.engine.config.ModelConfig`)
 
 
 class Runtime:
