@@ -435,3 +435,32 @@ def test_kernel_pruning_is_the_reference_at_the_budget(rho, min_set):
     _, kept = kernel_sizing(u, eligible, anchor, resident, plan.selector, plan.min_set)
     want = prune(Selection(eligible, u, anchor), resident, plan)
     assert torch.equal(kept, want), (kept, want)
+
+
+def test_each_router_mode_runs_its_own_variant_and_an_unknown_mode_is_refused():
+    """Under the interpreter: the same logits through every `RouterMode` route as the reference routes under its
+    router (the renormalising softmax kinds to the same weights, the others each to their own), and a mode no
+    branch handles stops the launch (`tl.static_assert`), never a default."""
+    from acceptmoe.kernels import triton_verifier
+    from acceptmoe.kernels.triton_router import RouterMode
+    logits = torch.randn(1, 4, 16, generator=torch.Generator().manual_seed(3))
+    routers = {RouterMode.SOFTMAX_TOPK_RENORM: Router("softmax_topk", 4), RouterMode.SOFTMAX_TOPK_RAW:
+               Router("softmax_topk", 4, False), RouterMode.TOPK_SOFTMAX: Router("topk_softmax", 4),
+               RouterMode.SIGMOID_RENORM: Router("sigmoid_grouped", 4, groups=4, group_top=2, scale=2.5),
+               RouterMode.SIGMOID_RAW: Router("sigmoid_grouped", 4, False, groups=4, group_top=2)}
+    assert set(routers) == set(RouterMode)
+    weights = {}
+    for mode, router in routers.items():
+        verifier = make_verifier("triton", simple_plan("standard-sd", router, 16), "cpu")
+        assert verifier.meta["ROUTER"] == int(mode)
+        verifier.prepare(BlockInfo.from_parents([-1, 0, 0, 1]))
+        out = verifier(logits)
+        ids, weights[mode] = route(logits[0], None, router)
+        assert torch.equal(out.ids[0], ids), mode
+        torch.testing.assert_close(out.weights[0], weights[mode], rtol=1e-6, atol=1e-6)
+    distinct = [weights[m] for m in RouterMode if m is not RouterMode.TOPK_SOFTMAX]
+    assert all(not torch.allclose(a, b) for i, a in enumerate(distinct) for b in distinct[i + 1:])
+    verifier.meta["ROUTER"] = len(RouterMode)
+    with pytest.raises(Exception, match="unknown router mode"):
+        verifier(logits)
+    assert triton_verifier.router_mode(routers[RouterMode.TOPK_SOFTMAX]) is RouterMode.TOPK_SOFTMAX

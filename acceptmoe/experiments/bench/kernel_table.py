@@ -8,7 +8,7 @@ Triton wheel's `cuobjdump`: registers, stack and local bytes, spill bytes (the w
 PTX), local-memory instructions (STL/LDL) in the SASS, SASS instructions, fp64 SASS instructions and
 shuffles. Run without TRITON_INTERPRET.
 
-    ./reproduce.sh bench-kernel [--archs 90 120] [--tokens 16 64 128] [--routers qwen3 gpt-oss qwen3-e256]
+    ./reproduce.sh bench-kernel [--archs 90 120] [--tokens 16 64 128] [--routers qwen3 gpt-oss qwen3-e256 deepseek-v3]
                                 [--kernels verifier experts] [--shapes ...] [--weights bf16 fp32 mxfp4]
 
 The experts kernel's rows (`experts_table`) add the bytes each launch must read and its memory-bound time at
@@ -25,14 +25,15 @@ from dataclasses import dataclass
 import torch
 
 from acceptmoe.commands import command, parser
-from acceptmoe.methods import METHODS
+from acceptmoe.methods import METHODS, Router
 
 SPECULATING = tuple(name for name, spec in METHODS.items() if spec.speculates)
-# name -> (router kind, renormalize, E, top_k): the evaluated targets' layer shapes and the next size up.
+# name -> (router, E): the evaluated targets' layer shapes, the next size up, and DeepSeek-V3's grouped router
 ROUTERS = {
-    "qwen3": ("softmax_topk", True, 128, 8),
-    "gpt-oss": ("topk_softmax", True, 128, 4),
-    "qwen3-e256": ("softmax_topk", True, 256, 8),
+    "qwen3": (Router("softmax_topk", 8), 128),
+    "gpt-oss": (Router("topk_softmax", 4), 128),
+    "qwen3-e256": (Router("softmax_topk", 8), 256),
+    "deepseek-v3": (Router("sigmoid_grouped", 8, groups=8, group_top=4, scale=2.5), 256),
 }
 DTYPES = {"bf16": torch.bfloat16, "fp32": torch.float32}
 
@@ -59,9 +60,9 @@ def launch_of(v: KernelCase):
     from acceptmoe.kernels import make_verifier
     from acceptmoe.kernels import triton_verifier as module
     from acceptmoe.kernels.offline import capture_launch
-    from acceptmoe.methods import BlockInfo, Fit, Router, Variant
-    kind, renorm, E, k = ROUTERS[v.router]
-    router = Router(kind, k, renorm)
+    from acceptmoe.methods import BlockInfo, Fit, Variant
+    router, E = ROUTERS[v.router]
+    k = router.top_k
     block = BlockInfo.from_parents([-1] + [(t - 1) // 4 for t in range(1, v.tokens)])   # bushy, depth <= 4
     fit = Fit(router, E, max_depth=block.max_depth, store="offloaded" if v.prune else "resident")
     plan = Variant(v.method).bind(fit, commitment=(1.0, 0.8, 0.6, 0.4, 0.3, 0.2), b0=max(k, 24))
