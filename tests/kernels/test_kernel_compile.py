@@ -99,3 +99,44 @@ def test_experts_kernel_compiles_for_gpu_targets_without_spills_or_fp64():
     assert sorted((r["arch"], tuple(r["case"]), r["stage"]) for r in rows) == sorted(
         (arch, tuple(v), stage) for arch, v in EXPERTS for stage in (1, 2))
     _assert_compiled_clean(rows)
+
+
+ROUTER_SCRIPT = """
+import hashlib, json, sys, traceback
+from acceptmoe.experiments.bench.kernel_table import KernelCase, launch_of
+from acceptmoe.kernels.offline import Launch, compile_launch
+from acceptmoe.kernels.triton_router import RouterMode
+out = {}
+for name in json.loads(sys.argv[1]):
+    launch = launch_of(KernelCase("count-b", name, "bf16", False, 16))
+    out[name] = [launch.kwargs["ROUTER"], hashlib.sha256(compile_launch(launch, 90).asm["ttir"].encode()).hexdigest()]
+unknown = Launch(launch.kernel, launch.args, {**launch.kwargs, "ROUTER": len(RouterMode)})
+try:
+    compile_launch(unknown, 90)
+    out["unknown"] = "compiled"
+except Exception as e:                                # CompilationError, from the static_assert
+    out["unknown"] = "".join(traceback.format_exception(e))[-3000:]
+print(json.dumps(out))
+"""
+
+
+def test_each_router_kind_compiles_its_own_variant_and_an_unknown_mode_none():
+    """One launch per router kind (bench-kernel's routers, one shape each) compiled for sm_90: each carries its
+    own router mode and compiles to its own code; a mode no branch handles fails the compile by name."""
+    from acceptmoe.experiments.bench.kernel_table import ROUTERS
+    from acceptmoe.methods import RouterKind
+    names = {router.kind: name for name, (router, E) in ROUTERS.items()}
+    assert set(names) == set(RouterKind)                                   # bench-kernel covers every kind
+    out = json.loads(_run(ROUTER_SCRIPT, list(names.values())))
+    modes, codes = zip(*(out[name] for name in names.values()))
+    assert len(set(modes)) == len(names) and len(set(codes)) == len(names), out
+    assert "unknown router mode" in out["unknown"], out["unknown"]
+
+
+def _run(script: str, arg) -> str:
+    """The last line `script` prints, run in a process without TRITON_INTERPRET."""
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    proc = subprocess.run([sys.executable, "-c", script, json.dumps(arg)], cwd=Path(__file__).resolve().parents[2],
+                          env=env, capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return proc.stdout.splitlines()[-1]
