@@ -288,21 +288,34 @@ class Subclassed:
     type_name = "?"
 
 
-_SUBCLASSES = {}
 MAX_SUBCLASSES = 1024
 
 
-def subclass(base, name):
+class Names:
+    """Where the classes `subclass` makes are kept, one per (base, name). `SHARED` holds those of trusted
+    values (expected outputs, inputs) and has no cap; each untrusted run decodes into a Names of its own,
+    at most `cap` classes, looked up after SHARED (so its values share the expected values' classes), and
+    dropped with the run: what one program names never changes how another's values decode."""
+
+    def __init__(self, cap=MAX_SUBCLASSES):
+        self.classes, self.cap = {}, cap
+
+
+SHARED = Names(cap=None)
+
+
+def subclass(base, name, names=SHARED):
     """The class standing for the program's subclass `name` of `base`: `base`'s behaviour, one class per
-    (base, name), so two values of the same named type have the same type."""
+    (base, name) in SHARED and `names`, so two values of the same named type have the same type; None
+    when `names` is full."""
     key = (base, name)
-    found = _SUBCLASSES.get(key)
+    found = SHARED.classes.get(key) or names.classes.get(key)
     if found is None:
-        if len(_SUBCLASSES) >= MAX_SUBCLASSES:
+        if names.cap is not None and len(names.classes) >= names.cap:
             return None
         short = name.rpartition(".")[2] or "subclass"
-        found = _SUBCLASSES[key] = type(short if short.isidentifier() else "subclass", (base, Subclassed),
-                                        {"type_name": name, "__module__": "acceptmoe.evals.codec.named"})
+        found = names.classes[key] = type(short if short.isidentifier() else "subclass", (base, Subclassed),
+                                          {"type_name": name, "__module__": "acceptmoe.evals.codec.named"})
     return found
 
 
@@ -327,35 +340,36 @@ def distinct_members(members):
     return members
 
 
-def decode(data, depth=0):
-    """The value `encode` produced `data` from; raises DecodeError on anything else."""
+def decode(data, depth=0, names=SHARED):
+    """The value `encode` produced `data` from; raises DecodeError on anything else. `names`: where named
+    subclasses go (`Names`; an untrusted run's own)."""
     if data is None or type(data) in (bool, str, int, float):
         return data
     if depth > 2 * MAX_DEPTH + 8:
         raise DecodeError("nested deeper than %d" % MAX_DEPTH)
     if type(data) is list:
-        return [decode(v, depth + 1) for v in data]
+        return [decode(v, depth + 1, names) for v in data]
     if type(data) is not dict or len(data) != 1:
         raise DecodeError("not an encoded value: %s" % (type(data).__name__,))
     (tag, body), = data.items()
     if tag == "t":
-        return tuple(decode(v, depth + 1) for v in _items(body))
+        return tuple(decode(v, depth + 1, names) for v in _items(body))
     if tag in ("s", "f"):
-        members = distinct_members([decode(v, depth + 1) for v in _items(body)])
+        members = distinct_members([decode(v, depth + 1, names) for v in _items(body)])
         return set(members) if tag == "s" else frozenset(members)
     if tag in ("d", "C", "O"):
         pairs = _items(body)
         if not all(type(p) is list and len(p) == 2 for p in pairs):
             raise DecodeError("dict entries must be [key, value] pairs")
-        keys = distinct_members([decode(k, depth + 1) for k, _ in pairs])
+        keys = distinct_members([decode(k, depth + 1, names) for k, _ in pairs])
         mapping = {"d": dict, "C": collections.Counter, "O": collections.OrderedDict}[tag]()
         for k, (_, v) in zip(keys, pairs):
-            mapping[k] = decode(v, depth + 1)
+            mapping[k] = decode(v, depth + 1, names)
         return mapping
     if tag == "q":
-        return collections.deque(decode(v, depth + 1) for v in _items(body))
+        return collections.deque(decode(v, depth + 1, names) for v in _items(body))
     if tag == "c":
-        parts = [decode(v, depth + 1) for v in _items(body)]
+        parts = [decode(v, depth + 1, names) for v in _items(body)]
         if len(parts) != 2 or not all(type(p) in (int, float) for p in parts):
             raise DecodeError("complex needs [real, imag]")
         return complex(parts[0], parts[1])
@@ -372,7 +386,7 @@ def decode(data, depth=0):
     if tag == "x" and body in ("nan", "inf", "-inf"):
         return float(body)
     if tag == "F":
-        parts = [decode(v, depth + 1) for v in _items(body)]
+        parts = [decode(v, depth + 1, names) for v in _items(body)]
         if (len(parts) != 2 or not all(type(p) is int and p.bit_length() <= MAX_FRACTION_BITS for p in parts)
                 or parts[1] <= 0):
             raise DecodeError("a Fraction needs [numerator, denominator > 0] of bounded size")
@@ -383,9 +397,9 @@ def decode(data, depth=0):
         except decimal.InvalidOperation:
             raise DecodeError("not a Decimal") from None
     if tag == "n":
-        return _decode_numpy(_items(body), depth)
+        return _decode_numpy(_items(body), depth, names)
     if tag == "u":
-        return _decode_subclass(_items(body), depth)
+        return _decode_subclass(_items(body), depth, names)
     if tag == "o" and type(body) is str:
         return Opaque(body[:200])
     if tag == "h" and type(body) is list and len(body) == 2 and type(body[0]) is str and type(body[1]) is int:
@@ -393,12 +407,12 @@ def decode(data, depth=0):
     raise DecodeError("unknown tag %r" % (tag[:20],))
 
 
-def _decode_subclass(body, depth):
+def _decode_subclass(body, depth, names):
     if len(body) != 2 or type(body[0]) is not str:
         raise DecodeError("a subclass needs [type name, value]")
-    value = decode(body[1], depth + 1)
+    value = decode(body[1], depth + 1, names)
     base = type(value)
-    cls = subclass(base, body[0][:200]) if base in _BASE_TYPES else None
+    cls = subclass(base, body[0][:200], names) if base in _BASE_TYPES else None
     if cls is None:
         return Opaque(body[0][:200])
     if base in _MAPPINGS or base is collections.deque:
@@ -411,7 +425,7 @@ def _decode_subclass(body, depth):
     return cls(value)
 
 
-def _decode_numpy(body, depth):
+def _decode_numpy(body, depth, names):
     import numpy
     if len(body) != 3 or type(body[0]) is not str or not (body[1] is None or type(body[1]) is list):
         raise DecodeError("a numpy value needs [dtype, shape, data]")
@@ -421,7 +435,7 @@ def _decode_numpy(body, depth):
         raise DecodeError("unknown numpy dtype") from None
     if dtype.kind not in _NUMPY_KINDS or dtype.hasobject:
         raise DecodeError("numpy dtype %s is not a number type" % dtype)
-    data = decode(body[2], depth + 1)
+    data = decode(body[2], depth + 1, names)
     try:
         if body[1] is None:
             if type(data) not in (bool, int, float, complex):

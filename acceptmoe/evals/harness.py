@@ -15,16 +15,22 @@ then per input "called" as soon as the call returns and then its value (`codec.e
 input's byte cap), or the exception's type name, then "done".
 
 In the parent (`SetWatch`, a `pump.Watch`): the result lines are read under a cap per line and in all
-(`readback.LineReader`), parsed with bounded depth and decoding (`readback`), and checked against the
-protocol (start, loaded, then per input "called" and its value or an error, inputs 0, 1, ... once each,
-done). Time limits are the parent's: input i's "called" within `limits_s[i] + grace(limits_s[i])` of
-the line before it, the whole run within `run_s` of the "start" line, so a program that ignores SIGALRM
-is stopped all the same (the harness's own `time_limit` stops an honest call at `limits_s[i]`, as in
-EvalPlus; the grace covers a busy parent's delays in reading). Encoding and sending a value, which
-EvalPlus does not do, is not counted against those limits: it has ENCODE_S per value, from "called". Each value goes to `judge(i, value)` as it
-arrives and is then dropped (unless `keep`), so the parent holds one value at a time; the first failure
-stops the program (EvalPlus's fast_check). Anything that goes wrong while reading is that set's failure,
-with its reason.
+(`readback.LineReader`), parsed with bounded depth and decoding (`readback`; named subclasses into the
+run's own `codec.Names`, so one program's values never change how another's decode), and checked against
+the protocol (start, loaded, then per input "called" and its value or an error, inputs 0, 1, ... once
+each, done). One clock covers all of the program's work, calling, encoding and finalisers alike, and
+every deadline runs from a line only the harness writes before the code runs ("start") or from a line
+that, sent early, only brings the next deadline closer; so a program that writes result lines of its own
+gains no time. Input i's value arrives within `limits_s[i] + grace(limits_s[i]) + encode_s[i]` of the
+line before it (`encode_limits`: from the canonical value's own encoding time; the harness's own
+`time_limit` stops an honest call at `limits_s[i]`, as in EvalPlus, and its encoding at `encode_s[i]` +
+GRACE_S; the grace covers a busy parent's delays in reading), the whole run within `run_s` plus every
+`encode_s[i]` of the "start" line, and the program ends within EXIT_S of "done" (the value's finaliser runs
+before its line is sent, the rest's in that window), else the set fails and the program is killed. A
+program that ignores SIGALRM is stopped all the same. Each value goes to `judge(i, value)` as it arrives
+and is then dropped (unless `keep`), so the parent holds one value at a time; the first failure stops the
+program (EvalPlus's fast_check). Anything that goes wrong while reading is that set's failure, with its
+reason.
 """
 from __future__ import annotations
 
@@ -51,7 +57,7 @@ def _name(exc):
         return str(type(exc).__name__)[:100]
     except BaseException:
         return "?"
-def _run(code, entry_point, inputs, limits, caps, guard, preload):
+def _run(code, entry_point, inputs, limits, encode_limits, caps, guard, preload):
     out = _os.dup(1)
     null = _os.open(_os.devnull, _os.O_WRONLY)
     _os.dup2(null, 1)
@@ -92,7 +98,12 @@ def _run(code, entry_point, inputs, limits, caps, guard, preload):
         seconds = _time.perf_counter() - start
         emit({"called": i})
         try:
-            encoded = encode_result(value, caps[i])
+            if encode_limits is None:
+                encoded = encode_result(value, caps[i])
+            else:
+                with _evalplus.time_limit(encode_limits[i]):
+                    encoded = encode_result(value, caps[i])
+            del value  # its finaliser runs now, on this input's clock
         except BaseException as exc:
             emit({"i": i, "error": "encoding its value raised " + _name(exc)})
             return
@@ -148,23 +159,38 @@ def preloads(code: str) -> list[str]:
 
 
 def program(code: str, entry_point: str, inputs: list, limits_s: list[float] | None, caps: list[int],
-            guard: bool, preload: list[str] = ()) -> str:
+            guard: bool, preload: list[str] = (), encode_s: list[float] | None = None) -> str:
     """The sandboxed program: the harness, then the call on the embedded code and inputs. `limits_s` None:
-    no per-input time limit (the canonical solution, as evalplus's trusted_exec). `preload`: modules
-    imported before the guard (`preloads`)."""
+    no per-input time limit (the canonical solution, as evalplus's trusted_exec). `encode_s`: each value's
+    encoding limit (`encode_limits`; None: none). `preload`: modules imported before the guard
+    (`preloads`)."""
     limits = None if limits_s is None else [float(s) for s in limits_s]
+    encode = None if encode_s is None else [float(s) + GRACE_S for s in encode_s]  # the parent's clock is the limit
     args = ", ".join([repr(code), repr(entry_point), f"decode(json.loads({codec.dumps(inputs)!r}))", repr(limits),
-                      repr([int(c) for c in caps]), repr(bool(guard)), repr(list(preload))])
+                      repr(encode), repr([int(c) for c in caps]), repr(bool(guard)), repr(list(preload))])
     return f"{harness_source()}_run({args})\n"
 
 
-ENCODE_S = 120.0       # for encoding and sending one value (a digest of a 1 GB value takes seconds)
-ENCODE_TOTAL_S = 600.0  # for encoding and sending all of a run's values (the sandbox's allowance)
+ENCODE_MIN_S = 0.5     # for encoding one value, at least (beyond ENCODE_FACTOR x the canonical value's time)
+ENCODE_FACTOR = 4.0    # as EvalPlus's DEFAULT_GT_TIME_LIMIT_FACTOR for calls
+EXIT_S = 2.0           # from "done" to the program's exit (its finalisers run there)
 
 
 def grace(limit_s: float) -> float:
     """Seconds beyond an input's limit before the parent stops the program (see the module docstring)."""
     return max(GRACE_S, 0.5 * limit_s)
+
+
+def encode_limits(reference_s: list[float]) -> list[float]:
+    """Each value's encoding limit: ENCODE_MIN_S + ENCODE_FACTOR x the time the canonical value took from
+    "called" to its value line (a digest of a large value takes seconds; a small value microseconds)."""
+    return [ENCODE_MIN_S + ENCODE_FACTOR * t for t in reference_s]
+
+
+def allowance(encode_s: list[float] | None) -> float:
+    """Seconds a whole run may take beyond its run limit: every value's encoding limit and EXIT_S (the
+    fixed allowance of the sandbox's wall-clock deadline on the program)."""
+    return sum(encode_s or ()) + EXIT_S
 
 
 def _text(value) -> str:
@@ -178,18 +204,22 @@ class SetWatch(Watch):
 
     def __init__(self, n_inputs: int, limits_s: list[float] | None, run_s: float, caps: list[int],
                  judge: Callable[[int, object], str | None] | None = None, keep: bool = False,
-                 total_cap: int | None = None):
+                 total_cap: int | None = None, encode_s: list[float] | None = None,
+                 names: codec.Names | None = None):
         line_cap = max(caps, default=0) + LINE_OVERHEAD
         self.reader = readback.LineReader(line_cap, total_cap or sum(caps) + LINE_OVERHEAD * (n_inputs + 8))
         self.n, self.limits_s, self.run_s, self.judge, self.keep = n_inputs, limits_s, run_s, judge, keep
+        self.encode_s = encode_s
+        self.names = codec.Names() if names is None else names  # this run's own named subclasses
         self.caps = caps
         self.values: list = []
         self.seconds: list[float] = []
+        self.encode_seconds: list[float] = []  # from "called" to the value line, per input (when `keep`)
         self.phase = "starting"
         self.started_at = self.last_at = 0.0
         self.returned = 0
         self.encoding_since: float | None = None  # arrival of the current input's "called"
-        self.encoding_s = 0.0                      # time spent encoding earlier values (off the run's clock)
+        self.done_at: float | None = None
         self.done = False
         self.failure: str | None = None
         self.timeout = False
@@ -220,17 +250,17 @@ class SetWatch(Watch):
 
     def _clock(self, now: float) -> tuple[float, str] | None:
         """(the next deadline, what passing it means), or None while no limit runs."""
-        if self.phase == "starting" or self.done:
+        if self.phase == "starting":
             return None
-        if self.encoding_since is not None:
-            return self.encoding_since + ENCODE_S, (f"encoding the value of input {self.returned} took longer "
-                                                    f"than {ENCODE_S:.0f} s")
-        run_end = self.started_at + self.run_s + self.encoding_s
+        if self.done_at is not None:
+            return self.done_at + EXIT_S, f"the program did not end within {EXIT_S:.0f} s of its last result"
+        run_end = self.started_at + self.run_s + sum(self.encode_s or ())
         if self.phase == "loaded" and self.limits_s is not None and self.returned < self.n:
-            limit = self.limits_s[self.returned]
-            end = self.last_at + limit + grace(limit)
+            limit, encode = self.limits_s[self.returned], (self.encode_s or [0.0] * self.n)[self.returned]
+            end = self.last_at + limit + grace(limit) + encode
             if end < run_end:
-                return end, f"input {self.returned} exceeded its time limit of {limit:.2f} s (measured by the grader)"
+                return end, (f"input {self.returned} exceeded its time limit of {limit:.2f} s and "
+                             f"{encode:.2f} s to encode its value (measured by the grader)")
         return run_end, f"the run exceeded its time limit of {self.run_s:.1f} s (measured by the grader)"
 
     def _late(self, now: float) -> str | None:
@@ -258,7 +288,7 @@ class SetWatch(Watch):
         elif "done" in record:
             if record != {"done": self.n} or self.returned != self.n or self.encoding_since is not None:
                 return self._fail("result lines do not cover every input")
-            self.done = True
+            self.done, self.done_at = True, now
         elif "called" in record:
             if record != {"called": self.returned} or self.encoding_since is not None or self.returned >= self.n:
                 return self._fail("result lines out of order")
@@ -268,9 +298,8 @@ class SetWatch(Watch):
         elif "error" in record:
             self._fail(f"input {self.returned} raised {_text(record['error'])}")
         elif "value" in record and isinstance(record.get("seconds"), (int, float)) and self.encoding_since is not None:
-            self.encoding_s += now - self.encoding_since
-            self.encoding_since = None
-            value = readback.decode_value(record["value"])
+            encoding_s, self.encoding_since = now - self.encoding_since, None
+            value = readback.decode_value(record["value"], self.names)
             if self.judge is not None:
                 reason = self.judge(self.returned, value)
                 if reason:
@@ -278,6 +307,7 @@ class SetWatch(Watch):
             if self.keep:
                 self.values.append(value)
                 self.seconds.append(float(record["seconds"]))
+                self.encode_seconds.append(encoding_s)
             self.returned += 1
             self.last_at = now
         else:

@@ -5,8 +5,8 @@
 grows the parent), and waits for the exit until the wall-clock timeout. A `Watch` sees every chunk with
 the time it arrived and may stop the program: for a reason of its own (`Watch.stop`, e.g. a result line
 that came too late or more output than it accepts) or because a deadline of its own passed
-(`Watch.deadline`). The caller kills the program's process group when `Pumped.timed_out` or
-`Pumped.stopped` is set.
+(`Watch.deadline`), also after stdout closed, while the program has not exited. The caller kills the
+program's process group when `Pumped.timed_out` or `Pumped.stopped` is set.
 """
 from __future__ import annotations
 
@@ -97,11 +97,15 @@ def pump(proc: subprocess.Popen, payload: bytes, timeout_s: float, keep: int, wa
                     del tail[: len(tail) - keep]
                 if watch is not None:
                     watch.feed(data, time.monotonic())
-        if not (timed_out or stopped):
+        while not (timed_out or stopped):  # stdout closed: wait for the exit, under the watch's deadline too
+            until = end if watch is None else min(end, watch.deadline() or end)
             try:
-                proc.wait(timeout=max(0.0, end - time.monotonic()))
+                proc.wait(timeout=max(0.0, until - time.monotonic()))
+                break
             except subprocess.TimeoutExpired:
-                timed_out = True
+                now = time.monotonic()
+                stopped = watch.stop(now) if watch is not None else None
+                timed_out = stopped is None and now >= end
     finally:
         sel.close()
         if writing:

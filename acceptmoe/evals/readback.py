@@ -51,10 +51,11 @@ def parse_json(text: bytes, max_depth: int = MAX_JSON_DEPTH):
         raise Unreadable(f"not JSON ({type(exc).__name__})") from None
 
 
-def decode_value(data):
-    """`codec.decode(data)`, Unreadable instead of its errors."""
+def decode_value(data, names: codec.Names | None = None):
+    """`codec.decode(data)` with named subclasses in `names` (a fresh `codec.Names` when None: what one
+    program sent never shapes another's values), Unreadable instead of its errors."""
     try:
-        return codec.decode(data)
+        return codec.decode(data, 0, codec.Names() if names is None else names)
     except codec.DecodeError as exc:
         raise Unreadable(str(exc)[:200]) from None
     except (RecursionError, MemoryError, TypeError, ValueError, OverflowError) as exc:

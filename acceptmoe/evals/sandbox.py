@@ -1,7 +1,7 @@
 """Run model-written Python programs in a confined, limited process and report pass or fail.
 
 Each program runs in a fresh interpreter (`python -I -S -B`: isolated mode, no site-packages unless
-`Limits.packages` makes the installed packages importable, read-only) with an environment that holds
+`Limits.packages` makes the packages a solution may import importable, read-only) with an environment that holds
 none of the caller's variables. Where the machine allows (see `isolation()`):
 
 - bubblewrap (`confine.bwrap_args`; why bubblewrap: `confine`'s docstring) gives the program its own PID,
@@ -9,8 +9,9 @@ none of the caller's variables. Where the machine allows (see `isolation()`):
   no reachable path-addressed socket, and sees only `/usr`, the Python installation (read-only) and its
   private, size-limited tmpfs mounts (`/tmp` = working directory, `/var/tmp`, `/dev/shm`), which vanish
   with it. The repository (its data files included), results, virtual environment and home folders do
-  not exist there; with `Limits.packages` the package folders do, read-only, with any file that looks
-  like a code task's data set covered (`confine.data_files`).
+  not exist there; with `Limits.packages` the distributions a solution may import do
+  (`confine.SOLUTION_DISTRIBUTIONS`, read-only), with any file that looks like a code task's data set
+  covered (`confine.data_files`); no evaluation package is there.
 - when the harness runs as root, every program running at the same time gets its own unprivileged uid
   (`confine.UidPool`), so programs cannot signal, trace or write to each other or to outside processes.
 - a cgroup v2 leaf per program (`confine.MemoryCgroups`) charges everything it maps or stores (heap,
@@ -32,10 +33,13 @@ environment: without bubblewrap the program shares the host's filesystem (a fres
 deleted afterwards, plus `/tmp` and `/dev/shm`, where files can outlive it until that removal) and PID
 namespace, the code tasks' data is covered in a mount namespace of its own where `unshare --mount` works
 (`data_paths`), and the network is cut by `unshare --net` where possible, else by replacing
-`socket.socket` (weaker). Without a delegated memory controller, memory is bounded by RLIMIT_AS (every mapping, memfds
-included), the two tmpfs sizes and SysV shared memory of the program's IPC namespace capped at one
-tmpfs size; memfds, which hold memory RLIMIT_AS no longer sees once unmapped, are refused by a seccomp
-filter (`confine.no_memfd_filter`; on machines it does not know, at most OPEN_FILES x `Limits.file_mb`).
+`socket.socket` (weaker). Without a delegated memory controller, a program is one process (a seccomp
+filter, `confine.no_memfd_filter`, refuses new processes but not threads; on machines it does not know,
+RLIMIT_NPROC allows no thread either), so its memory is bounded by one RLIMIT_AS (every mapping, memfds
+included: 1 process x `Limits.memory_mb`), the two tmpfs sizes and SysV shared memory of the program's
+IPC namespace capped at one tmpfs size; memfds, which hold memory RLIMIT_AS no longer sees once unmapped,
+are refused by the same filter (on machines it does not know, at most OPEN_FILES x `Limits.file_mb`).
+Which bound is in force is `Isolation.memory`, recorded with every run.
 
 A program passes only if it runs to its end: after the program returns, the bootstrap writes a random
 per-run token to stdout and exits 0. A program that calls `os._exit(0)` or `sys.exit(0)` before its
@@ -93,7 +97,7 @@ class Limits:
     `tmp_mb`: size of each private tmpfs (`/tmp`, `/dev/shm`) under bubblewrap. `output_chars`: the
     characters of stdout and of stderr kept (half from the head, half from the tail). `threads`: new
     threads (and processes) a program may start under bubblewrap (elsewhere none). `packages`: the
-    installed packages are importable (read-only)."""
+    distributions a solution may import (`confine.SOLUTION_DISTRIBUTIONS`) are importable (read-only)."""
 
     timeout_s: float = 20.0
     memory_mb: int = 1024
@@ -118,7 +122,8 @@ class Isolation:
     launcher: the command prefix that creates the namespaces (bwrap's path when filesystem is "private").
     filesystem: "private" (bubblewrap: own PID, mount, IPC and UTS namespaces, see the module docstring)
         or "shared" (the host's filesystem and PID namespace, with a fresh working folder).
-    memory: "cgroup" (a cgroup v2 leaf per program) or "rlimit" (RLIMIT_AS, tmpfs sizes, memfds refused).
+    memory: "cgroup" (a cgroup v2 leaf per program) or "rlimit" (one process under RLIMIT_AS, tmpfs sizes,
+        memfds refused).
     uid_per_program: programs running at the same time get distinct uids.
     fallbacks: what this machine could not provide, and why.
     """
@@ -208,11 +213,13 @@ def _covered(launcher: tuple[str, ...], paths: list[str]) -> list[str]:
 
 
 def data_paths(packages: bool) -> list[str]:
-    """What of the code tasks' data exists on this machine: the data folder, and data files in the package
-    folders when those are visible."""
+    """What of the code tasks' data and solutions exists on this machine: the data folder, the evaluation
+    packages (`confine.EVALUATION_DISTRIBUTIONS`), and data files in the packages a solution may import
+    when those are visible."""
     from acceptmoe.evals.data import data_dir
     found = [str(data_dir().resolve())] if data_dir().is_dir() else []
-    return found + (list(confine.data_files()) if packages else [])
+    evaluation = list(confine.distribution_entries(confine.EVALUATION_DISTRIBUTIONS))
+    return found + evaluation + (list(confine.data_files()) if packages else [])
 
 
 def _launcher_works(launcher: tuple[str, ...]) -> bool:
@@ -269,8 +276,10 @@ def isolation() -> Isolation:
         held = "the tmpfs sizes" if iso.filesystem == "private" else "RLIMIT_FSIZE per file on the host's disk"
         memfds = ("memfd_create refused" if _NO_MEMFD else
                   f"up to {OPEN_FILES} open files x Limits.file_mb of unmapped memfds")
-        fallbacks.append(f"no memory cgroup ({problem}): memory is bounded by RLIMIT_AS over every mapping and "
-                         f"{held}; {memfds}")
+        one = ("new processes refused (1 process x Limits.memory_mb)" if _NO_MEMFD else
+               "no new processes or threads (1 process x Limits.memory_mb)")
+        fallbacks.append(f"no memory cgroup ({problem}): memory is bounded by RLIMIT_AS over every mapping of "
+                         f"one process, {one}, and {held}; {memfds}")
     iso = replace(iso, fallbacks=tuple(fallbacks))
     if fallbacks:
         warnings.warn(f"sandbox: {iso.describe()}", RuntimeWarning, stacklevel=2)
@@ -308,12 +317,13 @@ def _command(limits: Limits, iso: Isolation, uid: int, control_fd: int, cgroup: 
     from `filter_fd`, else by the bootstrap (which then has to load ctypes)."""
     private = iso.filesystem == "private"
     in_bootstrap = iso.memory == "rlimit" and _NO_MEMFD is not None and filter_fd is None
-    packages = confine.package_folders() if limits.packages else ()
-    tasks = limits.threads + 1 if limits.threads > 0 and private else 0
+    packages = confine.distribution_entries() if limits.packages else ()
+    together = iso.memory == "cgroup" or _NO_MEMFD is not None  # every task's memory under one bound
+    tasks = limits.threads + 1 if limits.threads > 0 and private and together else 0
     args = [limits.memory_mb << 20, limits.cpu_seconds(), limits.file_mb << 20, OPEN_FILES, uid,
             int(iso.network == "socket-patch"), int(uid >= 0 and not private),
             (limits.tmp_mb << 20) // os.sysconf("SC_PAGE_SIZE") if private and os.geteuid() == 0 else -1, control_fd,
-            tasks, os.pathsep.join(packages) or "-", _NO_MEMFD.hex() if in_bootstrap else "-"]
+            tasks, os.pathsep.join(confine.package_folders(packages)) or "-", _NO_MEMFD.hex() if in_bootstrap else "-"]
     if private:
         exe = confine.python_runtime()[0]
         prefix = confine.bwrap_args(iso.launcher[0], limits.tmp_mb << 20, _HIDDEN, packages,

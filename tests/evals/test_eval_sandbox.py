@@ -113,10 +113,11 @@ def test_memory_bombs_hit_the_address_space_limit(bomb):
                                    "import threading\nthreading.Thread(target=print).start()",
                                    "import multiprocessing\nmultiprocessing.Process(target=print).start()"])
 def test_no_new_processes_or_threads(spawn):
+    """Refused by RLIMIT_NPROC = 0, or for processes first by the seccomp filter without a memory cgroup."""
     res = run(spawn)
     assert res.status == "error", res
     assert any(s in res.stderr for s in ("BlockingIOError", "Resource temporarily unavailable",
-                                         "can't start new thread")), res.stderr
+                                         "can't start new thread", "PermissionError")), res.stderr
 
 
 def test_writing_a_large_file_hits_the_file_size_limit():
@@ -343,20 +344,22 @@ private_only = pytest.mark.skipif(isolation().filesystem != "private",
 
 
 @private_only
-def test_installed_packages_are_importable_read_only_and_nothing_else_of_the_host_appears():
-    from acceptmoe.evals.confine import package_folders
-    folders = package_folders()
+def test_the_allowed_packages_are_importable_read_only_and_nothing_else_of_the_host_appears():
+    from acceptmoe.evals.confine import distribution_entries, package_folders
+    folders, entries = package_folders(), distribution_entries()
     folder = folders[0]
     res = run(f"""
         import os, sys
         import numpy
         assert numpy.__file__.startswith({folder!r}), numpy.__file__
-        try:
-            open(os.path.join({folder!r}, "planted.py"), "w")
-        except OSError as exc:
-            assert exc.errno == 30, exc   # read-only file system
-        else:
-            raise AssertionError("the package folder is writable")
+        for where, refused in (({folder!r}, (13, 30)), (os.path.dirname(numpy.__file__), (30,))):
+            try:
+                open(os.path.join(where, "planted.py"), "w")
+            except OSError as exc:
+                assert exc.errno in refused, exc   # permission denied (made by bubblewrap), read-only file system
+            else:
+                raise AssertionError(f"{{where}} is writable")
+        assert sorted(os.listdir({folder!r})) == sorted(os.path.basename(p) for p in {list(entries)!r})
         for hidden in ({str(REPO)!r}, {str(REPO / "data")!r}, "/home", "/etc", {str(Path(sys.prefix).parent / "data")!r}):
             # nothing but the folders on the way to a package folder (a venv inside the repository: `.venv`)
             on_the_way = {{os.path.relpath(f, hidden).split(os.sep)[0] for f in {list(folders)!r}
