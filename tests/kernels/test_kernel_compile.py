@@ -1,7 +1,8 @@
 """The verifier kernel compiled for its GPU targets without a GPU: sm_90 (H100/H200) and sm_120 (RTX 5090 /
 RTX PRO 6000). The launches are captured from the Triton backend exactly as it would make them, compiled
 with `triton.compile` at the warps the wrapper chooses on that GPU (`choose_warps`) and read with the Triton
-wheel's `cuobjdump` and `ptxas -v`: they must compile, not spill and hold no fp64 instruction. The compiler
+wheel's `cuobjdump` and `ptxas -v`: they must compile, not spill and hold no fp64 instruction. Each router kind
+compiles its own variant, and a router mode no branch handles fails the compile. The compiler
 needs TRITON_INTERPRET unset, which the test conftest sets, so the compilation runs in a subprocess.
 """
 from __future__ import annotations
@@ -127,16 +128,8 @@ def test_each_router_kind_compiles_its_own_variant_and_an_unknown_mode_none():
     from acceptmoe.methods import RouterKind
     names = {router.kind: name for name, (router, E) in ROUTERS.items()}
     assert set(names) == set(RouterKind)                                   # bench-kernel covers every kind
-    out = json.loads(_run(ROUTER_SCRIPT, list(names.values())))
+    out = _compiled(ROUTER_SCRIPT, list(names.values()))
     modes, codes = zip(*(out[name] for name in names.values()))
     assert len(set(modes)) == len(names) and len(set(codes)) == len(names), out
     assert "unknown router mode" in out["unknown"], out["unknown"]
 
-
-def _run(script: str, arg) -> str:
-    """The last line `script` prints, run in a process without TRITON_INTERPRET."""
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    proc = subprocess.run([sys.executable, "-c", script, json.dumps(arg)], cwd=Path(__file__).resolve().parents[2],
-                          env=env, capture_output=True, text=True, timeout=900)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return proc.stdout.splitlines()[-1]
