@@ -2,8 +2,8 @@
 RTX PRO 6000). The launches are captured from the Triton backend exactly as it would make them, compiled
 with `triton.compile` at the warps the wrapper chooses on that GPU (`choose_warps`) and read with the Triton
 wheel's `cuobjdump` and `ptxas -v`: they must compile, not spill and hold no fp64 instruction. Each router kind
-compiles its own variant, and a router mode no branch handles fails the compile. The compiler
-needs TRITON_INTERPRET unset, which the test conftest sets, so the compilation runs in a subprocess.
+compiles its own variant, and a router mode no branch handles fails the compile. The compiler needs
+TRITON_INTERPRET unset, which the test conftest sets, so the compilation runs in a subprocess.
 """
 from __future__ import annotations
 

@@ -6,8 +6,8 @@ from hypothesis import strategies as st
 
 from acceptmoe.kernels import make_verifier
 from acceptmoe.kernels.torch_verifier import prune_batched
-from acceptmoe.methods import (METHODS, BlockInfo, Fit, Plan, Router, SelectorConfig, Selection, Sizing, Variant,
-                               effective_rank, order_desc, prune, rank_desc, route, select, topk)
+from acceptmoe.methods import (METHODS, BlockInfo, Fit, Plan, Router, RouterKind, SelectorConfig, Selection, Sizing,
+                               Variant, effective_rank, order_desc, prune, rank_desc, route, select, topk)
 from acceptmoe.methods.fixed import rank_guard, to_fixed
 from acceptmoe.methods.topk import first_k_in, topk_ids
 
@@ -33,10 +33,15 @@ def problems(draw, max_t=24, max_e=40):
     T = draw(st.integers(1, max_t))
     parents = [-1] + [draw(st.integers(0, t - 1)) for t in range(1, T)]
     block = BlockInfo.from_parents(parents)
-    kind = draw(st.sampled_from(["softmax_topk", "topk_softmax"]))
-    renorm = True if kind == "topk_softmax" else draw(st.booleans())
+    kind = draw(st.sampled_from(list(RouterKind)))
+    renorm = True if kind is RouterKind.TOPK_SOFTMAX else draw(st.booleans())
     k = draw(st.integers(1, 4))
     E = draw(st.integers(max(k, 2), max_e))
+    grouping = {}
+    if kind is RouterKind.SIGMOID_GROUPED:             # groups of E / groups experts, enough chosen to hold k
+        groups = draw(st.sampled_from([g for g in (1, 2, 4) if E % g == 0 and (g == 1 or E // g >= 2)]))
+        group_top = draw(st.integers(min(groups, -(-k * groups // E)), groups))
+        grouping = dict(groups=groups, group_top=group_top, scale=draw(st.sampled_from([1.0, 2.5])))
     seed = draw(st.integers(0, 2**31 - 1))
     gen = torch.Generator().manual_seed(seed)
     if draw(st.booleans()):
@@ -47,7 +52,7 @@ def problems(draw, max_t=24, max_e=40):
     budget = draw(st.integers(k, E))
     cfg = SelectorConfig(p_hat=tuple(p_hat), beta=draw(st.sampled_from([0.25, 0.5, 1.0])),
                          demand_score=draw(st.sampled_from(["gate", "softmax"])))
-    return logits, block, Router(kind, k, renorm), cfg, budget
+    return logits, block, Router(kind, k, renorm, **grouping), cfg, budget
 
 
 def python_order(values: list, secondary: list | None = None) -> list[int]:
@@ -95,16 +100,20 @@ def test_first_k_members_of_a_ranking_are_the_masked_topk(n, k, seed, coarse):
 @settings(max_examples=100, deadline=None)
 @given(problems())
 def test_route_breaks_ties_to_the_lower_index(problem):
-    """Natural and constrained routing pick the k largest logits, ties to the lower expert index."""
+    """Natural and constrained routing pick the k largest logits (the grouped kind: the token's groups first,
+    then the largest biased sigmoids), ties to the lower expert index."""
     logits, _, router, _, _ = problem
     z = logits.to(torch.bfloat16).float()                                    # bf16-rounded: ties
     E, k = z.shape[1], router.top_k
     eligible = torch.arange(E) % 3 != 1
     eligible[:k] = True
+    scores = router.scores(z)                                                # the logits, or the sigmoids
+    first = router.in_groups(scores).float() if router.kind is RouterKind.SIGMOID_GROUPED else scores
     for mask in (None, eligible):
         ids, _ = route(z, mask, router)
-        masked = z if mask is None else z.masked_fill(~mask, float("-inf"))
-        assert ids.tolist() == [python_order(row)[:k] for row in masked.tolist()]
+        allowed = torch.ones(E, dtype=torch.bool) if mask is None else mask
+        assert ids.tolist() == [[e for e in python_order(p, s) if allowed[e]][:k]
+                                for p, s in zip(first.tolist(), scores.tolist())]
 
 
 def torch_verifier(plan, blocks):
@@ -160,7 +169,7 @@ def test_set_invariants(problem, method):
         assert (1 <= n_er <= demand) if demand else n_er == 0
     ids, weights = route(logits, sel.eligible, router)
     assert sel.eligible[ids].all()                                           # routed ids always eligible
-    assert torch.allclose(weights.sum(-1), torch.ones(len(ids))) or not router.renormalize
+    assert torch.allclose(weights.sum(-1), torch.full((len(ids),), router.scale)) or not router.renormalize
 
 
 @settings(max_examples=100, deadline=None)
@@ -176,7 +185,8 @@ def test_all_eligible_routing_is_natural_bit_for_bit(problem):
 @given(problems(), st.integers(0, 2**31 - 1))
 def test_mask_before_or_after_softmax_gives_same_weights(problem, seed):
     """For renormalising routers: softmax over the masked logits, top-k, renormalise equals the unmasked
-    softmax probabilities of the same chosen experts renormalised (and topk_softmax ignores the rest)."""
+    softmax probabilities of the same chosen experts renormalised (topk_softmax ignores the rest, and a sigmoid
+    does not see the mask)."""
     logits, _, router, _, _ = problem
     if not router.renormalize:
         return
@@ -185,11 +195,14 @@ def test_mask_before_or_after_softmax_gives_same_weights(problem, seed):
     eligible = torch.zeros(E, dtype=torch.bool)
     eligible[torch.randperm(E, generator=gen)[: int(torch.randint(k, E + 1, (1,), generator=gen))]] = True
     ids, w = route(logits, eligible, router)
-    if router.kind == "softmax_topk":
+    if router.kind is RouterKind.SOFTMAX_TOPK:
         p = torch.softmax(logits.float(), -1).gather(-1, ids)                # mask after the softmax
         after = p / p.sum(-1, keepdim=True)
-    else:
+    elif router.kind is RouterKind.TOPK_SOFTMAX:
         after = torch.softmax(logits.float().gather(-1, ids), -1)
+    else:
+        p = torch.sigmoid(logits.float()).gather(-1, ids)
+        after = p / p.sum(-1, keepdim=True) * router.scale
     assert torch.allclose(w, after, atol=1e-6)
 
 

@@ -85,7 +85,7 @@ def check_kernel_torch(device, T: int = 64, E: int = 128, k: int = 8, seed: int 
             gate_mass = tuple(run_verifier(b, gplan, block, logits, None, device).utility[0]
                               for b in ("torch", backend))
         row = compare(plan, logits, *outs, resident, gate_mass)
-        cases.append({"router": router.kind, "method": plan.spec.name, "prune": plan.prune, **row})
+        cases.append({"router": router.kind.value, "method": plan.spec.name, "prune": plan.prune, **row})
     first = next((c for c in cases if not c["ok"] or not c["same_set"]), None)
     return {"check": "kernel", "verdict": verdict(all(c["ok"] for c in cases)), "backend": backend,
             "against": "torch", "shape": [T, E, k], "cases": cases,
@@ -120,7 +120,7 @@ def check_kernel(device, T: int = 64, E: int = 128, k: int = 8, seed: int = 0, t
         row_bad = ((out.ids[0].cpu() != ids).any(-1)
                    | ~torch.isclose(out.weights[0].cpu(), weights, atol=1e-6).all(-1))
         same_set = bool(torch.equal(out.eligible[0].cpu(), eligible))
-        cases.append({"router": router.kind, "method": plan.spec.name, "prune": plan.prune,
+        cases.append({"router": router.kind.value, "method": plan.spec.name, "prune": plan.prune,
                       "same_eligible": same_set, "rows_differing": int(row_bad.sum())})
         bad_rows += int(row_bad.sum()) + (0 if same_set else T)
         rows += T
