@@ -107,3 +107,20 @@ def test_the_cpu_backend_refuses_another_device():
     plan = Variant("acceptmoe").bind(Fit(Router("softmax_topk", 2), 16, 2), commitment=(1.0, 0.8, 0.5))
     with pytest.raises(VerifierInputError, match="runs on the CPU"):
         make_verifier("cpu", plan, "meta")
+
+
+@pytest.mark.skipif(not available(), reason="no C compiler")
+def test_natural_routing_through_the_library_is_the_routers_for_every_kind():
+    """The engine's natural routing (`natural`: the library ranks each kind's values) gives `Router.natural`'s ids
+    and weights bit for bit for every router kind, the grouped one with its selection bias."""
+    from acceptmoe.methods import RouterKind
+    gen = torch.Generator().manual_seed(11)
+    logits, bias = torch.randn(2, 9, 32, generator=gen) * 2, torch.randn(32, generator=gen) * 0.3
+    routers = {RouterKind.SOFTMAX_TOPK: Router("softmax_topk", 4, False), RouterKind.TOPK_SOFTMAX:
+               Router("topk_softmax", 4), RouterKind.SIGMOID_GROUPED: Router("sigmoid_grouped", 4, groups=8,
+                                                                            group_top=3, scale=2.5)}
+    assert set(routers) == set(RouterKind)
+    for router in routers.values():
+        b = bias if router.biased else None
+        for got, want in zip(natural(router, logits, b), router.natural(logits, bias=b)):
+            assert torch.equal(got, want), router.kind
