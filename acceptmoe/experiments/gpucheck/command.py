@@ -22,6 +22,7 @@ the JSON says what each stage took.
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
 import tempfile
@@ -95,29 +96,33 @@ def run_all(device, model_dir: Path, out: Path, prompts: int = 4, tokens: int = 
         stages.check("parity", lambda: check_parity(device, Path(tmp)))
     stages.check("graphs", lambda: check_graphs(device, model_dir))
     stages.check("layer-graphs", lambda: check_layer_graphs(device, layer_shape))
-    engines = {"resident": load_engine(model_dir, device=device)}
-    E = engines["resident"].model.config.num_experts
-    engines["offloaded"] = load_engine(model_dir, device=device, store="offloaded", slots=max(1, E // 4))
-    ids = tiny_prompts(AutoTokenizer.from_pretrained(model_dir / "target"), prompts)
-    engines["offloaded"].model.store.reset_counters()
-    stages.check("lossless", lambda: check_lossless(engines, ids, tokens))
-    stages.check("pinned", lambda: check_pinned(engines["offloaded"]))
-    replay: list = []
-    with tempfile.TemporaryDirectory() as tmp:
-        def replayed() -> dict:
-            check, recs = check_replay(engines["offloaded"], ids, tokens, device, Path(tmp), replay_shape)
-            replay.extend(recs)
-            return check
-        stages.check("replay", replayed)
-    results["replay"] = replay
-    if stages.due("tiny world"):
-        def tiny() -> list[dict]:
-            rows = time_tiny(engines["resident"], ids, tokens)
-            if engines["resident"].steps.mode != "eager":
-                rows += time_tiny(load_engine(model_dir, device=device, steps="eager"), ids, tokens)
-            return rows
-        results["timing"]["tiny world"] = stages.run("tiny world", tiny)
-    del engines
+    with contextlib.ExitStack() as open_engines:                # every engine closed, however a stage ends
+        def load(**kw):
+            engine = load_engine(model_dir, device=device, **kw)
+            open_engines.callback(engine.close)
+            return engine
+        engines = {"resident": load()}
+        E = engines["resident"].model.config.num_experts
+        engines["offloaded"] = load(store="offloaded", slots=max(1, E // 4))
+        ids = tiny_prompts(AutoTokenizer.from_pretrained(model_dir / "target"), prompts)
+        engines["offloaded"].model.store.reset_counters()
+        stages.check("lossless", lambda: check_lossless(engines, ids, tokens))
+        stages.check("pinned", lambda: check_pinned(engines["offloaded"]))
+        replay: list = []
+        with tempfile.TemporaryDirectory() as tmp:
+            def replayed() -> dict:
+                check, recs = check_replay(engines["offloaded"], ids, tokens, device, Path(tmp), replay_shape)
+                replay.extend(recs)
+                return check
+            stages.check("replay", replayed)
+        results["replay"] = replay
+        if stages.due("tiny world"):
+            def tiny() -> list[dict]:
+                rows = time_tiny(engines["resident"], ids, tokens)
+                if engines["resident"].steps.mode != "eager":
+                    rows += time_tiny(load(steps="eager"), ids, tokens)
+                return rows
+            results["timing"]["tiny world"] = stages.run("tiny world", tiny)
     shape_name = "random MoE, Qwen3-30B-A3B layer shape x4"
     if stages.due(shape_name):
         results["timing"][shape_name] = stages.run(shape_name, lambda: time_layer_shape(device, layer_shape))
