@@ -34,6 +34,23 @@ class CheckpointError(UserError, ValueError):
     """A checkpoint that cannot be loaded; the message names the problem and the fix."""
 
 
+def read_json(path: Path) -> dict:
+    """A checkpoint's JSON file (config.json, generation_config.json) as a mapping; a file that cannot be
+    read, is not UTF-8 JSON (a truncated download) or holds no mapping is a CheckpointError naming it."""
+    try:
+        raw = json.loads(path.read_bytes())
+    except OSError as exc:
+        raise CheckpointError(f"{path} cannot be read ({exc.strerror}); make it readable") from None
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        where = f" at line {exc.lineno} column {exc.colno}" if isinstance(exc, json.JSONDecodeError) else ""
+        raise CheckpointError(f"{path} is not valid JSON ({type(exc).__name__}{where}): damaged or truncated; "
+                              f"download or save the checkpoint again") from None
+    if not isinstance(raw, dict):
+        raise CheckpointError(f"{path} holds {type(raw).__name__}, not a mapping of settings; download or save the "
+                              f"checkpoint again")
+    return raw
+
+
 ROPE_KINDS = ("default", "linear", "llama3", "yarn")
 
 
@@ -144,9 +161,9 @@ class ModelConfig:
         cfg_file = folder / "config.json"
         if not cfg_file.is_file():
             raise CheckpointError(f"{folder} has no config.json; save the model with save_pretrained or copy it in")
-        raw = json.loads(cfg_file.read_text())
+        raw = read_json(cfg_file)
         gen_file = folder / "generation_config.json"
-        extra = _as_ids(json.loads(gen_file.read_text()).get("eos_token_id")) if gen_file.is_file() else ()
+        extra = _as_ids(read_json(gen_file).get("eos_token_id")) if gen_file.is_file() else ()
         return cls.from_dict(raw, extra)
 
 

@@ -28,11 +28,11 @@ import torch
 from safetensors.torch import load_file, save_file
 from torch import Tensor, nn
 
-from .config import rope_config
+from .config import CheckpointError, read_json, rope_config
 from .kv import Prefixes, Start, visible_slots
 from .layers import Attention, DenseMLP, Linear, RMSNorm, Rope
 from .tree import DraftTree, TreeShape, eagle2_expand, select_tree
-from acceptmoe.errors import UserError
+from acceptmoe.errors import UserError, shown
 
 ARCHITECTURE = "LlamaForCausalLMEagle3"
 DRAFT_ROPE_KINDS = ("default", "linear", "llama3")
@@ -132,10 +132,11 @@ class Eagle3Draft(nn.Module):
         path = Path(path)
         if not (path / "config.json").is_file():
             raise FileNotFoundError(f"no config.json in {path}: expected an EAGLE-3 draft checkpoint folder")
-        config = json.loads((path / "config.json").read_text())
+        config = read_json(path / "config.json")
         archs = config.get("architectures") or [ARCHITECTURE]
-        if ARCHITECTURE not in archs:
-            raise ValueError(f"{path}: architectures {archs} is not {ARCHITECTURE} (an EAGLE-3 draft head)")
+        if not isinstance(archs, list) or ARCHITECTURE not in archs:
+            raise CheckpointError(f"{path}: architectures {shown(archs)} is not {ARCHITECTURE} (an EAGLE-3 draft "
+                                  f"head); pass an EAGLE-3 draft folder")
         state = _load_state(path)
         own = own_embedding(config) and "embed_tokens.weight" in state
         state = {k: v for k, v in state.items() if own or k != "embed_tokens.weight"}   # unused, as in SGLang
@@ -258,7 +259,11 @@ def _load_state(path: Path) -> dict[str, Tensor]:
     state: dict[str, Tensor] = {}
     if files:
         for f in files:
-            state.update(load_file(str(f)))
+            try:
+                state.update(load_file(str(f)))
+            except Exception as exc:  # safetensors' own error, or an OSError: a damaged or truncated file
+                raise CheckpointError(f"{f} cannot be read as safetensors ({type(exc).__name__}: "
+                                      f"{shown(str(exc))}); download or save the draft again") from None
     elif (path / "pytorch_model.bin").is_file():
         state = torch.load(path / "pytorch_model.bin", map_location="cpu", weights_only=True)
     else:
@@ -280,15 +285,15 @@ def _check_and_load(draft: Eagle3Draft, state: dict[str, Tensor], path: Path) ->
     missing = sorted(set(own) - set(state) - optional)
     unexpected = sorted(set(state) - set(own))
     if missing or unexpected:
-        raise ValueError(f"{path}: not an EAGLE-3 ({ARCHITECTURE}) checkpoint for its config.json: "
-                         f"missing {missing}, unexpected {unexpected}")
+        raise CheckpointError(f"{path}: not an EAGLE-3 ({ARCHITECTURE}) checkpoint for its config.json: "
+                              f"missing {shown(missing)}, unexpected {shown(unexpected)}")
     if "d2t" not in state and draft.draft_vocab_size != draft.vocab_size:
-        raise ValueError(f"{path}: draft_vocab_size {draft.draft_vocab_size} != vocab_size "
-                         f"{draft.vocab_size} but the checkpoint has no d2t mapping")
+        raise CheckpointError(f"{path}: draft_vocab_size {draft.draft_vocab_size} != vocab_size "
+                              f"{draft.vocab_size} but the checkpoint has no d2t mapping")
     for name, value in state.items():
         if tuple(value.shape) != tuple(own[name].shape):
-            raise ValueError(f"{path}: {name} has shape {tuple(value.shape)}, config.json implies "
-                             f"{tuple(own[name].shape)}")
+            raise CheckpointError(f"{path}: {name} has shape {tuple(value.shape)}, config.json implies "
+                                  f"{tuple(own[name].shape)}")
     draft.load_state_dict({k: v.to(own[k].dtype) if k in ("d2t", "t2d") else v for k, v in state.items()},
                           strict=False)
 

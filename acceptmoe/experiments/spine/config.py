@@ -38,7 +38,7 @@ from typing import Any, Callable, Literal, NamedTuple
 import yaml
 
 from acceptmoe.engine.tree import TreeShape
-from acceptmoe.errors import UserError
+from acceptmoe.errors import UserError, shown
 from acceptmoe.evals.tasks import TASK_MODULES
 from acceptmoe.methods import ConfigError, SelectorConfig, UnknownMethodError, Variant
 
@@ -57,8 +57,37 @@ class ConfigKeyError(UserError, ValueError):
 
 
 # ----- the generic loader -----
+class _StrictLoader(yaml.SafeLoader):
+    """YAML's safe loader that refuses a key given twice in one mapping (YAML keeps the last silently) and
+    any alias (`*name`), before anything is expanded: a config has no use for them, and nested aliases
+    expand exponentially (an "alias bomb")."""
+
+    def compose_node(self, parent, index):
+        if self.check_event(yaml.AliasEvent):
+            mark = self.peek_event().start_mark
+            raise yaml.MarkedYAMLError(problem="an alias (*name) is not allowed in a config; write the value out",
+                                       problem_mark=mark)
+        return super().compose_node(parent, index)
+
+    def construct_mapping(self, node, deep=False):
+        seen = set()
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=True)
+            try:
+                again = key in seen
+            except TypeError:  # an unhashable key: the constructor names it
+                break
+            if again:
+                raise yaml.MarkedYAMLError(problem=f"the key {shown(key)} is given twice in this mapping (YAML "
+                                                   f"would keep the last silently); keep one",
+                                           problem_mark=key_node.start_mark)
+            seen.add(key)
+        return super().construct_mapping(node, deep)
+
+
 def read_yaml(path: Path) -> dict:
-    """A YAML mapping; a missing file or a syntax error is a user error naming the file (and line)."""
+    """A YAML mapping; a missing file, a syntax error, a key given twice in one mapping or an alias is a
+    user error naming the file and line."""
     if not path.is_file():
         raise ConfigKeyError(f"config file {path} not found")
     try:
@@ -67,7 +96,7 @@ def read_yaml(path: Path) -> dict:
         raise ConfigKeyError(f"{path}: not UTF-8 text (byte {exc.start} is {exc.object[exc.start:exc.start + 1]!r}); "
                              f"save the file as UTF-8") from None
     try:
-        data = yaml.safe_load(text) or {}
+        data = yaml.load(text, Loader=_StrictLoader) or {}
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark else str(path)
@@ -104,7 +133,7 @@ def build(cls: type, data: Any, where: str):
     if cls in CUSTOM:
         return CUSTOM[cls](data, where)
     if not isinstance(data, dict):
-        raise ConfigKeyError(f"{where}: expected a mapping of {cls.__name__} keys, got {data!r}")
+        raise ConfigKeyError(f"{where}: expected a mapping of {cls.__name__} keys, got {shown(data)}")
     fields = {f.name: f for f in dataclasses.fields(cls) if f.init}
     unknown = sorted(set(data) - set(fields))
     if unknown:
@@ -144,23 +173,23 @@ def _coerce(hint, value, where: str):
             except ConfigKeyError as exc:
                 errors.append(str(exc))
         raise ConfigKeyError(errors[0] if len(errors) == 1 else
-                             f"{where}: expected {_name(hint)}, got {value!r} ({type(value).__name__})")
+                             f"{where}: expected {_name(hint)}, got {shown(value)} ({type(value).__name__})")
     if origin is Literal:
         if value not in args:
-            raise ConfigKeyError(f"{where}: expected one of {list(args)}, got {value!r}")
+            raise ConfigKeyError(f"{where}: expected one of {list(args)}, got {shown(value)}")
         return value
     if origin is tuple:
         if not isinstance(value, (list, tuple)):
-            raise ConfigKeyError(f"{where}: expected a list, got {value!r} ({type(value).__name__})")
+            raise ConfigKeyError(f"{where}: expected a list, got {shown(value)} ({type(value).__name__})")
         if len(args) == 2 and args[1] is Ellipsis or not args:                 # tuple[X, ...]
             item = args[0] if args else Any
             return tuple(_coerce(item, v, f"{where}[{i}]") for i, v in enumerate(value))
         if len(value) != len(args):                                               # tuple[X, Y]
-            raise ConfigKeyError(f"{where}: expected {len(args)} items, got {value!r}")
+            raise ConfigKeyError(f"{where}: expected {len(args)} items, got {shown(value)}")
         return tuple(_coerce(a, v, f"{where}[{i}]") for i, (a, v) in enumerate(zip(args, value)))
     if hint is dict or origin is dict:
         if not isinstance(value, dict):
-            raise ConfigKeyError(f"{where}: expected a mapping, got {value!r} ({type(value).__name__})")
+            raise ConfigKeyError(f"{where}: expected a mapping, got {shown(value)} ({type(value).__name__})")
         return dict(value)
     if dataclasses.is_dataclass(hint):
         return build(hint, value, where)
@@ -168,7 +197,7 @@ def _coerce(hint, value, where: str):
         return float(value)
     if hint in (int, str, bool) and isinstance(value, hint) and not (hint is int and isinstance(value, bool)):
         return value
-    raise ConfigKeyError(f"{where}: expected {_name(hint)}, got {value!r} ({type(value).__name__})")
+    raise ConfigKeyError(f"{where}: expected {_name(hint)}, got {shown(value)} ({type(value).__name__})")
 
 
 def _name(hint) -> str:
@@ -181,7 +210,7 @@ def _variant(data, where: str) -> Variant:
     if isinstance(data, str):
         data = {"method": data}
     if not isinstance(data, dict):
-        raise ConfigKeyError(f"{where}: a variant is a method name or a mapping, got {data!r}")
+        raise ConfigKeyError(f"{where}: a variant is a method name or a mapping, got {shown(data)}")
     data = {k: v for k, v in data.items() if not (k in ("commitment", "b0") and v is None)}
     try:
         return Variant.from_mapping(data)

@@ -19,13 +19,12 @@ before it loads anything.
 """
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
-from acceptmoe.engine.config import DTYPES, ModelConfig
+from acceptmoe.engine.config import DTYPES, ModelConfig, read_json
 from acceptmoe.engine.memory import (draft_bytes, expert_bytes, kv_bytes, mxfp4_in_config, other_params,
                                      store_bytes)
 from acceptmoe.errors import UserError
@@ -43,7 +42,7 @@ def model_config(ref: str) -> dict | None:
     path = Path(ref).expanduser()
     local = path if path.is_absolute() else REPO / path
     if (local / "config.json").is_file():
-        return json.loads((local / "config.json").read_text())
+        return read_json(local / "config.json")
     if ref.count("/") != 1 or ref.startswith("."):
         return None
     try:
@@ -52,9 +51,9 @@ def model_config(ref: str) -> dict | None:
     except Exception:  # noqa: BLE001  (no cache, or an unusable one: fall back to the shipped copy)
         cached = None
     if isinstance(cached, str) and Path(cached).is_file():
-        return json.loads(Path(cached).read_text())
+        return read_json(Path(cached))
     shipped = SHIPPED / ref / "config.json"
-    return json.loads(shipped.read_text()) if shipped.is_file() else None
+    return read_json(shipped) if shipped.is_file() else None
 
 
 def required_config(ref: str, role: str) -> dict:
