@@ -333,3 +333,14 @@ def test_float_tolerance_and_types_follow_evalplus():
     assert compare("plain", "f", [[]], [codec.Opaque("x")], [1], 0) == [False]
     assert compare("mbpp", "similar_elements", [[]], [(5, 4)], [(4, 5)], 0) == [True]  # set-equality oracle
     assert compare("plain", "similar_elements", [[]], [(5, 4)], [(4, 5)], 0) == [False]
+
+
+def test_the_float_tolerance_is_chosen_by_the_expected_value_never_by_the_output():
+    """EvalPlus raises atol when the expected value is a float (or floats): a float output for an int
+    expectation raises nothing, so a later near-miss on ints fails; an int output for a float expectation
+    is compared with the tolerance."""
+    assert compare("plain", "f", [[], []], [5.0, [1, 2.0000001]], [5, [1, 2]], 0) == [True, False]
+    assert compare("plain", "f", [[]], [[1, 2]], [[1.0000001, 2.0]], 0) == [True]
+    assert compare("plain", "f", [[], []], [[1, 2], [3, 4.0000001]], [[1.0000001, 2.0], [3, 4]], 0) == [True, True]
+    import evalplus.eval as evaluation
+    assert not evaluation.is_floats(5) and evaluation.is_floats([1.0000001, 2.0]) and not evaluation.is_floats([1, 2])

@@ -414,6 +414,24 @@ def test_threads_run_only_as_limits_allow():
     assert refused.status == "error" and "can't start new thread" in refused.stderr
 
 
+@private_only
+@pytest.mark.parametrize("started, allowed", [(3, True), (4, False)])
+def test_limits_threads_allows_exactly_that_many_threads_alive_at_once(started, allowed):
+    program = f"""
+        import threading
+        gate = threading.Barrier({started} + 1)
+        workers = [threading.Thread(target=gate.wait) for _ in range({started})]
+        for worker in workers:
+            worker.start()
+        gate.wait()
+        for worker in workers:
+            worker.join()
+    """
+    res = run(program, Limits(timeout_s=60, threads=3))
+    assert res.passed is allowed, res
+    assert allowed or "can't start new thread" in res.stderr, res.stderr
+
+
 def _mount_namespace_launcher():
     from acceptmoe.evals import sandbox
     bases = ([("unshare", "--net")] if os.geteuid() == 0 else []) + [("unshare", "--user", "--net")]

@@ -116,9 +116,24 @@ def test_round_half_up(x, expected):
 
 
 @pytest.mark.parametrize("low, high, crosses", [(23.4, 23.6, True), (23.6, 24.4, False), (22.9, 23.5, True),
-                                                (23.5, 24.49, False), (26.0, 28.0, True)])
+                                                (23.5, 24.49, False), (26.0, 28.0, True),
+                                                # an even integer's half: Python's round (halves to even) disagrees
+                                                (24.5, 24.9, False), (24.1, 24.5, True), (24.5, 24.5, False),
+                                                (24.49999, 24.5, True)])
 def test_rounding_boundary(low, high, crosses):
     assert crosses_rounding_boundary(low, high) is crosses
+
+
+@pytest.mark.parametrize("x, expected", [(0.5, 1), (1.5, 2), (2.5, 3), (24.5, 25), (-0.5, 0), (-1.5, -1)])
+def test_round_half_up_is_not_pythons_round_at_any_half(x, expected):
+    assert round_half_up(x) == expected
+
+
+def test_b0_of_an_even_integers_half_rounds_up():
+    """Every prompt's mean is exactly 24.5: a point interval, B0 = 25 (Python's round gives 24)."""
+    totals, counts = np.full(50, 49.0), np.full(50, 2.0)
+    d = choose_b0(totals, counts, n_resamples=200)
+    assert d.b0 == 25 and not d.crosses_boundary and d.n_prompts == 50
 
 
 def _prompts(means, blocks=40, spread=0.5, seed=0):
