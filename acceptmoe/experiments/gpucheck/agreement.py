@@ -4,7 +4,9 @@ the tolerance is one fixed-point unit per term.
 Where two backends can part. Each computes a block score's per-token terms (a gate weight, a softmax
 probability, alpha times either) in fp32 and truncates each to a multiple of one unit, 2^-score_bits
 (`methods.fixed.truncate`, 2^-22 by default). Everything after that is exact: the integer sums, the anchor and
-the natural top-k (the logits' own order), the ranking, effective-rank sizing, pruning, the constrained top-k.
+the natural top-k (the logits' own order; the grouped router's is its sigmoids', which each backend computes:
+the same order on distinct bf16 logits short of saturation, a premise a GPU run tests), the ranking,
+effective-rank sizing, pruning, the constrained top-k.
 The terms are not: on NVIDIA GPUs the kernel's `tl.exp` is `ex2.approx.f32` and its division `div.full.f32`,
 torch's are the accurate ones, so a term differs by a few fp32 ulps, less than one unit (four ulps of a term
 in [1/2, 1), more below). Two reals less than one unit apart truncate to integers at most one unit apart,

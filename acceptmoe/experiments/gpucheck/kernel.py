@@ -1,5 +1,5 @@
-"""gpu-check's verifier-kernel checks: every speculating method, both router kinds, with and without residency
-pruning, on one block of bf16 router logits per case.
+"""gpu-check's verifier-kernel checks: every speculating method, every router kind (the grouped one with four
+groups, two chosen), with and without residency pruning, on one block of bf16 router logits per case.
 
 - `check_kernel_torch` (check `kernel`, the verdict): the kernel against the torch backend on the same device
   and the same logits, with deliberate ties at and inside the top-k boundary, under `agreement`'s rules (one
@@ -38,12 +38,13 @@ def tied_logits(T: int, E: int, k: int, gen: torch.Generator, ties: bool = True)
 
 
 def kernel_cases(T: int, E: int, k: int, seed: int, ties: bool):
-    """(router, plan, block, logits, resident | None) for every speculating method, both router kinds, with and
+    """(router, plan, block, logits, resident | None) for every speculating method, every router kind, with and
     without residency pruning (pruning only where the method restricts, under an offloaded store)."""
     from acceptmoe.methods import Router
     gen = torch.Generator().manual_seed(seed)
-    for kind in ("softmax_topk", "topk_softmax"):
-        router = Router(kind, k, renormalize=True)
+    routers = (Router("softmax_topk", k), Router("topk_softmax", k),
+               Router("sigmoid_grouped", k, groups=4, group_top=2, scale=2.5))        # E / 2 experts hold k
+    for router in routers:
         for method, spec in METHODS.items():
             for prune in ((False, True) if spec.restricts else (False,)):
                 if not spec.speculates:
