@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The user's entry point. `./reproduce.sh --help` lists the subcommands.
-#   ./reproduce.sh test            create .venv if needed, install the project with test extras, run pytest,
+#   ./reproduce.sh test            create .venv if needed, install the project with test extras, run the linter
+#                                  (ruff) and pytest,
 #                                  then the SGLang plugin's live tests in their own environment (.venv-sglang)
 #   ./reproduce.sh <sub> [args]    run an experiment subcommand (python -m acceptmoe <sub> [args])
 #   ./reproduce.sh cross-engine    native engine against SGLang; it and `--engine sglang` run in the SGLang
@@ -56,6 +57,7 @@ case "$sub" in
     ensure_env test
     ensure_bwrap
     if [ $# -gt 0 ]; then exec "$PY" -m pytest -q "$@"; fi
+    "$PY" -m ruff check --no-cache acceptmoe tests scripts   # the linter (pyproject.toml [tool.ruff])
     "$PY" -m pytest -q
     # the SGLang plugin against a live SGLang, in its own environment (SGLang's pins differ from ours)
     exec tests/sglang/run_live.sh

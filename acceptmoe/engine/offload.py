@@ -141,7 +141,7 @@ class OffloadedStore(ExpertStore):
         """Put the pool in `state` (None: empty) without counting anything: the held experts' weights are
         copied into their slots, so every later pass loads, hits and evicts as it did after `state` was
         taken (the LRU order depends only on these tensors and the clock)."""
-        E, X = self.num_experts, self.slots
+        X = self.slots
         if state is not None and tuple(state.expert_in.shape) != (len(self.layer_ids), X + 1):
             raise ValueError(f"pool state for {tuple(state.expert_in.shape)} [layers, slots + 1] does not fit this "
                              f"store ({len(self.layer_ids)} MoE layers, {X} slots)")

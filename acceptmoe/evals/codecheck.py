@@ -281,7 +281,7 @@ class Comparer:
         if self.atol == 0 and self.evaluation.is_floats(exp):
             self.atol = 1e-6
         if not exact_match and self.atol != 0:
-            if type(out) != type(exp):
+            if type(out) is not type(exp):           # identity: no metaclass __eq__ of the program runs
                 return False
             if isinstance(exp, (list, tuple)) and len(out) != len(exp):
                 return False

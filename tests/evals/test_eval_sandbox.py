@@ -138,7 +138,7 @@ def test_open_files_stop_at_the_limit():
 def test_no_core_files_and_the_limits_are_the_ones_set():
     """RLIMIT_CORE is 0 (an aborting program leaves no core file behind) and the other rlimits are the
     configured ones, read from inside the program."""
-    res = run(f"""
+    res = run("""
         import resource
         assert resource.getrlimit(resource.RLIMIT_CORE) == (0, 0)
         assert resource.getrlimit(resource.RLIMIT_NOFILE)[0] <= 32

@@ -2,7 +2,6 @@
 interpreter (conftest) against the per-expert definition and can fail; the timing rows' bookkeeping runs at
 tiny shapes on CPU (the paper's shapes need CUDA)."""
 import pytest
-import torch
 
 from acceptmoe.experiments import gpu_experts
 from acceptmoe.experiments.gpucheck.table import table

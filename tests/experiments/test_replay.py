@@ -8,7 +8,6 @@ transformers models and the engine's EAGLE-3 draft hold, and the bounds it gives
 from __future__ import annotations
 
 import itertools
-import json
 from pathlib import Path
 
 import pytest

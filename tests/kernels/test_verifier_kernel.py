@@ -20,7 +20,7 @@ import torch
 
 from acceptmoe.kernels import VerifierInputError, VerifierOutput, make_verifier
 from acceptmoe.methods import (
-    METHODS, BlockInfo, ConfigError, Fit, Plan, Router, SelectorConfig, Variant, commitment_weight, prune, route,
+    METHODS, BlockInfo, Fit, Plan, Router, SelectorConfig, Variant, commitment_weight, prune, route,
     select,
 )
 

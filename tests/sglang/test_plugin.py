@@ -19,6 +19,7 @@ from acceptmoe.serving.sglang.config import (PluginConfigError, Watched, for_pla
                                              settings, to_env)
 from acceptmoe.experiments.bench.plugin_host import count_host_reads
 from acceptmoe.serving.sglang.runtime import Limits, Runtime
+from acceptmoe.serving.sglang.tree import links_from_parents, parents_from_links
 
 
 def installed() -> bool:
@@ -27,7 +28,6 @@ def installed() -> bool:
         return bool(version("sglang"))
     except PackageNotFoundError:
         return False
-from acceptmoe.serving.sglang.tree import links_from_parents, parents_from_links
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -27,7 +27,7 @@ from acceptmoe.errors import UserError
 from acceptmoe.methods import BASELINE, METHODS
 
 from ..spine import render
-from ..spine.config import BootstrapConfig, from_saved, load_experiment
+from ..spine.config import from_saved, load_experiment
 from ..spine.options import add_methods_option, add_run_options, open_or_resume, run_to_completion
 from ..spine.runs import REPO
 from .config import Table1Config

@@ -23,7 +23,7 @@ from acceptmoe.methods import METHODS, BlockInfo, CommitmentTable, Fit, Router, 
 from acceptmoe.serving.sglang.config import load_config
 from acceptmoe.serving.sglang.runtime import Limits, Runtime, output_lengths, read_steps
 
-from common import ROOT, TARGET, engine, task_prompts
+from common import ROOT, engine, task_prompts
 
 TREE = TreeShape(5, 10, 64)
 NEW = 16
