@@ -7,8 +7,8 @@
   for a direct completion, the prompt followed by the reply;
 - running: the sanitised code executed after `evalplus.eval.utils.reliability_guard` (no `open`, `exit`,
   `os.kill`, `os.system`, `os.fork`, `subprocess.Popen`, file removal, ...), with the installed
-  packages importable (those the code imports that evalplus's own process has loaded, numpy among them,
-  imported before the guard, as there), threads allowed, 4 GiB of address space, stdout, stderr and stdin
+  packages importable (those the code imports that evalplus's own process has loaded imported before the
+  guard, as there), threads allowed, 4 GiB of address space, stdout, stderr and stdin
   swallowed (`swallow_io`), no per-input deep copy;
 - time: per input max(DEFAULT_MIN_TIME_LIMIT, DEFAULT_GT_TIME_LIMIT_FACTOR x the canonical solution's
   time), per run min(60 s, the sum of those) + 2 s;
@@ -23,7 +23,11 @@ program: return values are compared as data (a subclass's own `__eq__` never run
 `codec` knows equals nothing), the oracles see the inputs as given (not as the program left them), a
 value whose encoding exceeds its cap (`codec.VALUE_CAP`, or twice the expected one's plus 64 KiB) is
 compared by digest (exact match only), each time limit is measured by the grader (a program that ignores
-SIGALRM still stops), and the sanitiser has a time limit (`sanitize_s`; EvalPlus has none).
+SIGALRM still stops) and covers the encoding of its value (within an allowance from the canonical value's,
+`harness.encode_limits`) and its finaliser, the program ends within `harness.EXIT_S` of its last value, the
+installed packages a program can import are `confine.SOLUTION_DISTRIBUTIONS` only (numpy; no evaluation
+package, whose files hold solutions), without a memory cgroup a program is one process (its threads
+allowed), and the sanitiser has a time limit (`sanitize_s`; EvalPlus has none).
 `record()` is what a graded row stores.
 """
 from __future__ import annotations

@@ -14,9 +14,29 @@ def _reference_responses(task_name, examples):
     return [f"```python\n{ex['canonical_solution']}\n```" for ex in examples]
 
 
-def _failures(task_name, examples, responses):
-    scores = get_task(task_name).score_many(examples, responses, workers=2)
+def _failures(task_name, examples, responses, workers=2):
+    scores = get_task(task_name).score_many(examples, responses, workers=workers)
     return [(ex["id"], s.details) for ex, s in zip(examples, scores) if not (s.correct and s.details["plus"])]
+
+
+def _timed_out(details: dict) -> bool:
+    return any(details.get(f"{name}_status") == "timeout" for name in ("base", "plus"))
+
+
+def _failures_on_a_loaded_machine(task_name, examples, responses):
+    """`_failures`, where a reply that failed only by a time limit is graded once more on its own (one worker):
+    on a machine whose cores other jobs share, a wall-clock limit can pass while the program waits for a
+    core. Every other failure stands as it is, and a reply that times out alone too still fails."""
+    failures = _failures(task_name, examples, responses)
+    again = {tid for tid, details in failures if _timed_out(details)}
+    if not again:
+        return failures
+    print(f"graded again alone after a time limit: {sorted(again)}")
+    index = {ex["id"]: i for i, ex in enumerate(examples)}
+    retried = dict(_failures(task_name, [examples[index[t]] for t in sorted(again)],
+                             [responses[index[t]] for t in sorted(again)], workers=1))
+    return [(tid, retried[tid] if tid in again else details) for tid, details in failures
+            if tid not in again or tid in retried]
 
 
 @pytest.mark.parametrize("task_name", ["humaneval", "mbpp"])
@@ -32,7 +52,7 @@ def test_all_mbpp_solutions_pass_with_stray_top_level_code():
     evalplus's sanitiser keeps only functions with a `return` statement."""
     examples = get_task("mbpp").load()
     responses = [f"```python\n{ex['canonical_solution']}\nprint(input())\n```" for ex in examples]
-    failures = _failures("mbpp", examples, responses)
+    failures = _failures_on_a_loaded_machine("mbpp", examples, responses)
     assert [(tid, d["base_reason"]) for tid, d in failures] == [("Mbpp/630", "input 0 raised NameError")]
 
 
@@ -56,4 +76,4 @@ def test_all_humaneval_solutions_pass_as_fenced_full_functions():
     examples = get_task("humaneval").load()
     main = "\n\nif __name__ == '__main__':\n    import unittest\n    unittest.main()\n"
     responses = [f"Sure!\n```python\n{ex['prompt']}{ex['canonical_solution']}{main}```\nDone." for ex in examples]
-    assert _failures("humaneval", examples, responses) == []
+    assert _failures_on_a_loaded_machine("humaneval", examples, responses) == []
