@@ -15,7 +15,8 @@ fractions.Fraction, {"D": "text"} decimal.Decimal, {"n": [dtype, shape or null, 
 array of a bool, integer, float or complex dtype, and {"u": [type name, value]} an instance of a subclass
 of one of the built-in types above (a namedtuple, an IntEnum member, a str subclass, ...) as its
 built-in value. The decoder rebuilds a subclass as a class of its own with that name and the built-in
-type's behaviour (`subclass`): its data is compared, never its own `__eq__`. Anything else, and anything
+type's behaviour (`subclass`; kept in the `Names` of the run that sent it, after the shared ones of trusted
+values): its data is compared, never its own `__eq__`. Anything else, and anything
 nested deeper than MAX_DEPTH, becomes {"o": "<type name>"}, decoded as an `Opaque` value that equals
 nothing but itself.
 

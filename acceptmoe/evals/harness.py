@@ -173,7 +173,7 @@ def program(code: str, entry_point: str, inputs: list, limits_s: list[float] | N
 
 ENCODE_MIN_S = 0.5     # for encoding one value, at least (beyond ENCODE_FACTOR x the canonical value's time)
 ENCODE_FACTOR = 4.0    # as EvalPlus's DEFAULT_GT_TIME_LIMIT_FACTOR for calls
-EXIT_S = 2.0           # from "done" to the program's exit (its finalisers run there)
+EXIT_S = 5.0           # from "done" to the program's exit (its finalisers run there; a loaded machine's delays)
 
 
 def grace(limit_s: float) -> float:
