@@ -180,18 +180,28 @@ print(json.dumps({"files": files, "found": found}))
 '''
 
 
+def _distinctive(code: str) -> list[str]:
+    return sorted({line.strip() for line in code.splitlines() if len(line.strip()) >= 20
+                   and not line.strip().startswith(("def ", "import ", "from "))})
+
+
 def _solutions() -> dict:
-    """Per shipped code task (HumanEval, HumanEval+, MBPP, MBPP+): its entry point and the lines of its
-    canonical solution of 20 characters or more that are not a def or an import."""
+    """Per shipped code task (HumanEval, HumanEval+, MBPP, MBPP+, the tiny code tasks' test split): its entry
+    point and the lines of its canonical solution of 20 characters or more that are not a def or an import."""
     import re
+
+    from acceptmoe.evals.tasks import get_task
     out = {}
+    for name in ("tiny-humaneval", "tiny-mbpp"):
+        for example in get_task(name).load():
+            if _distinctive(example["reference"]):
+                out[f"{name}:{example['id']}"] = [example["entry_point"], _distinctive(example["reference"])]
     for name, field in (("humaneval", "canonical_solution"), ("humaneval-plus", "canonical_solution"),
                         ("mbpp", "code"), ("mbpp-plus", "canonical_solution")):
         for record in read_records(name):
             entry = record.get("entry_point") or next(
                 (n for n in re.findall(r"def\s+(\w+)", record["code"]) if n + "(" in record["test_list"][0]), None)
-            lines = sorted({line.strip() for line in record[field].splitlines() if len(line.strip()) >= 20
-                            and not line.strip().startswith(("def ", "import ", "from "))})
+            lines = _distinctive(record[field])
             if lines and entry:
                 out[f"{name}:{record['task_id']}"] = [entry, lines]
     return out
