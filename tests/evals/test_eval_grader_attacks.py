@@ -136,9 +136,11 @@ def f(x):
 
 def test_the_whole_program_has_one_wall_clock_deadline():
     """The sandbox's own limit is the run limit plus a stated allowance: the encoding limits and EXIT_S."""
+    from acceptmoe.evals.codecheck import START_S, candidate_limits
     encode = harness.encode_limits([0.0, 0.001, 0.5])
     assert encode == [harness.ENCODE_MIN_S, harness.ENCODE_MIN_S + 0.004, harness.ENCODE_MIN_S + 2.0]
-    assert harness.allowance(encode) == pytest.approx(sum(encode) + harness.EXIT_S)
+    limits = candidate_limits(CodeRules(), 5.0, encode)
+    assert limits.timeout_s == pytest.approx(START_S + 5.0 + sum(encode) + harness.EXIT_S)
 
 
 # ------------------------------------------------------------------------------------------ answer keys
