@@ -11,10 +11,9 @@ import typing
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import yaml
-
 from acceptmoe.evals import generators as tasks
 from acceptmoe.errors import UserError
+from acceptmoe.yamlfile import read_mapping
 
 DEFAULT_PATH = Path(__file__).resolve().parents[2] / "configs" / "tiny" / "world.yaml"
 
@@ -189,7 +188,7 @@ def load(path: str | Path = DEFAULT_PATH) -> TinyWorldConfig:
     path = Path(path)
     if not path.is_file():
         raise TinyConfigError(f"tiny-world config {path} does not exist; the default is {DEFAULT_PATH}")
-    return build(TinyWorldConfig, yaml.safe_load(path.read_text()) or {}, where=path.name)
+    return build(TinyWorldConfig, read_mapping(path, TinyConfigError), where=path.name)
 
 
 def as_dict(cfg: TinyWorldConfig) -> dict:

@@ -64,6 +64,22 @@ def test_the_loader_refuses_duplicates_at_any_depth_and_keeps_distinct_keys(tmp_
         read_yaml(path)
 
 
+@pytest.mark.parametrize("reader", ["tiny world", "plugin settings"])
+def test_every_yaml_config_is_read_by_the_one_strict_reader(tmp_path, reader):
+    """The tiny world's config and the SGLang plugin's settings refuse a key given twice and an alias as the
+    presets do (one reader, `acceptmoe.yamlfile`), each as its own error type naming the file and line."""
+    from acceptmoe.serving.sglang.config import PluginConfigError, _read_file
+    from acceptmoe.tiny.config import TinyConfigError, load
+    read, error = {"tiny world": (load, TinyConfigError), "plugin settings": (_read_file, PluginConfigError)}[reader]
+    path = tmp_path / "settings.yaml"
+    path.write_text("seed: 1\nseed: 2\n")
+    with pytest.raises(error, match=r"settings.yaml:2:1: .*the key 'seed' is given twice"):
+        read(path)
+    path.write_text("a: &x [1]\nb: *x\n")
+    with pytest.raises(error, match="an alias"):
+        read(path)
+
+
 def test_a_value_shown_in_a_message_is_cut_and_a_message_is_bounded():
     deep = [[[["x" * 10_000] * 1000] * 1000]]
     assert len(shown(deep)) <= 300 and len(shown("y" * 10**6)) <= 300

@@ -35,12 +35,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Literal, NamedTuple
 
-import yaml
-
 from acceptmoe.engine.tree import TreeShape
 from acceptmoe.errors import UserError, shown
 from acceptmoe.evals.tasks import TASK_MODULES
 from acceptmoe.methods import ConfigError, SelectorConfig, UnknownMethodError, Variant
+from acceptmoe.yamlfile import read_mapping
 
 from .engines import check_engine
 from .runs import REPO
@@ -57,53 +56,9 @@ class ConfigKeyError(UserError, ValueError):
 
 
 # ----- the generic loader -----
-class _StrictLoader(yaml.SafeLoader):
-    """YAML's safe loader that refuses a key given twice in one mapping (YAML keeps the last silently) and
-    any alias (`*name`), before anything is expanded: a config has no use for them, and nested aliases
-    expand exponentially (an "alias bomb")."""
-
-    def compose_node(self, parent, index):
-        if self.check_event(yaml.AliasEvent):
-            mark = self.peek_event().start_mark
-            raise yaml.MarkedYAMLError(problem="an alias (*name) is not allowed in a config; write the value out",
-                                       problem_mark=mark)
-        return super().compose_node(parent, index)
-
-    def construct_mapping(self, node, deep=False):
-        seen = set()
-        for key_node, _ in node.value:
-            key = self.construct_object(key_node, deep=True)
-            try:
-                again = key in seen
-            except TypeError:  # an unhashable key: the constructor names it
-                break
-            if again:
-                raise yaml.MarkedYAMLError(problem=f"the key {shown(key)} is given twice in this mapping (YAML "
-                                                   f"would keep the last silently); keep one",
-                                           problem_mark=key_node.start_mark)
-            seen.add(key)
-        return super().construct_mapping(node, deep)
-
-
 def read_yaml(path: Path) -> dict:
-    """A YAML mapping; a missing file, a syntax error, a key given twice in one mapping or an alias is a
-    user error naming the file and line."""
-    if not path.is_file():
-        raise ConfigKeyError(f"config file {path} not found")
-    try:
-        text = path.read_bytes().decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise ConfigKeyError(f"{path}: not UTF-8 text (byte {exc.start} is {exc.object[exc.start:exc.start + 1]!r}); "
-                             f"save the file as UTF-8") from None
-    try:
-        data = yaml.load(text, Loader=_StrictLoader) or {}
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark else str(path)
-        raise ConfigKeyError(f"{where}: YAML syntax error: {getattr(exc, 'problem', None) or exc}; fix the file") from None
-    if not isinstance(data, dict):
-        raise ConfigKeyError(f"{path}: the top level must be a mapping of config keys")
-    return data
+    """A YAML mapping (`acceptmoe.yamlfile`: a key given twice or an alias is refused, file and line named)."""
+    return read_mapping(path, ConfigKeyError)
 
 
 def deep_merge(base: dict, top: dict) -> dict:

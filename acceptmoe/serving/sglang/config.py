@@ -40,6 +40,7 @@ from typing import Mapping
 from acceptmoe.errors import UserError
 from acceptmoe.kernels.verifier import same_calls
 from acceptmoe.methods import METHODS, CommitmentTable, ConfigError, Fit, Plan, SelectorConfig, Variant
+from acceptmoe.yamlfile import read_mapping
 
 ENV_FILE = "ACCEPTMOE_SGLANG_CONFIG"
 PREFIX = "ACCEPTMOE_"
@@ -243,15 +244,13 @@ class Watched:
 def _read_file(path: Path) -> dict:
     if not path.is_file():
         raise PluginConfigError(f"{ENV_FILE}={path}: no such file; point it at a JSON or YAML settings file")
-    text = path.read_text()
-    try:
-        if path.suffix in (".yaml", ".yml"):
-            import yaml
-            data = yaml.safe_load(text)
-        else:
-            data = json.loads(text)
-    except Exception as exc:  # noqa: BLE001 - any parse error is the user's file
-        raise PluginConfigError(f"{path}: cannot parse the plugin settings ({exc})") from None
+    if path.suffix in (".yaml", ".yml"):
+        data = read_mapping(path, PluginConfigError)
+    else:
+        try:
+            data = json.loads(path.read_text())
+        except (ValueError, UnicodeDecodeError) as exc:
+            raise PluginConfigError(f"{path}: cannot parse the plugin settings ({exc}); fix the JSON") from None
     if not isinstance(data, dict):
         raise PluginConfigError(f"{path}: the plugin settings must be a mapping of {', '.join(KEYS)}")
     return {str(k).lower(): v for k, v in data.items()}
