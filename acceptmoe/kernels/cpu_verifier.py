@@ -139,6 +139,13 @@ def natural(router: Router, logits: Tensor, bias: Tensor | None = None) -> tuple
     return ids, router.weights(z, ids)
 
 
+def natural_gates(router: Router, z: Tensor, ranked: Tensor) -> tuple[Tensor, Tensor]:
+    """The natural top-k ids [..., T, k] from `ranked` (fp32 CPU values in the router's order, `CHOICE`) and
+    the model's gates r[t, K_t] on them (before `scale`): the natural routing a verifier call computes."""
+    ids = topk_rows(ranked, router.top_k)
+    return ids, router.gates(z, ids)
+
+
 # score -> (term, dense, tie, token factor) from (router, z, natural ids, gates, demand weights, step buffers):
 # the per-token inputs `cpu_select.c` sums, the torch backend's SCORES in the library's form
 SCORES = {
@@ -173,10 +180,11 @@ class CpuVerifier(Verifier):
         (B, T, E), k = logits.shape, router.top_k
         z = logits.float().contiguous()                                       # [B, T, E]
         ranked = CHOICE[router.kind](router, z, bias)                         # [B, T, E] in the router's order
-        ids = topk_rows(ranked, k)                                            # [B, T, k] natural K_t
         gate = demand = None
-        if plan.spec.score is not Score.ROUTER_MASS:
-            gate = router.gates(z, ids)                                       # the model's r[t, K_t]
+        if plan.spec.score is Score.ROUTER_MASS:
+            ids = topk_rows(ranked, k)                                        # [B, T, k] natural K_t
+        else:
+            ids, gate = natural_gates(router, z, ranked)                      # K_t and the model's r[t, K_t]
             demand = gate if plan.selector.demand_score == "gate" else router.probs(z).gather(-1, ids)
         term, dense, tie, factor = SCORES[plan.spec.score](router, z, ids, gate, demand, self.rows(B))
         # every array the call reads is held in a local until it returns
