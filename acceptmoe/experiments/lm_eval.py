@@ -1,32 +1,43 @@
 """An lm-evaluation-harness model backend: any generative lm-eval task under any method, on any engine.
 
     ./reproduce.sh lm-eval --model acceptmoe \
-        --model_args target=models/tiny/target,draft=models/tiny/draft,method=acceptmoe,commitment=p_hat.json \
-        --tasks gsm8k --apply_chat_template --limit 50
+        --model_args method=acceptmoe,commitment=RUN/calibration/tiny/tiny-gsm-train.json \
+        --tasks acceptmoe_tiny_gsm --apply_chat_template --limit 50 --output_path results/lm-eval
 
     import acceptmoe.experiments.lm_eval                          # registers "acceptmoe" with lm-eval
     lm_eval.simple_evaluate(model="acceptmoe", model_args="method=standard-sd", tasks=[...])
 
 lm-eval 0.4.13 discovers models only through its own registry (no entry points), so the `lm-eval` command
-registers this backend and then runs lm-eval's own command line unchanged; importing this module does the
-same for the Python API. Only `generate_until` is implemented (greedy, through `EngineBackend.generate`);
-log-likelihood requests are refused with a clear error. Prompts are truncated as lm-eval's own HF backend
-truncates them: its `normalize_gen_kwargs` gives the generation budget (`max_gen_toks`), and a prompt
-longer than the model's context (`max_length`: as lm-eval's `resolve_max_length` reads the target's config
-and tokenizer, or the model_arg) minus that budget keeps its last tokens (left truncation); a budget that
-leaves no room is an error, as there. Beside lm-eval's metrics the backend reports, per method at the end,
-tau (output tokens per target step), the mean set size over blocks and layers, and how many prompts were
-truncated to what length.
+registers this backend and then runs lm-eval's own command line, with three additions (`prepare_argv`,
+`annotate_results`): a task named in `--tasks` that is one of the project's offline tasks
+(`lm_eval_tasks/*.yaml`: lm-eval's own configs reading the repository's checksummed data) is passed as its
+YAML file; the run is labelled `model=<target folder>__<variant>` unless model_args give a `model`, so
+lm-eval writes it under `<output_path>/<label>/` instead of a random name; and each results JSON the run
+wrote gets an "acceptmoe" entry: the plan, and per task tau, the mean set size and the truncations.
+
+Only `generate_until` is implemented (greedy, through `EngineBackend.generate`); log-likelihood requests are
+refused with a clear error. Prompts are truncated as lm-eval's own HF backend truncates them: its
+`normalize_gen_kwargs` gives the generation budget (`max_gen_toks`), and a prompt longer than the model's
+context (`max_length`: as lm-eval's `resolve_max_length` reads the target's config and tokenizer, or the
+model_arg) minus that budget keeps its last tokens (left truncation); a budget that leaves no room is an
+error, as there.
 
 model_args: target, draft (folders or hub ids), method (a registry name), budget (fixed-size methods), beta,
-commitment (a CommitmentTable JSON: p_hat) or p_hat (e.g. "1.0;0.8;0.6"), prune (true/false), engine
+commitment (a CommitmentTable JSON, as `./reproduce.sh calibrate` writes under
+RUN/calibration/<model>/<task>-<split>.json) or p_hat (e.g. "1.0;0.8;0.6"), prune (true/false), engine
 (native | sglang), device, dtype, tree ("5;10;64": num_steps;topk;num_draft_tokens), max_gen_toks,
-max_length (the context in tokens; default: the target's, as lm-eval's HF backend resolves it). The
-method's settings become a `Variant`, bound to the opened engine (`Variant.bind`), which checks the rest.
+max_length (the context in tokens; default: the target's, as lm-eval's HF backend resolves it), model (the
+run's label). The method's settings become a `Variant`, bound to the opened engine (`Variant.bind`), which
+checks the rest.
 """
 from __future__ import annotations
 
+import json
+import os
 import sys
+import time
+from collections import defaultdict
+from pathlib import Path
 
 from lm_eval.api.model import LM
 from lm_eval.api.registry import register_model
@@ -43,6 +54,7 @@ from .spine.prompts import load_tokenizer, resolve_checkpoint
 from .spine.rows import TraceStats
 
 NAME = "acceptmoe"
+TASKS_DIR = Path(__file__).resolve().parent / "lm_eval_tasks"   # the offline tasks: lm-eval YAMLs on shipped data
 MAX_GEN_TOKS = GenerationConfig().max_new_tokens      # a request without max_gen_toks: the world's default
 
 
@@ -78,11 +90,13 @@ class AcceptMoELM(LM):
                  method: str = "acceptmoe", budget: int | None = None, beta: float | None = None,
                  commitment: str | None = None, p_hat: str | None = None, prune=None, engine: str = "native",
                  device: str = "cpu", dtype: str = "float32", tree: str = "5;10;64",
-                 max_gen_toks: int = MAX_GEN_TOKS, max_length: int | None = None, batch_size=1, **unused) -> None:
+                 max_gen_toks: int = MAX_GEN_TOKS, max_length: int | None = None, batch_size=1,
+                 model: str | None = None, **unused) -> None:
         super().__init__()
         if unused:
             raise UserError(f"unknown model_args {sorted(unused)}; valid: target, draft, method, budget, beta, "
-                            f"commitment, p_hat, prune, engine, device, dtype, tree, max_gen_toks, max_length")
+                            f"commitment, p_hat, prune, engine, device, dtype, tree, max_gen_toks, max_length, "
+                            f"model")
         variant = variant_of(method, budget, prune, beta)
         if commitment is not None and p_hat is not None:
             raise UserError("give commitment (a CommitmentTable JSON) or p_hat, not both")
@@ -102,8 +116,8 @@ class AcceptMoELM(LM):
             max_length = resolve_max_length(AutoConfig.from_pretrained(target_dir), self.tokenizer)
         self.max_length = int(max_length)
         self.batch_size = int(batch_size)
-        self.stats = {"generations": 0, "output_tokens": 0, "steps": 0, "set_size_sum": 0.0, "block_layers": 0,
-                      "truncated": 0, "truncated_to": set()}
+        self.stats = _Counts()                       # the whole run
+        self.per_task: dict[str, _Counts] = defaultdict(_Counts)
         INSTANCES.append(self)
 
     # ----- chat templates (lm-eval's --apply_chat_template) -----
@@ -129,25 +143,29 @@ class AcceptMoELM(LM):
             if kwargs.get("do_sample") or (kwargs.get("temperature") or 0) > 0:
                 raise UserError("the acceptmoe backend decodes greedily: set do_sample=false, temperature=0")
             budget = int(kwargs["max_gen_toks"])
-            ids = self.prompt_ids(context, budget)
+            counts = (self.stats, self.per_task[req.task_name or "-"])
+            ids = self.prompt_ids(context, budget, counts)
             gen = self.engine.generate(ids, self.plan, budget)
             text = self.tokenizer.decode(gen.tokens, skip_special_tokens=True)
             cut = min((i for i in (text.find(s) for s in until if s) if i >= 0), default=len(text))
             out.append(text[:cut])
-            self._count(gen)
+            for c in counts:
+                c.add(gen)
             self.cache_hook.add_partial("generate_until", (context, gen_kwargs), text[:cut])
         return out
 
-    def prompt_ids(self, context: str, max_gen_toks: int) -> list[int]:
-        """The prompt's tokens, left-truncated to `max_length - max_gen_toks` as lm-eval's HF backend does."""
+    def prompt_ids(self, context: str, max_gen_toks: int, counts: tuple = ()) -> list[int]:
+        """The prompt's tokens, left-truncated to `max_length - max_gen_toks` as lm-eval's HF backend does
+        (each of `counts` counts a truncation)."""
         room = self.max_length - max_gen_toks
         if room <= 0:
             raise UserError(f"max_gen_toks={max_gen_toks} leaves no room for a prompt in the model's context of "
                             f"{self.max_length} tokens (lm-eval's HF backend refuses it too): lower max_gen_toks")
         ids = self.tokenizer(context, add_special_tokens=False)["input_ids"]
         if len(ids) > room:
-            self.stats["truncated"] += 1
-            self.stats["truncated_to"].add(room)
+            for c in counts:
+                c.truncated += 1
+                c.truncated_to.add(room)
             ids = ids[-room:]
         return ids
 
@@ -159,21 +177,37 @@ class AcceptMoELM(LM):
         return self.loglikelihood(requests)
 
     # ----- statistics beside lm-eval's metrics -----
-    def _count(self, gen) -> None:
-        st = TraceStats.of(gen.trace)
-        s = self.stats
-        s["generations"] += 1
-        s["output_tokens"] += sum(gen.accept_lengths)
-        s["steps"] += len(gen.accept_lengths)
-        s["set_size_sum"] += st.set_size_sum
-        s["block_layers"] += st.block_layers
-
     def summary(self) -> dict:
-        s = self.stats
-        return {"method": self.plan.name, "generations": s["generations"],
-                "tau": s["output_tokens"] / s["steps"] if s["steps"] else None,
-                "mean_set_size": s["set_size_sum"] / s["block_layers"] if s["block_layers"] else None,
-                "max_length": self.max_length, "truncated": s["truncated"], "truncated_to": sorted(s["truncated_to"])}
+        """The whole run's statistics (`_Counts.record`), with the method and the context length."""
+        return {"method": self.plan.name, **self.stats.record(), "max_length": self.max_length}
+
+    def record(self) -> dict:
+        """What a results JSON carries for this backend: the plan and, per task, the statistics."""
+        return {"plan": self.plan.describe(), "max_length": self.max_length,
+                "tasks": {task: c.record() for task, c in sorted(self.per_task.items())}}
+
+
+class _Counts:
+    """Generations, output tokens, target steps, set sizes and truncations of some requests."""
+
+    def __init__(self) -> None:
+        self.generations = self.output_tokens = self.steps = self.block_layers = self.truncated = 0
+        self.set_size_sum = 0.0
+        self.truncated_to: set[int] = set()
+
+    def add(self, gen) -> None:
+        st = TraceStats.of(gen.trace)
+        self.generations += 1
+        self.output_tokens += sum(gen.accept_lengths)
+        self.steps += len(gen.accept_lengths)
+        self.set_size_sum += st.set_size_sum
+        self.block_layers += st.block_layers
+
+    def record(self) -> dict:
+        """tau (output tokens per target step), the mean set size over blocks and layers, truncations."""
+        return {"generations": self.generations, "tau": self.output_tokens / self.steps if self.steps else None,
+                "mean_set_size": self.set_size_sum / self.block_layers if self.block_layers else None,
+                "truncated": self.truncated, "truncated_to": sorted(self.truncated_to)}
 
 
 INSTANCES: list[AcceptMoELM] = []
@@ -190,16 +224,92 @@ def truncation_note(summary: dict) -> str:
             f"lm-eval's HF backend truncates them")
 
 
+def offline_tasks() -> dict[str, Path]:
+    """The project's offline lm-eval tasks: task name -> its YAML (lm_eval_tasks/)."""
+    out = {}
+    for path in sorted(TASKS_DIR.glob("*.yaml")):
+        for line in path.read_text().splitlines():
+            if line.startswith("task: "):
+                out[line.split(":", 1)[1].strip()] = path
+    return out
+
+
+def _values(argv: list[str], flags: tuple[str, ...]) -> tuple[int, int] | None:
+    """The index range of the values after the first of `flags` in argv (up to the next option)."""
+    for i, arg in enumerate(argv):
+        if arg in flags:
+            end = i + 1
+            while end < len(argv) and not argv[end].startswith("-"):
+                end += 1
+            return i + 1, end
+    return None
+
+
+def _model_args(tokens: list[str]) -> dict[str, str]:
+    """lm-eval's `key=val,key2=val2` tokens as a mapping (as its MergeDictAction reads them)."""
+    out = {}
+    for token in tokens:
+        for part in filter(None, token.split(",")):
+            key, _, value = part.partition("=")
+            out[key.strip()] = value.strip()
+    return out
+
+
+def run_label(args: dict[str, str]) -> str:
+    """`<target folder>__<variant name>`: where lm-eval writes the run (its model name)."""
+    target = Path(args.get("target", "models/tiny/target").rstrip("/")).name
+    return f"{target}__{variant_of(args.get('method', 'acceptmoe'), args.get('budget'), args.get('prune'), args.get('beta')).name}"
+
+
+def prepare_argv(argv: list[str]) -> list[str]:
+    """lm-eval's command line with the project's offline task names replaced by their YAMLs and the run
+    labelled by model and method (`model=` in model_args, unless given)."""
+    argv = [a for arg in argv for a in (arg.split("=", 1) if arg.startswith("--") and "=" in arg else [arg])]
+    span = _values(argv, ("--tasks", "-t"))
+    if span:
+        known = offline_tasks()
+        names = [n for token in argv[span[0]:span[1]] for n in token.split(",") if n]
+        argv[span[0]:span[1]] = [",".join(str(known.get(n, n)) for n in names)]
+    span = _values(argv, ("--model_args", "-a"))
+    args = _model_args(argv[span[0]:span[1]]) if span else {}
+    if span and "model" not in args:
+        argv.insert(span[1], f"model={run_label(args)}")
+    elif not span and "--model" in argv:
+        argv += ["--model_args", f"model={run_label(args)}"]
+    return argv
+
+
+def annotate_results(output_path: str | None, since: float, lms: list[AcceptMoELM]) -> list[Path]:
+    """Add an "acceptmoe" entry (`AcceptMoELM.record`) to each results JSON written since `since`."""
+    if not output_path or not lms:
+        return []
+    root = Path(output_path)
+    root = root.parent if root.suffix == ".json" else root
+    written = [p for p in root.rglob("results*.json") if p.stat().st_mtime >= since]
+    for path in written:
+        results = json.loads(path.read_text())
+        results["acceptmoe"] = lms[-1].record()
+        tmp = path.with_suffix(".json.tmp")
+        tmp.write_text(json.dumps(results, indent=2, default=str))
+        os.replace(tmp, path)
+    return written
+
+
 @command("lm-eval", "lm-evaluation-harness with the acceptmoe model backend (--model acceptmoe; lm-eval's options)")
 def main(argv: list[str] | None = None) -> int:
     from lm_eval.__main__ import cli_evaluate
-    argv = list(sys.argv[1:] if argv is None else argv)
+    argv = prepare_argv(list(sys.argv[1:] if argv is None else argv))
+    span = _values(argv, ("--output_path", "-o"))
+    output_path = argv[span[0]] if span and span[1] > span[0] else None
+    first, since = len(INSTANCES), time.time() - 1
     saved, sys.argv = sys.argv, ["lm-eval", *argv]
     try:
         cli_evaluate()
     finally:
         sys.argv = saved
-    for lm in INSTANCES:
+    for path in annotate_results(output_path, since, INSTANCES[first:]):
+        print(f"acceptmoe: plan and per-task tau, set size and truncations added to {path}")
+    for lm in INSTANCES[first:]:
         s = lm.summary()
         tau = "-" if s["tau"] is None else f"{s['tau']:.2f}"
         size = "-" if s["mean_set_size"] is None else f"{s['mean_set_size']:.1f}"

@@ -1,9 +1,10 @@
-"""The lm-eval model backend on the tiny world: lm-eval's own command line, a local GSM8K-style task (offline
-json data, lm-eval's regex filter and exact_match), Standard SD equal to Vanilla AR, AcceptMoE with a p_hat."""
+"""The lm-eval model backend on the tiny world, offline: lm-eval's own command line on the repository's task
+YAML (lm_eval_tasks/acceptmoe_tiny_gsm.yaml: lm-eval's gsm8k config on the shipped tiny data), Standard SD equal
+to Vanilla AR, AcceptMoE with the p_hat table `calibrate` wrote for the reference Table 1 run; each run under a
+folder named by model and method, its results JSON carrying the plan and per-task tau and set size."""
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import pytest
@@ -11,58 +12,49 @@ import pytest
 from acceptmoe.errors import UserError
 
 ROOT = Path(__file__).parents[2]
-TASK = """task: tiny_gsm_local
-dataset_path: json
-dataset_kwargs:
-  data_files:
-    test: {data}
-test_split: test
-output_type: generate_until
-doc_to_text: "{{{{question}}}}"
-doc_to_target: "{{{{answer}}}}"
-generation_kwargs: {{until: [], do_sample: false, max_gen_toks: 96}}
-filter_list:
-  - name: strict-match
-    filter:
-      - {{function: regex, regex_pattern: "#### (\\\\-?[0-9\\\\.\\\\,]+)"}}
-      - {{function: take_first}}
-metric_list:
-  - {{metric: exact_match, aggregation: mean, higher_is_better: true, ignore_case: true, ignore_punctuation: false,
-     regexes_to_ignore: [",", "\\\\$", "(?s).*#### ", "\\\\.$"]}}
-"""
+CALIBRATED = next((ROOT / "results/reference/table1").glob("*/calibration/tiny/tiny-gsm-train.json"))
 
 
-@pytest.fixture(scope="module")
-def task_dir(tmp_path_factory):
-    folder = tmp_path_factory.mktemp("lm_eval_task")
-    rows = (ROOT / "models/tiny/data/tiny-gsm-test.jsonl").read_text().splitlines()[:3]
-    (folder / "gsm.jsonl").write_text("\n".join(rows) + "\n")
-    (folder / "tiny_gsm.yaml").write_text(TASK.format(data=folder / "gsm.jsonl"))
-    os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
-    return folder
-
-
-def run(task_dir: Path, out: Path, model_args: str) -> dict:
+def run(out: Path, model_args: str) -> dict:
     from acceptmoe.experiments import lm_eval as lm_eval_model
-    assert lm_eval_model.main(["--model", "acceptmoe", "--model_args", model_args, "--tasks", "tiny_gsm_local",
-                               "--include_path", str(task_dir), "--apply_chat_template", "--device", "cpu",
+    assert lm_eval_model.main(["--model", "acceptmoe", "--model_args", model_args, "--tasks", "acceptmoe_tiny_gsm",
+                               "--limit", "3", "--apply_chat_template", "--device", "cpu",
                                "--output_path", str(out), "--log_samples"]) == 0
     (result,) = out.rglob("results_*.json")
     samples = [json.loads(line) for f in out.rglob("samples_*.jsonl") for line in f.read_text().splitlines()]
-    return {"metrics": json.loads(result.read_text())["results"]["tiny_gsm_local"],
-            "replies": [s["resps"][0][0] for s in sorted(samples, key=lambda s: s["doc_id"])],
-            "summary": lm_eval_model.INSTANCES[-1].summary()}
+    samples = [s for s in samples if s["filter"] == "strict-match"]     # one row per filter of the task
+    results = json.loads(result.read_text())
+    return {"metrics": results["results"]["acceptmoe_tiny_gsm"], "folder": result.parent.name,
+            "acceptmoe": results["acceptmoe"],
+            "replies": [s["resps"][0][0] for s in sorted(samples, key=lambda s: s["doc_id"])]}
 
 
-def test_lm_eval_runs_every_method_kind_on_the_tiny_world(task_dir, tmp_path):
-    ar = run(task_dir, tmp_path / "ar", "method=vanilla-ar")
-    sd = run(task_dir, tmp_path / "sd", "method=standard-sd")
-    am = run(task_dir, tmp_path / "am", "method=acceptmoe,p_hat=1.0;0.8;0.64;0.5;0.4;0.3")
+def test_lm_eval_runs_every_method_kind_offline_on_the_tiny_world(tmp_path, monkeypatch):
+    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    ar = run(tmp_path / "ar", "method=vanilla-ar")
+    sd = run(tmp_path / "sd", "method=standard-sd")
+    am = run(tmp_path / "am", f"method=acceptmoe,commitment={CALIBRATED}")
     assert sd["replies"] == ar["replies"] and len(ar["replies"]) == 3            # lossless
     assert sd["metrics"]["exact_match,strict-match"] == ar["metrics"]["exact_match,strict-match"] >= 2 / 3
     assert all("####" in r for r in ar["replies"])
-    assert sd["summary"]["tau"] > 1.5 and sd["summary"]["mean_set_size"] == 128.0
-    assert am["summary"]["tau"] > 1.5 and 8 <= am["summary"]["mean_set_size"] < 128
+    assert (ar["folder"], sd["folder"], am["folder"]) == ("target__vanilla-ar", "target__standard-sd",
+                                                          "target__acceptmoe")
+    sd_task, am_task = sd["acceptmoe"]["tasks"]["acceptmoe_tiny_gsm"], am["acceptmoe"]["tasks"]["acceptmoe_tiny_gsm"]
+    assert sd_task["generations"] == am_task["generations"] == 3
+    assert sd_task["tau"] > 1.5 and sd_task["mean_set_size"] == 128.0
+    assert am_task["tau"] > 1.5 and 8 <= am_task["mean_set_size"] < 128
+    assert am["acceptmoe"]["plan"]["variant"] == "acceptmoe" and len(am["acceptmoe"]["plan"]["selector"]["p_hat"]) == 6
+
+
+def test_offline_task_names_become_their_yamls_and_runs_get_a_label():
+    from acceptmoe.experiments.lm_eval import TASKS_DIR, prepare_argv
+    argv = prepare_argv(["--model", "acceptmoe", "--model_args", "method=acceptmoe-b,budget=24",
+                         "--tasks=acceptmoe_gsm8k,hellaswag", "--limit", "2"])
+    assert argv == ["--model", "acceptmoe", "--model_args", "method=acceptmoe-b,budget=24",
+                    "model=target__acceptmoe-b@24", "--tasks", f"{TASKS_DIR / 'acceptmoe_gsm8k.yaml'},hellaswag",
+                    "--limit", "2"]
+    assert "model=mine" in prepare_argv(["--model", "acceptmoe", "-a", "model=mine", "-t", "x"])
 
 
 def test_bad_model_args_are_clear_errors():
