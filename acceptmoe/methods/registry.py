@@ -111,6 +111,12 @@ class MethodSpec:
         """Needs p_hat (commitment probabilities per depth)."""
         return self.score is Score.COMMITMENT
 
+    @property
+    def needs_calibration(self) -> bool:
+        """Needs calibration before it runs: p_hat for its own score, or B0 for its budget (B0's method is
+        scored with p_hat)."""
+        return self.needs_commitment or self.needs_budget
+
 
 _METHODS: dict[str, MethodSpec] = {}
 METHODS: "MappingProxyType[str, MethodSpec]" = MappingProxyType(_METHODS)     # registration order

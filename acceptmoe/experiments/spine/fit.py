@@ -65,6 +65,12 @@ def required_config(ref: str, role: str) -> dict:
     return found
 
 
+def num_experts(ref: str) -> int | None:
+    """Routed experts per MoE layer of a checkpoint reference, or None when its config.json is not at hand."""
+    found = model_config(ref)
+    return None if found is None else ModelConfig.from_dict(found).num_experts
+
+
 @dataclass(frozen=True)
 class Need:
     """Bytes one model needs: on the device, page-locked on the host, the host's peak while loading, and every

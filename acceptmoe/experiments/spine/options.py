@@ -21,7 +21,8 @@ from .runs import Run, SampleLog, code_state, discard_if_empty, lock_run, open_r
 
 # ----- command line -----
 CONFIG_OPTIONS = {"limit": "limit", "methods": "methods", "budgets_from": "budgets_from",   # option -> config key
-                  "engine": "world.engine", "record_routes": "world.generation.record_routes"}
+                  "engine": "world.engine", "record_routes": "world.generation.record_routes",
+                  "calibration_limit": "world.calibration.prompts"}
 
 
 def positive_int(text: str) -> int:
@@ -36,9 +37,12 @@ def positive_int(text: str) -> int:
 
 
 def add_run_options(p: argparse.ArgumentParser, limit_help: str = "evaluation prompts per task (overrides the preset)") -> None:
-    """--preset, --limit, --resume, --results: the options every experiment command takes."""
+    """--preset, --limit, --calibration-limit, --resume, --results, --engine, --record-routes: the options every
+    experiment command takes."""
     p.add_argument("--preset", default="tiny", help="configs/presets/<name>.yaml or a YAML path (default: tiny)")
     p.add_argument("--limit", type=positive_int, default=None, help=limit_help)
+    p.add_argument("--calibration-limit", type=positive_int, default=None, metavar="N",
+                   help="calibration prompts per source task, where a method needs p_hat (overrides the preset)")
     p.add_argument("--resume", type=Path, default=None, metavar="RUN_DIR",
                    help="continue this run folder with its own frozen config")
     p.add_argument("--results", type=Path, default=None, help="results root (default: results/)")

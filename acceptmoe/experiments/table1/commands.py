@@ -50,9 +50,13 @@ def main(argv: list[str] | None = None) -> int:
 @command("calibrate", "Standard SD on the training split: commitment tables (p_hat) per model and task")
 def calibrate(argv: list[str] | None = None) -> int:
     p = parser("calibrate")
-    add_run_options(p)
-    add_methods_option(p)
-    cfg, run = open_experiment(p.parse_args(argv))
+    add_run_options(p, limit_help="calibration prompts per source task (the same as --calibration-limit)")
+    args = p.parse_args(argv)
+    if args.limit is not None:
+        if args.calibration_limit not in (None, args.limit):
+            p.error(f"--limit {args.limit} and --calibration-limit {args.calibration_limit} disagree: give one")
+        args.calibration_limit, args.limit = args.limit, None
+    cfg, run = open_experiment(args)
     set_threads(cfg.world)
     paths = RunPaths(run.path)
     for model in cfg.world.models:
@@ -61,7 +65,8 @@ def calibrate(argv: list[str] | None = None) -> int:
                 table = calibration.calibrate_source(loaded, cfg.world, source, paths)
                 p_hat = ", ".join(f"{p:.3f}" for p in table.p_hat)
                 print(f"{model.name} {source}-{cfg.world.calibration.split}: p_hat = [{p_hat}]  "
-                      f"(m_d = {table.proposed})")
+                      f"(m_d = {table.proposed}) -> "
+                      f"{paths.calibration(model.name, source, cfg.world.calibration.split)}")
     print(f"run folder: {run.path}")
     return 0
 

@@ -42,11 +42,16 @@ def method_order(methods: tuple[str, ...]) -> list[str]:
     return first + fixed + [m for m in ordered if m not in first + fixed]
 
 
-def run_method(run: PairRun, method: str, table: CommitmentTable, b0: B0Decision | None, cfg: Table1Config,
+def needs_calibration(methods: tuple[str, ...]) -> bool:
+    """Whether a method needs p_hat (`MethodSpec.needs_calibration`): the references alone calibrate nothing."""
+    return any(METHODS[m].needs_calibration for m in methods)
+
+
+def run_method(run: PairRun, method: str, table: CommitmentTable | None, b0: B0Decision | None, cfg: Table1Config,
                paths: RunPaths, progress: Progress) -> B0Decision | None:
     """One method on one pair (fixed budgets at the pair's B0); returns the pair's B0 decision when the method
-    sets it, else `b0` unchanged."""
-    plan = run.loaded.plan(Variant(method), commitment=table.p_hat, b0=b0.b0 if b0 else None)
+    sets it, else `b0` unchanged. `table` is None where no method calibrates."""
+    plan = run.loaded.plan(Variant(method), commitment=table.p_hat if table else None, b0=b0.b0 if b0 else None)
     log = TraceLog(paths.traces(run.pair, method), keep=run.samples)
     units = [(i, unit_key(run.pair.model, run.pair.task, ex["id"], method)) for i, ex in enumerate(run.examples)]
     run_graded(run, plan, units, trace_layers=cfg.trace_layers or plan.spec.sets_b0, log=log, progress=progress,
@@ -68,12 +73,12 @@ def run_model(model: ModelEntry, cfg: Table1Config, paths: RunPaths, samples: Sa
     """Calibration, then each method on every pair of one model (the engine is closed when this returns)."""
     with opened(model, cfg.world, paths.root) as loaded:
         tables = {s: calibration.calibrate_source(loaded, cfg.world, s, paths, progress)
-                  for s in calibration.sources(cfg.world)}
+                  for s in calibration.sources(cfg.world)} if needs_calibration(cfg.methods) else {}
         runs = [PairRun(loaded, get_task(task), examples[task], samples) for task in cfg.world.tasks]
         b0: dict[str, B0Decision | None] = {task: None for task in cfg.world.tasks}
         for method in method_order(cfg.methods):
             for run in runs:
-                table = tables[cfg.world.calibration.source(run.task.name)]
+                table = tables.get(cfg.world.calibration.source(run.task.name))
                 b0[run.task.name] = run_method(run, method, table, b0[run.task.name], cfg, paths, progress)
 
 
@@ -88,8 +93,9 @@ def run_experiment(cfg: Table1Config, run: Run, show_progress: bool = True) -> d
     set_threads(cfg.world)
     paths, samples = RunPaths(run.path), SampleLog(run.path / "samples.jsonl")
     examples = eval_examples(cfg)
-    todo = {m.name: pending_units(cfg, m.name, examples, samples) + calibration.pending(cfg.world, paths, m.name)
-            for m in cfg.world.models}
+    calibrates = needs_calibration(cfg.methods)
+    todo = {m.name: pending_units(cfg, m.name, examples, samples)
+            + (calibration.pending(cfg.world, paths, m.name) if calibrates else 0) for m in cfg.world.models}
     with tqdm(total=sum(todo.values()), disable=not show_progress, unit="gen", dynamic_ncols=True) as bar:
         def progress(desc: str) -> None:
             bar.set_description(desc, refresh=False)

@@ -23,6 +23,7 @@ from acceptmoe.methods import METHODS, Sizing, Variant, get_method
 
 from ..spine.config import ConfigKeyError, WorldConfig, from_saved, load_experiment
 from ..spine.engines import check_engine
+from ..spine.fit import num_experts
 from .records import SweepRoles
 
 PHASES = ("resident", "offload-timed", "offload-counters", "sweep")
@@ -166,13 +167,26 @@ def _validate(cfg: ThroughputConfig) -> None:
         raise ThroughputConfigError("resident.slots must be null: the resident phase keeps every expert on the device")
     if cfg.offload.slots is None or cfg.offload.slots < 1:
         raise ThroughputConfigError(f"offload.slots must be >= 1 (X expert slots per layer), got {cfg.offload.slots}")
+    if any(p.startswith("offload") for p in cfg.phases):
+        _check_slots(cfg)
+
+
+def _check_slots(cfg: ThroughputConfig) -> None:
+    """X slots per layer within every model's experts per layer (where its config.json is at hand)."""
+    for model in cfg.world.models:
+        experts = num_experts(model.target)
+        if experts is not None and cfg.offload.slots > experts:
+            raise ThroughputConfigError(
+                f"throughput.offload.slots = {cfg.offload.slots} exceeds the {experts} experts per layer of model "
+                f"{model.name!r}: set it to at most {experts} (the preset's `throughput: offload: slots:`), e.g. "
+                f"{max(1, experts * 3 // 8)} keeps the paper's 48 of 128")
 
 
 def needs_budgets(cfg: ThroughputConfig) -> bool:
     """True when a phase runs a method that needs p_hat or B0."""
     phases = [p for p in cfg.phases if p != "sweep"]
     variants = [v for p in phases for v in cfg.variants(p)] + (list(cfg.variants("sweep")) if "sweep" in cfg.phases else [])
-    return any((v.spec.needs_commitment or v.spec.needs_budget) for v in variants)
+    return any(v.spec.needs_calibration for v in variants)
 
 
 def load_throughput_config(preset, phases: tuple[str, ...], overrides: dict | None = None) -> ThroughputConfig:

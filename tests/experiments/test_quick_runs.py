@@ -1,0 +1,43 @@
+"""Quick runs are quick: calibration runs only where a method needs p_hat, `--calibration-limit` (and
+`calibrate --limit`) bound it, and `calibrate` refuses options it has no use for. On the runner tests' tiny
+random target and draft (runner_world)."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from acceptmoe.experiments.table1 import commands as table1
+
+import runner_world as world
+
+
+@pytest.fixture(scope="module")
+def preset(tmp_path_factory):
+    root = tmp_path_factory.mktemp("quick")
+    return world.write_preset(root, world.make_models(root / "models"), limit=1)
+
+
+def _run_folder(results):
+    (run,) = [p.parent for p in results.rglob("config.json")]
+    return run
+
+
+def test_the_references_alone_calibrate_nothing(preset, tmp_path):
+    assert table1.main(["--preset", str(preset), "--methods", "vanilla-ar", "standard-sd",
+                        "--results", str(tmp_path)]) == 0
+    run = _run_folder(tmp_path)
+    assert not (run / "calibration").exists()
+    rows = [json.loads(line) for line in (run / "samples.jsonl").read_text().splitlines()]
+    assert {r["method"] for r in rows} == {"vanilla-ar", "standard-sd"} and len(rows) == 2 * len(world.TASKS)
+
+
+def test_calibrate_honours_its_limit_and_refuses_methods(preset, tmp_path, capsys):
+    assert table1.calibrate(["--preset", str(preset), "--limit", "1", "--results", str(tmp_path)]) == 0
+    tables = sorted((_run_folder(tmp_path) / "calibration" / "rand").glob("*-train.json"))
+    assert [t.name for t in tables] == [f"{task}-train.json" for task in sorted(world.TASKS)]
+    assert all(json.loads(t.read_text())["provenance"]["prompts"] == 1 for t in tables)
+    assert all(str(t) in capsys.readouterr().out for t in tables[:1])
+    with pytest.raises(SystemExit) as stop:
+        table1.calibrate(["--preset", str(preset), "--methods", "acceptmoe", "--results", str(tmp_path)])
+    assert stop.value.code == 2
