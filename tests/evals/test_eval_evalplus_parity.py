@@ -108,7 +108,7 @@ def test_verdicts_equal_evalplus_untrusted_check(cases):
 EVALUATE = r"""
 import sys
 from evalplus.evaluate import evaluate
-evaluate(dataset=sys.argv[1], samples=sys.argv[2], parallel=2, i_just_wanna_run=True)
+evaluate(dataset=sys.argv[1], samples=sys.argv[2], parallel=int(sys.argv[3]), i_just_wanna_run=True)
 """
 
 
@@ -139,8 +139,9 @@ def _parity_cases():
     return cases, raw
 
 
-def _evalplus_verdicts(dataset, cases, raw_lines, folder: Path) -> list[tuple[bool, bool]]:
+def _evalplus_verdicts(dataset, cases, raw_lines, folder: Path, parallel: int = 2) -> list[tuple[bool, bool]]:
     from evalplus.sanitize import sanitize as evalplus_sanitize
+    folder.mkdir(parents=True, exist_ok=True)
     data = folder / f"{dataset}.jsonl"
     data.write_text("\n".join(raw_lines) + "\n")
     samples = folder / f"{dataset}-samples.jsonl"
@@ -149,8 +150,8 @@ def _evalplus_verdicts(dataset, cases, raw_lines, folder: Path) -> list[tuple[bo
             f.write(json.dumps({"task_id": ex["id"], "solution": evalplus_sanitize(reply, ex["entry_point"])}) + "\n")
     env = {**os.environ, "HUMANEVAL_OVERRIDE_PATH": str(data), "MBPP_OVERRIDE_PATH": str(data),
            "XDG_CACHE_HOME": str(folder / "cache")}
-    done = subprocess.run([sys.executable, "-c", EVALUATE, dataset, str(samples)], capture_output=True, text=True,
-                          env=env, timeout=1200, cwd=folder)
+    done = subprocess.run([sys.executable, "-c", EVALUATE, dataset, str(samples), str(parallel)], capture_output=True,
+                          text=True, env=env, timeout=1200, cwd=folder)
     assert done.returncode == 0, done.stderr[-3000:]
     results = json.loads((folder / f"{dataset}-samples_eval_results.json").read_text())["eval"]
     seen: dict[str, int] = {}
@@ -163,6 +164,28 @@ def _evalplus_verdicts(dataset, cases, raw_lines, folder: Path) -> list[tuple[bo
     return verdicts
 
 
+def _both(dataset, cases, raw_lines, folder: Path, workers: int) -> tuple[list, list]:
+    """Our grades and EvalPlus's verdicts of `cases`, each grader with `workers` processes."""
+    ours = get_task(dataset).score_many([ex for _, ex, _, _ in cases], [reply for *_, reply in cases], workers=workers)
+    return ours, _evalplus_verdicts(dataset, cases, raw_lines, folder, parallel=workers)
+
+
+def _graded_on_a_loaded_machine(dataset, cases, raw_lines, folder: Path) -> tuple[list, list]:
+    """`_both` with 2 workers, where a reply the two graders disagree on is graded once more by both, alone (one
+    worker each): on a machine whose cores other jobs share, a wall-clock limit of either grader can pass while
+    the program waits for a core. The second grading stands for those replies; a disagreement that repeats
+    alone is a real one."""
+    ours, theirs = _both(dataset, cases, raw_lines, folder, workers=2)
+    again = [i for i, (grade, their) in enumerate(zip(ours, theirs))
+             if (grade.correct, grade.details["plus"]) != their and cases[i][1]["entry_point"] != "find_zero"]
+    if again:
+        print(f"graded again alone after a disagreement: {[(cases[i][1]['id'], cases[i][2]) for i in again]}")
+        ours_again, theirs_again = _both(dataset, [cases[i] for i in again], raw_lines, folder / "again", workers=1)
+        for i, grade, their in zip(again, ours_again, theirs_again):
+            ours[i], theirs[i] = grade, their
+    return ours, theirs
+
+
 @pytest.mark.slow
 def test_chat_replies_get_evalplus_evaluates_verdicts(tmp_path):
     cases, raw = _parity_cases()
@@ -170,9 +193,7 @@ def test_chat_replies_get_evalplus_evaluates_verdicts(tmp_path):
     mismatches, agree, find_zero, outcomes = [], 0, [], set()
     for dataset in PARITY_PROBLEMS:
         mine = [c for c in cases if c[0] == dataset]
-        task = get_task(dataset)
-        ours = task.score_many([ex for _, ex, _, _ in mine], [reply for *_, reply in mine], workers=2)
-        theirs = _evalplus_verdicts(dataset, mine, raw[dataset], tmp_path)
+        ours, theirs = _graded_on_a_loaded_machine(dataset, mine, raw[dataset], tmp_path / dataset)
         for (_, ex, name, _), grade, their in zip(mine, ours, theirs):
             our = (grade.correct, grade.details["plus"])
             outcomes.add(our)
