@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The user's entry point. `./reproduce.sh --help` lists the subcommands.
 #   ./reproduce.sh test            create .venv if needed, install the project with test extras, run the linter
-#                                  (ruff) and pytest,
+#                                  (ruff) and pytest (a worker per core, up to 4),
 #                                  then the SGLang plugin's live tests in their own environment (.venv-sglang)
 #   ./reproduce.sh <sub> [args]    run an experiment subcommand (python -m acceptmoe <sub> [args])
 #   ./reproduce.sh cross-engine    native engine against SGLang; it and `--engine sglang` run in the SGLang
@@ -58,7 +58,11 @@ case "$sub" in
     ensure_bwrap
     if [ $# -gt 0 ]; then exec "$PY" -m pytest -q "$@"; fi
     "$PY" -m ruff check --no-cache acceptmoe tests scripts   # the linter (pyproject.toml [tool.ruff])
-    "$PY" -m pytest -q
+    # one test file per worker process (module fixtures are built once), a worker per core up to 4;
+    # ACCEPTMOE_TEST_WORKERS overrides (1: in this process, no workers)
+    workers="${ACCEPTMOE_TEST_WORKERS:-$(nproc)}"
+    if [ "$workers" -gt 4 ]; then workers=4; fi
+    if [ "$workers" -le 1 ]; then "$PY" -m pytest -q; else "$PY" -m pytest -q -n "$workers" --dist loadfile; fi
     # the SGLang plugin against a live SGLang, in its own environment (SGLang's pins differ from ours)
     exec tests/sglang/run_live.sh
     ;;
