@@ -49,6 +49,7 @@ from .graphs import StepGraphs, resolve_steps
 from .kv import KVCache
 from .passes import TargetPass
 from .routes import RouteLog, Routes
+from .text import as_ids, encode, is_text, load_tokenizer
 from .trace import Trace, trace_meta
 from .tree import TreeShape
 
@@ -73,6 +74,7 @@ class Generation:
     prefill_time: float = 0.0         # seconds of the prefill pass (it yields tokens[0])
     stop_reason: str = "length"       # "eos" | "length"
     routes: Routes | None = None      # what every target pass sent to the experts (record_routes=True)
+    text: str | None = None           # the reply decoded (special tokens dropped) when the prompt was text
 
     @property
     def mean_accept_length(self) -> float:
@@ -111,6 +113,8 @@ class Engine:
         verify passes and the drafter's tree levels and extensions run (`graphs.STEP_MODES`; "auto" = CUDA
         graphs on CUDA with the resident store, eager otherwise)."""
         self.model, self.draft, self.tree = model, draft, tree
+        self.source: Path | None = None          # the target's folder (load_engine): where its tokenizer is
+        self._tokenizer = None
         self.router: Router = model.router
         self.num_experts: int = model.config.num_experts
         self.device = torch.device(model.device)
@@ -126,12 +130,33 @@ class Engine:
         """What a plan for this engine is fitted to (`Variant.bind(engine.fit, ...)`)."""
         return Fit(self.router, self.num_experts, self.tree.num_steps, self.model.store.kind)
 
+    @property
+    def tokenizer(self):
+        """The target's tokenizer, loaded from its folder on first use (`load_engine` sets `source`)."""
+        if self._tokenizer is None:
+            if self.source is None:
+                raise UserError("this engine was built from a model object, not a folder: give token ids, or "
+                                "set engine.tokenizer")
+            self._tokenizer = load_tokenizer(self.source, chat=False)
+        return self._tokenizer
+
+    @tokenizer.setter
+    def tokenizer(self, tokenizer) -> None:
+        self._tokenizer = tokenizer
+
     # ----- public -----
-    def generate(self, prompt_ids: Sequence[int] | Tensor, plan: Plan, max_new_tokens: int,
-                 ignore_eos: bool = False, *, trace_layers: bool = True, record_routes: bool = False) -> Generation:
-        """Greedy generation of `plan` (`Variant.bind(engine.fit, ...)`); trace_layers False skips the
-        per-layer trace fields (blocks are always traced); record_routes keeps what every target pass sent to
-        the experts (`Generation.routes`, see `routes`). Recording never changes the computation."""
+    def generate(self, prompt, plan: Plan, max_new_tokens: int, ignore_eos: bool = False, *,
+                 trace_layers: bool = True, record_routes: bool = False) -> Generation:
+        """Greedy generation of `plan` (`Variant.bind(engine.fit, ...)`) from `prompt`: text, chat messages
+        (the model's chat template) or token ids (`text`); trace_layers False skips the per-layer trace fields
+        (blocks are always traced); record_routes keeps what every target pass sent to the experts
+        (`Generation.routes`, see `routes`). Recording never changes the computation."""
+        if is_text(prompt):
+            gen = self.generate(encode(self.tokenizer, prompt), plan, max_new_tokens, ignore_eos,
+                                trace_layers=trace_layers, record_routes=record_routes)
+            gen.text = self.tokenizer.decode(gen.tokens, skip_special_tokens=True)
+            return gen
+        prompt_ids = as_ids(prompt)
         if self.model is None:
             raise RuntimeError("this engine was closed (Engine.close); open another with load_engine")
         if not isinstance(plan, Plan):
@@ -142,9 +167,13 @@ class Engine:
         prompt = torch.as_tensor(list(prompt_ids) if not isinstance(prompt_ids, Tensor) else prompt_ids,
                                  dtype=torch.long).to(self.device).flatten()
         if prompt.numel() == 0:
-            raise UserError("prompt_ids is empty: give at least one token")
+            raise UserError("the prompt is empty: give at least one token")
         if max_new_tokens < 1:
             raise UserError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
+        limit = self.model.config.max_position_embeddings
+        if limit and prompt.numel() + max_new_tokens > limit:
+            raise UserError(f"the prompt's {prompt.numel()} tokens and max_new_tokens={max_new_tokens} pass the "
+                            f"target's max_position_embeddings={limit}: lower max_new_tokens or shorten the prompt")
         speculates = plan.spec.speculates
         if speculates and self.draft is None:
             raise UserError(f"method {plan.spec.name!r} speculates and needs an EAGLE-3 draft: load the engine with one")
@@ -335,4 +364,6 @@ def load_engine(path: str | Path | None = None, device: str | torch.device = "cp
         raise ValueError("load_engine needs path (holding target/ and draft/) or target=")
     model = MoEModel.from_pretrained(target, device=device, dtype=dtype, store=store, slots=slots)
     head = Eagle3Draft.from_pretrained(draft, device=device, dtype=model.dtype) if draft is not None else None
-    return Engine(model, head, backend=backend, tree=tree, steps=steps)
+    engine = Engine(model, head, backend=backend, tree=tree, steps=steps)
+    engine.source = Path(target)
+    return engine
