@@ -49,7 +49,8 @@ class DraftBatch:
 @torch.inference_mode()
 def greedy_replies(model, tok, prompts: list[list[int]], max_new_tokens: int, batch_size: int) -> list[list[int]]:
     """The target's greedy reply ids to each tokenised prompt, cut after the first EOS."""
-    eos, pad = tok.eos_token_id, tok.pad_token_id
+    eos = tok.eos_token_id
+    pad = tok.pad_token_id if tok.pad_token_id is not None else eos    # a tokenizer without a pad token: EOS
     replies: list[list[int]] = [[] for _ in prompts]
     order = sorted(range(len(prompts)), key=lambda i: len(prompts[i]))
     for lo in range(0, len(order), batch_size):
@@ -92,8 +93,15 @@ def target_features(model, seqs: list[list[int]], aux_ids: Sequence[int], batch_
 
 def build(model, tok, questions: list[str], aux_ids: Sequence[int], max_new_tokens: int,
           batch_size: int) -> list[DraftSequence]:
-    """Greedy replies of the target to chat-formatted questions, with features and labels."""
+    """Greedy replies of the target to the tiny world's chat-formatted questions, with features and labels."""
     prompts = [tok(chat_text(q), add_special_tokens=False)["input_ids"] for q in questions]
+    return build_from_ids(model, tok, prompts, aux_ids, max_new_tokens, batch_size)
+
+
+def build_from_ids(model, tok, prompts: list[list[int]], aux_ids: Sequence[int], max_new_tokens: int,
+                   batch_size: int) -> list[DraftSequence]:
+    """Greedy replies of the target to tokenised prompts (rendered with any chat template), with features
+    and labels."""
     replies = greedy_replies(model, tok, prompts, max_new_tokens, batch_size)
     full = [p + r for p, r in zip(prompts, replies)]
     feats = target_features(model, full, aux_ids, batch_size)

@@ -21,8 +21,10 @@ import dataclasses
 import json
 import logging
 import math
+import os
 import random
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -90,9 +92,31 @@ def lr_at(step: int, total: int, cfg: tiny_config.DraftConfig) -> float:
     return cfg.lr * (cfg.min_lr_ratio + (1 - cfg.min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * frac)))
 
 
+@dataclass(frozen=True)
+class Checkpoints:
+    """Where the training loop saves its state (draft, optimiser, step, history) every `every` steps, and
+    resumes from: a rerun replays the data order up to the saved step and continues from there."""
+    path: Path
+    every: int
+
+    def save(self, draft: Eagle3Draft, opt, state: dict) -> None:
+        tmp = self.path.with_suffix(".tmp")
+        torch.save({"draft": draft.state_dict(), "opt": opt.state_dict(), **state}, tmp)
+        os.replace(tmp, self.path)
+
+    def load(self, draft: Eagle3Draft, opt) -> dict | None:
+        if not self.path.is_file():
+            return None
+        saved = torch.load(self.path, weights_only=False)
+        draft.load_state_dict(saved.pop("draft"))
+        opt.load_state_dict(saved.pop("opt"))
+        return saved
+
+
 def train(draft: Eagle3Draft, seqs: list[draft_data.DraftSequence], cfg: tiny_config.DraftConfig,
-          seed: int) -> dict:
-    """The TTT training loop; returns a summary with the loss and per-step accuracy history."""
+          seed: int, checkpoints: Checkpoints | None = None) -> dict:
+    """The TTT training loop; returns a summary with the loss and per-step accuracy history. With
+    `checkpoints`, it resumes from the saved state (if any) and saves every `checkpoints.every` steps."""
     from tqdm import tqdm
 
     rng = random.Random(seed)
@@ -101,12 +125,20 @@ def train(draft: Eagle3Draft, seqs: list[draft_data.DraftSequence], cfg: tiny_co
     per_epoch = math.ceil(len(seqs) / cfg.batch_size)
     total = cfg.epochs * per_epoch
     draft.train()
-    step, start, history, ema = 0, time.perf_counter(), [], None
-    bar = tqdm(total=total, unit="step", desc="draft", dynamic_ncols=True)
-    stopped_early = False
+    step, start, history, ema, before = 0, time.perf_counter(), [], None, 0.0
+    saved = checkpoints.load(draft, opt) if checkpoints else None
+    if saved:
+        step, history, ema, before = saved["step"], saved["history"], saved["ema"], saved["seconds"]
+        log.info("draft: resumed at step %d of %d from %s", step, total, checkpoints.path)
+    elapsed = lambda: before + time.perf_counter() - start        # noqa: E731
+    bar = tqdm(total=total, initial=step, unit="step", desc="draft", dynamic_ncols=True)
+    stopped_early, seen = False, 0
     for epoch in range(cfg.epochs):
         for batch in draft_data.batches(seqs, cfg.batch_size, rng):
-            if time.perf_counter() - start > cfg.max_minutes * 60:
+            seen += 1
+            if seen <= step:                  # trained before the resume: the data order is replayed
+                continue
+            if elapsed() > cfg.max_minutes * 60:
                 stopped_early = True
                 break
             for group in opt.param_groups:
@@ -126,18 +158,20 @@ def train(draft: Eagle3Draft, seqs: list[draft_data.DraftSequence], cfg: tiny_co
                 history.append({"step": step, "epoch": epoch, "loss": round(loss, 4),
                                 "step_loss": [round(s.loss, 4) for s in stats],
                                 "step_acc_ema": [round(a, 4) for a in ema], "lr": group["lr"],
-                                "seconds": round(time.perf_counter() - start, 1)})
+                                "seconds": round(elapsed(), 1)})
                 log.info("draft step %d/%d epoch %d loss %.4f step losses %s acc(ema) %s lr %.2e", step, total,
                          epoch, loss, [round(s.loss, 3) for s in stats], [round(a, 3) for a in ema],
                          group["lr"])
+            if checkpoints and (step % checkpoints.every == 0 or step == total):
+                checkpoints.save(draft, opt, {"step": step, "history": history, "ema": ema, "seconds": elapsed()})
         if stopped_early:
             log.warning("draft time guard: stopped at step %d of %d after %.1f min (raise draft.max_minutes or "
-                        "lower draft.epochs)", step, total, (time.perf_counter() - start) / 60)
+                        "lower draft.epochs)", step, total, elapsed() / 60)
             break
     bar.close()
     draft.eval()
     return {"steps": step, "planned_steps": total, "stopped_early": stopped_early,
-            "seconds": round(time.perf_counter() - start, 1), "history": history}
+            **({"resumed_at": saved["step"]} if saved else {}), "seconds": round(elapsed(), 1), "history": history}
 
 
 def measure(target_dir: Path, draft_dir: Path, tok, cfg: tiny_config.DraftConfig, seed: int,
