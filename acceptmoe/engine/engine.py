@@ -202,7 +202,7 @@ class Engine:
 
     def describe(self) -> dict:
         from importlib import metadata
-        return {"engine": self.name, "version": metadata.version("acceptmoe"), "device": str(self.device),
+        return {"engine": self.name, "version": metadata.version(__name__.partition(".")[0]), "device": str(self.device),
                 "dtype": str(self.model.dtype).removeprefix("torch."), "store": self.model.store.kind,
                 "verifier": self.backend, "steps": self.steps.describe(),
                 "tree": dataclasses.asdict(self.tree)}

@@ -165,8 +165,8 @@ def crosses_rounding_boundary(low: float, high: float) -> bool:
 
 
 @dataclass(frozen=True)
-class B0Decision:
-    """The budget B0 and how it was reached."""
+class B0Choice:
+    """The budget B0 and how the interval rule reached it (`spine.b0.B0Decision` is the saved record of a pair)."""
 
     b0: int
     interval: Interval  # of the mean set size over the prompts used
@@ -185,7 +185,7 @@ def totals_and_counts(sizes_per_prompt) -> tuple[np.ndarray, np.ndarray]:
 
 
 def choose_b0(size_totals, block_layer_counts, first: int = 50, fallback: int = 100,
-              n_resamples: int = DEFAULT_RESAMPLES, confidence: float = 0.95, seed: int = DEFAULT_SEED) -> B0Decision:
+              n_resamples: int = DEFAULT_RESAMPLES, confidence: float = 0.95, seed: int = DEFAULT_SEED) -> B0Choice:
     """B0 from per-prompt sums of AcceptMoE set sizes and per-prompt numbers of (block, layer) pairs,
     in evaluation order: the pooled mean over the first `first` prompts, or over the first `fallback`
     prompts when the first interval crosses a rounding boundary."""
@@ -199,9 +199,9 @@ def choose_b0(size_totals, block_layer_counts, first: int = 50, fallback: int = 
 
     interval, crossed = decide(first)
     if not crossed:
-        return B0Decision(round_half_up(interval.estimate), interval, first, False, False)
+        return B0Choice(round_half_up(interval.estimate), interval, first, False, False)
     if totals.size < fallback:
         raise ValueError(f"the B0 interval over {first} prompts [{interval.low:.3f}, {interval.high:.3f}] "
                          f"crosses a rounding boundary, so B0 needs the first {fallback} prompts; got {totals.size}")
     interval2, crossed2 = decide(fallback)
-    return B0Decision(round_half_up(interval2.estimate), interval2, fallback, crossed2, True)
+    return B0Choice(round_half_up(interval2.estimate), interval2, fallback, crossed2, True)

@@ -35,14 +35,14 @@ from lm_eval.models.utils import normalize_gen_kwargs, resolve_max_length
 from acceptmoe.commands import command
 from acceptmoe.engine.tree import TreeShape
 from acceptmoe.errors import UserError
-from acceptmoe.methods import CommitmentTable, ConfigError, Variant
+from acceptmoe.methods import DEFAULT_METHOD, CommitmentTable, ConfigError, Variant
 
 from .spine.config import GenerationConfig
 from .spine.engines import open_backend
 from .spine.prompts import load_tokenizer, resolve_checkpoint
 from .spine.rows import TraceStats
 
-NAME = "acceptmoe"
+NAME = __name__.partition(".")[0]     # lm-eval's model name: this package's
 MAX_GEN_TOKS = GenerationConfig().max_new_tokens      # a request without max_gen_toks: the world's default
 
 
@@ -75,7 +75,7 @@ class AcceptMoELM(LM):
     """Greedy generation with one `Variant` of a target + EAGLE-3 draft pair."""
 
     def __init__(self, target: str = "models/tiny/target", draft: str = "models/tiny/draft",
-                 method: str = "acceptmoe", budget: int | None = None, beta: float | None = None,
+                 method: str = DEFAULT_METHOD, budget: int | None = None, beta: float | None = None,
                  commitment: str | None = None, p_hat: str | None = None, prune=None, engine: str = "native",
                  device: str = "cpu", dtype: str = "float32", tree: str = "5;10;64",
                  max_gen_toks: int = MAX_GEN_TOKS, max_length: int | None = None, batch_size=1, **unused) -> None:

@@ -37,7 +37,7 @@ from typing import Any, Callable, Literal, NamedTuple
 
 from acceptmoe.engine.tree import TreeShape
 from acceptmoe.errors import UserError, shown
-from acceptmoe.evals.tasks import TASK_MODULES
+from acceptmoe.evals.tasks import TASKS
 from acceptmoe.methods import ConfigError, SelectorConfig, UnknownMethodError, Variant
 from acceptmoe.yamlfile import read_mapping
 
@@ -318,8 +318,8 @@ class WorldConfig:
         if not names or len(set(names)) != len(names):
             raise ConfigKeyError(f"models need unique names, got {names}")
         for t in self.tasks + tuple(self.calibration.sources.values()):
-            if t not in TASK_MODULES:
-                raise ConfigKeyError(f"unknown task {t!r}; valid tasks: {', '.join(TASK_MODULES)}")
+            if t not in TASKS:
+                raise ConfigKeyError(str(TASKS.unknown(t)))
         if self.calibration.prompts < 1:
             raise ConfigKeyError("calibration.prompts must be >= 1")
         if self.calibration.split == self.eval_split:
