@@ -11,4 +11,4 @@ CACHE_ENV = "ACCEPTMOE_CACHE"
 
 def cache_root() -> Path:
     """$ACCEPTMOE_CACHE, else ~/.cache/acceptmoe (not created here)."""
-    return Path(os.environ.get(CACHE_ENV) or Path.home() / ".cache" / "acceptmoe")
+    return Path(os.environ.get(CACHE_ENV) or Path.home() / ".cache" / __name__.partition(".")[0])
