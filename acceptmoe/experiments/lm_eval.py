@@ -26,6 +26,7 @@ method's settings become a `Variant`, bound to the opened engine (`Variant.bind`
 """
 from __future__ import annotations
 
+import dataclasses
 import sys
 
 from lm_eval.api.model import LM
@@ -37,13 +38,15 @@ from acceptmoe.engine.tree import TreeShape
 from acceptmoe.errors import UserError
 from acceptmoe.methods import DEFAULT_METHOD, CommitmentTable, ConfigError, Variant
 
-from .spine.config import GenerationConfig
+from .spine.config import GenerationConfig, WorldConfig
 from .spine.engines import open_backend
 from .spine.prompts import load_tokenizer, resolve_checkpoint
 from .spine.rows import TraceStats
 
 NAME = __name__.partition(".")[0]     # lm-eval's model name: this package's
 MAX_GEN_TOKS = GenerationConfig().max_new_tokens      # a request without max_gen_toks: the world's default
+WORLD = {f.name: f.default for f in dataclasses.fields(WorldConfig)}        # engine, device, dtype defaults
+TREE = ";".join(str(v) for v in dataclasses.astuple(TreeShape()))          # the default tree, as model_args spell it
 
 
 def _numbers(text, kind=float) -> tuple:
@@ -76,8 +79,8 @@ class AcceptMoELM(LM):
 
     def __init__(self, target: str = "models/tiny/target", draft: str = "models/tiny/draft",
                  method: str = DEFAULT_METHOD, budget: int | None = None, beta: float | None = None,
-                 commitment: str | None = None, p_hat: str | None = None, prune=None, engine: str = "native",
-                 device: str = "cpu", dtype: str = "float32", tree: str = "5;10;64",
+                 commitment: str | None = None, p_hat: str | None = None, prune=None, engine: str = WORLD["engine"],
+                 device: str = WORLD["device"], dtype: str = WORLD["dtype"], tree: str = TREE,
                  max_gen_toks: int = MAX_GEN_TOKS, max_length: int | None = None, batch_size=1, **unused) -> None:
         super().__init__()
         if unused:

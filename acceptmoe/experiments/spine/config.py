@@ -37,6 +37,8 @@ from typing import Any, Callable, Literal, NamedTuple
 
 from acceptmoe.engine.tree import TreeShape
 from acceptmoe.errors import UserError, shown
+from acceptmoe.evals import stats
+from acceptmoe.serving.sglang.memory import MEMORY_CAP
 from acceptmoe.evals.tasks import TASKS
 from acceptmoe.methods import ConfigError, SelectorConfig, UnknownMethodError, Variant
 from acceptmoe.yamlfile import read_mapping
@@ -240,11 +242,12 @@ class CalibrationConfig:
 
 @dataclass(frozen=True)
 class B0Config:
-    prompts: int = 50                           # B0 from the first 50 evaluation prompts ...
-    fallback_prompts: int = 100                 # ... or 100 if the interval crosses a rounding boundary
-    confidence: float = 0.95
-    resamples: int = 10_000
-    seed: int = 0
+    """docs/method.md's B0 rule; its defaults are the rule's constants in `acceptmoe.evals.stats`."""
+    prompts: int = stats.B0_PROMPTS             # B0 from the first 50 evaluation prompts ...
+    fallback_prompts: int = stats.B0_FALLBACK_PROMPTS   # ... or 100 if the interval crosses a rounding boundary
+    confidence: float = stats.CONFIDENCE
+    resamples: int = stats.RESAMPLES
+    seed: int = stats.SEED
 
 
 @dataclass(frozen=True)
@@ -257,7 +260,7 @@ class ServingConfig:
     cuda_graphs: bool = True                    # capture verify passes as CUDA graphs (GPU only)
     overlap: bool = False                       # SGLang's overlap scheduler; the paper measured with it off
     prompt_tokens: int = 2048                   # the longest prompt the KV pools are sized for
-    memory_cap: float = 0.9                     # GPU: the most of the free device memory an engine may keep
+    memory_cap: float = MEMORY_CAP              # GPU: the most of the free device memory an engine may keep
 
     def __post_init__(self) -> None:
         if self.tp < 1 or self.dp < 1:
@@ -279,9 +282,10 @@ class ServingConfig:
 
 @dataclass(frozen=True)
 class BootstrapConfig:
-    confidence: float = 0.95                    # intervals over prompts in the tables
-    resamples: int = 10_000
-    seed: int = 0
+    """Intervals over prompts in the tables; defaults from `acceptmoe.evals.stats`."""
+    confidence: float = stats.CONFIDENCE
+    resamples: int = stats.RESAMPLES
+    seed: int = stats.SEED
 
 
 @dataclass(frozen=True)
