@@ -23,9 +23,8 @@ and the drafter's `DraftLevel` / `DraftExtend`): eager, or at fixed shapes over 
 over the prefix of the cache its sequence reaches, `kv.bucket`), captured as CUDA graphs on CUDA with the
 resident store (see `graphs`).
 
-Verifier backends (`Engine(backend=...)`): `torch` (tensor code on any device), `triton` (the fused kernel,
-one launch per layer, no host sync), any name registered with `acceptmoe.kernels.register_backend`, and
-`auto` = `triton` on CUDA, else `torch`.
+Verifier backends (`Engine(backend=...)`): any name in `acceptmoe.kernels.VERIFIERS` (`torch`, `cpu`,
+`triton`, ...) or `auto`, which `kernels.resolve_backend` decides (docs/architecture.md, "Selection").
 """
 from __future__ import annotations
 

@@ -13,7 +13,7 @@ the one ranking rule, routing, commitment probabilities and the readable per-blo
     (True, (5, 2))
 
 Every top-k and ranking follows one rule, `topk` (value descending, ties to the lower index). The batched
-verifier an engine calls per MoE layer (torch and Triton backends) is `acceptmoe.kernels.make_verifier(backend,
+verifier an engine calls per MoE layer (torch, cpu and Triton backends) is `acceptmoe.kernels.make_verifier(backend,
 plan, device)`; it agrees exactly with `select`, `prune` and `route`.
 """
 from .commitment import CommitmentTable

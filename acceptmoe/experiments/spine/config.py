@@ -10,14 +10,11 @@
     ...
     acceptmoe.experiments.spine.config.ConfigKeyError: tiny.yaml.tree.topk: expected int, got 'ten' (str)
 
-The world (`WorldConfig`) is everything the experiments share: models, tasks, device, dtype, threads, the draft
-tree, the selector, generation limits, and the calibration, B0 and bootstrap rules. Its sources, later ones
-winning (nested mappings merge key by key):
-1. `configs/world.yaml`: defaults every preset shares (evaluation split, selector, calibration sources, B0 rule);
-2. `configs/presets/<preset>.yaml` without its experiment sections: the world itself.
-An experiment's section (`table1.config.Table1Config`, `throughput.config.ThroughputConfig`,
-`study.config.StudyConfig`) is a frozen dataclass with a `world` field and a `SECTION` name; its sources are
-`configs/experiments/<SECTION>.yaml`, then the preset's `<SECTION>:` mapping, then overrides (dotted keys).
+The world (`WorldConfig`) is everything the experiments share; an experiment's section (`Table1Config`,
+`ThroughputConfig`, `CalibrationStudyConfig`, `ReplayConfig`) is a frozen dataclass with a `world` field and a
+`SECTION` name. Their sources, later ones winning (the classes' defaults, `configs/world.yaml`, the preset;
+`configs/experiments/<SECTION>.yaml`, the preset's `<SECTION>:` mapping, overrides as dotted keys) and where
+each default lives: docs/architecture.md, "The config spine" and "Defaults".
 
 `build(cls, data, where)` is the one loader: unknown keys, missing required keys, values of the wrong type and
 values a config class rejects are `ConfigKeyError`s naming the dotted key (`tiny.yaml: world.tree.topk: expected
