@@ -15,8 +15,10 @@ Every backend (the readable reference in `reference.py`, the torch, cpu and Trit
 `acceptmoe.kernels`) implements each `Score` and each `Sizing` member once, for any combination, and
 declares what it maps with `register_backend` when its module loads. A method that a loaded backend
 cannot serve is an error naming the method, the backend and the missing member: at the backend's import
-for the registered methods, at `register_method` for a method added later. Nothing dispatches on a method's
-name; the roles below (`BASELINE`, `B0_METHOD`, ...) are the only names code outside this room refers to.
+for the registered methods, at `register_method` for a method added later (both tables, `METHODS` and
+`BACKENDS`, are `acceptmoe.registry.Registry`s whose check runs these tests). Nothing dispatches on a method's
+name; the roles below (`BASELINE`, `B0_METHOD`, ...) are the only names code outside this room refers to
+(tests/architecture/test_method_names.py).
 
 The third enum, `RouterKind`, is the target's routing function (`routing.Router`): any model may come with
 any kind, so a backend maps every member, checked by `register_backend` at its import like the others.
