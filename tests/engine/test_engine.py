@@ -207,6 +207,7 @@ def test_trace_round_trip_and_commitment_table(engine, tmp_path):
     assert sum(table.committed) == sum(sum(g.accept_lengths) for g in gens)
     gen = engine.generate(PROMPTS[0], plan(engine, "acceptmoe", commitment=table), max_new_tokens=4)
     assert gen.trace.meta["selector"]["p_hat"] == list(table.p_hat)
+    assert commitment_table([gen.trace]).provenance["policy"] == "masked"           # a restricting method's traces
 
 
 def test_vanilla_ar_steps_one_token(engine, reference):
