@@ -7,9 +7,10 @@
 
 The dispatcher (`acceptmoe.experiments.cli`) finds the declarations by reading the command modules' source
 (`declared()`: no imports, so `--help` is instant) and imports only the module of the command it runs; the
-decorator registers the function when that module is imported. The name and help text are literals in the
-decorator call, written once. This module imports nothing from the package, so any room may declare a
-command without an import arrow running back up.
+decorator registers the function in `COMMANDS` when that module is imported. The name and help text are
+literals in the decorator call, written once. Both tables are `acceptmoe.registry.Registry`s, so an unknown
+command is refused with the closest name like any other. This module imports only the leaves `registry` and
+`errors`, so any room may declare a command without an import arrow running back up.
 """
 from __future__ import annotations
 
@@ -17,7 +18,9 @@ import argparse
 import ast
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Mapping
+
+from acceptmoe.registry import Registry
 
 PACKAGE = Path(__file__).resolve().parent
 # where command modules live, in the order `--help` lists their commands
@@ -26,23 +29,38 @@ COMMAND_DIRS = ("experiments/table1", "experiments/throughput", "experiments/stu
                 "experiments/bench", "tiny")
 
 
+FIX = "see ./reproduce.sh --help"
+
+
 @dataclass(frozen=True)
 class Declared:
     name: str
     help: str
-    module: str                   # dotted module path
+    module: str                   # dotted module path ("" for a command reproduce.sh runs itself)
 
 
-COMMANDS: dict[str, Callable[[list[str] | None], int]] = {}
-HELP: dict[str, str] = {}
+@dataclass(frozen=True)
+class Command:
+    """A registered command: `./reproduce.sh <name>` calls `run(argv) -> exit code`."""
+    name: str
+    help: str
+    run: Callable[[list[str] | None], int]
+
+    def __call__(self, argv: list[str] | None = None) -> int:
+        return self.run(argv)
+
+
+COMMANDS: Registry[Command] = Registry("command", fix=FIX)     # filled as command modules are imported
 
 
 def command(name: str, help: str) -> Callable:
     """Register `fn(argv) -> exit code` as `./reproduce.sh <name>`; `help` is its one-line description."""
     def wrap(fn: Callable) -> Callable:
-        if name in COMMANDS and COMMANDS[name] is not fn:
-            raise RuntimeError(f"command {name!r} is declared twice")
-        COMMANDS[name], HELP[name] = fn, help
+        if name in COMMANDS:
+            if COMMANDS[name].run is not fn:
+                raise RuntimeError(f"command {name!r} is declared twice")
+            return fn
+        COMMANDS.add(name, Command(name, help, fn))
         return fn
     return wrap
 
@@ -55,12 +73,15 @@ class _Parser(argparse.ArgumentParser):
 def parser(name: str) -> argparse.ArgumentParser:
     """The argument parser of a declared command, with its help text as description; a bad option is one
     `error:` line and exit code 2."""
-    return _Parser(prog=f"./reproduce.sh {name}", description=HELP.get(name, ""))
+    return _Parser(prog=f"./reproduce.sh {name}", description=COMMANDS[name].help if name in COMMANDS else "")
 
 
-def declared() -> dict[str, Declared]:
-    """Every `@command("name", "help")` in the command modules, read from source, in declaration order."""
-    found: dict[str, Declared] = {}
+def declared(builtin: Mapping[str, str] = {}) -> Registry[Declared]:
+    """`builtin` (name -> help, run by reproduce.sh itself), then every `@command("name", "help")` in the
+    command modules, read from source, in declaration order."""
+    found: Registry[Declared] = Registry("command", fix=FIX)
+    for name, text in builtin.items():
+        found.add(name, Declared(name, text, ""))
     for folder in COMMAND_DIRS:
         for path in sorted((PACKAGE / folder).glob("*.py")):
             parts = path.relative_to(PACKAGE).with_suffix("").parts
@@ -68,7 +89,7 @@ def declared() -> dict[str, Declared]:
             for name, text in _declarations(path):
                 if name in found:
                     raise RuntimeError(f"command {name!r} is declared in {found[name].module} and {module}")
-                found[name] = Declared(name, text, module)
+                found.add(name, Declared(name, text, module))
     return found
 
 

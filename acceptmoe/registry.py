@@ -9,8 +9,9 @@ families, tasks), with lazy entries and "did you mean" on a miss (docs/architect
 A lazy entry is a `module:attribute` string resolved on first lookup, so listing names (for `--help`,
 config checks, error messages) imports nothing. Adding a name twice is a programming error and raises at
 once. A miss is an `UnknownName`, a `UserError` (and a `KeyError`), whose message names the kind, the
-closest valid name and every valid one. This module imports nothing from the package but `errors`, so every
-room can hold a registry without an import arrow running back up.
+closest valid name and every valid one (a room may raise its own subclass, `error=`). This module imports
+nothing from the package but `errors`, so every room can hold a registry without an import arrow running
+back up.
 """
 from __future__ import annotations
 
@@ -31,10 +32,12 @@ class UnknownName(UserError, KeyError):
 class Registry(Generic[T]):
     """Names -> entries in registration order; an entry is given (`add`) or imported on first use (`lazy`)."""
 
-    def __init__(self, kind: str, fix: str = "", check: Callable[[str, T], None] | None = None):
+    def __init__(self, kind: str, fix: str = "", check: Callable[[str, T], None] | None = None,
+                 error: type[UnknownName] = UnknownName):
         self.kind = kind                  # what an entry is, for messages: "method", "verifier backend", ...
         self.fix = fix                    # appended to a miss's message, e.g. where the valid ones are listed
         self._check = check               # run on every entry as it is added or first resolved
+        self._error = error               # a miss's exception: `UnknownName` or a room's own subclass of it
         self._entries: dict[str, T] = {}
         self._lazy: dict[str, str] = {}   # name -> "module:attribute", not yet imported
         self._order: list[str] = []       # every name, in registration order
@@ -105,7 +108,7 @@ class Registry(Generic[T]):
         close = difflib.get_close_matches(str(name), valid, n=1)
         hint = f" (did you mean {close[0]!r}?)" if close else ""
         fix = f"; {self.fix}" if self.fix else ""
-        return UnknownName(f"unknown {self.kind} {name!r}{hint}; valid: {', '.join(valid) or '(none)'}{fix}")
+        return self._error(f"unknown {self.kind} {name!r}{hint}; valid: {', '.join(valid) or '(none)'}{fix}")
 
     def _resolve(self, name: str) -> T:
         module, _, attr = self._lazy[name].partition(":")

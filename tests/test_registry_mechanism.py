@@ -43,3 +43,13 @@ def test_a_name_is_added_once_and_checked():
     assert seen == ["a", "b"]
     reg.remove("a")
     assert reg.names() == ("b",)
+
+
+def test_a_room_raises_its_own_subclass_on_a_miss():
+    class UnknownCodec(UnknownName):
+        pass
+    reg = Registry("codec", error=UnknownCodec)
+    reg.add("json", 1)
+    with pytest.raises(UnknownCodec, match=r"unknown codec 'jsn' \(did you mean 'json'\?\); valid: json"):
+        reg["jsn"]
+    assert isinstance(reg.unknown("x"), UserError)

@@ -8,8 +8,8 @@
     >>> len(gen.tokens), sum(gen.accept_lengths) == len(gen.tokens) - 1   # the prefill yields tokens[0]
     (8, True)
 
-The engine knows nothing of tokenization, tasks or run folders: it maps token ids and a `Variant` to a
-`Generation` (the `EngineBackend` contract that experiments call).
+The engine knows nothing of tokenization, tasks or run folders: it maps token ids and a `Plan` (a `Variant`
+bound to its `fit`) to a `Generation` (the `EngineBackend` contract that experiments call).
 """
 from .backend import EngineBackend
 from .eagle3 import DraftMismatchError, Eagle3Draft, Eagle3Drafter

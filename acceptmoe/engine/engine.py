@@ -23,9 +23,8 @@ and the drafter's `DraftLevel` / `DraftExtend`): eager, or at fixed shapes over 
 over the prefix of the cache its sequence reaches, `kv.bucket`), captured as CUDA graphs on CUDA with the
 resident store (see `graphs`).
 
-Verifier backends (`Engine(backend=...)`): `torch` (tensor code on any device), `triton` (the fused kernel,
-one launch per layer, no host sync), any name registered with `acceptmoe.kernels.register_backend`, and
-`auto` = `triton` on CUDA, else `torch`.
+Verifier backends (`Engine(backend=...)`): any name in `acceptmoe.kernels.VERIFIERS` (`torch`, `cpu`,
+`triton`, ...) or `auto`, which `kernels.resolve_backend` decides (docs/architecture.md, "Selection").
 """
 from __future__ import annotations
 
@@ -231,7 +230,7 @@ class Engine:
 
     def describe(self) -> dict:
         from importlib import metadata
-        return {"engine": self.name, "version": metadata.version("acceptmoe"), "device": str(self.device),
+        return {"engine": self.name, "version": metadata.version(__name__.partition(".")[0]), "device": str(self.device),
                 "dtype": str(self.model.dtype).removeprefix("torch."), "store": self.model.store.kind,
                 "verifier": self.backend, "steps": self.steps.describe(),
                 "tree": dataclasses.asdict(self.tree)}

@@ -14,25 +14,23 @@ besides its inputs, so its CUDA-graph key is derived, never listed by hand.
 
 `cache` is the prefix of the sequence's cache the pass reads (`KVCache.upto(start + T)`, the bucket a static
 pass attends over and a CUDA graph is captured for). `verifier` None routes every MoE layer naturally
-(`acceptmoe.kernels.natural`): prefill-free decode steps, Vanilla AR, and Standard SD without a trace. With a verifier, a restricting method routes inside the verifier's set S
-(pruned against the expert pool when `prune`), and Standard SD routes naturally while the verifier only
-scores its sets for the trace; `record` stacks one `trace.layer_stats` row per MoE layer ([L, 6], computed
-on the device); `routes` returns what the experts received (`routes.PassRoutes.outputs`: ids and weights
-[L, T, k], residency [L, E] of the offloaded store, expert seconds on CPU). Recording never changes what is
-computed.
+(`acceptmoe.kernels.natural`): decode steps, Vanilla AR, and Standard SD without a trace. With a verifier the
+pass routes through a `restriction.Restriction` (its `route(layer, logits)`), and `record` stacks one
+`trace.layer_stats` row per MoE layer ([L, 6], on the device) through a `restriction.LayerRecord`;
+`routes` returns what the experts received (`routes.PassRoutes.outputs`: ids and weights [L, T, k],
+residency [L, E] of the offloaded store, expert seconds on CPU). Recording never changes what is computed.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-import torch
 from torch import Tensor
 
-from acceptmoe.kernels import Verifier, natural
+from acceptmoe.kernels import Verifier
 
 from .kv import KVCache
+from .restriction import LayerRecord, Restriction
 from .routes import PassRoutes
-from .trace import layer_stats
 
 
 @dataclass(frozen=True)
@@ -48,25 +46,11 @@ class TargetPass:
     def __call__(self, inputs: dict) -> tuple[Tensor, Tensor | None, Tensor | None, tuple | None]:
         """inputs ids [T], positions [T], start, mask [T, T] (optional) -> (logits [T, V], aux, stats [L, 6],
         routes)."""
-        rows: list[Tensor] = []
-        policy = None if self.verifier is None else self._policy(rows)
-        store = self.model.store
+        store, router = self.model.store, self.model.router
+        record = LayerRecord(router) if self.record and self.verifier is not None else None
+        policy = None if self.verifier is None else Restriction(self.verifier, store, router, self.prune, record)
         recorder = PassRoutes(store, timed=store.device.type == "cpu") if self.routes else None
         logits, aux = self.model.forward(inputs["ids"], inputs["positions"], self.cache, inputs["start"],
                                          mask=inputs.get("mask"), policy=policy, aux_layers=self.aux_layers,
                                          routes=recorder)
-        return logits, aux, (torch.stack(rows) if rows else None), (recorder.outputs() if recorder else None)
-
-    def _policy(self, rows: list[Tensor]):
-        verifier, store, router = self.verifier, self.model.store, self.model.router
-        restricts = verifier.plan.spec.restricts
-
-        def policy(layer: int, logits: Tensor) -> tuple[Tensor, Tensor]:
-            resident = store.resident(layer).to(logits.device) if self.prune else None
-            out = verifier(logits[None], resident, route=restricts)                  # B = 1
-            routed = natural(router, logits) if self.record or not restricts else None
-            ids, weights = (out.ids[0], out.weights[0]) if restricts else routed
-            if self.record:
-                rows.append(layer_stats(layer, routed[0][None], ids[None], out)[0])
-            return ids, weights
-        return policy
+        return logits, aux, (record.stacked() if record else None), (recorder.outputs() if recorder else None)

@@ -27,7 +27,7 @@ from typing import Iterable, Sequence
 import torch
 from torch import Tensor
 
-from acceptmoe.methods import BlockInfo, CommitmentTable, Plan
+from acceptmoe.methods import METHODS, BlockInfo, CommitmentTable, Plan
 
 LAYER_FIELDS = ("layer", "set_size", "anchor_size", "natural_union", "routed_union", "utility_kept")
 FORMAT_VERSION = 1
@@ -169,8 +169,8 @@ def commitment_table(traces: Sequence[Trace], max_depth: int | None = None,
                      provenance: dict | None = None) -> CommitmentTable:
     """Count m_d and c_d over the traces' blocks. max_depth defaults to the tree shape's num_steps.
 
-    The provenance records the traces' method (the routing policy: natural for standard-sd, else masked)
-    and tree shape unless given."""
+    The provenance records the traces' methods, their routing policy (natural when every one routes
+    naturally, `MethodSpec.routes_naturally`; else masked) and tree shape unless given."""
     traces = list(traces)
     shapes = {json.dumps(t.meta.get("tree")) for t in traces}
     if len(shapes) > 1:
@@ -181,6 +181,7 @@ def commitment_table(traces: Sequence[Trace], max_depth: int | None = None,
             raise ValueError("max_depth not given and the traces record no tree shape")
         max_depth = tree["num_steps"]
     methods = sorted({t.meta.get("method") for t in traces})
-    prov = {"methods": methods, "policy": "natural" if methods == ["standard-sd"] else "masked",
+    natural = bool(methods) and all(m in METHODS and METHODS[m].routes_naturally for m in methods)
+    prov = {"methods": methods, "policy": "natural" if natural else "masked",
             "tree": traces[0].meta.get("tree") if traces else None, **(provenance or {})}
     return CommitmentTable.from_records(commitment_records(traces), max_depth=max_depth, provenance=prov)

@@ -48,11 +48,11 @@ from pathlib import Path
 import numpy as np
 
 from acceptmoe.errors import UserError
+from acceptmoe.paths import cache_root
 from acceptmoe.evals import codec, harness, readback
 from acceptmoe.evals.rules import DEFAULT, EVALPLUS_VERSION, CodeRules
 from acceptmoe.evals.sandbox import ExecResult, Limits, SandboxError, run_program
 
-CACHE_ENV = "ACCEPTMOE_CACHE_DIR"
 RESULT_MARK = harness.RESULT_MARK
 DATASETS = ("humaneval", "mbpp", "plain")  # whose oracle rules apply; "plain": exact match and float tolerance
 START_S = 60.0          # for the sandboxed interpreter to start and report "start" (not part of a run's limit)
@@ -142,9 +142,8 @@ class CodeVerdict:
 # Expected outputs: the canonical solution in the same harness, cached on disk.
 
 def cache_dir() -> Path:
-    """$ACCEPTMOE_CACHE_DIR/expected-outputs, else ~/.cache/acceptmoe/expected-outputs (mode 0700)."""
-    root = os.environ.get(CACHE_ENV) or os.path.join(os.path.expanduser("~"), ".cache", "acceptmoe")
-    path = Path(root) / "expected-outputs"
+    """`paths.cache_root()`/expected-outputs (mode 0700)."""
+    path = cache_root() / "expected-outputs"
     path.mkdir(parents=True, exist_ok=True, mode=0o700)
     return path
 

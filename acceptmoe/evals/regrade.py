@@ -16,7 +16,7 @@ from pathlib import Path
 
 from acceptmoe.errors import UserError
 from acceptmoe.evals.extract import RESPONSE_FORMATS
-from acceptmoe.evals.tasks import TASK_MODULES, get_task
+from acceptmoe.evals.tasks import TASKS, get_task
 
 FIELDS = ("task", "method", "index", "example_id", "response", "correct")
 
@@ -46,8 +46,8 @@ def regrade(rows: list[dict], split: str = "test", response_format: str = "plain
     """One record per (task, method): n, recorded and current pass rates (%), rows whose verdict changed."""
     by_task: dict[str, list[dict]] = defaultdict(list)
     for row in rows:
-        if row["task"] not in TASK_MODULES:
-            raise UserError(f"unknown task {row['task']!r} in the rows; known: {', '.join(TASK_MODULES)}")
+        if row["task"] not in TASKS:
+            raise UserError(f"the rows name a task this code lacks: {TASKS.unknown(row['task'])}")
         by_task[row["task"]].append(row)
     records = []
     for name, task_rows in by_task.items():

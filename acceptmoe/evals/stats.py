@@ -25,8 +25,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
-DEFAULT_RESAMPLES = 10_000
-DEFAULT_SEED = 0
+# The statistics rules' defaults, defined here once (B0Config and BootstrapConfig in the config spine read them)
+RESAMPLES = 10_000       # bootstrap resamples of an interval
+SEED = 0                 # numpy generator seed of the resamples
+CONFIDENCE = 0.95        # two-sided interval level
+B0_PROMPTS = 50          # B0 from the first 50 evaluation prompts ...
+B0_FALLBACK_PROMPTS = 100   # ... or the first 100 when that interval crosses a rounding boundary
 _CHUNK_ELEMENTS = 1 << 21  # resampled indices held at once
 
 
@@ -73,8 +77,8 @@ def _as_1d(values, name: str) -> np.ndarray:
     return arr
 
 
-def bootstrap_ratio(numerators, denominators, n_resamples: int = DEFAULT_RESAMPLES, confidence: float = 0.95,
-                    seed: int = DEFAULT_SEED) -> Interval:
+def bootstrap_ratio(numerators, denominators, n_resamples: int = RESAMPLES, confidence: float = CONFIDENCE,
+                    seed: int = SEED) -> Interval:
     """Interval for sum(numerators) / sum(denominators), resampling prompts (one entry per prompt).
 
     With all denominators 1 this is the mean; with per-prompt totals and counts it is a pooled mean
@@ -98,8 +102,8 @@ def bootstrap_ratio(numerators, denominators, n_resamples: int = DEFAULT_RESAMPL
                     n_resamples, seed)
 
 
-def paired_bootstrap_speedup(base_num, base_den, other_num, other_den, n_resamples: int = DEFAULT_RESAMPLES,
-                             confidence: float = 0.95, seed: int = DEFAULT_SEED) -> Interval:
+def paired_bootstrap_speedup(base_num, base_den, other_num, other_den, n_resamples: int = RESAMPLES,
+                             confidence: float = CONFIDENCE, seed: int = SEED) -> Interval:
     """Interval for (sum(base_num) / sum(base_den)) / (sum(other_num) / sum(other_den)): how many times
     `other` is faster than `base` per unit of work (e.g. seconds / passes), entry i of all four on the same
     prompt i; each resample draws prompts, keeping the four together."""
@@ -124,15 +128,15 @@ def paired_bootstrap_speedup(base_num, base_den, other_num, other_den, n_resampl
                     n_resamples, seed)
 
 
-def bootstrap_mean(values, n_resamples: int = DEFAULT_RESAMPLES, confidence: float = 0.95,
-                   seed: int = DEFAULT_SEED) -> Interval:
+def bootstrap_mean(values, n_resamples: int = RESAMPLES, confidence: float = CONFIDENCE,
+                   seed: int = SEED) -> Interval:
     """Interval for the mean of per-prompt values (e.g. 0/1 correctness)."""
     vals = _as_1d(values, "values")
     return bootstrap_ratio(vals, np.ones_like(vals), n_resamples, confidence, seed)
 
 
-def paired_bootstrap_diff(a, b, n_resamples: int = DEFAULT_RESAMPLES, confidence: float = 0.95,
-                          seed: int = DEFAULT_SEED) -> Interval:
+def paired_bootstrap_diff(a, b, n_resamples: int = RESAMPLES, confidence: float = CONFIDENCE,
+                          seed: int = SEED) -> Interval:
     """Interval for mean(a) - mean(b) where a[i] and b[i] are two methods' values on the same prompt i;
     each resample draws prompts, keeping the pairs together."""
     a, b = _as_1d(a, "a"), _as_1d(b, "b")
@@ -145,7 +149,7 @@ def paired_bootstrap_diff(a, b, n_resamples: int = DEFAULT_RESAMPLES, confidence
     return bootstrap_mean(a - b, n_resamples, confidence, seed)
 
 
-def no_discordance_bound(n: int, confidence: float = 0.95) -> float:
+def no_discordance_bound(n: int, confidence: float = CONFIDENCE) -> float:
     """Exact (Clopper-Pearson) upper bound on a rate when 0 of n prompts show it, at the upper tail of a
     two-sided `confidence` interval: the rate U with P(0 of n | U) = (1 - confidence) / 2."""
     if n < 1:
@@ -165,8 +169,8 @@ def crosses_rounding_boundary(low: float, high: float) -> bool:
 
 
 @dataclass(frozen=True)
-class B0Decision:
-    """The budget B0 and how it was reached."""
+class B0Choice:
+    """The budget B0 and how the interval rule reached it (`spine.b0.B0Decision` is the saved record of a pair)."""
 
     b0: int
     interval: Interval  # of the mean set size over the prompts used
@@ -184,8 +188,8 @@ def totals_and_counts(sizes_per_prompt) -> tuple[np.ndarray, np.ndarray]:
     return np.array([s.sum() for s in sizes]), np.array([float(s.size) for s in sizes])
 
 
-def choose_b0(size_totals, block_layer_counts, first: int = 50, fallback: int = 100,
-              n_resamples: int = DEFAULT_RESAMPLES, confidence: float = 0.95, seed: int = DEFAULT_SEED) -> B0Decision:
+def choose_b0(size_totals, block_layer_counts, first: int = B0_PROMPTS, fallback: int = B0_FALLBACK_PROMPTS,
+              n_resamples: int = RESAMPLES, confidence: float = CONFIDENCE, seed: int = SEED) -> B0Choice:
     """B0 from per-prompt sums of AcceptMoE set sizes and per-prompt numbers of (block, layer) pairs,
     in evaluation order: the pooled mean over the first `first` prompts, or over the first `fallback`
     prompts when the first interval crosses a rounding boundary."""
@@ -199,9 +203,9 @@ def choose_b0(size_totals, block_layer_counts, first: int = 50, fallback: int = 
 
     interval, crossed = decide(first)
     if not crossed:
-        return B0Decision(round_half_up(interval.estimate), interval, first, False, False)
+        return B0Choice(round_half_up(interval.estimate), interval, first, False, False)
     if totals.size < fallback:
         raise ValueError(f"the B0 interval over {first} prompts [{interval.low:.3f}, {interval.high:.3f}] "
                          f"crosses a rounding boundary, so B0 needs the first {fallback} prompts; got {totals.size}")
     interval2, crossed2 = decide(fallback)
-    return B0Decision(round_half_up(interval2.estimate), interval2, fallback, crossed2, True)
+    return B0Choice(round_half_up(interval2.estimate), interval2, fallback, crossed2, True)

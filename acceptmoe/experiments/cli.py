@@ -20,10 +20,10 @@ BUILTIN = {"test": "create .venv if needed, install the test extras, run the tes
 
 
 def usage() -> str:
-    commands = {**BUILTIN, **{name: d.help for name, d in declared().items()}}
+    commands = declared(BUILTIN)
     width = max(len(n) for n in commands) + 2
     lines = ["usage: ./reproduce.sh <command> [args]", "", "commands:"]
-    lines += [f"  {name:<{width}}{text}" for name, text in commands.items()]
+    lines += [f"  {name:<{width}}{d.help}" for name, d in commands.items()]
     lines += ["", "Run `./reproduce.sh <command> --help` for a command's options."]
     return "\n".join(lines)
 
@@ -34,10 +34,10 @@ def main(argv: list[str] | None = None) -> int:
         print(usage())
         return 0
     name, rest = argv[0], argv[1:]
-    commands = declared()
-    if name not in commands:
-        print(f"error: unknown command {name!r}; valid commands: {', '.join([*BUILTIN, *commands])}",
-              file=sys.stderr)
+    commands = declared(BUILTIN)
+    if name not in commands or name in BUILTIN:
+        why = commands.unknown(name) if name not in commands else f"{name!r} runs from ./reproduce.sh {name}"
+        print(f"error: {why}", file=sys.stderr)
         return 2
     importlib.import_module(commands[name].module)
     try:

@@ -32,6 +32,7 @@ checks the rest.
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import sys
@@ -46,16 +47,19 @@ from lm_eval.models.utils import normalize_gen_kwargs, resolve_max_length
 from acceptmoe.commands import command
 from acceptmoe.engine.tree import TreeShape
 from acceptmoe.errors import UserError
-from acceptmoe.methods import CommitmentTable, ConfigError, Variant
+from acceptmoe.methods import DEFAULT_METHOD, CommitmentTable, ConfigError, Variant
 
-from .spine.config import GenerationConfig
+from .spine.config import GenerationConfig, WorldConfig
 from .spine.engines import open_backend
 from .spine.prompts import load_tokenizer, resolve_checkpoint
 from .spine.rows import TraceStats
 
-NAME = "acceptmoe"
+NAME = __name__.partition(".")[0]     # lm-eval's model name: this package's
 TASKS_DIR = Path(__file__).resolve().parent / "lm_eval_tasks"   # the offline tasks: lm-eval YAMLs on shipped data
+TARGET, DRAFT = "models/tiny/target", "models/tiny/draft"     # the embedded world's pair, when model_args name none
 MAX_GEN_TOKS = GenerationConfig().max_new_tokens      # a request without max_gen_toks: the world's default
+WORLD = {f.name: f.default for f in dataclasses.fields(WorldConfig)}        # engine, device, dtype defaults
+TREE = ";".join(str(v) for v in dataclasses.astuple(TreeShape()))          # the default tree, as model_args spell it
 
 
 def _numbers(text, kind=float) -> tuple:
@@ -86,10 +90,10 @@ def variant_of(method: str, budget=None, prune=None, beta=None) -> Variant:
 class AcceptMoELM(LM):
     """Greedy generation with one `Variant` of a target + EAGLE-3 draft pair."""
 
-    def __init__(self, target: str = "models/tiny/target", draft: str = "models/tiny/draft",
-                 method: str = "acceptmoe", budget: int | None = None, beta: float | None = None,
-                 commitment: str | None = None, p_hat: str | None = None, prune=None, engine: str = "native",
-                 device: str = "cpu", dtype: str = "float32", tree: str = "5;10;64",
+    def __init__(self, target: str = TARGET, draft: str = DRAFT,
+                 method: str = DEFAULT_METHOD, budget: int | None = None, beta: float | None = None,
+                 commitment: str | None = None, p_hat: str | None = None, prune=None, engine: str = WORLD["engine"],
+                 device: str = WORLD["device"], dtype: str = WORLD["dtype"], tree: str = TREE,
                  max_gen_toks: int = MAX_GEN_TOKS, max_length: int | None = None, batch_size=1,
                  model: str | None = None, **unused) -> None:
         super().__init__()
@@ -257,8 +261,9 @@ def _model_args(tokens: list[str]) -> dict[str, str]:
 
 def run_label(args: dict[str, str]) -> str:
     """`<target folder>__<variant name>`: where lm-eval writes the run (its model name)."""
-    target = Path(args.get("target", "models/tiny/target").rstrip("/")).name
-    return f"{target}__{variant_of(args.get('method', 'acceptmoe'), args.get('budget'), args.get('prune'), args.get('beta')).name}"
+    target = Path(args.get("target", TARGET).rstrip("/")).name
+    variant = variant_of(args.get("method", DEFAULT_METHOD), args.get("budget"), args.get("prune"), args.get("beta"))
+    return f"{target}__{variant.name}"
 
 
 def prepare_argv(argv: list[str]) -> list[str]:

@@ -10,12 +10,16 @@ from pathlib import Path
 from typing import Callable
 
 from acceptmoe.commands import command, parser
+from acceptmoe.registry import Registry
 
 from . import replay, study, table1, throughput
 from .spine.runs import REPO, NothingToTabulate, RunFolderError, recorded_experiment
 
-BUILDERS: dict[str, Callable[[Path], str]] = {**table1.BUILDERS, **throughput.BUILDERS, **study.BUILDERS,
-                                              **replay.BUILDERS}
+# experiment -> its run folder's tables and figures; each package declares its own `BUILDERS`, a name once
+BUILDERS: Registry[Callable[[Path], str]] = Registry("experiment with tables")
+for _package in (table1, throughput, study, replay):
+    for _name, _builder in _package.BUILDERS.items():
+        BUILDERS.add(_name, _builder)
 
 
 def run_folders(results: Path) -> list[tuple[str, Path]]:
@@ -32,7 +36,7 @@ def experiment_of(run: Path) -> str:
     """The experiment recorded in the run's config.json (so copied runs, e.g. results/reference/, rebuild too)."""
     name = recorded_experiment(run)
     if name not in BUILDERS:
-        raise RunFolderError(f"{run}: experiment {name!r} has no table builder (builders: {', '.join(BUILDERS)})")
+        raise RunFolderError(f"{run}: {BUILDERS.unknown(name)}")
     return name
 
 

@@ -5,9 +5,9 @@ the fused Triton kernel), and the engine's natural routing (`natural`).
     verifier.prepare(blocks)                         # per verification step
     out = verifier(logits, resident)                 # per MoE layer: logits [B, T, E] -> ids, weights, eligible, ...
 """
-from .backends import BACKENDS, make_verifier, register_backend, resolve_backend
+from .backends import VERIFIERS, UnknownBackendError, make_verifier, resolve_backend
 from .cpu_verifier import natural
 from .verifier import StepBuffers, Verifier, VerifierInputError, VerifierOutput
 
-__all__ = ["BACKENDS", "StepBuffers", "Verifier", "VerifierInputError", "VerifierOutput", "make_verifier",
-           "natural", "register_backend", "resolve_backend"]
+__all__ = ["VERIFIERS", "StepBuffers", "UnknownBackendError", "Verifier", "VerifierInputError", "VerifierOutput",
+           "make_verifier", "natural", "resolve_backend"]

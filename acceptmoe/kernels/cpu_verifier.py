@@ -16,7 +16,7 @@ backends). The library ranks fp32 values; each `RouterKind` gives it values whos
 `natural(router, logits, bias)` is the engine's unrestricted routing: the library's top-k on CPU fp32 logits,
 `Router.natural` elsewhere (the same ids and weights either way).
 
-The cache folder is $ACCEPTMOE_CACHE or ~/.cache/acceptmoe; the compiler $CC or `cc`. The library's name
+The library is built into `acceptmoe.paths.cache_root()`; the compiler $CC or `cc`. The library's name
 holds a hash of its source and flags, so an edit rebuilds it.
 """
 from __future__ import annotations
@@ -35,6 +35,7 @@ from torch import Tensor
 
 from acceptmoe.methods import Plan, Router, RouterKind, Score, Sizing, register_backend
 from acceptmoe.methods.fixed import rank_guard, rho_fixed
+from acceptmoe.paths import cache_root
 
 from .verifier import Verifier, VerifierInputError, VerifierOutput
 
@@ -48,7 +49,7 @@ class CompilerMissing(VerifierInputError):
 
 
 def cache_dir() -> Path:
-    return Path(os.environ.get("ACCEPTMOE_CACHE") or Path.home() / ".cache" / "acceptmoe")
+    return cache_root()
 
 
 def _build() -> Path:

@@ -1,12 +1,12 @@
 """The batched verifier's interface: `Verifier` (prepare per step, call per layer), its output and errors.
-Backends subclass it (`torch_verifier.TorchVerifier`, `triton_verifier.TritonVerifier`); `backends.make_verifier`
-picks one by name.
+Backends subclass it (`torch_verifier.TorchVerifier`, `cpu_verifier.CpuVerifier`,
+`triton_verifier.TritonVerifier`); `backends.make_verifier` picks one by name from `backends.VERIFIERS`.
 
     >>> import torch
     >>> from acceptmoe.kernels import make_verifier
     >>> from acceptmoe.methods import BlockInfo, Fit, Router, Variant
     >>> plan = Variant("acceptmoe").bind(Fit(Router("softmax_topk", 2), 16, max_depth=2), commitment=(1.0, 0.8, 0.5))
-    >>> verifier = make_verifier("auto", plan, "cpu")      # torch on CPU, the fused Triton kernel on CUDA
+    >>> verifier = make_verifier("auto", plan, "cpu")      # cpu (else torch) on a CPU, the Triton kernel on CUDA
     >>> verifier.prepare([BlockInfo.from_parents([-1, 0, 1]), BlockInfo.from_parents([-1, 0])])  # per step
     >>> out = verifier(torch.randn(2, 3, 16))             # per MoE layer: logits [B, T, E] (a resident mask prunes)
     >>> tuple(out.ids.shape), tuple(out.eligible.shape)   # routing inside S [B, T, k]; the sets [B, E]
@@ -15,7 +15,7 @@ picks one by name.
 Every step of one shape reuses the same device buffers, held for the verifier's life, so a CUDA graph
 captured through a call reads each step's values at replay; `prepare(..., rows=R)` reserves R block rows
 and a call may then take any B <= R blocks (a serving engine whose batch varies). A resident mask turns on
-residency-aware pruning of S (never below `plan.min_set`). Both backends agree exactly with the readable
+residency-aware pruning of S (never below `plan.min_set`). Every backend agrees exactly with the readable
 reference (`acceptmoe.methods.select`, `prune`, `route`) on ids and sets: the tests check it, under the
 Triton interpreter for the kernel. No host synchronisation and fixed shapes inside a call: CUDA-graph safe.
 """

@@ -13,13 +13,13 @@ the one ranking rule, routing, commitment probabilities and the readable per-blo
     (True, (5, 2))
 
 Every top-k and ranking follows one rule, `topk` (value descending, ties to the lower index). The batched
-verifier an engine calls per MoE layer (torch and Triton backends) is `acceptmoe.kernels.make_verifier(backend,
+verifier an engine calls per MoE layer (torch, cpu and Triton backends) is `acceptmoe.kernels.make_verifier(backend,
 plan, device)`; it agrees exactly with `select`, `prune` and `route`.
 """
 from .commitment import CommitmentTable
 from .config import ConfigError, SelectorConfig
 from .reference import Selection, best_first, commitment_weight, effective_rank, prune, route, select
-from .registry import (B0_METHOD, BASELINE, CALIBRATION, METHODS, REFERENCE, BackendCoverageError, MethodSpec,
+from .registry import (B0_METHOD, BASELINE, CALIBRATION, DEFAULT_METHOD, METHODS, REFERENCE, BackendCoverageError, MethodSpec,
                        RouterKind, Score, Sizing, UnknownMethodError, UnknownRouterError, fixed_twin, get_method,
                        register_backend, register_method, unregister_method)
 from .routing import ROUTER_KINDS, Router, route_in
@@ -28,7 +28,7 @@ from .tree import BlockInfo, TreeError
 from .variant import Fit, Plan, Variant
 
 __all__ = [
-    "B0_METHOD", "BASELINE", "CALIBRATION", "REFERENCE", "BackendCoverageError", "BlockInfo", "CommitmentTable",
+    "B0_METHOD", "BASELINE", "CALIBRATION", "DEFAULT_METHOD", "REFERENCE", "BackendCoverageError", "BlockInfo", "CommitmentTable",
     "ConfigError", "Fit", "METHODS", "MethodSpec", "Plan", "ROUTER_KINDS", "Router", "RouterKind", "Score",
     "SelectorConfig", "Selection", "Sizing", "TreeError", "UnknownMethodError", "UnknownRouterError", "Variant",
     "best_first", "commitment_weight", "effective_rank", "first_k_in", "fixed_twin", "get_method", "order_desc",

@@ -15,21 +15,21 @@ Every backend (the readable reference in `reference.py`, the torch, cpu and Trit
 `acceptmoe.kernels`) implements each `Score` and each `Sizing` member once, for any combination, and
 declares what it maps with `register_backend` when its module loads. A method that a loaded backend
 cannot serve is an error naming the method, the backend and the missing member: at the backend's import
-for the registered methods, at `register_method` for a method added later. Nothing dispatches on a method's
-name; the roles below (`BASELINE`, `B0_METHOD`, ...) are the only names code outside this room refers to.
+for the registered methods, at `register_method` for a method added later (both tables, `METHODS` and
+`BACKENDS`, are `acceptmoe.registry.Registry`s whose check runs these tests). Nothing dispatches on a method's
+name; the roles below (`BASELINE`, `B0_METHOD`, ...) are the only names code outside this room refers to
+(tests/architecture/test_method_names.py).
 
 The third enum, `RouterKind`, is the target's routing function (`routing.Router`): any model may come with
 any kind, so a backend maps every member, checked by `register_backend` at its import like the others.
 """
 from __future__ import annotations
 
-import difflib
 import enum
 from collections.abc import Collection
 from dataclasses import dataclass
-from types import MappingProxyType
 
-from acceptmoe.errors import UserError
+from acceptmoe.registry import Registry, UnknownName
 
 
 class Score(enum.Enum):
@@ -48,7 +48,7 @@ class Sizing(enum.Enum):
     SELF = "self"      # abs(A) + n_er, the effective rank of the residual (non-anchor) demand
 
 
-class UnknownRouterError(UserError, ValueError):
+class UnknownRouterError(UnknownName, ValueError):
     """A router kind name that `RouterKind` does not have; the message names the closest and the valid ones."""
 
 
@@ -62,15 +62,12 @@ class RouterKind(enum.Enum):
     @classmethod
     def parse(cls, name: "str | RouterKind") -> "RouterKind":
         """The kind called `name` (its value, e.g. "softmax_topk"); an unknown name is refused by name."""
-        if isinstance(name, cls):
-            return name
-        try:
-            return cls(name)
-        except ValueError:
-            valid = [k.value for k in cls]
-            close = difflib.get_close_matches(str(name), valid, n=1)
-            hint = f"did you mean {close[0]!r}? " if close else ""
-            raise UnknownRouterError(f"unknown router kind {name!r}; {hint}valid kinds: {', '.join(valid)}") from None
+        return name if isinstance(name, cls) else ROUTER_KIND_NAMES[name]
+
+
+ROUTER_KIND_NAMES: Registry[RouterKind] = Registry("router kind", error=UnknownRouterError)
+for _kind in RouterKind:
+    ROUTER_KIND_NAMES.add(_kind.value, _kind)
 
 
 @dataclass(frozen=True)
@@ -103,6 +100,11 @@ class MethodSpec:
         return self.sizing in (Sizing.FIXED, Sizing.SELF)
 
     @property
+    def routes_naturally(self) -> bool:
+        """Verifies with the target's own routing, every expert eligible (its traces are natural routing)."""
+        return self.speculates and not self.restricts
+
+    @property
     def needs_budget(self) -> bool:
         return self.sizing is Sizing.FIXED
 
@@ -118,12 +120,8 @@ class MethodSpec:
         return self.needs_commitment or self.needs_budget
 
 
-_METHODS: dict[str, MethodSpec] = {}
-METHODS: "MappingProxyType[str, MethodSpec]" = MappingProxyType(_METHODS)     # registration order
-
-
-class UnknownMethodError(UserError, KeyError):
-    """A method name the registry does not have; the message lists the valid ones."""
+class UnknownMethodError(UnknownName):
+    """A method name the registry does not have; the message names the closest and the valid ones."""
 
 
 class BackendCoverageError(RuntimeError):
@@ -146,14 +144,31 @@ class Coverage:
         return out + ([] if spec.sizing in self.sizings else [f"sizing {spec.sizing.name}"])
 
 
-BACKENDS: dict[str, Coverage] = {}      # backend name -> what it maps (filled as backend modules load)
+def _served_everywhere(name: str, spec: MethodSpec) -> None:
+    if name != spec.name:
+        raise ValueError(f"method {spec.name!r} registered as {name!r}")
+    for backend, coverage in BACKENDS.items():
+        _refuse_unserved(backend, coverage, spec)
+
+
+def _serves_every_method(name: str, coverage: Coverage) -> None:
+    missing = [k.name for k in RouterKind if k not in coverage.routers]
+    if missing:
+        raise BackendCoverageError(f"backend {name!r} maps no router kind {' and no '.join(missing)}; implement it "
+                                   f"there (every backend maps every RouterKind member)")
+    for spec in METHODS.values():
+        _refuse_unserved(name, coverage, spec)
+
+
+# method name -> MethodSpec, in registration order; a method is checked against every loaded backend
+METHODS: Registry[MethodSpec] = Registry("method", check=_served_everywhere, error=UnknownMethodError)
+# verifier backend name -> what it maps (filled as backend modules load; the factories are `kernels.VERIFIERS`)
+BACKENDS: Registry[Coverage] = Registry("verifier backend", check=_serves_every_method)
 
 
 def get_method(name: str) -> MethodSpec:
-    try:
-        return METHODS[name]
-    except KeyError:
-        raise UnknownMethodError(f"unknown method {name!r}; valid methods: {', '.join(METHODS)}") from None
+    """The method called `name`; a miss is an `UnknownMethodError` naming the closest."""
+    return METHODS[name]
 
 
 def register_backend(name: str, scores: Collection[Score], sizings: Collection[Sizing],
@@ -164,31 +179,19 @@ def register_backend(name: str, scores: Collection[Score], sizings: Collection[S
     Called once at the backend module's import, with the keys of the backend's own implementation tables,
     so a `Score`, `Sizing` or `RouterKind` member added without an implementation fails the import, never a
     run."""
-    coverage = Coverage(frozenset(scores), frozenset(sizings), frozenset(routers))
-    missing = [k.name for k in RouterKind if k not in coverage.routers]
-    if missing:
-        raise BackendCoverageError(f"backend {name!r} maps no router kind {' and no '.join(missing)}; implement it "
-                                   f"there (every backend maps every RouterKind member)")
-    for spec in METHODS.values():
-        _refuse_unserved(name, coverage, spec)
-    BACKENDS[name] = coverage
+    BACKENDS.add(name, Coverage(frozenset(scores), frozenset(sizings), frozenset(routers)))
 
 
 def register_method(spec: MethodSpec) -> MethodSpec:
     """Add a method; every backend loaded so far must serve it (backends loaded later check at import)."""
-    if spec.name in METHODS:
-        raise ValueError(f"method {spec.name!r} is registered already")
-    for backend, coverage in BACKENDS.items():
-        _refuse_unserved(backend, coverage, spec)
-    _METHODS[spec.name] = spec
-    return spec
+    return METHODS.add(spec.name, spec)
 
 
 def unregister_method(name: str) -> None:
     """Remove a method added with `register_method` (tests that add a toy method clean up with it)."""
     if name in _BUILTIN:
         raise ValueError(f"method {name!r} is one of the built-in methods")
-    _METHODS.pop(name, None)
+    METHODS.remove(name)
 
 
 def _refuse_unserved(backend: str, coverage: Coverage, spec: MethodSpec) -> None:
@@ -224,3 +227,4 @@ B0_METHOD: str = next(s.name for s in METHODS.values() if s.sets_b0)   # whose t
 BASELINE: str = "standard-sd"        # accuracy differences and throughput ratios are taken against it
 REFERENCE: str = "vanilla-ar"        # relative accuracy change is taken against it
 CALIBRATION: str = "standard-sd"     # p_hat is counted from its natural-routing traces
+DEFAULT_METHOD: str = "acceptmoe"    # what runs where a caller names no method (the lm-eval backend, benchmarks)

@@ -33,10 +33,10 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from .registry import RouterKind
+from .registry import ROUTER_KIND_NAMES, RouterKind
 from .topk import first_k_in, order_desc, rank_desc, topk_ids
 
-ROUTER_KINDS = tuple(k.value for k in RouterKind)
+ROUTER_KINDS = ROUTER_KIND_NAMES.names()
 NORM_EPS = 1e-20                 # the grouped kind's renormalisation: w / (sum w + 1e-20), as transformers
 
 

@@ -10,9 +10,9 @@ from pathlib import Path
 PACKAGE = Path(__file__).resolve().parents[2] / "acceptmoe"
 
 # room -> rank; a module may import its own room or a room of lower rank (evals: only errors/commands)
-RANK = {"errors": 0, "commands": 0, "yamlfile": 0, "registry": 0, "methods": 1, "kernels": 2, "engine": 3,
+RANK = {"errors": 0, "commands": 0, "yamlfile": 0, "registry": 0, "paths": 0, "methods": 1, "kernels": 2, "engine": 3,
         "serving": 4, "tiny": 5, "experiments": 6, "evals": 1}
-LEAVES = {"errors", "commands", "yamlfile", "registry"}
+LEAVES = {"errors", "commands", "yamlfile", "registry", "paths"}
 
 
 def module_name(path: Path) -> str:

@@ -9,7 +9,7 @@ import torch
 
 from variants import plan
 from acceptmoe.engine import DraftTree, Eagle3Drafter, Engine, Trace, TreeShape, load_engine
-from acceptmoe.kernels import register_backend
+from acceptmoe.kernels import VERIFIERS
 from acceptmoe.kernels.torch_verifier import TorchVerifier
 from acceptmoe.engine.trace import commitment_table, load_traces, save_traces
 from acceptmoe.errors import UserError
@@ -128,10 +128,13 @@ def test_acceptmoe_sets_hold_the_anchor(engine, reference, monkeypatch):
             out = super()._run(logits, resident, route, bias)
             seen.append(out)
             return out
-    register_backend("capture-test", Capture)
-    eng = Engine(engine.model, engine.draft, backend="capture-test", tree=SMALL)
-    use_oracle(monkeypatch, len(PROMPTS[1]), reference[1])
-    gen = eng.generate(PROMPTS[1], plan(eng, "acceptmoe", commitment=P_HAT), max_new_tokens=12, ignore_eos=True)
+    VERIFIERS.add("capture-test", Capture)
+    try:
+        eng = Engine(engine.model, engine.draft, backend="capture-test", tree=SMALL)
+        use_oracle(monkeypatch, len(PROMPTS[1]), reference[1])
+        gen = eng.generate(PROMPTS[1], plan(eng, "acceptmoe", commitment=P_HAT), max_new_tokens=12, ignore_eos=True)
+    finally:
+        VERIFIERS.remove("capture-test")
     assert len(gen.tokens) == 12 and seen
     for out in seen:                                                         # one block per pass: B = 1
         assert not (out.anchor & ~out.eligible).any() and int(out.anchor.sum()) == TOP_K
@@ -204,6 +207,7 @@ def test_trace_round_trip_and_commitment_table(engine, tmp_path):
     assert sum(table.committed) == sum(sum(g.accept_lengths) for g in gens)
     gen = engine.generate(PROMPTS[0], plan(engine, "acceptmoe", commitment=table), max_new_tokens=4)
     assert gen.trace.meta["selector"]["p_hat"] == list(table.p_hat)
+    assert commitment_table([gen.trace]).provenance["policy"] == "masked"           # a restricting method's traces
 
 
 def test_vanilla_ar_steps_one_token(engine, reference):
@@ -212,7 +216,7 @@ def test_vanilla_ar_steps_one_token(engine, reference):
 
 
 @pytest.mark.parametrize("method, kw, err, match", [
-    ("greedy", {}, KeyError, "valid methods: vanilla-ar, standard-sd, count-b"),
+    ("greedy", {}, KeyError, "valid: vanilla-ar, standard-sd, count-b"),
     ("count-b", {}, ConfigError, "needs a budget"),
     ("count-b", {"budget": TOP_K - 1}, ConfigError, f"must satisfy top_k={TOP_K} <= B"),
     ("count-b", {"budget": EXPERTS + 1}, ConfigError, f"<= B <= E={EXPERTS}"),

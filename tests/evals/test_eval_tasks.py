@@ -4,7 +4,7 @@ import re
 import pytest
 
 from acceptmoe.evals.rules import CodeRules
-from acceptmoe.evals.tasks import TASK_MODULES, Grade, get_task
+from acceptmoe.evals.tasks import TASKS, Grade, get_task
 
 REAL_COUNTS = {("gsm8k", "test"): 1319, ("gsm8k", "train"): 7473, ("math500", "test"): 500,
                ("humaneval", "test"): 164, ("mbpp", "test"): 378, ("mbpp", "validation"): 90 - 39,
@@ -15,7 +15,7 @@ TINY = ("tiny-gsm", "tiny-math", "tiny-humaneval", "tiny-mbpp")
 
 
 def test_unknown_task_lists_valid_names():
-    with pytest.raises(KeyError, match="valid tasks: gsm8k, math500, humaneval, mbpp, tiny-gsm"):
+    with pytest.raises(KeyError, match="unknown task 'gsm8k-cot' \\(did you mean 'gsm8k'\\?\\); valid: gsm8k, math500, humaneval, mbpp, tiny-gsm"):
         get_task("gsm8k-cot")
 
 
@@ -36,7 +36,7 @@ def test_mbpp_test_split_is_mbpp_plus_and_no_other_split_shares_a_problem():
         assert ids and not ids & test_ids, split
 
 
-@pytest.mark.parametrize("name", list(TASK_MODULES))
+@pytest.mark.parametrize("name", TASKS.names())
 def test_task_contract(name):
     task = get_task(name)
     assert task.name == name and task.version and "test" in task.splits
@@ -136,7 +136,7 @@ def test_tiny_prompt_is_the_question_exactly():
     assert task.messages(ex) == [{"role": "user", "content": ex["question"]}]
 
 
-@pytest.mark.parametrize("name", list(TASK_MODULES))
+@pytest.mark.parametrize("name", TASKS.names())
 def test_code_tasks_name_the_verdicts_their_rows_hold(name):
     task = get_task(name)
     expected = {"humaneval": ("base", "plus"), "mbpp": ("base", "plus"), "tiny-humaneval": ("base",),

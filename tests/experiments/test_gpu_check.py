@@ -51,7 +51,7 @@ def test_kernel_reference_row_informs_on_tie_free_and_tied_logits():
 def test_kernel_checks_fail_on_a_backend_that_differs():
     """A verifier backend that drops one member of every set: the sets no longer follow from its scores by the
     rules (a FAIL against torch), and rows differ from the reference."""
-    from acceptmoe.kernels import BACKENDS, VerifierOutput, register_backend
+    from acceptmoe.kernels import VERIFIERS, VerifierOutput
     from acceptmoe.kernels.torch_verifier import TorchVerifier
 
     class OffByOne(TorchVerifier):
@@ -60,7 +60,7 @@ def test_kernel_checks_fail_on_a_backend_that_differs():
             eligible = out.eligible.clone()
             eligible[:, int(eligible[0].nonzero()[-1])] = False
             return VerifierOutput(out.ids, out.weights, eligible, out.utility, out.anchor)
-    register_backend("off-by-one", OffByOne)
+    VERIFIERS.add("off-by-one", OffByOne)
     try:
         res = kernel.check_kernel_torch("cpu", T=5, E=16, k=2, backend="off-by-one")
         assert res["verdict"] == "FAIL" and not any(c["set_by_the_rules"] for c in res["cases"])
@@ -68,7 +68,7 @@ def test_kernel_checks_fail_on_a_backend_that_differs():
         assert kernel.check_kernel("cpu", T=5, E=16, k=2, backend="off-by-one")["rows_differing"] > 0
         assert kernel.check_kernel_torch("cpu", T=5, E=16, k=2, backend="torch")["verdict"] == "PASS"
     finally:
-        BACKENDS.pop("off-by-one")
+        VERIFIERS.remove("off-by-one")
 
 
 def _raised(z: torch.Tensor, expert: int, n: int, bits: int) -> torch.Tensor:

@@ -7,7 +7,7 @@ and torch."""
 import pytest
 import torch
 
-from acceptmoe.kernels import BACKENDS, make_verifier
+from acceptmoe.kernels import VERIFIERS, make_verifier
 from acceptmoe.kernels.cpu_verifier import available
 from acceptmoe.methods import BlockInfo, Fit, Router, SelectorConfig, Selection, Variant, prune, select
 
@@ -29,7 +29,7 @@ def logits(chosen: list[int] = CHOSEN) -> torch.Tensor:
     return z
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("backend", VERIFIERS.names())
 def test_every_backend_sizes_an_exact_integer_rank_as_the_reference(backend):
     """The root's expert 7 is the anchor; the others' utilities are 4, 1, 1, 1, 1 of 8 (probabilities 1/2 and
     four 1/8): H = 2 bits, exp(H) = 4 exactly, so without a tolerance the anchor and 4 experts, not 5."""
@@ -47,7 +47,7 @@ def test_every_backend_sizes_an_exact_integer_rank_as_the_reference(backend):
     assert torch.equal(out.eligible[0], sel.eligible), (backend, out.eligible[0], sel.eligible)
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("backend", VERIFIERS.names())
 @pytest.mark.parametrize("rho, kept", [
     (0.25, [0, 1]),          # 1 + 1 == 0.25 of 8: both ones go (the budget includes equality)
     (0.2499, [0, 1, 2]),     # just under: one of them (ties: the higher index first)

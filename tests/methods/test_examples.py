@@ -244,7 +244,7 @@ def test_registry_names_and_unknown_method():
     assert list(METHODS) == ["vanilla-ar", "standard-sd", "count-b", "moe-spec", "acceptmoe-b", "acceptmoe"]
     assert METHODS["acceptmoe"].sizing is Sizing.SELF and METHODS["count-b"].needs_budget
     assert not METHODS["vanilla-ar"].speculates
-    with pytest.raises(UnknownMethodError, match="valid methods: vanilla-ar, standard-sd"):
+    with pytest.raises(UnknownMethodError, match="unknown method 'acceptmoe-x' \\(did you mean 'acceptmoe-b'\\?\\); valid: vanilla-ar, standard-sd"):
         get_method("acceptmoe-x")
 
 

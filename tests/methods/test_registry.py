@@ -11,6 +11,7 @@ from acceptmoe.kernels import make_verifier
 from acceptmoe.methods import (METHODS, BackendCoverageError, BlockInfo, Fit, MethodSpec, Router, RouterKind, Score,
                                Sizing, Variant, register_backend, register_method, route, select, unregister_method)
 from acceptmoe.methods import registry
+from acceptmoe.registry import Registry
 
 ROOT = Path(__file__).resolve().parents[2]
 # combinations no built-in method uses: router mass with the root anchor, sized by effective rank; votes
@@ -72,8 +73,9 @@ def test_a_backend_that_lacks_a_member_is_refused_at_registration_naming_the_met
 
 
 def test_a_method_that_a_loaded_backend_cannot_serve_is_refused_when_registered(monkeypatch):
-    monkeypatch.setitem(registry.BACKENDS, "narrow", registry.Coverage(frozenset(Score) - {Score.VOTES},
-                                                                       frozenset(Sizing)))
+    narrow = Registry("verifier backend")      # unchecked: the built-in methods need the votes it lacks
+    narrow.add("narrow", registry.Coverage(frozenset(Score) - {Score.VOTES}, frozenset(Sizing)))
+    monkeypatch.setattr(registry, "BACKENDS", narrow)
     with pytest.raises(BackendCoverageError, match="backend 'narrow' cannot serve method 'toy-votes-self'"):
         register_method(TOYS[1])
     assert "toy-votes-self" not in METHODS

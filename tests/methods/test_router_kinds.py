@@ -15,11 +15,11 @@ def test_a_kind_is_parsed_by_name_and_an_unknown_one_refused_with_the_closest():
     assert RouterKind.parse("sigmoid_grouped") is RouterKind.SIGMOID_GROUPED
     assert RouterKind.parse(RouterKind.TOPK_SOFTMAX) is RouterKind.TOPK_SOFTMAX
     assert Router("softmax_topk", 2).kind is RouterKind.SOFTMAX_TOPK                # a name becomes the member
-    with pytest.raises(UnknownRouterError, match=r"unknown router kind 'sigmoid_group'; did you mean "
-                                                 r"'sigmoid_grouped'\? valid kinds: softmax_topk, topk_softmax, "
+    with pytest.raises(UnknownRouterError, match=r"unknown router kind 'sigmoid_group' \(did you mean "
+                                                 r"'sigmoid_grouped'\?\); valid: softmax_topk, topk_softmax, "
                                                  r"sigmoid_grouped"):
         Router("sigmoid_group", 2)
-    with pytest.raises(UserError, match="unknown router kind 'noaux_tc'; valid kinds"):
+    with pytest.raises(UserError, match="unknown router kind 'noaux_tc'; valid: "):
         RouterKind.parse("noaux_tc")
 
 

@@ -1,4 +1,5 @@
-"""Task registry. A task is one module in this package with pure functions:
+"""Task registry (`TASKS`, a `acceptmoe.registry.Registry`). A task is one module in this package with pure
+functions, ending in `TASK = Task.of_module(__name__)`:
 
     NAME, VERSION, SPLITS                      constants (VERSION is recorded with every result)
     load(split="test", limit=None) -> list[dict]   examples, each with a unique "id"
@@ -22,9 +23,8 @@ batch's. Raw GPT-OSS outputs are graded with `response_format="harmony"` (final 
 """
 from __future__ import annotations
 
-import importlib
+import sys
 from dataclasses import dataclass, field
-from types import ModuleType
 from typing import Callable
 
 from acceptmoe.errors import UserError
@@ -32,17 +32,18 @@ from acceptmoe.evals import contained
 from acceptmoe.evals.codecheck import CodeProblem, CodeVerdict, grade_many
 from acceptmoe.evals.extract import response_text
 from acceptmoe.evals.rules import DEFAULT, CodeRules
+from acceptmoe.registry import Registry
 
-TASK_MODULES = {
-    "gsm8k": "gsm8k",
-    "math500": "math500",
-    "humaneval": "humaneval",
-    "mbpp": "mbpp",
-    "tiny-gsm": "tiny_gsm",
-    "tiny-math": "tiny_math",
-    "tiny-humaneval": "tiny_humaneval",
-    "tiny-mbpp": "tiny_mbpp",
-}
+
+def _declares_its_name(name: str, task: "Task") -> None:
+    if task.name != name:
+        raise RuntimeError(f"task {task.name!r} is registered as {name!r}")
+
+
+# task name -> Task, each module imported on first lookup (its `TASK = Task.of_module(__name__)` line)
+TASKS: "Registry[Task]" = Registry("task", check=_declares_its_name)
+for _name in ("gsm8k", "math500", "humaneval", "mbpp", "tiny-gsm", "tiny-math", "tiny-humaneval", "tiny-mbpp"):
+    TASKS.lazy(_name, f"{__name__}.{_name.replace('-', '_')}:TASK")
 
 
 @dataclass(frozen=True)
@@ -65,6 +66,14 @@ class Task:
     score: Callable[[dict, str], Grade]
     problem: Callable[[dict], CodeProblem] | None = None
     test_sets: tuple[str, ...] = ()  # code tasks: ("base",) or ("base", "plus"); "base" is also `correct`
+
+    @classmethod
+    def of_module(cls, module: str) -> "Task":
+        """The task a task module defines by its constants and functions (the module's last line)."""
+        m = sys.modules[module]
+        return cls(name=m.NAME, version=m.VERSION, splits=tuple(m.SPLITS), load=m.load, messages=m.messages,
+                   extract=m.extract, score=m.score, problem=getattr(m, "problem", None),
+                   test_sets=tuple(getattr(m, "TEST_SETS", ())))
 
     @property
     def executes_code(self) -> bool:
@@ -121,20 +130,9 @@ def code_grade(verdict: CodeVerdict, rules: CodeRules = DEFAULT) -> Grade:
                  details={**verdict.details(), "rules": rules.record()})
 
 
-def _from_module(module: ModuleType) -> Task:
-    return Task(name=module.NAME, version=module.VERSION, splits=tuple(module.SPLITS), load=module.load,
-                messages=module.messages, extract=module.extract, score=module.score,
-                problem=getattr(module, "problem", None), test_sets=tuple(getattr(module, "TEST_SETS", ())))
-
-
 def get_task(name: str) -> Task:
-    """The task registered as `name`; an unknown name is an error listing the valid ones."""
-    if name not in TASK_MODULES:
-        raise KeyError(f"unknown task {name!r}; valid tasks: {', '.join(TASK_MODULES)}")
-    task = _from_module(importlib.import_module(f"{__name__}.{TASK_MODULES[name]}"))
-    if task.name != name:
-        raise RuntimeError(f"task module {TASK_MODULES[name]} declares NAME={task.name!r}, registered as {name!r}")
-    return task
+    """The task registered as `name`; an unknown name is an error naming the closest and the valid ones."""
+    return TASKS[name]
 
 
 def user_message(content: str) -> list[dict]:

@@ -19,7 +19,7 @@ import yaml
 
 from acceptmoe.errors import UserError
 from acceptmoe.evals.data import read_records, take
-from acceptmoe.evals.tasks import Grade, check_split, user_message
+from acceptmoe.evals.tasks import Grade, Task, check_split, user_message
 
 NAME = "gsm8k"
 VERSION = "1"
@@ -118,3 +118,6 @@ def score_against(reference: str, response: str) -> Grade:
 
 def score(example: dict, response: str) -> Grade:
     return score_against(example["answer"], response)
+
+
+TASK = Task.of_module(__name__)

@@ -17,7 +17,7 @@ from __future__ import annotations
 from acceptmoe.evals.codecheck import CodeProblem, sanitize
 from acceptmoe.evals.data import read_records, take
 from acceptmoe.evals.extract import defines, extract_code
-from acceptmoe.evals.tasks import Grade, check_split, grade_code, user_message
+from acceptmoe.evals.tasks import Grade, Task, check_split, grade_code, user_message
 
 NAME = "humaneval"
 VERSION = "2"
@@ -57,3 +57,6 @@ def problem(example: dict) -> CodeProblem:
 
 def score(example: dict, response: str) -> Grade:
     return grade_code(NAME, problem, [example], [response])[0]
+
+
+TASK = Task.of_module(__name__)

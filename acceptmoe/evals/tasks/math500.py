@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from acceptmoe.evals.data import read_records, take
 from acceptmoe.evals.mathcheck import math_check, parse_answer
-from acceptmoe.evals.tasks import Grade, check_split, user_message
+from acceptmoe.evals.tasks import Grade, Task, check_split, user_message
 
 NAME = "math500"
 VERSION = "1"
@@ -41,3 +41,6 @@ def score_against(gold_answer: str, response: str) -> Grade:
 
 def score(example: dict, response: str) -> Grade:
     return score_against(example["answer"], response)
+
+
+TASK = Task.of_module(__name__)

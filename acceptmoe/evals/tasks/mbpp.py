@@ -23,7 +23,7 @@ import re
 from acceptmoe.evals.codecheck import CodeProblem, assert_inputs, mbpp_plus_inputs, sanitize
 from acceptmoe.evals.data import read_records, take
 from acceptmoe.evals.extract import extract_code
-from acceptmoe.evals.tasks import Grade, check_split, grade_code, user_message
+from acceptmoe.evals.tasks import Grade, Task, check_split, grade_code, user_message
 
 NAME = "mbpp"
 VERSION = "2"
@@ -89,3 +89,6 @@ def problem(example: dict) -> CodeProblem:
 
 def score(example: dict, response: str) -> Grade:
     return grade_code(NAME, problem, [example], [response])[0]
+
+
+TASK = Task.of_module(__name__)

@@ -2,7 +2,7 @@
 (flexible-extract exact match against the integer answer; strict-match recorded)."""
 from __future__ import annotations
 
-from acceptmoe.evals.tasks import Grade, gsm8k, tiny_common
+from acceptmoe.evals.tasks import Grade, Task, gsm8k, tiny_common
 
 NAME = "tiny-gsm"
 VERSION = tiny_common.VERSION
@@ -22,3 +22,6 @@ def extract(example: dict, response: str) -> str:
 
 def score(example: dict, response: str) -> Grade:
     return gsm8k.score_against(example["answer"], response)
+
+
+TASK = Task.of_module(__name__)

@@ -2,7 +2,7 @@
 (math_verify against the LaTeX answer)."""
 from __future__ import annotations
 
-from acceptmoe.evals.tasks import Grade, math500, tiny_common
+from acceptmoe.evals.tasks import Grade, Task, math500, tiny_common
 
 NAME = "tiny-math"
 VERSION = tiny_common.VERSION
@@ -22,3 +22,6 @@ def extract(example: dict, response: str) -> str:
 
 def score(example: dict, response: str) -> Grade:
     return math500.score_against(example["answer"], response)
+
+
+TASK = Task.of_module(__name__)

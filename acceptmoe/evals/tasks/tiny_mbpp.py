@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from acceptmoe.evals.codecheck import CodeProblem, assert_inputs, sanitize
 from acceptmoe.evals.extract import extract_code
-from acceptmoe.evals.tasks import Grade, grade_code, tiny_common
+from acceptmoe.evals.tasks import Grade, Task, grade_code, tiny_common
 from acceptmoe.evals.tasks.mbpp import entry_point
 
 NAME = "tiny-mbpp"
@@ -35,3 +35,6 @@ def problem(example: dict) -> CodeProblem:
 
 def score(example: dict, response: str) -> Grade:
     return grade_code(NAME, problem, [example], [response])[0]
+
+
+TASK = Task.of_module(__name__)

@@ -22,6 +22,7 @@ from types import SimpleNamespace
 import torch
 
 from acceptmoe.commands import command, parser
+from acceptmoe.methods import B0_METHOD, BASELINE
 from acceptmoe.serving.sglang import plugin
 from acceptmoe.serving.sglang.config import load_config
 from acceptmoe.serving.sglang.runtime import Runtime
@@ -30,9 +31,9 @@ from acceptmoe.serving.sglang.tree import links_from_parents
 E, K, N, DEPTH = 128, 8, 64, 5
 P_HAT = "1.0,0.7,0.5,0.35,0.25,0.2"
 SETTINGS = {
-    "standard-sd": {"ACCEPTMOE_METHOD": "standard-sd"},
-    "acceptmoe": {"ACCEPTMOE_METHOD": "acceptmoe", "ACCEPTMOE_P_HAT": P_HAT},
-    "acceptmoe + trace": {"ACCEPTMOE_METHOD": "acceptmoe", "ACCEPTMOE_P_HAT": P_HAT, "ACCEPTMOE_TRACE": "{trace}"},
+    BASELINE: {"ACCEPTMOE_METHOD": BASELINE},
+    B0_METHOD: {"ACCEPTMOE_METHOD": B0_METHOD, "ACCEPTMOE_P_HAT": P_HAT},
+    f"{B0_METHOD} + trace": {"ACCEPTMOE_METHOD": B0_METHOD, "ACCEPTMOE_P_HAT": P_HAT, "ACCEPTMOE_TRACE": "{trace}"},
 }
 
 

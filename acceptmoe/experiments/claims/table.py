@@ -25,7 +25,7 @@ from .measured import ENGINE, REPLAY, Measured, where
 from .read import READERS, REPLAY_HINT, claims_with_replay
 from .verdict import verdict
 
-REFERENCE = REPO / "results" / "reference"
+REFERENCE_RUNS = REPO / "results" / "reference"
 # fig5 holds fig4's phases with more prompts; the reference fig4 run is the replay's small routes source
 DEFAULT_EXPERIMENTS = ("table1", "worlds", "fig3", "fig5", "calibration-study", "replay")
 OUTPUTS = ("claims.md", "claims.csv", "claims.tex")
@@ -42,7 +42,7 @@ def _stamp(run: Path) -> str:
     return m.group(0) if m else run.name
 
 
-def default_runs(root: Path = REFERENCE) -> list[Path]:
+def default_runs(root: Path = REFERENCE_RUNS) -> list[Path]:
     """The newest run folder (by the time stamp in its name) of each experiment the claims read."""
     out = []
     for experiment in DEFAULT_EXPERIMENTS:

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import torch
 
-from acceptmoe.methods import METHODS, Fit, Score, Variant
+from acceptmoe.methods import BASELINE, METHODS, Fit, Score, Variant
 
 from .agreement import compare, describe
 from .base import P_HAT, random_block, verdict
@@ -69,7 +69,7 @@ def run_verifier(backend: str, plan, block, logits: torch.Tensor, resident: torc
 def gate_mass_plan(plan):
     """Standard SD with demand "gate" on `plan`'s fit and score bits: its block score is the gate mass that
     breaks Count-B's vote ties (the same per-token gate terms, summed the same way, in every backend)."""
-    return Variant("standard-sd", overrides=(("demand_score", "gate"), ("score_bits", plan.selector.score_bits))
+    return Variant(BASELINE, overrides=(("demand_score", "gate"), ("score_bits", plan.selector.score_bits))
                    ).bind(plan.fit, commitment=P_HAT)
 
 

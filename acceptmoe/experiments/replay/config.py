@@ -21,21 +21,21 @@ class ReplayConfig:
     SECTION = EXPERIMENT
     world: WorldConfig
     source: str                              # the run folder whose routes/ are replayed
-    shape: str = "qwen3-30b-a3b"
+    shape: str = "qwen3-30b-a3b"             # tiny | qwen3-30b-a3b | gpt-oss-120b | a model folder (its config.json)
     device: str | None = None                # None: the world's device
-    dtype: str = "auto"
+    dtype: str = "auto"                      # auto: the shape's dtype on CUDA; float32 on CPU
     offload: int | None = None               # X; None: the recording's X when it was offloaded
     phase: str | None = None
     model: str | None = None
     variants: tuple[str, ...] | None = None  # None: every recorded variant
-    generations: int | None = 4              # None: every generation every variant recorded
-    passes_per_generation: int | None = 16   # None: whole generations
-    repeats: int = 3
+    generations: int | None = 4              # per variant, the first recorded in order (None: every one)
+    passes_per_generation: int | None = 16   # each generation's prefill and first step passes (None: all)
+    repeats: int = 3                         # rounds over every variant, order rotated by one per round
     layers: int | None = None
-    weight_sets: int = 2
-    memory_gib: float = 16.0
+    weight_sets: int = 2                     # distinct random weight sets; replayed layer j uses set j mod this
+    memory_gib: float = 16.0                 # refuse to start when weights and pools would exceed this
     seed: int = 0
-    bootstrap_resamples: int = 2000
+    bootstrap_resamples: int = 2000          # intervals over generations (paired: the same prompts)
     devices: tuple[DeviceBound, ...] = GPUS     # the bound columns (default: spine.shapes.GPUS)
 
     def __post_init__(self) -> None:

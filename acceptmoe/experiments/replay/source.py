@@ -2,7 +2,7 @@
 with `generation.record_routes`): which phase, model and variants a replay reads, and which generations.
 
 A replay compares variants on the same prompts: it takes the first generations every variant recorded, in
-order (repetition, prompt index, task order); the reference variant (Standard SD when recorded) comes first.
+order (repetition, prompt index, task order); the baseline's variant (`methods.BASELINE`, when recorded) comes first.
 Each variant's routes say which method made them and whether it pruned against the recorded pool (`routes`):
 pruned routes exist only under an offloaded store, so they have no resident counterpart. Where the recording
 run's row says where the reply ended by itself (`natural_end`), the replay can tell text from the forced
@@ -18,11 +18,11 @@ import numpy as np
 
 from acceptmoe.engine.routes import KINDS, Routes
 from acceptmoe.errors import UserError
-from acceptmoe.methods import METHODS
+from acceptmoe.methods import BASELINE, METHODS, Variant
 
 from ..spine.runs import SampleLog
 
-REFERENCE = "standard-sd"
+FIRST = Variant(BASELINE).name     # the variant a replay lists first, when recorded (its ratios are against it)
 PHASE_ORDER = ("resident", "offload-timed", "offload-counters", "table1", "sweep")
 
 
@@ -123,7 +123,7 @@ def find_recording(run_dir: Path, phase: str | None = None, model: str | None = 
     first = {v: Routes.load(root / keys[0].task / v / f"r{keys[0].rep}-{keys[0].index:04d}.npz").meta
              for v in per_variant}
     order = list(METHODS)
-    rank = lambda v: (v != REFERENCE, order.index(first[v].get("method")) if first[v].get("method") in order  # noqa: E731
+    rank = lambda v: (v != FIRST, order.index(first[v].get("method")) if first[v].get("method") in order  # noqa: E731
                       else len(order), v)
     variants = tuple(sorted(per_variant, key=rank))
     return Recording(root, phase, model, variants, tuple(keys), first[variants[0]])

@@ -10,14 +10,11 @@
     ...
     acceptmoe.experiments.spine.config.ConfigKeyError: tiny.yaml.tree.topk: expected int, got 'ten' (str)
 
-The world (`WorldConfig`) is everything the experiments share: models, tasks, device, dtype, threads, the draft
-tree, the selector, generation limits, and the calibration, B0 and bootstrap rules. Its sources, later ones
-winning (nested mappings merge key by key):
-1. `configs/world.yaml`: defaults every preset shares (evaluation split, selector, calibration sources, B0 rule);
-2. `configs/presets/<preset>.yaml` without its experiment sections: the world itself.
-An experiment's section (`table1.config.Table1Config`, `throughput.config.ThroughputConfig`,
-`study.config.StudyConfig`) is a frozen dataclass with a `world` field and a `SECTION` name; its sources are
-`configs/experiments/<SECTION>.yaml`, then the preset's `<SECTION>:` mapping, then overrides (dotted keys).
+The world (`WorldConfig`) is everything the experiments share; an experiment's section (`Table1Config`,
+`ThroughputConfig`, `CalibrationStudyConfig`, `ReplayConfig`) is a frozen dataclass with a `world` field and a
+`SECTION` name. Their sources, later ones winning (the classes' defaults, `configs/world.yaml`, the preset;
+`configs/experiments/<SECTION>.yaml`, the preset's `<SECTION>:` mapping, overrides as dotted keys) and where
+each default lives: docs/architecture.md, "The config spine" and "Defaults".
 
 `build(cls, data, where)` is the one loader: unknown keys, missing required keys, values of the wrong type and
 values a config class rejects are `ConfigKeyError`s naming the dotted key (`tiny.yaml: world.tree.topk: expected
@@ -37,7 +34,9 @@ from typing import Any, Callable, Literal, NamedTuple
 
 from acceptmoe.engine.tree import TreeShape
 from acceptmoe.errors import UserError, shown
-from acceptmoe.evals.tasks import TASK_MODULES
+from acceptmoe.evals import stats
+from acceptmoe.serving.sglang.memory import MEMORY_CAP
+from acceptmoe.evals.tasks import TASKS
 from acceptmoe.methods import ConfigError, SelectorConfig, UnknownMethodError, Variant
 from acceptmoe.yamlfile import read_mapping
 
@@ -240,11 +239,12 @@ class CalibrationConfig:
 
 @dataclass(frozen=True)
 class B0Config:
-    prompts: int = 50                           # B0 from the first 50 evaluation prompts ...
-    fallback_prompts: int = 100                 # ... or 100 if the interval crosses a rounding boundary
-    confidence: float = 0.95
-    resamples: int = 10_000
-    seed: int = 0
+    """docs/method.md's B0 rule; its defaults are the rule's constants in `acceptmoe.evals.stats`."""
+    prompts: int = stats.B0_PROMPTS             # B0 from the first 50 evaluation prompts ...
+    fallback_prompts: int = stats.B0_FALLBACK_PROMPTS   # ... or 100 if the interval crosses a rounding boundary
+    confidence: float = stats.CONFIDENCE
+    resamples: int = stats.RESAMPLES
+    seed: int = stats.SEED
 
 
 @dataclass(frozen=True)
@@ -257,7 +257,7 @@ class ServingConfig:
     cuda_graphs: bool = True                    # capture verify passes as CUDA graphs (GPU only)
     overlap: bool = False                       # SGLang's overlap scheduler; the paper measured with it off
     prompt_tokens: int = 2048                   # the longest prompt the KV pools are sized for
-    memory_cap: float = 0.9                     # GPU: the most of the free device memory an engine may keep
+    memory_cap: float = MEMORY_CAP              # GPU: the most of the free device memory an engine may keep
 
     def __post_init__(self) -> None:
         if self.tp < 1 or self.dp < 1:
@@ -279,9 +279,10 @@ class ServingConfig:
 
 @dataclass(frozen=True)
 class BootstrapConfig:
-    confidence: float = 0.95                    # intervals over prompts in the tables
-    resamples: int = 10_000
-    seed: int = 0
+    """Intervals over prompts in the tables; defaults from `acceptmoe.evals.stats`."""
+    confidence: float = stats.CONFIDENCE
+    resamples: int = stats.RESAMPLES
+    seed: int = stats.SEED
 
 
 @dataclass(frozen=True)
@@ -318,8 +319,8 @@ class WorldConfig:
         if not names or len(set(names)) != len(names):
             raise ConfigKeyError(f"models need unique names, got {names}")
         for t in self.tasks + tuple(self.calibration.sources.values()):
-            if t not in TASK_MODULES:
-                raise ConfigKeyError(f"unknown task {t!r}; valid tasks: {', '.join(TASK_MODULES)}")
+            if t not in TASKS:
+                raise ConfigKeyError(str(TASKS.unknown(t)))
         if self.calibration.prompts < 1:
             raise ConfigKeyError("calibration.prompts must be >= 1")
         if self.calibration.split == self.eval_split:

@@ -10,13 +10,12 @@
     >>> plan.fit == loaded.engine.fit and plan.selector.beta == world.selector.beta
     True
 
-The native engine is always available; others are imported on first use from "module:function" so a missing
-optional dependency is one clear error naming the extra to install. Offloaded expert stores exist only in the
+`ENGINES` (a `acceptmoe.registry.Registry`) imports an engine's opener on first use, so a missing optional
+dependency is one clear error naming the extra to install. Offloaded expert stores exist only in the
 native engine (SGLang has no X-slot expert cache), so offload phases refuse any other engine.
 """
 from __future__ import annotations
 
-import importlib
 import json
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -28,26 +27,22 @@ import torch
 from acceptmoe.engine.backend import EngineBackend
 from acceptmoe.errors import UserError
 from acceptmoe.methods import Plan, Variant
+from acceptmoe.registry import Registry
 
 from .fit import check_model_fits
 
 Opener = Callable[..., EngineBackend]
-ENGINES: dict[str, str | Opener] = {
-    "native": "acceptmoe.engine.engine:load_engine",
-    "sglang": "acceptmoe.serving.sglang:open_engine",
-}
+# engine name -> its opener, imported on first use (`ENGINES.add` takes an opener at hand)
+ENGINES: Registry[Opener] = Registry("engine", fix="docs/architecture.md, \"The engine contract\"")
+ENGINES.lazy("native", "acceptmoe.engine.engine:load_engine")
+ENGINES.lazy("sglang", "acceptmoe.serving.sglang:open_engine")
 OFFLOAD_ENGINES = ("native",)
 ROUTE_ENGINES = ("native",)                    # engines whose generations can record routes (`engine.routes`)
 
 
-def register_engine(name: str, opener: Opener | str) -> None:
-    """Make `open_backend(name, ...)` available (an opener, or "module:function" imported on first use)."""
-    ENGINES[name] = opener
-
-
 def check_engine(name: str, store: str = "resident", routes: bool = False) -> None:
     if name not in ENGINES:
-        raise UserError(f"unknown engine {name!r}; valid engines: {', '.join(ENGINES)}")
+        raise ENGINES.unknown(name)
     if routes and name not in ROUTE_ENGINES:
         raise UserError(f"generation.record_routes: routes are recorded by the {', '.join(ROUTE_ENGINES)} engine "
                         f"only ({name} does not expose what each pass sent to the experts): drop --record-routes "
@@ -60,15 +55,11 @@ def check_engine(name: str, store: str = "resident", routes: bool = False) -> No
 def opener(name: str) -> Opener:
     """The engine's opener, imported now: a missing dependency is one clear error (checked before a run starts)."""
     check_engine(name)
-    found = ENGINES[name]
-    if isinstance(found, str):
-        module, _, fn = found.partition(":")
-        try:
-            found = getattr(importlib.import_module(module), fn)
-        except ImportError as exc:
-            raise UserError(f"engine {name!r} is not available here ({exc}): install it on a machine it supports "
-                            f"(docs/{name}.md), or use --engine native") from None
-    return found
+    try:
+        return ENGINES[name]
+    except ImportError as exc:
+        raise UserError(f"engine {name!r} is not available here ({exc}): install it on a machine it supports "
+                        f"(docs/{name}.md), or use --engine native") from None
 
 
 def open_backend(name: str, **settings) -> EngineBackend:

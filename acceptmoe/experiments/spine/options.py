@@ -46,7 +46,7 @@ def add_run_options(p: argparse.ArgumentParser, limit_help: str = "evaluation pr
     p.add_argument("--resume", type=Path, default=None, metavar="RUN_DIR",
                    help="continue this run folder with its own frozen config")
     p.add_argument("--results", type=Path, default=None, help="results root (default: results/)")
-    p.add_argument("--engine", default=None, choices=tuple(ENGINES),
+    p.add_argument("--engine", default=None, choices=ENGINES.names(),
                    help="the engine that runs the models (default: the preset's, native)")
     p.add_argument("--record-routes", action="store_true", default=None,
                    help="save what every target pass sent to the experts (routes/, for `replay`; native engine)")

@@ -145,7 +145,7 @@ def environment() -> dict:
         print(f"note: code sandbox: {iso.describe()}", flush=True)
         _SAID_SANDBOX.append(True)
     versions = {}
-    for pkg in ("acceptmoe", "torch", "triton", "transformers", "numpy", "math-verify", "sglang"):
+    for pkg in (__name__.partition(".")[0], "torch", "triton", "transformers", "numpy", "math-verify", "sglang"):
         try:
             versions[pkg] = metadata.version(pkg)
         except metadata.PackageNotFoundError:

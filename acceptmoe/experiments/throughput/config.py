@@ -41,9 +41,16 @@ class PhaseConfig:
 
 
 @dataclass(frozen=True)
+class OffloadPhaseConfig(PhaseConfig):
+    """The offloaded phase (docs/method.md, "Experimental protocol": offload): its own protocol's defaults."""
+    prompts: int = 20                       # the frozen prompts: evaluation examples 0-19
+    slots: int | None = 48                  # X of 128 experts per MoE layer on the device
+
+
+@dataclass(frozen=True)
 class SweepConfig:
     """Fixed-budget sweep (Figure 5): AcceptMoE-B at each budget, AcceptMoE and references, graded."""
-    budgets: tuple[int, ...] = (16, 20, 24, 25, 28, 32, 40, 48)
+    budgets: tuple[int, ...] = (16, 20, 24, 25, 28, 32, 40, 48)   # 25: the paper's own fixed budget
     method: str = ""                        # the fixed-budget method swept over `budgets`
     references: tuple[Variant, ...] = ()    # run once each beside the budgets
     prompts: int | None = None              # evaluation prompts per pair (None: resident.prompts)
@@ -58,8 +65,8 @@ class PromptSet:
     examples in order (the paper's protocol); `longest_reply`, the first `candidates` examples ordered by the
     length of the target's own greedy reply, longest first (ties: lower index), so timed tokens are reply text,
     not the continuation after EOS, where a world's replies are shorter than the timed window."""
-    order: str = "index"
-    candidates: int = 300
+    order: str = "index"                    # index (the paper) | longest_reply
+    candidates: int = 300                   # longest_reply: how many of the first evaluation examples are measured
 
 
 @dataclass(frozen=True)
@@ -70,7 +77,7 @@ class ThroughputConfig:
     limit: int | None = None                # caps every phase's prompts and the B0 prompts computed here
     budgets_from: str | None = None         # a Table 1 run folder: reuse its calibration/ and b0/ files
     resident: PhaseConfig = PhaseConfig()
-    offload: PhaseConfig = PhaseConfig(slots=48)
+    offload: OffloadPhaseConfig = OffloadPhaseConfig()
     sweep: SweepConfig = SweepConfig()
     bootstrap_resamples: int = 2000         # intervals over prompts (sweep accuracy, pruning accuracy)
     prompt_set: PromptSet = PromptSet()     # which evaluation examples the timed phases time

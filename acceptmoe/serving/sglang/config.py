@@ -46,7 +46,7 @@ ENV_FILE = "ACCEPTMOE_SGLANG_CONFIG"
 PREFIX = "ACCEPTMOE_"
 KEYS = ("method", "budget", "b0", "commitment", "p_hat", "beta", "selector", "prune", "trace", "max_records",
         "verifier", "force_decode", "dump")
-VERIFIERS = ("auto", "torch", "triton")
+GRAPH_VERIFIERS = ("auto", "torch", "triton")   # the kernels.VERIFIERS a graph can hold (not the cpu library)
 _TRUE, _FALSE = ("1", "true", "yes", "on"), ("0", "false", "no", "off", "")
 
 
@@ -63,7 +63,7 @@ class PluginConfig:
     p_hat: tuple[float, ...] | None = None   # the commitment probabilities (from `commitment`, or given)
     trace: str | None = None
     max_records: int = 4096
-    verifier: str = "auto"                # the verifier backend inside the forward (VERIFIERS)
+    verifier: str = "auto"                # the verifier backend inside the forward (GRAPH_VERIFIERS)
     force_decode: bool = False
     dump: str | None = None
 
@@ -146,8 +146,8 @@ def validate(raw: Mapping) -> PluginConfig:
     if max_records < 1:
         raise PluginConfigError(f"ACCEPTMOE_MAX_RECORDS must be >= 1, got {max_records}")
     verifier = vals.get("verifier") or "auto"
-    if verifier not in VERIFIERS:
-        raise PluginConfigError(f"ACCEPTMOE_VERIFIER={verifier!r} is not a verifier backend; valid: {', '.join(VERIFIERS)}")
+    if verifier not in GRAPH_VERIFIERS:
+        raise PluginConfigError(f"ACCEPTMOE_VERIFIER={verifier!r} is not a verifier backend; valid: {', '.join(GRAPH_VERIFIERS)}")
     return PluginConfig(variant=variant, b0=b0, selector=selector, commitment=commitment, p_hat=p_hat,
                         trace=vals.get("trace") or None,
                         max_records=max_records, verifier=verifier,

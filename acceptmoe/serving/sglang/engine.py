@@ -47,7 +47,7 @@ from acceptmoe.errors import UserError
 from acceptmoe.methods import Fit, Plan, Router
 
 from .config import ENV_FILE, PREFIX, for_plan, server_restart, settings
-from .memory import size_pools
+from .memory import MEMORY_CAP, size_pools
 from .runtime import output_lengths, parse_steps
 
 NEEDS = ("SGLang serving needs sglang==0.5.23 (scripts/sglang-env.sh builds a CPU environment for it; on a GPU "
@@ -82,7 +82,7 @@ if not installed():                 # checked when the runners import the opener
 
 def open_engine(target, draft, device: str = "cuda", dtype=None, store: str = "resident", slots=None,
                 tree=None, tp: int = 1, dp: int = 1, dump: str | None = None, requests: int = 1,
-                request_tokens: int = 4096, memory_cap: float = 0.9, overlap: bool = False,
+                request_tokens: int = 4096, memory_cap: float = MEMORY_CAP, overlap: bool = False,
                 **settings) -> "SGLangBackend":
     """An `EngineBackend` serving `target` with its EAGLE-3 `draft` in SGLang (resident experts only), its pools
     sized for `requests` in flight of up to `request_tokens` tokens (prompt and generation); `settings` are

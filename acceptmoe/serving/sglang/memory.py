@@ -26,6 +26,8 @@ from pathlib import Path
 
 from acceptmoe.engine.config import ModelConfig
 
+MEMORY_CAP = 0.9       # on a GPU: the most of the device memory free at the start a server keeps (`cap`)
+
 DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
 HEADROOM = (1.05, 1 << 30)          # need x 1.05 + 1 GiB: SGLang's request tables, sampling and graph buffers
 
@@ -52,7 +54,7 @@ class Pools:
         """mem_fraction_static: what the pools need of the device memory free at the start, at most `cap`."""
         return min(cap, -(-1000 * self.need_bytes // max(1, free_bytes)) / 1000)
 
-    def server_args(self, device: str, free_bytes: int | None = None, cap: float = 0.9) -> dict:
+    def server_args(self, device: str, free_bytes: int | None = None, cap: float = MEMORY_CAP) -> dict:
         """SGLang's settings for these pools; on a GPU `free_bytes` is the device memory free before the start."""
         args = {"max_running_requests": self.requests, "max_total_tokens": self.max_total_tokens}
         if str(device).startswith("cuda"):

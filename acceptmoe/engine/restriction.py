@@ -1,0 +1,62 @@
+"""The restriction of one verification pass as a named policy: `Restriction.route(layer, logits)` routes a
+MoE layer's tokens inside the verifier's set S (a restricting method; pruned against the expert pool when
+`prune`) or naturally (Standard SD, whose verifier only scores its sets), and hands what it computed to an
+optional `LayerRecord`, which only reads it (docs/architecture.md, "The engine contract": recording never
+changes the computation).
+
+    restriction = Restriction(verifier, model.store, model.router, prune=False, record=LayerRecord(model.router))
+    ids, weights = restriction.route(layer, logits)      # logits [T, E] -> [T, k] each; also restriction(...)
+    stats = restriction.record.stacked()                 # [L, 6] trace rows (`trace.layer_stats`), or None
+
+`MoEModel.forward(policy=...)` calls the policy once per MoE layer; None routes naturally.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+from torch import Tensor
+
+from acceptmoe.kernels import Verifier, VerifierOutput, natural
+from acceptmoe.methods import Router
+
+from .trace import layer_stats
+
+
+@dataclass
+class LayerRecord:
+    """The trace rows of one pass, one per MoE layer, from what the restriction computed (read only)."""
+    router: Router
+    rows: list[Tensor] = field(default_factory=list)
+
+    def add(self, layer: int, logits: Tensor, ids: Tensor, out: VerifierOutput, natural_ids: Tensor | None) -> None:
+        """One layer's row: the natural ids (computed here unless the layer routed naturally), the routed
+        ids and the verifier's sets."""
+        if natural_ids is None:
+            natural_ids = natural(self.router, logits)[0]
+        self.rows.append(layer_stats(layer, natural_ids[None], ids[None], out)[0])
+
+    def stacked(self) -> Tensor | None:
+        return torch.stack(self.rows) if self.rows else None
+
+
+@dataclass(frozen=True)
+class Restriction:
+    """Per-layer verification routing for one pass of one block (B = 1)."""
+    verifier: Verifier
+    store: object                     # ExpertStore: its residency, when pruning
+    router: Router
+    prune: bool = False
+    record: LayerRecord | None = None
+
+    def route(self, layer: int, logits: Tensor) -> tuple[Tensor, Tensor]:
+        """logits [T, E] -> ids, weights [T, k]: inside S when the plan restricts, else natural."""
+        restricts = self.verifier.plan.spec.restricts
+        resident = self.store.resident(layer).to(logits.device) if self.prune else None
+        out = self.verifier(logits[None], resident, route=restricts)                  # B = 1
+        ids, weights = (out.ids[0], out.weights[0]) if restricts else natural(self.router, logits)
+        if self.record is not None:
+            self.record.add(layer, logits, ids, out, natural_ids=None if restricts else ids)
+        return ids, weights
+
+    __call__ = route                  # MoEModel.forward calls its policy per layer
