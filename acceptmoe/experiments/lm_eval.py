@@ -293,7 +293,7 @@ def annotate_results(output_path: str | None, since: float, lms: list[AcceptMoEL
     written = [p for p in root.rglob("results*.json") if p.stat().st_mtime >= since]
     for path in written:
         results = json.loads(path.read_text())
-        results["acceptmoe"] = lms[-1].record()
+        results[NAME] = lms[-1].record()              # the "acceptmoe" entry
         tmp = path.with_suffix(".json.tmp")
         tmp.write_text(json.dumps(results, indent=2, default=str))
         os.replace(tmp, path)
