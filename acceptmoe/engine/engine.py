@@ -175,7 +175,8 @@ class Engine:
                             f"target's max_position_embeddings={limit}: lower max_new_tokens or shorten the prompt")
         speculates = plan.spec.speculates
         if speculates and self.draft is None:
-            raise UserError(f"method {plan.spec.name!r} speculates and needs an EAGLE-3 draft: load the engine with one")
+            raise UserError(f"method {plan.spec.name!r} speculates and needs an EAGLE-3 draft: load the engine with one "
+                            f"(`./reproduce.sh train-draft` trains one for your target)")
         req = Request(plan, max_new_tokens, ignore_eos, trace_layers, record_routes)
         meta = trace_meta(self.name, plan, self.tree, self.model.store.kind, prompt.numel(), max_new_tokens,
                           ignore_eos)

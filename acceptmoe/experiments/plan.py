@@ -177,7 +177,7 @@ class Target:
         dtype = DTYPES.get(world.dtype, cfg.dtype)
         size = torch.empty((), dtype=dtype).element_size()
         return cls(cfg, expert_bytes(cfg, mxfp4_in_config(target), dtype), other_params(cfg) * size,
-                   draft_bytes(draft, dtype))
+                   draft_bytes(draft, dtype) if draft else 0)
 
 
 def union(E: int, u: float, n: float) -> float:
@@ -245,7 +245,8 @@ def plan_rows(experiment: str, preset, overrides: dict) -> list[dict]:
     rows = []
     for entry in world.models:
         items = work[entry.name]
-        target, draft = required_config(entry.target, "target"), required_config(entry.draft, "draft")
+        target = required_config(entry.target, "target")
+        draft = required_config(entry.draft, "draft") if entry.draft is not None else {}
         needs = {store: model_need(entry, gpu_world, store, slots, target, draft)
                  for store, slots in dict.fromkeys((w.store, w.slots) for w in items)}
         need = Need(*(max(getattr(n, f) for n in needs.values()) for f in ("device", "pinned", "host_peak", "experts")))

@@ -41,3 +41,28 @@ def test_calibrate_honours_its_limit_and_refuses_methods(preset, tmp_path, capsy
     with pytest.raises(SystemExit) as stop:
         table1.calibrate(["--preset", str(preset), "--methods", "acceptmoe", "--results", str(tmp_path)])
     assert stop.value.code == 2
+
+
+def _without_draft(preset, tmp_path, how):
+    import yaml
+    data = yaml.safe_load(preset.read_text())
+    if how == "null":
+        data["models"][0]["draft"] = None
+    else:
+        del data["models"][0]["draft"]
+    path = tmp_path / f"no-draft-{how}.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+@pytest.mark.parametrize("how", ["missing", "null"])
+def test_a_model_without_a_draft_runs_what_needs_none_and_refuses_the_rest_before_work(preset, tmp_path, how):
+    from acceptmoe.errors import UserError
+    no_draft = _without_draft(preset, tmp_path, how)
+    with pytest.raises(UserError, match=r"model 'rand' has no draft, and standard-sd speculate.*train-draft"):
+        table1.main(["--preset", str(no_draft), "--methods", "vanilla-ar", "standard-sd",
+                     "--results", str(tmp_path / "refused")])
+    assert not (tmp_path / "refused").exists()                  # refused before a run folder was made
+    assert table1.main(["--preset", str(no_draft), "--methods", "vanilla-ar", "--results", str(tmp_path)]) == 0
+    rows = [json.loads(line) for line in (_run_folder(tmp_path) / "samples.jsonl").read_text().splitlines()]
+    assert {r["method"] for r in rows} == {"vanilla-ar"} and len(rows) == len(world.TASKS)

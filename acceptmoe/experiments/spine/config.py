@@ -189,7 +189,8 @@ class ModelEntry:
     """One model of the world: a target checkpoint with its EAGLE-3 draft and how its replies are read."""
     name: str                                   # short label used in row keys, folders and tables
     target: str                                 # target checkpoint: a folder (relative to the repo) or hub id
-    draft: str                                  # its EAGLE-3 draft: a folder or hub id
+    draft: str | None = None                    # its EAGLE-3 draft: a folder or hub id; None: no draft (only
+                                                # methods that do not speculate run; `train-draft` makes one)
     response_format: str = "plain"              # plain | harmony (GPT-OSS: grade the final channel only)
     chat_template_kwargs: dict = field(default_factory=dict)   # extra apply_chat_template arguments
     template_date: str | None = None            # a template that stamps today's date gets this one (YYYY-MM-DD)

@@ -26,7 +26,7 @@ import torch
 
 from acceptmoe.engine.backend import EngineBackend
 from acceptmoe.errors import UserError
-from acceptmoe.methods import Plan, Variant
+from acceptmoe.methods import Plan, Variant, get_method
 from acceptmoe.registry import Registry
 
 from .fit import check_model_fits
@@ -76,12 +76,30 @@ class Loaded:
     engine: EngineBackend
     tokenizer: object
     target: Path
-    draft: Path
+    draft: Path | None             # None: the model has no draft (methods that do not speculate only)
     world: object                  # config.WorldConfig
 
     def plan(self, variant: Variant, commitment: Sequence[float] | None = None, b0: int | None = None) -> Plan:
         """`variant` bound to this engine, the pair's p_hat and B0 and the world's selector."""
+        if self.draft is None and variant.spec.speculates:
+            raise no_draft(self.model.name, [variant.name])
         return variant.bind(self.engine.fit, commitment=commitment, b0=b0, selector=self.world.selector)
+
+
+def no_draft(model: str, methods) -> UserError:
+    """The error of a speculative method asked of a model without a draft: it names the way to get one."""
+    return UserError(f"model {model!r} has no draft, and {', '.join(methods)} speculate(s) with one: train one "
+                     f"with `./reproduce.sh train-draft --target <target> --out <dir> --prompts <file>` (or take "
+                     f"a released EAGLE-3 draft) and set the model's `draft:`, or run only methods that need none "
+                     f"(docs/own-model.md)")
+
+
+def require_drafts(world, methods) -> None:
+    """Stop before any work when a speculative method of `methods` (names) meets a model without a draft."""
+    speculating = [m for m in methods if get_method(m).speculates]
+    for model in world.models:
+        if model.draft is None and speculating:
+            raise no_draft(model.name, speculating)
 
 
 @contextmanager
@@ -103,7 +121,11 @@ def load_model(model, world, run_dir: Path, store: str = "resident", slots: int 
     this machine cannot hold stops here, before anything is downloaded or loaded (`fit.check_model_fits`)."""
     from .prompts import load_tokenizer, resolve_checkpoint
     check_model_fits(model, world, store, slots)
-    target, draft = resolve_checkpoint(model.target), resolve_checkpoint(model.draft)
+    target = resolve_checkpoint(model.target)
+    draft = resolve_checkpoint(model.draft) if model.draft is not None else None
+    if draft is None and world.engine != "native":
+        raise UserError(f"model {model.name!r} has no draft: the {world.engine} engine serves speculative pairs; "
+                        f"run it on the native engine (--engine native) or give it a draft")
     serving = world.serving.settings(world, model) if world.engine != "native" else {}
     engine = open_backend(world.engine, target=target, draft=draft, device=world.device, dtype=world.dtype,
                           store=store, slots=slots, tree=world.tree, **serving)

@@ -86,13 +86,14 @@ def model_need(entry, world, store: str, slots: int | None, target: dict | None 
     """What `entry` (a ModelEntry) needs with this expert store on the world's device; `target` / `draft`: their
     config dicts when already read (else resolved with `required_config`)."""
     target = target if target is not None else required_config(entry.target, "target")
-    draft = draft if draft is not None else required_config(entry.draft, "draft")
+    if draft is None and entry.draft is not None:
+        draft = required_config(entry.draft, "draft")
     cfg = ModelConfig.from_dict(target)
     dtype = DTYPES.get(world.dtype, cfg.dtype)
     b = store_bytes(cfg, dtype, store, slots, mxfp4_in_config(target), world.device)
     other = other_params(cfg) * torch.empty((), dtype=dtype).element_size()
     tokens = PROMPT_TOKENS + world.max_new_tokens(entry) + world.tree.num_draft_tokens
-    extra = draft_bytes(draft, dtype) + kv_bytes(cfg, dtype, tokens)
+    extra = (draft_bytes(draft, dtype) if draft else 0) + kv_bytes(cfg, dtype, tokens)
     on_host = torch.device(world.device).type == "cpu"      # the store's peak already holds experts and `other`
     experts = len(cfg.moe_layer_ids) * cfg.num_experts * expert_bytes(cfg, mxfp4_in_config(target), dtype)
     return Need(b.device + other + extra, b.pinned, b.load_peak + (extra if on_host else 0), experts)
@@ -127,7 +128,8 @@ def check_fits(need: Need, device: str, what: str = "") -> None:
 def check_model_fits(entry, world, store: str, slots: int | None) -> None:
     """`check_fits` for `entry` when its config files are at hand (a local folder, a cache or the shipped copies);
     a model whose config.json is nowhere here is not checked (its download comes first)."""
-    target, draft = model_config(entry.target), model_config(entry.draft)
+    target = model_config(entry.target)
+    draft = model_config(entry.draft) if entry.draft is not None else {}
     if target is not None and draft is not None:
         need = model_need(entry, world, store, slots, target, draft)
         check_fits(need, world.device, f"{entry.name} ({store} store) ")

@@ -15,7 +15,7 @@ from typing import Callable
 from acceptmoe.engine.engine import check_device
 from acceptmoe.errors import UserError
 
-from .engines import ENGINES, opener
+from .engines import ENGINES, opener, require_drafts
 from .prompts import resolve_checkpoint
 from .runs import Run, SampleLog, code_state, discard_if_empty, lock_run, open_run, record_resume
 
@@ -93,8 +93,13 @@ def open_or_resume(command: str, args: argparse.Namespace, load: Callable[[dict]
     cfg = load(given)
     opener(cfg.world.engine)                       # fail before creating a run folder
     check_device(cfg.world.device)
+    methods = getattr(cfg, "method_names", None)
+    if methods is not None:
+        require_drafts(cfg.world, methods())           # a speculative method without a draft: before any work
     for model in cfg.world.models:
-        resolve_checkpoint(model.target), resolve_checkpoint(model.draft)
+        resolve_checkpoint(model.target)
+        if model.draft is not None:
+            resolve_checkpoint(model.draft)
     return cfg, open_run(command, cfg.world.preset, cfg, root=args.results)
 
 

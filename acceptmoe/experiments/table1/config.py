@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from acceptmoe.methods import B0_METHOD, METHODS, get_method
+from acceptmoe.methods import B0_METHOD, CALIBRATION, METHODS, get_method
 
 from ..spine.config import ConfigKeyError, WorldConfig
 
@@ -31,3 +31,8 @@ class Table1Config:
                                  f"{B0_METHOD} to methods")
         if self.limit is not None and self.limit < 1:
             raise ConfigKeyError(f"limit must be a positive number of prompts or null, got {self.limit}")
+
+    def method_names(self) -> tuple[str, ...]:
+        """Every method this run generates with (calibration's included where a method needs it)."""
+        calibrates = any(METHODS[m].needs_calibration for m in self.methods)
+        return tuple(self.methods) + ((CALIBRATION,) if calibrates else ())

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from acceptmoe.methods import METHODS, Sizing, Variant, get_method
+from acceptmoe.methods import B0_METHOD, CALIBRATION, METHODS, Sizing, Variant, get_method
 
 from ..spine.config import ConfigKeyError, WorldConfig, from_saved, load_experiment
 from ..spine.engines import check_engine
@@ -132,6 +132,12 @@ class ThroughputConfig:
         """The sweep's roles by variant name (fixed budgets, self-sized reference) for tables and figures."""
         return SweepRoles(tuple(v.name for v in self.sweep_fixed()), get_method(self.sweep.method).label,
                           self.sweep_self_sized())
+
+    def method_names(self) -> tuple[str, ...]:
+        """Every method the run's phases generate with (p_hat's and B0's when budgets are computed here)."""
+        names = [v.method for p in self.phases for v in self.variants(p)]
+        budgets = (CALIBRATION, B0_METHOD) if needs_budgets(self) and self.budgets_from is None else ()
+        return tuple(dict.fromkeys([*names, *budgets]))
 
     def labels(self) -> dict[str, str]:
         """name -> display label for every variant of every phase."""
