@@ -11,11 +11,11 @@ from typing import Callable
 
 from acceptmoe.commands import command, parser
 
-from . import replay, study, table1, throughput
+from . import batch, replay, study, table1, throughput
 from .spine.runs import REPO, NothingToTabulate, RunFolderError, recorded_experiment
 
 BUILDERS: dict[str, Callable[[Path], str]] = {**table1.BUILDERS, **throughput.BUILDERS, **study.BUILDERS,
-                                              **replay.BUILDERS}
+                                              **replay.BUILDERS, **batch.BUILDERS}
 
 
 def run_folders(results: Path) -> list[tuple[str, Path]]:

@@ -87,7 +87,7 @@ def test_no_import_cycles():
     assert not cycles, "import cycles:\n" + "\n".join(cycles)
 
 
-EXPERIMENT_PACKAGES = ("table1", "throughput", "study", "replay", "bench", "claims")   # each on the spine alone
+EXPERIMENT_PACKAGES = ("table1", "throughput", "study", "replay", "batch", "bench", "claims")   # each on the spine alone
 
 # The one exception: `claims` reads other experiments' results, through their record builders only (the modules
 # below: tables, records, reports and the configs those load), never a runner or a command.
