@@ -93,7 +93,8 @@ EXPERIMENT_PACKAGES = ("table1", "throughput", "study", "replay", "batch", "benc
 # below: tables, records, reports and the configs those load), never a runner or a command.
 READERS = {"claims": {"acceptmoe.experiments.table1.table", "acceptmoe.experiments.throughput.records",
                       "acceptmoe.experiments.throughput.report", "acceptmoe.experiments.study.tables",
-                      "acceptmoe.experiments.study.config", "acceptmoe.experiments.replay.report"}}
+                      "acceptmoe.experiments.study.config", "acceptmoe.experiments.replay.report",
+                      "acceptmoe.experiments.batch.records"}}
 
 
 def test_experiments_stand_on_the_spine_and_not_on_each_other():
