@@ -8,7 +8,7 @@ from pathlib import Path
 
 from ..spine import render
 from ..spine.shapes import GPUS
-from .records import load, quality_records, work_records
+from .records import BASE, load, quality_records, work_records
 
 STEM = "batch-study"
 
@@ -95,20 +95,27 @@ def figure(work: list[dict], stem: Path) -> list[Path]:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     fig, axes = plt.subplots(1, 2, figsize=(11, 3.8))
+    methods = list(dict.fromkeys(r["variant"] for r in work))
+    drafts = list(dict.fromkeys(r["draft"] for r in work))
+    colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    styles, markers = ("-", "--", ":", "-."), ("s", "o", "^", "D")
+    sizes = sorted({r["batch"] for r in work})
     for ax, key, title in ((axes[0], "reads_ratio", "experts read per output token vs Standard SD (resident)"),
                            (axes[1], "loads_ratio", "pool loads per output token vs Standard SD (X-slot pool)")):
-        lines = dict.fromkeys((r["draft"], r["method"], r["variant"]) for r in work)
-        for draft, method, variant in lines:
-            mine = [r for r in work if r["draft"] == draft and r["variant"] == variant and r.get(key) is not None]
-            if not mine or all(abs(r[key] - 1) < 1e-12 and r[key + "_low"] == r[key + "_high"] for r in mine):
-                continue
-            xs = [r["batch"] for r in mine]
-            ys = [r[key] for r in mine]
-            err = [[y - r[key + "_low"] for y, r in zip(ys, mine)], [r[key + "_high"] - y for y, r in zip(ys, mine)]]
-            ax.errorbar(xs, ys, yerr=err, capsize=2, marker="o" if "chain" in draft else "s",
-                        linestyle="--" if "chain" in draft else "-", label=f"{method}, {draft}")
+        for i, draft in enumerate(drafts):
+            for j, variant in enumerate(methods):
+                mine = [r for r in work if r["draft"] == draft and r["variant"] == variant and r.get(key) is not None]
+                if not mine or variant == BASE:
+                    continue
+                ys = [r[key] for r in mine]
+                err = [[y - r[key + "_low"] for y, r in zip(ys, mine)],
+                       [r[key + "_high"] - y for y, r in zip(ys, mine)]]
+                ax.errorbar([r["batch"] for r in mine], ys, yerr=err, capsize=2, color=colours[j % len(colours)],
+                            linestyle=styles[i % len(styles)], marker=markers[i % len(markers)],
+                            label=f"{mine[0]['method']}, {draft}")
         ax.axhline(1.0, color="grey", linewidth=0.8)
         ax.set_xscale("log", base=2)
+        ax.set_xticks(sizes, [str(b) for b in sizes])
         ax.set_xlabel("requests per verify pass (B)")
         ax.set_title(title, fontsize=9)
     axes[0].legend(fontsize=6)
