@@ -18,6 +18,7 @@ from acceptmoe.methods import BASELINE, METHODS, get_method
 from ..spine.config import ConfigKeyError, WorldConfig, load_experiment
 
 EXPERIMENT = "batch-study"
+PHASE = "batch"          # the graded rows' phase and the routes' folder of the study's generations
 
 
 @dataclass(frozen=True)
@@ -51,6 +52,10 @@ class DraftShape:
 
     def describe(self) -> str:
         return f"{'chain' if self.chain else 'tree'} {self}"
+
+    def folder_in(self, run_dir: str | Path) -> Path:
+        """Where this shape's generations live in a run folder (`shapes/tree-S-K-T/`, `spine.layout` inside)."""
+        return Path(run_dir) / "shapes" / self.folder
 
 
 @dataclass(frozen=True)

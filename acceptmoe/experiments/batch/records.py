@@ -27,9 +27,8 @@ from ..spine.passbytes import CONTEXT, pass_model, step_bound
 from ..spine.records import accuracy_fields, rate
 from ..spine.runs import NothingToTabulate, SampleLog
 from ..spine.shapes import GPUS, get_shape
-from .config import BatchStudyConfig, DraftShape
+from .config import PHASE, BatchStudyConfig, DraftShape
 
-PHASE = "batch"
 BASE = Variant(BASELINE).name
 
 
@@ -71,13 +70,12 @@ class Bytes:
         return count * self.scale * self.expert
 
     def whole(self, c: dict) -> float | None:
-        """Bytes a draw's batched steps read: experts, weights once per step, KV once per active request."""
-        m = self.model
-        if m is None:
+        """Bytes a draw's batched steps read (`PassModel.step_bytes` summed over its steps: experts, weights
+        once per step, KV once per active request; linear in both, so the draw's totals give the sum)."""
+        if self.model is None:
             return None
-        per_step = m.target_bytes() + m.draft_step_bytes(self.steps, 0)
-        per_request = m.kv_bytes(CONTEXT) + m.draft_step_bytes(self.steps, CONTEXT) - m.draft_step_bytes(self.steps, 0)
-        return self.experts(c["reads"]) + c["passes"] * per_step + c["active"] * per_request
+        return (self.model.step_bytes(self.experts(c["reads"]), CONTEXT, True, self.steps, c["active"])
+                + (c["passes"] - 1) * self.model.step_bytes(0, CONTEXT, True, self.steps, 0))
 
     def seconds(self, c: dict, gpu, offloaded: bool) -> float | None:
         read = self.whole(c)
@@ -134,7 +132,7 @@ def quality_records(run_dir: Path, cfg: BatchStudyConfig) -> list[dict]:
     accuracy with its interval and the paired difference vs Standard SD, the mean set size, B0 per task."""
     out = []
     for shape in cfg.shapes():
-        root = Path(run_dir) / "shapes" / shape.folder
+        root = shape.folder_in(run_dir)
         path = root / "samples.jsonl"
         if not path.is_file():
             continue

@@ -30,13 +30,7 @@ from ..spine.grading import PairRun, run_graded
 from ..spine.layout import RunPaths
 from ..spine.runs import Run, SampleLog, unit_key
 from .compose import Request, StoreCounter, compose, draw_requests
-from .config import BatchStudyConfig, DraftShape
-
-PHASE = "batch"          # the graded rows' phase and the routes' folder
-
-
-def shape_dir(run_dir: Path, shape: DraftShape) -> Path:
-    return Path(run_dir) / "shapes" / shape.folder
+from .config import PHASE, BatchStudyConfig, DraftShape
 
 
 def generate_shape(cfg: BatchStudyConfig, shape: DraftShape, root: Path) -> None:
@@ -100,7 +94,7 @@ def run_experiment(cfg: BatchStudyConfig, run: Run, show_progress: bool = True) 
     set_threads(cfg.world)
     samples = SampleLog(run.path / "samples.jsonl")
     for shape in cfg.shapes():
-        root = shape_dir(run.path, shape)
+        root = shape.folder_in(run.path)
         todo = [b for b in cfg.batch_sizes if unit_key(shape.folder, b) not in samples]
         if not todo:
             continue
