@@ -90,7 +90,7 @@ def test_batch_study_end_to_end(study, capsys):
     assert [r["batch"] for r in rows] == [1, 4] and all(r["store_agrees"] for r in rows)
     batched = {Variant(m).name for m, s in METHODS.items() if s.speculates}
     assert all(set(d["methods"]) == batched for r in rows for d in r["draws"])
-    assert ": yes." in (run / "batch-study.md").read_text()
+    assert "union does: yes." in (run / "batch-study.md").read_text()
     md = (run / "batch-study.md").read_bytes()
     assert write_outputs(run)[0].encode() == md                           # rebuilt from saved files alone
     csv = (run / "batch-study.csv").read_text()
