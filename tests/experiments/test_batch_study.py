@@ -109,3 +109,5 @@ def test_bad_options_are_one_error_line(study, capsys):
     assert "error: " in capsys.readouterr().err
     assert main([*argv[:5], "--limit", "1", "--batch-sizes", "1", "--trees", "2/2"]) == 2
     assert "num_steps/topk/num_draft_tokens" in capsys.readouterr().err
+    assert main([*argv[:5], "--limit", "1", "--batch-sizes", "1", "--engine", "sglang"]) == 2
+    assert "use --engine native" in capsys.readouterr().err

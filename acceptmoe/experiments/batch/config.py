@@ -16,6 +16,7 @@ from acceptmoe.engine.tree import TreeShape
 from acceptmoe.methods import BASELINE, METHODS, get_method
 
 from ..spine.config import ConfigKeyError, WorldConfig, load_experiment
+from ..spine.engines import ROUTE_ENGINES
 
 EXPERIMENT = "batch-study"
 PHASE = "batch"          # the graded rows' phase and the routes' folder of the study's generations
@@ -89,6 +90,9 @@ class BatchStudyConfig:
         for m in self.methods or ():
             if not get_method(m).speculates:
                 raise ConfigKeyError(f"methods: {m} drafts nothing, so it has no verify pass to batch; drop it")
+        if self.world.engine not in ROUTE_ENGINES:
+            raise ConfigKeyError(f"engine {self.world.engine}: the batch study composes recorded routes, which the "
+                                 f"{', '.join(ROUTE_ENGINES)} engine records: use --engine native")
         if self.methods is not None and BASELINE not in self.methods:
             raise ConfigKeyError(f"methods must include {BASELINE}: every ratio is taken against it")
 
