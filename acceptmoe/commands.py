@@ -25,7 +25,7 @@ from acceptmoe.registry import Registry
 PACKAGE = Path(__file__).resolve().parent
 # where command modules live, in the order `--help` lists their commands
 COMMAND_DIRS = ("experiments/table1", "experiments/throughput", "experiments/study", "experiments/replay",
-                "experiments/claims", "experiments/crossengine", "experiments", "experiments/gpucheck",
+                "experiments/batch", "experiments/claims", "experiments/crossengine", "experiments", "experiments/gpucheck",
                 "experiments/bench", "tiny")
 
 

@@ -12,12 +12,12 @@ from typing import Callable
 from acceptmoe.commands import command, parser
 from acceptmoe.registry import Registry
 
-from . import replay, study, table1, throughput
+from . import batch, replay, study, table1, throughput
 from .spine.runs import REPO, NothingToTabulate, RunFolderError, recorded_experiment
 
 # experiment -> its run folder's tables and figures; each package declares its own `BUILDERS`, a name once
 BUILDERS: Registry[Callable[[Path], str]] = Registry("experiment with tables")
-for _package in (table1, throughput, study, replay):
+for _package in (table1, throughput, study, replay, batch):
     for _name, _builder in _package.BUILDERS.items():
         BUILDERS.add(_name, _builder)
 

@@ -87,13 +87,14 @@ def test_no_import_cycles():
     assert not cycles, "import cycles:\n" + "\n".join(cycles)
 
 
-EXPERIMENT_PACKAGES = ("table1", "throughput", "study", "replay", "bench", "claims")   # each on the spine alone
+EXPERIMENT_PACKAGES = ("table1", "throughput", "study", "replay", "batch", "bench", "claims")   # each on the spine alone
 
 # The one exception: `claims` reads other experiments' results, through their record builders only (the modules
 # below: tables, records, reports and the configs those load), never a runner or a command.
 READERS = {"claims": {"acceptmoe.experiments.table1.table", "acceptmoe.experiments.throughput.records",
                       "acceptmoe.experiments.throughput.report", "acceptmoe.experiments.study.tables",
-                      "acceptmoe.experiments.study.config", "acceptmoe.experiments.replay.report"}}
+                      "acceptmoe.experiments.study.config", "acceptmoe.experiments.replay.report",
+                      "acceptmoe.experiments.batch.records"}}
 
 
 def test_experiments_stand_on_the_spine_and_not_on_each_other():

@@ -16,7 +16,7 @@ from acceptmoe.experiments.claims import table
 from acceptmoe.experiments.claims.measured import Measured
 from acceptmoe.experiments.claims.verdict import Evidence, judge, verdict
 from acceptmoe.experiments.cli import main
-from acceptmoe.experiments.spine.paper import CLAIMS, Expect, docs_table, margins_table
+from acceptmoe.experiments.spine.paper import BEYOND, CLAIMS, Expect, docs_table, margins_table
 from acceptmoe.experiments.spine.runs import REPO, SampleLog, open_run
 
 REFERENCE = REPO / "results" / "reference"
@@ -62,7 +62,9 @@ def test_rebuilds_the_same_bytes_and_every_claim_appears(reference, tmp_path, ca
     recs = _records(out)
     assert len(recs) >= 10
     ids = {r["id"].split(" / ")[0] for r in recs}
-    assert ids == {c.id for c in CLAIMS}
+    assert ids == {c.id for c in CLAIMS + BEYOND}
+    beyond = [r for r in recs if r["id"] in {c.id for c in BEYOND}]         # marked, and named by their command
+    assert beyond and all(r["claim"].startswith("[beyond the paper] ") for r in beyond)
     assert {r["id"] for r in recs} >= {"pruning / traffic", "pruning / hit rate", "pruning / throughput",
                                        "pruning / accuracy"}
     # the worlds study: every Table 1 claim has a row across its 3 worlds; other claims say it runs Table 1 only

@@ -1,4 +1,5 @@
-"""The claims table: every claim of the paper (`spine.paper.CLAIMS`), the paper's value, ours, whether the
+"""The claims table: every claim of the paper (`spine.paper.CLAIMS`), then the findings beyond it (`spine.paper.BEYOND`,
+marked "[beyond the paper]"), the paper's value, ours, whether the
 paper's direction holds and what was measured, from saved run folders only.
 
     runs = default_runs()                        # the newest reference run of each experiment
@@ -19,7 +20,7 @@ from pathlib import Path
 from acceptmoe.errors import UserError
 
 from ..spine import render
-from ..spine.paper import CLAIMS, Claim, Expect, Part
+from ..spine.paper import BEYOND, CLAIMS, Claim, Expect, Part
 from ..spine.runs import REPO, RunFolderError, recorded_experiment
 from .measured import ENGINE, REPLAY, Measured, where
 from .read import READERS, REPLAY_HINT, claims_with_replay
@@ -27,7 +28,7 @@ from .verdict import verdict
 
 REFERENCE_RUNS = REPO / "results" / "reference"
 # fig5 holds fig4's phases with more prompts; the reference fig4 run is the replay's small routes source
-DEFAULT_EXPERIMENTS = ("table1", "worlds", "fig3", "fig5", "calibration-study", "replay")
+DEFAULT_EXPERIMENTS = ("table1", "worlds", "fig3", "fig5", "calibration-study", "replay", "batch-study")
 OUTPUTS = ("claims.md", "claims.csv", "claims.tex")
 HEADER = ["id", "claim", "paper", "ours", "95% interval / spread", "direction holds", "the paper's direction",
           "measures", "worlds", "run"]
@@ -107,12 +108,13 @@ def claim_rows(found: list[Measured]) -> list[dict]:
     """One record per (claim, part, measurement), every claim of the registry present, in its order."""
     out = []
     studied = any(m.worlds for m in found)
-    for c in CLAIMS:
+    for c in CLAIMS + BEYOND:
         for part in _parts(c):
             name = part.name if part else ""
             expect = part.expect if part else c.expect
             mine = [m for m in found if m.claim == c.id and m.part == name]
-            base = {"id": c.id + (f" / {name}" if name else ""), "claim": (c.text.partition(":")[0] + f": {name}") if name else c.text,
+            text = f"[beyond the paper] {c.text}" if c.beyond else c.text
+            base = {"id": c.id + (f" / {name}" if name else ""), "claim": (text.partition(":")[0] + f": {name}") if name else text,
                     "paper": part.paper if part else c.paper, "the paper's direction": expect.words}
             across = any(m.worlds for m in mine)
             for m in mine:
@@ -142,10 +144,11 @@ def render_markdown(records: list[dict], runs: list[Path]) -> str:
     return "\n".join([
         "# The paper's claims beside this reproduction\n",
         "Runs: " + ", ".join(f"`{where(r)}`" for r in runs) + "\n",
-        render.markdown(HEADER, rows, f"{len(CLAIMS)} claims (docs/method.md), {len(records)} rows, "
-                                      f"{measured_n} measured"),
+        render.markdown(HEADER, rows, f"{len(CLAIMS)} claims (docs/method.md) and {len(BEYOND)} findings beyond the "
+                                      f"paper, {len(records)} rows, {measured_n} measured"),
         "Intervals: 95 % paired bootstrap over prompts (Table 1: stratified by pair; pruning accuracy: pooled "
-        "over pairs) or over generations (the replay); throughput: min-max over repetitions of the mean over "
+        "over pairs), over generations (the replay) or over request draws (the batch study); throughput: min-max "
+        "over repetitions of the mean over "
         "pairs, or of each pair; counters are counts of one instrumented run (per-pair points, no interval). "
         "Direction: \"yes\" only when the interval or spread excludes the opposite of the paper's direction, "
         "\"no\" only when it excludes the paper's direction, \"not resolved\" otherwise; an equality is judged "

@@ -61,6 +61,7 @@ class Claim:
     parts: tuple[Part, ...]
     expect: Expect | None          # None: one row per part, each with its own Expect
     command: str                   # the ./reproduce.sh command whose run speaks to it
+    beyond: bool = False           # a finding beyond the paper (`BEYOND`): the paper reports no value for it
 
     @property
     def paper(self) -> str:
@@ -151,7 +152,28 @@ CLAIMS: tuple[Claim, ...] = (
           (Part("", "-23.2 to -92.1 pp"),),
           Expect("below", "the smallest budget loses accuracy on every pair (< 0)", every_pair=True), "fig5"),
 )
-BY_ID = {c.id: c for c in CLAIMS}
+
+# Findings beyond the paper: questions it leaves open, asked of this reproduction with the paper's own direction
+# as the hypothesis (their rows in the claims table say so; docs/method.md's table lists the paper's claims only).
+NOT_IN_PAPER = "beyond the paper (it measures batch 1, 64-token trees)"
+BEYOND: tuple[Claim, ...] = (
+    Claim("batch-reads", "experts read per output token, AcceptMoE vs Standard SD, when B requests verify together "
+                         "(the union of their sets per layer), per draft shape and batch size",
+          (Part("", NOT_IN_PAPER),),
+          Expect("below", "fewer experts read per output token in every (draft shape, batch size) cell (ratio < 1)",
+                 1.0, every_pair=True), "batch-study", beyond=True),
+    Claim("batch-pool-loads", "X-slot pool loads per output token, AcceptMoE vs Standard SD, B requests per pass, per "
+                              "draft shape and batch size",
+          (Part("", NOT_IN_PAPER),),
+          Expect("below", "fewer loads per output token in every (draft shape, batch size) cell (ratio < 1)", 1.0,
+                 every_pair=True), "batch-study", beyond=True),
+    Claim("batch-tau-parity", "mean accepted length, AcceptMoE and Standard SD, per draft shape (tree and chain)",
+          (Part("", NOT_IN_PAPER),),
+          Expect("equivalent", f"equal on every draft shape (AcceptMoE / Standard SD within {100 * TAU_SD:.1f} % of "
+                               f"1, the paper's tau-parity margin)", 1.0, TAU_SD, every_pair=True,
+                 margin_from="tau-parity's margin, carried over"), "batch-study", beyond=True),
+)
+BY_ID = {c.id: c for c in CLAIMS + BEYOND}
 
 
 def claim(claim_id: str) -> Claim:

@@ -4,6 +4,7 @@ target's and its EAGLE-3 draft's config.json, and the bound a GPU's published ba
     m = pass_model("qwen3-30b-a3b")                  # target + draft configs (a shape name, or folders)
     m.target_bytes(), m.kv_bytes(512), m.draft_step_bytes(5)
     m.step_bytes(experts_read, context=512, speculative=True, num_steps=5)      # bytes read per target step
+    m.step_bytes(experts_read, requests=16)          # a step verifying 16 requests: weights once, KV per request
     seconds = step_bound(read, moved, gpu, link="published")                   # bytes / bandwidth
 
 Per target step (a verify pass, or a Vanilla AR decode pass):
@@ -130,11 +131,15 @@ class PassModel:
         return d.fc_params() * d.dtype_bytes + num_steps * (d.pass_params() * d.dtype_bytes + kv)
 
     def step_bytes(self, experts_read: float, context: int = CONTEXT, speculative: bool = True,
-                   num_steps: int = 5) -> float:
+                   num_steps: int = 5, requests: float = 1) -> float:
         """Device-memory bytes of one target step: the pass's experts (the caller's count), its other weights
-        and KV cache, and with speculation the draft's passes."""
-        draft = self.draft_step_bytes(num_steps, context) if speculative else 0
-        return experts_read + self.target_bytes() + self.kv_bytes(context) + draft
+        and KV cache, and with speculation the draft's passes. A step batching `requests` requests reads the
+        weights (target and draft) once and each request's KV cache (target and draft) once."""
+        draft = 0
+        if speculative:
+            draft_kv = self.draft_step_bytes(num_steps, context) - self.draft_step_bytes(num_steps, 0)
+            draft = self.draft_step_bytes(num_steps, context) + (requests - 1) * draft_kv
+        return experts_read + self.target_bytes() + requests * self.kv_bytes(context) + draft
 
     def describe(self, num_steps: int = 5, context: int = CONTEXT) -> dict:
         return {"name": self.name, "source": self.source, "context": context, "num_steps": num_steps,

@@ -1,0 +1,22 @@
+"""The batch study: AcceptMoE where production serves, B requests per verify pass and chain drafts as well as
+the paper's trees (docs/batch-study.md).
+
+| module     | what it holds                                                                              |
+|------------|--------------------------------------------------------------------------------------------|
+| `config`   | `BatchStudyConfig`, the `batch-study:` section; `DraftShape` (num_steps/topk/num_draft_tokens) |
+| `runner`   | per draft shape: budgets, every speculating method graded with routes; then one counted row per batch size |
+| `compose`  | requests from recorded routes, drawn and composed into batched passes, counted by the engine's store |
+| `records`  | per (shape, batch, method) work and bytes with paired ratios; tau and accuracy per shape   |
+| `report`   | tables (Markdown, CSV, LaTeX) and the figure from saved files only                         |
+| `commands` | `batch-study`                                                                              |
+"""
+from pathlib import Path
+from typing import Callable
+
+
+def _report(run: Path) -> str:
+    from .report import write_outputs
+    return write_outputs(run)[0]
+
+
+BUILDERS: dict[str, Callable[[Path], str]] = {"batch-study": _report}   # run folder -> its tables and figure

@@ -1,0 +1,120 @@
+"""The batch study's section of the config spine (`configs/experiments/batch-study.yaml`, then the preset's
+`batch-study:` mapping, then the command line).
+
+    >>> from acceptmoe.experiments.batch.config import load_batch_config
+    >>> cfg = load_batch_config("tiny", {"batch_sizes": [1, 4], "trees": ["3/1/4"]})
+    >>> cfg.batch_sizes, [str(t) for t in cfg.shapes()], cfg.limit
+    ((1, 4), ['3/1/4'], 32)
+"""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from pathlib import Path
+
+from acceptmoe.engine.tree import TreeShape
+from acceptmoe.methods import BASELINE, METHODS, get_method
+
+from ..spine.config import ConfigKeyError, WorldConfig, load_experiment
+from ..spine.engines import ROUTE_ENGINES
+
+EXPERIMENT = "batch-study"
+PHASE = "batch"          # the graded rows' phase and the routes' folder of the study's generations
+
+
+@dataclass(frozen=True)
+class DraftShape:
+    """One draft shape of the study: the engine's `TreeShape` and its name in folders and tables."""
+    tree: TreeShape
+
+    @classmethod
+    def parse(cls, text: str) -> "DraftShape":
+        """"num_steps/topk/num_draft_tokens", e.g. "5/10/64" (the paper's tree) or "3/1/4" (a chain)."""
+        parts = str(text).split("/")
+        if len(parts) != 3 or not all(p.strip().isdigit() for p in parts):
+            raise ConfigKeyError(f"trees: {text!r} is not num_steps/topk/num_draft_tokens (e.g. 5/10/64 or 3/1/4)")
+        try:
+            return cls(TreeShape(*(int(p) for p in parts)))
+        except ValueError as exc:
+            raise ConfigKeyError(f"trees: {text!r}: {exc}") from None
+
+    @property
+    def chain(self) -> bool:
+        return self.tree.topk == 1
+
+    @property
+    def folder(self) -> str:
+        t = self.tree
+        return f"tree-{t.num_steps}-{t.topk}-{t.num_draft_tokens}"
+
+    def __str__(self) -> str:
+        t = self.tree
+        return f"{t.num_steps}/{t.topk}/{t.num_draft_tokens}"
+
+    def describe(self) -> str:
+        return f"{'chain' if self.chain else 'tree'} {self}"
+
+    def folder_in(self, run_dir: str | Path) -> Path:
+        """Where this shape's generations live in a run folder (`shapes/tree-S-K-T/`, `spine.layout` inside)."""
+        return Path(run_dir) / "shapes" / self.folder
+
+
+@dataclass(frozen=True)
+class BatchStudyConfig:
+    SECTION = EXPERIMENT
+    world: WorldConfig
+    limit: int = 32                                   # evaluation prompts per task: the pool requests come from
+    batch_sizes: tuple[int, ...] = (1, 4, 16, 64)
+    trees: tuple[str, ...] = ("5/10/64", "3/1/4")     # num_steps/topk/num_draft_tokens
+    draws: int = 32                                   # request draws per batch size
+    slots: int = 48                                   # X of the X-slot pool
+    shapes_at: tuple[str, ...] = ("tiny", "qwen3-30b-a3b", "gpt-oss-120b")
+    methods: tuple[str, ...] | None = None            # None: every speculating method of the registry
+    seed: int = 0
+    bootstrap_resamples: int = 2000
+
+    def __post_init__(self) -> None:
+        if self.limit < 1 or self.draws < 1 or self.slots < 1 or self.bootstrap_resamples < 1:
+            raise ConfigKeyError(f"limit, draws, slots and bootstrap_resamples must be >= 1, got {self.limit}, "
+                                 f"{self.draws}, {self.slots}, {self.bootstrap_resamples}")
+        if not self.batch_sizes or min(self.batch_sizes) < 1 or len(set(self.batch_sizes)) != len(self.batch_sizes):
+            raise ConfigKeyError(f"batch_sizes must be distinct whole numbers >= 1, got {list(self.batch_sizes)}")
+        pool = self.limit * len(self.world.tasks)
+        if max(self.batch_sizes) > pool:
+            raise ConfigKeyError(f"batch size {max(self.batch_sizes)} exceeds the {pool} prompts requests are drawn "
+                                 f"from ({self.limit} per task x {len(self.world.tasks)} tasks): raise --limit to "
+                                 f"at least {-(-max(self.batch_sizes) // len(self.world.tasks))} or lower "
+                                 f"--batch-sizes")
+        if not self.trees or len({str(s) for s in self.shapes()}) != len(self.trees):
+            raise ConfigKeyError(f"trees must be distinct draft shapes, got {list(self.trees)}")
+        for m in self.methods or ():
+            if not get_method(m).speculates:
+                raise ConfigKeyError(f"methods: {m} drafts nothing, so it has no verify pass to batch; drop it")
+        if self.world.engine not in ROUTE_ENGINES:
+            raise ConfigKeyError(f"engine {self.world.engine}: the batch study composes recorded routes, which the "
+                                 f"{', '.join(ROUTE_ENGINES)} engine records: use --engine native")
+        if self.methods is not None and BASELINE not in self.methods:
+            raise ConfigKeyError(f"methods must include {BASELINE}: every ratio is taken against it")
+
+    @property
+    def preset(self) -> str:
+        return self.world.preset
+
+    def shapes(self) -> list[DraftShape]:
+        return [DraftShape.parse(t) for t in self.trees]
+
+    def method_names(self) -> tuple[str, ...]:
+        """The methods batched, in registry order: the configured ones, or every method that speculates."""
+        chosen = self.methods if self.methods is not None else tuple(METHODS)
+        return tuple(m for m in METHODS if m in chosen and METHODS[m].speculates)
+
+    def world_for(self, shape: DraftShape) -> WorldConfig:
+        """The world with this draft shape, recording routes, calibrating on at most `limit` prompts per task."""
+        w = self.world
+        return dataclasses.replace(
+            w, tree=shape.tree, generation=dataclasses.replace(w.generation, record_routes=True),
+            calibration=dataclasses.replace(w.calibration, prompts=min(w.calibration.prompts, self.limit)))
+
+
+def load_batch_config(preset: str | Path, overrides: dict | None = None) -> BatchStudyConfig:
+    return load_experiment(BatchStudyConfig, preset, overrides)

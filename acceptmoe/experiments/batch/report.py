@@ -1,0 +1,147 @@
+"""The batch study's tables (Markdown, CSV, LaTeX) and figure, from saved files only (`records`).
+
+    text, written = write_outputs("results/batch-study/tiny/<run-id>")    # also behind ./reproduce.sh tables
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+from ..spine import render
+from ..spine.shapes import GPUS
+from .records import BASE, load, quality_records, work_records
+
+STEM = "batch-study"
+
+
+def _f(x, d: int = 2) -> str:
+    return "-" if x is None else f"{x:.{d}f}"
+
+
+def _iv(r: dict, key: str) -> str:
+    if r.get(key) is None:
+        return "-"
+    return f"{r[key]:.3f} [{r[key + '_low']:.3f}, {r[key + '_high']:.3f}]"
+
+
+def work_table(recs: list[dict], slots: int, whole_key: str) -> tuple[list[str], list[list[str]]]:
+    header = ["draft", "B", "method", "active / pass", "union / layer", "sharing", "experts read / token",
+              "read vs SD [95%]", f"X={slots} loads vs SD [95%]", f"whole-pass bound vs SD [95%] ({whole_key})"]
+    rows = [[r["draft"], str(r["batch"]), r["method"], _f(r["mean_active"], 1), _f(r["union_per_layer"], 1),
+             _f(r["sharing"]), _f(r["reads_per_token"]), _iv(r, "reads_ratio"), _iv(r, "loads_ratio"),
+             _iv(r, f"whole_ratio_{whole_key}")] for r in recs]
+    return header, rows
+
+
+def bytes_table(recs: list[dict], shapes: tuple[str, ...], slots: int) -> tuple[list[str], list[list[str]]]:
+    header = ["draft", "B", "method", "shape", "expert MB read / token (count)", f"MB moved / token, X={slots} (count)",
+              *[f"{g.name} bound ms / token" for g in GPUS], f"{GPUS[-1].name} X={slots} bound ms / token"]
+    rows = []
+    for r in recs:
+        for s in shapes:
+            rows.append([r["draft"], str(r["batch"]), r["method"], s, _f(r[f"read_mb_per_token_{s}"], 1),
+                         _f(r[f"moved_mb_per_token_{s}_x{slots}"], 1),
+                         *[_f(r.get(f"whole_ms_per_token_{s}_{g.name}"), 3) for g in GPUS],
+                         _f(r.get(f"whole_ms_per_token_{s}_{GPUS[-1].name}_x{slots}"), 3)])
+    return header, rows
+
+
+def quality_table(recs: list[dict]) -> tuple[list[str], list[list[str]]]:
+    header = ["draft", "variant", "prompts", "B0 per task", "tau", "tau vs SD [95%]", "accuracy (%)",
+              "vs SD (pp) [95%]", "set size"]
+    rows = [[r["draft"], r["variant"], str(r["prompts"]), r["b0"] or "-", _f(r["tau"]),
+             _iv(r, "tau_ratio"), _f(r["accuracy"], 1),
+             "-" if r.get("accuracy_diff") is None else
+             f"{r['accuracy_diff']:+.1f} [{r['accuracy_diff_low']:+.1f}, {r['accuracy_diff_high']:+.1f}]",
+             _f(r["mean_set_size"], 1)] for r in recs]
+    return header, rows
+
+
+NOTES = ("Requests: each draw is B distinct prompts of the pool, drawn without replacement; the draws are the same "
+         "for every method (paired). Batched pass k holds the k-th verify pass of every request that has one "
+         "(requests start together; a finished one drops out). Per layer the pass reads the union of its requests' "
+         "expert sets ('union / layer'; 'sharing' = the requests' own set sizes summed over the union's size). "
+         "'experts read / token': experts read (the union) per MoE layer per output token; 'X loads': the X-slot "
+         "pool's loads, counted by the engine's offloaded store (the pool empty at each draw's start). Ratios are "
+         "per output token vs Standard SD with 95 % paired bootstrap intervals over draws: they reflect which prompts are "
+         "batched together, not the sampling of the prompt pool itself. Bytes are counts (experts x a shape's "
+         "bytes per expert, scaled to its MoE layers), not measured times; the whole-pass bound adds the non-expert "
+         "weights and the draft once per step and the KV cache once per request (context 512), at each GPU's "
+         "published bandwidth. GPT-OSS-120B's rows apply its bytes per expert to the tiny world's top-8 unions: "
+         "its own router picks 4 experts per token, so its unions would be smaller. No batched pass was timed.")
+
+
+def whole_key(cfg) -> str:
+    """The whole-pass ratio the main table shows: the second configured shape (Qwen3-30B-A3B by default) at the
+    first GPU (H200)."""
+    return f"{cfg.shapes_at[min(1, len(cfg.shapes_at) - 1)]}_{GPUS[0].name}"
+
+
+def tables(run_dir: Path) -> tuple[str, dict[str, list[dict]]]:
+    cfg, rows = load(run_dir)
+    work, quality = work_records(cfg, rows), quality_records(run_dir, cfg)
+    whole = whole_key(cfg)
+    agree = all(r["store_agrees"] for r in work)
+    parts = [f"# Batch study ({cfg.preset} preset): expert work when B requests verify together\n",
+             render.markdown(*work_table(work, cfg.slots, whole),
+                             "Expert work per batched verify pass, per draft shape and batch size"),
+             NOTES + "\n",
+             f"Composition check (first draw of every cell): the resident store's count of experts used equals the "
+             f"union of the requests' sets, and the full concatenated rows of its first pass count as the packed "
+             f"union does: {'yes' if agree else 'NO'}.\n",
+             render.markdown(*quality_table(quality), "Tau and accuracy per draft shape (the same generations)"),
+             render.markdown(*bytes_table(work, cfg.shapes_at, cfg.slots),
+                             "Bytes per output token at each expert shape (counts) and the whole-pass bound")]
+    return "\n".join(parts), {"work": work, "quality": quality}
+
+
+def figure(work: list[dict], stem: Path) -> list[Path]:
+    """Expert reads per output token vs Standard SD against batch size: one line per method and draft shape,
+    95 % paired intervals as bars (Standard SD itself, always 1, left out)."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    fig, axes = plt.subplots(1, 2, figsize=(11, 3.8))
+    methods = list(dict.fromkeys(r["variant"] for r in work))
+    drafts = list(dict.fromkeys(r["draft"] for r in work))
+    colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    styles, markers = ("-", "--", ":", "-."), ("s", "o", "^", "D")
+    sizes = sorted({r["batch"] for r in work})
+    for ax, key, title in ((axes[0], "reads_ratio", "experts read per output token vs Standard SD (resident)"),
+                           (axes[1], "loads_ratio", "pool loads per output token vs Standard SD (X-slot pool)")):
+        for i, draft in enumerate(drafts):
+            for j, variant in enumerate(methods):
+                mine = [r for r in work if r["draft"] == draft and r["variant"] == variant and r.get(key) is not None]
+                if not mine or variant == BASE:
+                    continue
+                ys = [r[key] for r in mine]
+                err = [[y - r[key + "_low"] for y, r in zip(ys, mine)],
+                       [r[key + "_high"] - y for y, r in zip(ys, mine)]]
+                ax.errorbar([r["batch"] for r in mine], ys, yerr=err, capsize=2, color=colours[j % len(colours)],
+                            linestyle=styles[i % len(styles)], marker=markers[i % len(markers)],
+                            label=f"{mine[0]['method']}, {draft}")
+        ax.axhline(1.0, color="grey", linewidth=0.8)
+        ax.set_xscale("log", base=2)
+        ax.set_xticks(sizes, [str(b) for b in sizes])
+        ax.set_xlabel("requests per verify pass (B)")
+        ax.set_title(title, fontsize=9)
+    axes[0].legend(fontsize=6)
+    out = [stem.with_suffix(".png"), stem.with_suffix(".pdf")]
+    fig.tight_layout()
+    for p in out:
+        fig.savefig(p, dpi=150, metadata={"CreationDate": None} if p.suffix == ".pdf" else None)
+    plt.close(fig)
+    return out
+
+
+def write_outputs(run_dir: str | Path) -> tuple[str, list[Path]]:
+    run_dir = Path(run_dir)
+    text, recs = tables(run_dir)
+    cfg, _ = load(run_dir)
+    written = [run_dir / f"{STEM}.md", run_dir / f"{STEM}.csv", run_dir / f"{STEM}-quality.csv", run_dir / f"{STEM}.tex"]
+    written[0].write_text(text)
+    written[1].write_text(render.csv_text(recs["work"]))
+    written[2].write_text(render.csv_text(recs["quality"]))
+    header, rows = work_table(recs["work"], cfg.slots, whole_key(cfg))
+    written[3].write_text(render.latex(header, rows, "Expert work when B requests verify together (batch study).",
+                                       "tab:batch-study"))
+    return text, written + figure(recs["work"], run_dir / STEM)
