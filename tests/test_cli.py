@@ -76,7 +76,8 @@ def _preset(tmp_path, edit) -> str:
     (lambda d: d["tree"].update(topk=[10]), "bad.yaml.tree.topk: expected int, got [10] (list)"),
     (lambda d: d["table1"].update(methods="all"), "bad.yaml:table1.methods: expected a list, got 'all' (str)"),
     (lambda d: d.pop("models"), "bad.yaml.models: missing required key"),
-    (lambda d: d["models"][0].pop("draft"), "bad.yaml.models[0].draft: missing required key"),
+    (lambda d: d["models"][0].pop("target"), "bad.yaml.models[0].target: missing required key"),
+    (lambda d: d["models"][0].pop("draft"), "model 'tiny' has no draft, and standard-sd, "),   # a draft is optional
     (lambda d: d.update(tasks=["tiny-gsm", "tiny-gsn"]), "unknown task 'tiny-gsn' (did you mean 'tiny-gsm'?); valid: gsm8k"),
     (lambda d: d.update(device="cuda"), "device 'cuda': this machine has no CUDA GPU"),
 ])

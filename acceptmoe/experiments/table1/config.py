@@ -35,4 +35,4 @@ class Table1Config:
     def method_names(self) -> tuple[str, ...]:
         """Every method this run generates with (calibration's included where a method needs it)."""
         calibrates = any(METHODS[m].needs_calibration for m in self.methods)
-        return tuple(self.methods) + ((CALIBRATION,) if calibrates else ())
+        return tuple(dict.fromkeys(self.methods + ((CALIBRATION,) if calibrates else ())))
