@@ -1,5 +1,8 @@
-"""Every example that shows a call runs: the README's Python blocks and every docstring example written as a
-doctest (`>>>`) in the package, on the embedded tiny world."""
+"""Every example that shows a call runs: each Python block of README.md and docs/*.md, as written and from a
+folder outside the repository, printing what its `# prints:` comment shows (doctest's matching: `...` stands
+for any text), and every docstring example written as a doctest (`>>>`) in the package, on the embedded tiny
+world. A block that needs SGLang says so on its first line and runs in the live SGLang suite's environment
+only."""
 from __future__ import annotations
 
 import doctest
@@ -33,13 +36,37 @@ def _in_the_repository(monkeypatch):
     monkeypatch.chdir(ROOT)                        # examples name models/tiny, configs/ relative to the repo
 
 
-def readme_blocks() -> list[str]:
-    return re.findall(r"```python\n(.*?)```", (ROOT / "README.md").read_text(), flags=re.S)
+NEEDS_SGLANG = "# in the SGLang environment"
 
 
-@pytest.mark.parametrize("i", range(len(readme_blocks())))
-def test_readme_python_block_runs(i):
-    exec(compile(readme_blocks()[i], f"README.md block {i}", "exec"), {})
+def doc_blocks() -> list[tuple[str, str]]:
+    """(where, code) of every Python block in README.md and docs/*.md."""
+    out = []
+    for path in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]:
+        for i, code in enumerate(re.findall(r"```python\n(.*?)```", path.read_text(), flags=re.S)):
+            out.append((f"{path.relative_to(ROOT)} block {i}", code))
+    return out
+
+
+def shown_output(code: str) -> str:
+    """What the block's `# prints:` comment shows (the comment lines after it, without their `# `)."""
+    lines = code.splitlines()
+    start = next((i for i, line in enumerate(lines) if line.strip() == "# prints:"), None)
+    return "" if start is None else "".join(line.strip()[2:] + "\n" for line in lines[start + 1:]
+                                            if line.strip().startswith("#"))
+
+
+@pytest.mark.parametrize("where, code", doc_blocks(), ids=[w for w, _ in doc_blocks()])
+def test_doc_python_block_runs_anywhere_and_prints_what_it_shows(where, code, tmp_path, monkeypatch, capsys):
+    if code.startswith(NEEDS_SGLANG):
+        pytest.skip("needs SGLang: run in the SGLang environment")
+    monkeypatch.chdir(tmp_path)                    # as written, from a folder outside the repository
+    exec(compile(code, where, "exec"), {})
+    printed, shown = capsys.readouterr().out, shown_output(code)
+    assert printed, f"{where} prints nothing: show the user what it computes"
+    checker = doctest.OutputChecker()
+    assert shown and checker.check_output(shown, printed, doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE), \
+        f"{where} printed:\n{printed}\nbut its `# prints:` comment shows:\n{shown}"
 
 
 def test_the_key_modules_carry_runnable_examples():

@@ -13,7 +13,9 @@ import os
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
+
 from acceptmoe.errors import UserError
+from acceptmoe.paths import REPO
 
 DATA_DIR_ENV = "ACCEPTMOE_DATA_DIR"
 
@@ -57,7 +59,7 @@ class DataError(UserError, RuntimeError):
 def data_dir() -> Path:
     """The data folder: $ACCEPTMOE_DATA_DIR if set, else `data/` at the repository root."""
     override = os.environ.get(DATA_DIR_ENV)
-    return Path(override) if override else Path(__file__).resolve().parents[2] / "data"
+    return Path(override) if override else REPO / "data"
 
 
 def data_path(name: str) -> Path:

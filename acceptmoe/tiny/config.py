@@ -13,9 +13,10 @@ from pathlib import Path
 
 from acceptmoe.evals import generators as tasks
 from acceptmoe.errors import UserError
+from acceptmoe.paths import REPO
 from acceptmoe.yamlfile import read_mapping
 
-DEFAULT_PATH = Path(__file__).resolve().parents[2] / "configs" / "tiny" / "world.yaml"
+DEFAULT_PATH = REPO / "configs" / "tiny" / "world.yaml"
 
 
 class TinyConfigError(UserError, ValueError):

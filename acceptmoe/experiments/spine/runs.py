@@ -37,8 +37,8 @@ from typing import Any, Iterator
 
 
 from acceptmoe.errors import UserError
+from acceptmoe.paths import REPO
 
-REPO = Path(__file__).resolve().parents[3]       # acceptmoe/experiments/spine/runs.py -> the repository
 LOCK_NAME = ".lock"
 KEEP_WHEN_EMPTY = ("config.json", LOCK_NAME, "resumes.jsonl")  # a folder holding only these has no results
 
