@@ -59,3 +59,25 @@ def write_mxfp4_experts(folder: str | Path) -> dict[str, torch.Tensor]:
         "model.layers.*.self_attn", "model.layers.*.mlp.router", "model.embed_tokens", "lm_head"]}
     (folder / "config.json").write_text(json.dumps(cfg, indent=2))
     return reference
+
+
+def write_task_file(folder, name="my-arith", grader="numeric", **over):
+    """A task YAML (evals.tasks.from_file) over tiny-gsm problems, test and train splits of 6, checksummed."""
+    import hashlib
+    import json
+
+    import yaml
+
+    from acceptmoe.evals import generators
+    folder.mkdir(parents=True, exist_ok=True)
+    splits = {}
+    for split in ("test", "train"):
+        rows = [{"question": e["question"], "answer": e["answer"]} for e in generators.generate("tiny-gsm", split, 6)]
+        data = folder / f"{name}-{split}.jsonl"
+        data.write_text("".join(json.dumps(r) + "\n" for r in rows))
+        splits[split] = {"file": data.name, "sha256": hashlib.sha256(data.read_bytes()).hexdigest()}
+    spec = {"name": name, "version": "1", "grader": grader, "prompt": "{question}", "answer": "answer",
+            "splits": splits, **over}
+    path = folder / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    return path

@@ -66,3 +66,27 @@ def test_a_model_without_a_draft_runs_what_needs_none_and_refuses_the_rest_befor
     assert table1.main(["--preset", str(no_draft), "--methods", "vanilla-ar", "--results", str(tmp_path)]) == 0
     rows = [json.loads(line) for line in (_run_folder(tmp_path) / "samples.jsonl").read_text().splitlines()]
     assert {r["method"] for r in rows} == {"vanilla-ar"} and len(rows) == len(world.TASKS)
+
+
+def test_a_file_task_runs_in_table1_with_every_method(preset, tmp_path):
+    import yaml
+
+    from acceptmoe.evals.tasks import TASKS, get_task
+    from acceptmoe.evals.tasks.from_file import register_file
+    from fixtures import write_task_file
+
+    task_file = write_task_file(tmp_path / "task", name="my-arith-t1")
+    data = yaml.safe_load(preset.read_text())
+    data.update(task_files=[str(task_file)], tasks=["my-arith-t1"])
+    mine = tmp_path / "with-file-task.yaml"
+    mine.write_text(yaml.safe_dump(data))
+    try:
+        assert table1.main(["--preset", str(mine), "--results", str(tmp_path / "r")]) == 0
+        (run,) = [p.parent for p in (tmp_path / "r").rglob("config.json")]
+        rows = [json.loads(line) for line in (run / "samples.jsonl").read_text().splitlines()]
+        assert {r["task"] for r in rows} == {"my-arith-t1"} and len({r["method"] for r in rows}) >= 6
+        assert (run / "calibration" / "rand" / "my-arith-t1-train.json").is_file()
+        assert "my-arith-t1" in (run / "table1.md").read_text()
+        assert register_file(task_file) == "my-arith-t1" and get_task("my-arith-t1").version == "file-1"
+    finally:
+        TASKS.remove("my-arith-t1")

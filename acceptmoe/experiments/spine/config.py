@@ -37,6 +37,7 @@ from acceptmoe.errors import UserError, shown
 from acceptmoe.evals import stats
 from acceptmoe.serving.sglang.memory import MEMORY_CAP
 from acceptmoe.evals.tasks import TASKS
+from acceptmoe.evals.tasks.from_file import register_file
 from acceptmoe.methods import ConfigError, SelectorConfig, UnknownMethodError, Variant
 from acceptmoe.yamlfile import read_mapping
 
@@ -291,6 +292,7 @@ class WorldConfig:
     preset: str
     models: tuple[ModelEntry, ...]
     tasks: tuple[str, ...]
+    task_files: tuple[str, ...] = ()            # YAML task declarations (evals.tasks.from_file), registered first
     engine: str = "native"                      # which EngineBackend runs the models (experiments.engines)
     eval_split: str = "test"
     device: str = "cpu"
@@ -319,6 +321,8 @@ class WorldConfig:
         names = [m.name for m in self.models]
         if not names or len(set(names)) != len(names):
             raise ConfigKeyError(f"models need unique names, got {names}")
+        for f in self.task_files:                  # absolute, or relative to the repository like model folders
+            register_file(f if Path(f).is_absolute() else REPO / f)
         for t in self.tasks + tuple(self.calibration.sources.values()):
             if t not in TASKS:
                 raise ConfigKeyError(str(TASKS.unknown(t)))

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from typing import Callable, Iterator, Sequence
 
 from acceptmoe.evals.tasks import Grade, Task, get_task
+from acceptmoe.evals.tasks.from_file import file_of, register_file
 from acceptmoe.methods import Plan
 
 from .config import Pair
@@ -76,8 +77,11 @@ def grading_workers(world) -> int:
     return 0 if str(world.device) == "cpu" else max(0, min(4, (os.cpu_count() or 1) - 1))
 
 
-def grade_reply(task: str, example: dict, response: str, response_format: str) -> Grade:
-    """One reply's grade (what a grading worker runs; inline grading calls it too)."""
+def grade_reply(task: str, example: dict, response: str, response_format: str, task_file=None) -> Grade:
+    """One reply's grade (what a grading worker runs; inline grading calls it too); `task_file`: the YAML a
+    task declared in a file came from, registered again in the worker's fresh process."""
+    if task_file is not None:
+        register_file(task_file)
     return get_task(task).score_many([example], [response], response_format=response_format)[0]
 
 
@@ -109,7 +113,7 @@ class Reply:
 def _reply(pair: PairRun, index: int, key: str, ids: list[int], gen, pool: ProcessPoolExecutor | None) -> Reply:
     model, ex = pair.loaded.model, pair.examples[index]
     response = decode(pair.loaded.tokenizer, gen.tokens, model.response_format)
-    args = (pair.task.name, ex, response, model.response_format)
+    args = (pair.task.name, ex, response, model.response_format, file_of(pair.task.name))
     grade = pair.task.score_many([ex], [response], response_format=model.response_format)[0] if pool is None \
         else pool.submit(grade_reply, *args)
     return Reply(index, key, ids, gen, response, grade)

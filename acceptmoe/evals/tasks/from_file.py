@@ -1,0 +1,118 @@
+"""A task declared in a YAML file over JSONL data, usable wherever a shipped task is (docs/own-model.md,
+"Your own tasks"): `register_file(path)` reads it, checks every data file's sha256 and registers the task
+under its `name` in `TASKS`.
+
+    name: my-arith                      # the task's name in presets, rows and tables
+    version: "1"
+    grader: numeric                     # exact | numeric (GSM8K's) | math_verify (MATH500's)
+    prompt: "{question}"                # the user turn: a format string over a record's fields
+    answer: answer                      # the record field graded against
+    splits:                             # test is required; train calibrates (else calibration.sources)
+      test: {file: arith-test.jsonl, sha256: 3f5c...}
+      train: {file: arith-train.jsonl, sha256: 9a1b...}
+
+Files are relative to the YAML's folder. A record may carry an "id"; otherwise its split and line number
+name it. Graders are the shipped tasks' own: `exact` compares stripped text, `numeric` is GSM8K's
+flexible-extract exact match, `math_verify` is MATH500's `math_check`.
+"""
+from __future__ import annotations
+
+import string
+from pathlib import Path
+
+from acceptmoe.errors import UserError
+from acceptmoe.evals.data import parse_jsonl, read_text, sha256_of
+from acceptmoe.evals.tasks import TASKS, Grade, Task, check_split, user_message
+from acceptmoe.yamlfile import read_mapping
+
+KEYS = {"name", "version", "grader", "prompt", "answer", "splits"}
+
+
+class TaskFileError(UserError, ValueError):
+    """A task file that cannot be used; the message names the file, the key and the fix."""
+
+
+def _exact(gold: str, response: str) -> Grade:
+    extracted = response.strip()
+    return Grade(extracted == gold.strip(), extracted, {"target": gold})
+
+
+def _numeric(gold: str, response: str) -> Grade:
+    from acceptmoe.evals.tasks import gsm8k
+    return gsm8k.score_against(gold, response)
+
+
+def _math_verify(gold: str, response: str) -> Grade:
+    from acceptmoe.evals.tasks import math500
+    return math500.score_against(gold, response)
+
+
+GRADERS = {"exact": _exact, "numeric": _numeric, "math_verify": _math_verify}
+
+
+def _fail(path: Path, message: str) -> TaskFileError:
+    return TaskFileError(f"{path}: {message}")
+
+
+def _split_records(path: Path, split: str, entry, fields: tuple[str, ...]) -> list[dict]:
+    if not isinstance(entry, dict) or set(entry) != {"file", "sha256"}:
+        raise _fail(path, f"splits.{split} must be {{file: <jsonl>, sha256: <hex>}}, got {entry!r}")
+    data = (path.parent / str(entry["file"])).resolve()
+    if not data.is_file():
+        raise _fail(path, f"splits.{split}.file {data} does not exist")
+    actual = sha256_of(data)
+    if actual != entry["sha256"]:
+        raise _fail(path, f"splits.{split}: {data.name} has sha256 {actual}, the file declares {entry['sha256']}: "
+                          f"the data changed; restore it or update the checksum")
+    records = parse_jsonl(read_text(data), str(data), fields)
+    return [{"id": str(r.get("id", f"{split}-{n}")), **r} for n, r in enumerate(records)]
+
+
+def load_file(path: str | Path) -> Task:
+    """The task a YAML file declares (its data read and checked now)."""
+    path = Path(path).resolve()
+    spec = read_mapping(path, TaskFileError)
+    unknown, missing = set(spec) - KEYS, {"name", "grader", "splits", "answer"} - set(spec)
+    if unknown or missing:
+        raise _fail(path, f"unknown keys {sorted(unknown)}" if unknown else f"missing keys {sorted(missing)}")
+    if spec["grader"] not in GRADERS:
+        raise _fail(path, f"grader {spec['grader']!r} is not one of {', '.join(GRADERS)}")
+    template = str(spec.get("prompt", "{prompt}"))
+    fields = tuple(dict.fromkeys([f for _, f, _, _ in string.Formatter().parse(template) if f] + [spec["answer"]]))
+    splits = spec["splits"]
+    if not isinstance(splits, dict) or "test" not in splits or set(splits) - {"test", "train"}:
+        raise _fail(path, "splits must hold test (and may hold train)")
+    data = {split: _split_records(path, split, entry, fields) for split, entry in splits.items()}
+    grade, answer = GRADERS[spec["grader"]], spec["answer"]
+    name = str(spec["name"])
+
+    def load(split: str = "test", limit: int | None = None) -> list[dict]:
+        check_split(name, split, tuple(data))
+        rows = [dict(r) for r in data[split]]
+        return rows if limit is None else rows[:limit]
+
+    return Task(name=name, version=f"file-{spec.get('version', '1')}", splits=tuple(data), load=load,
+                messages=lambda ex: user_message(template.format(**ex)),
+                extract=lambda ex, response: grade(str(ex[answer]), response).extracted,
+                score=lambda ex, response: grade(str(ex[answer]), response))
+
+
+_FILES: dict[str, Path] = {}      # task name -> the file that registered it
+
+
+def file_of(name: str) -> Path | None:
+    """The file task `name` was registered from (None: a shipped task); a spawned process registers it again."""
+    return _FILES.get(name)
+
+
+def register_file(path: str | Path) -> str:
+    """Register the task `path` declares (again for the same file: nothing to do); returns its name."""
+    path = Path(path).resolve()
+    task = load_file(path)
+    if _FILES.get(task.name) == path:
+        return task.name
+    if task.name in TASKS:
+        raise _fail(path, f"a task named {task.name!r} exists already: rename it")
+    TASKS.add(task.name, task)
+    _FILES[task.name] = path
+    return task.name
