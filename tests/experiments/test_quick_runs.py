@@ -90,3 +90,22 @@ def test_a_file_task_runs_in_table1_with_every_method(preset, tmp_path):
         assert register_file(task_file) == "my-arith-t1" and get_task("my-arith-t1").version == "file-1"
     finally:
         TASKS.remove("my-arith-t1")
+
+
+def test_relative_paths_in_a_users_preset_are_read_beside_it(preset, tmp_path):
+    """A preset outside the repository naming `models/target` next to itself: its own folder, not the repo's."""
+    import shutil
+
+    import yaml
+
+    from acceptmoe.experiments.spine.config import load_world
+    data = yaml.safe_load(preset.read_text())
+    mine = tmp_path / "elsewhere"
+    shutil.copytree(data["models"][0]["target"], mine / "models" / "target")
+    data["models"][0]["target"] = "models/target"
+    data["models"][0]["draft"] = "models/tiny/draft"                     # not beside it: the repository's
+    (mine / "mine.yaml").write_text(yaml.safe_dump(data))
+    (model,) = load_world(mine / "mine.yaml").models
+    assert model.target == str(mine / "models" / "target") and model.draft == "models/tiny/draft"
+    (shipped,) = load_world("tiny").models
+    assert (shipped.target, shipped.draft) == ("models/tiny/target", "models/tiny/draft")

@@ -355,10 +355,32 @@ def sections() -> tuple[str, ...]:
     return tuple(sorted(p.stem for p in (CONFIGS / "experiments").glob("*.yaml")))
 
 
+def beside(folder: Path, value):
+    """A path a YAML in `folder` names: a relative one that exists there is that file or folder (kept
+    relative to the repository when inside it, else absolute); anything else stays as written (a folder
+    relative to the repository, or a hub id)."""
+    if not isinstance(value, str) or Path(value).is_absolute() or not (folder / value).exists():
+        return value
+    found = (folder / value).resolve()
+    return str(found.relative_to(REPO)) if found.is_relative_to(REPO) else str(found)
+
+
+def _paths_beside(data: dict, folder: Path) -> dict:
+    """The preset's model folders and task files, relative paths read against the preset's own folder."""
+    out = dict(data)
+    if isinstance(out.get("models"), list):
+        out["models"] = [{**m, **{k: beside(folder, m[k]) for k in ("target", "draft") if k in m}}
+                         if isinstance(m, dict) else m for m in out["models"]]
+    if isinstance(out.get("task_files"), list):
+        out["task_files"] = [beside(folder, f) for f in out["task_files"]]
+    return out
+
+
 def load_world(preset: str | Path, overrides: dict | None = None) -> WorldConfig:
-    """The world of `preset` (configs/world.yaml, then the preset without its sections, then overrides)."""
+    """The world of `preset` (configs/world.yaml, then the preset without its sections, then overrides); a
+    relative path in the preset that exists beside it is read there (`beside`)."""
     path = preset_path(preset)
-    data = {k: v for k, v in read_yaml(path).items() if k not in sections()}
+    data = _paths_beside({k: v for k, v in read_yaml(path).items() if k not in sections()}, path.parent)
     return build(WorldConfig, deep_merge(deep_merge(read_yaml(WORLD_YAML), data), dotted(overrides or {})),
                  f"{path.name}")
 
