@@ -41,6 +41,9 @@ class DraftBatch:
     feats: Tensor     # [B, N, 3 * Ht] fp32, zero-padded
     labels: Tensor    # [B, N] long, IGNORE on padding
 
+    def to(self, device) -> "DraftBatch":
+        return DraftBatch(self.ids.to(device), self.feats.to(device), self.labels.to(device))
+
     @property
     def num_labels(self) -> int:
         return int((self.labels != IGNORE).sum())
@@ -61,7 +64,8 @@ def greedy_replies(model, tok, prompts: list[list[int]], max_new_tokens: int, ba
         for r, i in enumerate(rows):
             ids[r, width - len(prompts[i]):] = torch.tensor(prompts[i])
             mask[r, width - len(prompts[i]):] = 1
-        out = model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=max_new_tokens, do_sample=False,
+        out = model.generate(input_ids=ids.to(model.device), attention_mask=mask.to(model.device),
+                             max_new_tokens=max_new_tokens, do_sample=False,
                              eos_token_id=eos, pad_token_id=pad)
         for r, i in enumerate(rows):
             new = out[r, width:].tolist()
@@ -82,12 +86,13 @@ def target_features(model, seqs: list[list[int]], aux_ids: Sequence[int], batch_
         mask = torch.zeros((len(rows), width), dtype=torch.long)
         for r, i in enumerate(rows):
             ids[r, :len(seqs[i])], mask[r, :len(seqs[i])] = torch.tensor(seqs[i]), 1
-        res = model(input_ids=ids, attention_mask=mask, output_hidden_states=True, use_cache=False)
+        res = model(input_ids=ids.to(model.device), attention_mask=mask.to(model.device), output_hidden_states=True,
+                    use_cache=False)
         fused = torch.cat([res.hidden_states[l + 1] for l in aux_ids], dim=-1).float()   # [B, N, 3Ht]
         argmax = res.logits.argmax(-1)                                                   # [B, N]
         for r, i in enumerate(rows):
             n = len(seqs[i])
-            out[i] = (fused[r, :n].clone(), argmax[r, :n].clone())
+            out[i] = (fused[r, :n].cpu().clone(), argmax[r, :n].cpu().clone())     # kept on the host
     return out  # type: ignore[return-value]
 
 

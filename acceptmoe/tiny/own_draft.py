@@ -30,7 +30,7 @@ from pathlib import Path
 import torch
 
 from acceptmoe.commands import command, parser
-from acceptmoe.engine.engine import load_engine
+from acceptmoe.engine.engine import check_device, load_engine
 from acceptmoe.engine.text import load_tokenizer, prompt_ids
 from acceptmoe.engine.tree import TreeShape
 from acceptmoe.errors import UserError
@@ -88,10 +88,10 @@ def sized(target_cfg: dict, steps: int, **over) -> DraftConfig:
                        ttt_steps=max(2, steps), **over)
 
 
-def build_data(target_dir: Path, tok, prompts: list[list[int]], aux, dc: DraftConfig, cache: Path):
+def build_data(target_dir: Path, tok, prompts: list[list[int]], aux, dc: DraftConfig, cache: Path, device: str):
     """The training sequences (from `cache` when an earlier run saved them) and the transformers target."""
     from transformers import AutoModelForCausalLM
-    model = AutoModelForCausalLM.from_pretrained(str(target_dir), dtype=torch.float32).eval()
+    model = AutoModelForCausalLM.from_pretrained(str(target_dir), dtype=torch.float32).to(device).eval()
     model.config.output_router_logits = False
     key = hashlib.sha256(json.dumps([prompts, list(aux), dc.max_new_tokens]).encode()).hexdigest()
     if cache.is_file():
@@ -107,9 +107,10 @@ def build_data(target_dir: Path, tok, prompts: list[list[int]], aux, dc: DraftCo
     return seqs, model
 
 
-def measure(target_dir: Path, out: Path, held_out: list[list[int]], dc: DraftConfig, tree: TreeShape) -> dict:
+def measure(target_dir: Path, out: Path, held_out: list[list[int]], dc: DraftConfig, tree: TreeShape,
+            device: str = "cpu") -> dict:
     """tau with Standard SD and Vanilla AR = Standard SD token for token, on the held-out prompts."""
-    engine = load_engine(target=target_dir, draft=out, tree=tree)
+    engine = load_engine(target=target_dir, draft=out, tree=tree, device=device)
     try:
         sd_plan, ar_plan = Variant(BASELINE).bind(engine.fit), Variant(REFERENCE).bind(engine.fit)
         accepted = steps = equal = 0
@@ -146,13 +147,13 @@ def run(args) -> dict:
                max_minutes=args.max_minutes, eval_prompts=args.eval_prompts, lossless_prompts=args.eval_prompts,
                gen_batch_size=args.batch_size)
     t0 = time.perf_counter()
-    seqs, model = build_data(target, tok, train_ids, aux, dc, out / "train-data.pt")
-    draft = train_draft.new_draft(model, dc, args.seed)
+    seqs, model = build_data(target, tok, train_ids, aux, dc, out / "train-data.pt", args.device)
+    draft = train_draft.new_draft(model, dc, args.seed).to(args.device)
     del model
     summary = train_draft.train(draft, seqs, dc, args.seed,
                                 train_draft.Checkpoints(out / "checkpoint.pt", args.checkpoint_every))
-    draft.save_pretrained(out)
-    result = measure(target, out, held_out, dc, TreeShape(*args.tree))
+    draft.cpu().save_pretrained(out)
+    result = measure(target, out, held_out, dc, TreeShape(*args.tree), args.device)
     summary = {"target": str(target), "prompts": {"train": len(train_ids), "held_out": len(held_out)},
                "config": dataclasses.asdict(dc), "aux_layer_ids": list(aux), "train": summary, "eval": result,
                "seconds": round(time.perf_counter() - t0, 1)}
@@ -182,7 +183,10 @@ def main(argv: list[str] | None = None) -> int:
                    help="the tree tau is measured with (its depth is the training's unrolling)")
     p.add_argument("--threads", type=int, default=max(1, torch.get_num_threads()))
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu",
+                   help="where the target answers and the draft trains (default: cuda when present)")
     args = p.parse_args(argv)
+    check_device(args.device)
     if not logging.getLogger().handlers:
         logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
     s = run(args)

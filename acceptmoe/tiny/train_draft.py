@@ -120,6 +120,7 @@ def train(draft: Eagle3Draft, seqs: list[draft_data.DraftSequence], cfg: tiny_co
     from tqdm import tqdm
 
     rng = random.Random(seed)
+    device = draft.fc.weight.device                # the batches are built on the host, trained where the draft is
     params = [p for p in draft.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(params, lr=cfg.lr, betas=train_target.BETAS, weight_decay=cfg.weight_decay)
     per_epoch = math.ceil(len(seqs) / cfg.batch_size)
@@ -143,7 +144,7 @@ def train(draft: Eagle3Draft, seqs: list[draft_data.DraftSequence], cfg: tiny_co
                 break
             for group in opt.param_groups:
                 group["lr"] = lr_at(step, total, cfg)
-            loss, stats = ttt_loss(draft, batch, cfg.ttt_steps, cfg.step_decay)
+            loss, stats = ttt_loss(draft, batch.to(device), cfg.ttt_steps, cfg.step_decay)
             opt.zero_grad(set_to_none=True)
             loss.backward()
             torch.nn.utils.clip_grad_norm_(params, cfg.grad_clip)
