@@ -63,8 +63,9 @@ class TargetPass:
 
         def policy(layer: int, logits: Tensor) -> tuple[Tensor, Tensor]:
             resident = store.resident(layer).to(logits.device) if self.prune else None
-            out = verifier(logits[None], resident, route=restricts)                  # B = 1
-            routed = natural(router, logits) if self.record or not restricts else None
+            bias = self.model.selection_bias(layer)                                   # [E] | None
+            out = verifier(logits[None], resident, route=restricts, bias=bias)        # B = 1
+            routed = natural(router, logits, bias) if self.record or not restricts else None
             ids, weights = (out.ids[0], out.weights[0]) if restricts else routed
             if self.record:
                 rows.append(layer_stats(layer, routed[0][None], ids[None], out)[0])

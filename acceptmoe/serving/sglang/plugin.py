@@ -62,13 +62,15 @@ def _active() -> bool:
 
 def router_kind(runner) -> RouterKind:
     """The served target's router kind, read from its Hugging Face config by the project's own parser
-    (`acceptmoe.engine.config.ModelConfig`: top-k then softmax for GPT-OSS, softmax then top-k for Qwen3-MoE);
-    a model type that parser does not know keeps SGLang's reading of it (softmax, then top-k)."""
-    from acceptmoe.engine.config import ARCHS, ModelConfig
+    (`acceptmoe.engine.config.ModelConfig`, through its model family: `acceptmoe.engine.families`); a model
+    type no family serves keeps SGLang's reading of it (softmax, then top-k), and `runtime.router_of` checks
+    that reading against SGLang's own `TopKConfig`."""
+    from acceptmoe.engine.config import ModelConfig
+    from acceptmoe.engine.families import FAMILIES
 
     hf = getattr(getattr(runner, "model_config", None), "hf_config", None)
     raw = hf.to_dict() if hf is not None else {}
-    return ModelConfig.from_dict(raw).router_kind if raw.get("model_type") in ARCHS else RouterKind.SOFTMAX_TOPK
+    return ModelConfig.from_dict(raw).router_kind if raw.get("model_type") in FAMILIES else RouterKind.SOFTMAX_TOPK
 
 
 def limits_of(runner, graph_max_bs: int = 0) -> Limits:
