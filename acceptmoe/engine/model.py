@@ -112,8 +112,9 @@ class MoEModel(nn.Module):
                        cfg.v_head_dim)
 
     def selection_bias(self, layer: int) -> Tensor | None:
-        """MoE layer `layer`'s selection bias [E] fp32 (the `bias=` of routing calls), or None."""
-        return self.layers[layer].mlp.selection_bias
+        """Layer `layer`'s selection bias [E] fp32 (the `bias=` of routing calls), or None (a dense layer, or a
+        router kind without one)."""
+        return getattr(self.layers[layer].mlp, "selection_bias", None)
 
     def embed(self, ids: Tensor) -> Tensor:
         """ids [T] -> token embeddings [T, H]."""
