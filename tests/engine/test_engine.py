@@ -358,8 +358,8 @@ def test_every_method_runs_on_every_family(family, family_checkpoint, family_dra
             assert gen.tokens == truth, name
         if spec.speculates:
             assert gen.trace.blocks and gen.trace.blocks[0].layers, name
-    full = eng.generate(prompt, bind(eng, "count-b", budget=8), n, ignore_eos=True).tokens   # S = every expert
-    assert full == truth                    # routing inside S is the natural routing, selection bias included
+    full = eng.generate(prompt, bind(eng, "count-b", budget=8), n, ignore_eos=True).tokens   # S: every expert
+    assert full == truth              # routing inside S is the natural routing, selection bias included
     resident = eng.generate(prompt, bind(eng, "acceptmoe"), n, ignore_eos=True).tokens
     assert off.generate(prompt, bind(off, "acceptmoe", prune=False), n, ignore_eos=True).tokens == resident
     assert len(off.generate(prompt, bind(off, "acceptmoe", prune=True), n, ignore_eos=True).tokens) == n

@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from acceptmoe.engine import mxfp4
-from fixtures import FAMILIES, tiny_gpt_oss, tiny_qwen3_moe
+from fixtures import FAMILIES, tiny_qwen3_moe
 from acceptmoe.engine.model import MoEModel
 from acceptmoe.engine.store import ExpertMath, expert_bytes, make_store
 
