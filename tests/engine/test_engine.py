@@ -343,8 +343,8 @@ def family_draft(tmp_path_factory):
 def test_every_method_runs_on_every_family(family, family_checkpoint, family_draft):
     """Each family's tiny target with a random draft: the methods that route naturally give Vanilla AR's tokens
     (lossless), every registered method generates traced through the verifier, a restricting method over every
-    expert gives them too (the verifier routes under the `bias=` of DeepSeek-V3's layers), and the offloaded store gives the resident store's tokens, with and without
-    residency pruning's own plan running."""
+    expert gives them too (the verifier routes under the `bias=` of DeepSeek-V3's layers), and the offloaded
+    store gives the resident store's tokens, and runs with residency pruning."""
     folder, _ = family_checkpoint(family)
     eng = load_engine(target=folder, draft=family_draft, tree=SMALL)
     off = load_engine(target=folder, draft=family_draft, store="offloaded", slots=3, tree=SMALL)
