@@ -19,9 +19,9 @@ are viewed as [B, n, E], the eligible sets [B, E] come from the project's one ve
 (`acceptmoe.kernels.make_verifier` with the plugin's `Plan`: the Triton kernel on CUDA, the torch backend
 elsewhere, or the one `ACCEPTMOE_VERIFIER` names; never the compiled cpu library, an opaque call no graph can
 hold), and router logits outside each request's set are masked to -inf before SGLang's own top-k (Eq. 2 for
-every output format), or, for the grouped router kind, SGLang's ids and weights are rewritten (`routers`). Per layer and request the trace fields come from
-`acceptmoe.engine.trace.layer_stats`, the function the native engine records with, into a static record buffer
-read after the pass. Everything that varies per step (trees, valid tokens, commitment weights) is written into
+every output format), or, for the grouped router kind, SGLang's ids and weights are rewritten (`routers`). Per
+layer and request the trace fields come from `acceptmoe.engine.trace.layer_stats`, the function the native
+engine records with, into a static record buffer read after the pass. Everything that varies per step (trees, valid tokens, commitment weights) is written into
 the verifier's step buffers before the forward (`Verifier.prepare`, rows sized once from the server's limits),
 so a captured graph replays it correctly. New settings between generations (`reconfigure`) rebuild everything
 while no graph was captured; after a capture they may change only what a step writes before its replay
