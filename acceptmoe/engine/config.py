@@ -200,6 +200,11 @@ class ModelConfig:
         if not isinstance(arch, str) or arch not in FAMILIES:
             raise CheckpointError(f"unsupported model_type {arch!r} in config.json: no model family serves it; "
                                   f"supported: {', '.join(FAMILIES.names())} (docs/models.md: adding a family)")
+        quant = (raw.get("quantization_config") or {}).get("quant_method")
+        if quant is not None and not (quant == "mxfp4" and FAMILIES[arch].packed):
+            raise CheckpointError(f"config.json declares {quant!r}-quantized weights, which the native engine does "
+                                  f"not read for {arch} (only GPT-OSS's MXFP4 experts); use a bf16 or fp32 "
+                                  f"checkpoint of the model")
         try:
             return FAMILIES[arch].parse(raw, extra_eos)
         except KeyError as exc:

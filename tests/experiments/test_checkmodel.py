@@ -43,6 +43,9 @@ def _damage(folder, how):
         save_file(state, weights, metadata={"format": "pt"})
     elif how == "bad config":
         config.write_text(config.read_text()[:40])
+    elif how == "quantized":                  # weights the engine cannot read (DeepSeek-V3's released fp8)
+        raw = json.loads(config.read_text())
+        config.write_text(json.dumps({**raw, "quantization_config": {"quant_method": "fp8"}}))
     else:                                     # config.json without a field the family needs
         raw = json.loads(config.read_text())
         del raw["moe_intermediate_size"]
@@ -51,7 +54,8 @@ def _damage(folder, how):
 
 @pytest.mark.parametrize("how, message", [
     ("truncated", "truncated or corrupted"), ("missing tensor", "no tensor 'model.layers.1.self_attn.o_proj.weight'"),
-    ("bad config", "not valid JSON"), ("missing field", "lacks 'moe_intermediate_size'")])
+    ("bad config", "not valid JSON"), ("missing field", "lacks 'moe_intermediate_size'"),
+    ("quantized", "'fp8'-quantized weights")])
 def test_a_damaged_checkpoint_is_one_error_line(how, message, family_checkpoint, tmp_path, capsys):
     shutil.copytree(family_checkpoint("qwen2_moe")[0], tmp_path / "m")
     _damage(tmp_path / "m", how)
