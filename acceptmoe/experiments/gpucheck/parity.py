@@ -36,6 +36,11 @@ SMALL = {
                          num_key_value_heads=4, max_position_embeddings=256,
                          rope_parameters=dict(rope_type="yarn", rope_theta=10000.0, factor=4.0,
                                               original_max_position_embeddings=64, mscale=0.8, mscale_all_dim=1.0))),
+    "dots1": ("Dots1Config", "Dots1ForCausalLM",
+              dict(_BASE, intermediate_size=80, moe_intermediate_size=32, n_routed_experts=8, n_group=4, topk_group=2,
+                   first_k_dense_replace=1, n_shared_experts=1, norm_topk_prob=True, routed_scaling_factor=2.5,
+                   head_dim=16, sliding_window=4, layer_types=["full_attention", "sliding_attention",
+                                                               "full_attention"])),
 }
 
 
