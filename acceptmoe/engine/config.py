@@ -237,8 +237,8 @@ def _as_ids(value) -> tuple[int, ...]:
 
 
 def common_fields(raw: dict, extra_eos: tuple[int, ...], rope_kinds: tuple[str, ...] = ("default", "yarn")) -> dict:
-    """Fields every family reads the same way (hidden sizes, heads, experts, rope, eos, dtype); a family's
-    parser overrides what it names differently."""
+    """Fields every family reads the same way (`arch`: the model_type; sizes, heads, experts, rope, eos, dtype);
+    a family's parser overrides what it names differently."""
     heads = raw["num_attention_heads"]
     head_dim = raw.get("head_dim") or raw["hidden_size"] // heads
     eos = tuple(dict.fromkeys(_as_ids(raw.get("eos_token_id")) + extra_eos))
@@ -246,7 +246,7 @@ def common_fields(raw: dict, extra_eos: tuple[int, ...], rope_kinds: tuple[str, 
     if dtype_name not in DTYPES:
         raise CheckpointError(f"config dtype {dtype_name!r} not supported; valid: {', '.join(DTYPES)}")
     return dict(
-        vocab_size=raw["vocab_size"], hidden_size=raw["hidden_size"], num_layers=raw["num_hidden_layers"],
+        arch=raw["model_type"], vocab_size=raw["vocab_size"], hidden_size=raw["hidden_size"], num_layers=raw["num_hidden_layers"],
         num_heads=heads, num_kv_heads=raw.get("num_key_value_heads") or heads, head_dim=head_dim,
         num_experts=raw.get("num_experts") or raw.get("num_local_experts") or raw.get("n_routed_experts"),
         top_k=raw.get("num_experts_per_tok") or raw.get("experts_per_token"),

@@ -35,7 +35,7 @@ def parse(raw: dict, extra_eos: tuple[int, ...]) -> ModelConfig:
     dense = raw.get("first_k_dense_replace", 0)
     bias = bool(raw.get("attention_bias", False))
     return ModelConfig(
-        arch="deepseek_v3", **{**common, "rope": rope, "head_dim": nope + rot},
+        **{**common, "rope": rope, "head_dim": nope + rot},
         moe_intermediate_size=raw["moe_intermediate_size"], dense_intermediate_size=raw["intermediate_size"],
         moe_layers=tuple(i >= dense for i in range(n)), windows=(None,) * n,
         router_kind=RouterKind.SIGMOID_GROUPED, norm_topk_prob=bool(raw.get("norm_topk_prob", True)),

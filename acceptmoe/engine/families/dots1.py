@@ -21,7 +21,7 @@ def parse(raw: dict, extra_eos: tuple[int, ...]) -> ModelConfig:
         raise CheckpointError(f"layer_types has {len(types)} entries for {n} layers; give one per layer")
     dense, bias = raw.get("first_k_dense_replace", 0), bool(raw.get("attention_bias", False))
     return ModelConfig(
-        arch="dots1", **common, moe_intermediate_size=raw["moe_intermediate_size"],
+        **common, moe_intermediate_size=raw["moe_intermediate_size"],
         dense_intermediate_size=raw["intermediate_size"], moe_layers=tuple(i >= dense for i in range(n)),
         windows=tuple(window if t == "sliding_attention" else None for t in types),
         router_kind=RouterKind.SIGMOID_GROUPED, norm_topk_prob=bool(raw.get("norm_topk_prob", False)),

@@ -25,7 +25,7 @@ def parse(raw: dict, extra_eos: tuple[int, ...]) -> ModelConfig:
     windows = tuple(window if t == "sliding_attention" else None for t in types)
     bias = bool(raw.get("attention_bias", True))
     return ModelConfig(
-        arch="gpt_oss", **common, moe_intermediate_size=raw["intermediate_size"], dense_intermediate_size=0,
+        **common, moe_intermediate_size=raw["intermediate_size"], dense_intermediate_size=0,
         moe_layers=(True,) * n, windows=windows, router_kind=RouterKind.TOPK_SOFTMAX, norm_topk_prob=True,
         expert_activation="clamped_swiglu", swiglu_alpha=float(raw.get("swiglu_alpha", 1.702)),
         swiglu_limit=float(raw.get("swiglu_limit", 7.0)), attention_bias=bias, o_bias=bias,

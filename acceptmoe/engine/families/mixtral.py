@@ -15,7 +15,7 @@ def parse(raw: dict, extra_eos: tuple[int, ...]) -> ModelConfig:
     common = common_fields(raw, extra_eos)
     n = common["num_layers"]
     return ModelConfig(
-        arch="mixtral", **common, moe_intermediate_size=raw["intermediate_size"], dense_intermediate_size=0,
+        **common, moe_intermediate_size=raw["intermediate_size"], dense_intermediate_size=0,
         moe_layers=(True,) * n, windows=(raw.get("sliding_window"),) * n, router_kind=RouterKind.SOFTMAX_TOPK,
         norm_topk_prob=True, expert_activation="swiglu",
     )

@@ -18,7 +18,7 @@ def parse(raw: dict, extra_eos: tuple[int, ...]) -> ModelConfig:
     n = common["num_layers"]
     bias = bool(raw.get("attention_bias", False))
     return ModelConfig(
-        arch="olmoe", **common, moe_intermediate_size=raw["intermediate_size"], dense_intermediate_size=0,
+        **common, moe_intermediate_size=raw["intermediate_size"], dense_intermediate_size=0,
         moe_layers=(True,) * n, windows=(None,) * n, router_kind=RouterKind.SOFTMAX_TOPK,
         norm_topk_prob=bool(raw.get("norm_topk_prob", False)), expert_activation="swiglu",
         attention_bias=bias, o_bias=bias, qk_norm="projection",

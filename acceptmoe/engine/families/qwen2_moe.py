@@ -16,7 +16,7 @@ def parse(raw: dict, extra_eos: tuple[int, ...]) -> ModelConfig:
     n = common["num_layers"]
     window = raw.get("sliding_window") if raw.get("use_sliding_window") else None
     return ModelConfig(
-        arch="qwen2_moe", **common, moe_intermediate_size=raw["moe_intermediate_size"],
+        **common, moe_intermediate_size=raw["moe_intermediate_size"],
         dense_intermediate_size=raw.get("intermediate_size", 0),
         moe_layers=moe_layers(raw, n, common["num_experts"]), windows=(window,) * n,
         router_kind=RouterKind.SOFTMAX_TOPK, norm_topk_prob=bool(raw.get("norm_topk_prob", False)),
