@@ -30,6 +30,7 @@ from acceptmoe.commands import command, parser
 from acceptmoe.engine import Engine, TreeShape
 from acceptmoe.engine.config import CheckpointError, ModelConfig
 from acceptmoe.engine.eagle3 import Eagle3Draft
+from acceptmoe.engine.engine import check_device
 from acceptmoe.engine.families import FAMILIES
 from acceptmoe.engine.memory import mxfp4_in_config, store_bytes, weight_bytes
 from acceptmoe.engine.model import MoEModel
@@ -166,6 +167,7 @@ def draft_row(engine: Engine, ids_list: list[list[int]], tokens: int) -> dict:
 
 
 def check(model: Path, draft: Path | None, n_prompts: int, tokens: int, device: str) -> dict:
+    check_device(device)
     cfg = ModelConfig.from_folder(model)
     report = {"model": str(model), **family_row(cfg)}
     ours = MoEModel.from_pretrained(model, device=device, dtype=torch.float32)
