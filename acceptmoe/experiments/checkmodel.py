@@ -72,6 +72,7 @@ def reference_model(folder: Path, cfg: ModelConfig, device: str):
     name = FAMILIES[cfg.arch].transformers
     try:
         import transformers
+        transformers.utils.logging.disable_progress_bar()                # the report is the output
         model_class = getattr(transformers, name)
         return model_class.from_pretrained(folder, dtype=torch.float32).to(device).eval()
     except Exception as exc:  # noqa: BLE001 - any failure of the reference is reported, not a crash
