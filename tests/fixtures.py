@@ -1,4 +1,4 @@
-"""Tiny random Hugging Face checkpoints of both architectures, written with transformers' own classes.
+"""Tiny random Hugging Face checkpoints of every model family, written with transformers' own classes.
 
 Used by the tests (parity against transformers) and by anyone who needs a small target to exercise the
 engine without a trained model. `write_mxfp4_experts` turns a GPT-OSS folder into the packed MXFP4 layout
@@ -14,30 +14,19 @@ from safetensors.torch import load_file, save_file
 
 from acceptmoe.engine import mxfp4
 
-from acceptmoe.experiments.gpucheck.parity import GPT_OSS_SMALL as GPT_OSS_TINY    # one definition, shared
-from acceptmoe.experiments.gpucheck.parity import QWEN3_SMALL as QWEN3_TINY        # with gpu-check's parity
-from acceptmoe.experiments.gpucheck.parity import spread                           # check
+from acceptmoe.experiments.gpucheck.parity import SMALL, random_checkpoint   # one definition, shared with
+                                                                             # gpu-check's parity check
 
 
 def tiny_qwen3_moe(folder: str | Path, seed: int = 0, **overrides):
     """Random Qwen3MoeForCausalLM saved to `folder`; returns the transformers model (eval, fp32)."""
-    from transformers import Qwen3MoeConfig, Qwen3MoeForCausalLM
-    torch.manual_seed(seed)
-    model = Qwen3MoeForCausalLM(Qwen3MoeConfig(**{**QWEN3_TINY, **overrides})).eval()
-    spread(model, "qwen3_moe")
-    model.save_pretrained(folder)
-    return model
+    return random_checkpoint("qwen3_moe", folder, seed, **overrides)
 
 
 def tiny_gpt_oss(folder: str | Path, seed: int = 0, **overrides):
     """Random GptOssForCausalLM saved to `folder`, with expert weights and sinks large enough that the
     SwiGLU clamps and the sinks matter; returns the transformers model (eval, fp32)."""
-    from transformers import GptOssConfig, GptOssForCausalLM
-    torch.manual_seed(seed)
-    model = GptOssForCausalLM(GptOssConfig(**{**GPT_OSS_TINY, **overrides})).eval()
-    spread(model, "gpt_oss")
-    model.save_pretrained(folder)
-    return model
+    return random_checkpoint("gpt_oss", folder, seed, **overrides)
 
 
 def write_mxfp4_experts(folder: str | Path) -> dict[str, torch.Tensor]:
@@ -59,6 +48,16 @@ def write_mxfp4_experts(folder: str | Path) -> dict[str, torch.Tensor]:
         "model.layers.*.self_attn", "model.layers.*.mlp.router", "model.embed_tokens", "lm_head"]}
     (folder / "config.json").write_text(json.dumps(cfg, indent=2))
     return reference
+
+
+
+def tiny_family(family: str, folder: str | Path, seed: int = 0, **overrides):
+    """A random small checkpoint of `family` (config.json's model_type) saved to `folder` (gpu-check's parity
+    configs, `gpucheck.parity.SMALL`); returns the transformers model (eval, fp32)."""
+    return random_checkpoint(family, folder, seed, **overrides)
+
+
+FAMILIES = tuple(SMALL)
 
 
 def write_task_file(folder, name="my-arith", grader="numeric", **over):

@@ -1,18 +1,9 @@
-"""ModelConfig: one typed description of a Qwen3-MoE or GPT-OSS target, parsed from a Hugging Face config.json.
+"""ModelConfig: one typed description of a MoE target, parsed from a Hugging Face config.json by its family.
 
-The architecture only selects config-driven pieces; the model code has no per-architecture branches beyond
-reading these fields:
-
-| piece            | qwen3_moe                                   | gpt_oss                                      |
-|------------------|---------------------------------------------|----------------------------------------------|
-| router           | softmax over E, top-k, renormalise if        | logits + bias, top-k, softmax over the k     |
-|                  | `norm_topk_prob` (`softmax_topk`)           | (`topk_softmax`)                             |
-| experts          | SwiGLU, gate and up halves (`swiglu`)       | clamped SwiGLU, interleaved gate/up, biases  |
-|                  |                                             | (`clamped_swiglu`, alpha 1.702, limit 7.0)   |
-| attention        | q/k RMSNorm, no biases, no sinks            | qkv/o biases, per-head sinks                 |
-| windows          | none (or all layers if `use_sliding_window`)| per `layer_types`: sliding or full           |
-| rope             | default or yarn (`rope_parameters`)         | yarn                                         |
-| dense layers     | `mlp_only_layers`, `decoder_sparse_step`    | none                                         |
+Each model family (`config.json`'s `model_type`) is one record in `acceptmoe/engine/families/` (docs/models.md
+lists them and the steps to add one): its parser fills the fields below, so the model code, the store and the
+memory rules read fields, never the family's name. Fields a family does not use keep their neutral defaults
+(no biases, no norms, no shared experts, grouped-query attention, one router group).
 """
 from __future__ import annotations
 
@@ -24,9 +15,10 @@ from pathlib import Path
 import torch
 
 from acceptmoe.errors import UserError
-from acceptmoe.methods import RouterKind
+from acceptmoe.methods import Router, RouterKind
 
-ARCHS = ("qwen3_moe", "gpt_oss")
+from .families import FAMILIES
+
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
@@ -111,47 +103,118 @@ class RopeConfig:
         return max(low, 0), min(high, dim - 1)
 
 
+QK_NORMS = ("", "head", "projection")   # none; per head over head_dim (Qwen3); over the whole projection (OLMoE)
+
+
+@dataclass(frozen=True)
+class LatentAttention:
+    """Multi-head latent attention (DeepSeek-V2/V3): queries through an optional low-rank `q_lora_rank`, keys
+    and values expanded per head from a `kv_lora_rank` latent; each head's key is `nope` dims without RoPE
+    and `rope` dims with it (one rope part shared by every head), its value `v_head_dim` dims."""
+    q_lora_rank: int | None
+    kv_lora_rank: int
+    nope: int                                  # qk_nope_head_dim
+    rope: int                                  # qk_rope_head_dim
+    v_head_dim: int
+    interleave: bool = True                    # rope dims in interleaved pairs (rope_interleave)
+    scale: float = 0.0                         # softmax scale (qk head dim^-0.5, times YaRN's mscale^2)
+
+
 @dataclass(frozen=True)
 class ModelConfig:
-    arch: str                                  # "qwen3_moe" | "gpt_oss"
+    arch: str                                  # config.json's model_type: the family (`families.FAMILIES`)
     vocab_size: int
     hidden_size: int
     num_layers: int
     num_heads: int
     num_kv_heads: int
-    head_dim: int
+    head_dim: int                              # query/key head width (MLA: nope + rope)
     num_experts: int
     top_k: int
     moe_intermediate_size: int
-    dense_intermediate_size: int               # MLP width of non-MoE layers (qwen3 mlp_only_layers)
+    dense_intermediate_size: int               # MLP width of non-MoE layers (mlp_only_layers, first_k_dense_replace)
     moe_layers: tuple[bool, ...]               # [num_layers]: layer i has a sparse MoE block
     windows: tuple[int | None, ...]            # [num_layers]: sliding window (keys with q_pos - k_pos < w)
     rope: RopeConfig
     rms_norm_eps: float
-    router_kind: RouterKind                    # SOFTMAX_TOPK | TOPK_SOFTMAX
+    router_kind: RouterKind
     norm_topk_prob: bool
     expert_activation: str                     # "swiglu" | "clamped_swiglu"
     swiglu_alpha: float = 1.702
     swiglu_limit: float = 7.0
-    attention_bias: bool = False
-    qk_norm: bool = False
+    attention_bias: bool = False               # q/k/v biases (and the output projection's: `o_bias`)
+    o_bias: bool = False
+    qk_norm: str = ""                          # one of QK_NORMS
     attention_sinks: bool = False
-    router_bias: bool = False
+    router_bias: bool = False                  # the router projection's own bias (GPT-OSS)
+    expert_bias: bool = False                  # experts with biases b1 [E, 2I], b2 [E, H] (GPT-OSS)
+    router_groups: int = 1                     # SIGMOID_GROUPED: n_group, topk_group, routed_scaling_factor
+    router_group_top: int = 1
+    routed_scale: float = 1.0
+    shared_intermediate_size: int = 0          # shared experts as one SwiGLU MLP beside the routed ones (0: none)
+    shared_gate: bool = False                  # the shared MLP scaled by sigmoid(a [1, H] projection) (Qwen2-MoE)
+    latent: LatentAttention | None = None      # MLA instead of grouped-query attention
     tie_word_embeddings: bool = False
     eos_token_ids: tuple[int, ...] = ()
     max_position_embeddings: int = 0
     dtype: torch.dtype = torch.float32         # the checkpoint's compute dtype
 
+    def __post_init__(self) -> None:
+        if self.qk_norm not in QK_NORMS:
+            raise ValueError(f"qk_norm {self.qk_norm!r} is not one of {QK_NORMS}")
+
     @property
     def moe_layer_ids(self) -> tuple[int, ...]:
         return tuple(i for i, m in enumerate(self.moe_layers) if m)
 
+    @property
+    def router(self) -> Router:
+        """The model's routing function (`acceptmoe.methods.Router`)."""
+        grouped = self.router_kind is RouterKind.SIGMOID_GROUPED
+        return Router(kind=self.router_kind, top_k=self.top_k, renormalize=self.norm_topk_prob,
+                      **(dict(groups=self.router_groups, group_top=self.router_group_top, scale=self.routed_scale)
+                         if grouped else {}))
+
+    @property
+    def selection_bias(self) -> bool:
+        """Whether each MoE layer has a selection bias [E] its router's choice adds (`Router.biased`)."""
+        return self.router.biased
+
+    @property
+    def rope_dim(self) -> int:
+        """The head dims RoPE rotates: all of head_dim, or MLA's rope part."""
+        return self.latent.rope if self.latent else self.head_dim
+
+    @property
+    def v_head_dim(self) -> int:
+        return self.latent.v_head_dim if self.latent else self.head_dim
+
+    @property
+    def cache_heads(self) -> int:
+        """K/V heads the cache keeps per layer: the KV heads, or every head for MLA (kept expanded)."""
+        return self.num_heads if self.latent else self.num_kv_heads
+
     @classmethod
     def from_dict(cls, raw: dict, extra_eos: tuple[int, ...] = ()) -> "ModelConfig":
         arch = raw.get("model_type")
-        if arch not in ARCHS:
-            raise CheckpointError(f"unsupported model_type {arch!r} in config.json; supported: {', '.join(ARCHS)}")
-        return _qwen3_moe(raw, extra_eos) if arch == "qwen3_moe" else _gpt_oss(raw, extra_eos)
+        if not isinstance(arch, str) or arch not in FAMILIES:
+            raise CheckpointError(f"unsupported model_type {arch!r} in config.json: no model family serves it; "
+                                  f"supported: {', '.join(FAMILIES.names())} (docs/models.md: adding a family)")
+        quant = (raw.get("quantization_config") or {}).get("quant_method")
+        if quant is not None and not (quant == "mxfp4" and FAMILIES[arch].packed):
+            raise CheckpointError(f"config.json declares {quant!r}-quantized weights, which the native engine does "
+                                  f"not read for {arch} (only GPT-OSS's MXFP4 experts); use a bf16 or fp32 "
+                                  f"checkpoint of the model")
+        try:
+            return FAMILIES[arch].parse(raw, extra_eos)
+        except KeyError as exc:
+            raise CheckpointError(f"config.json of a {arch} model lacks {exc.args[0]!r}; restore the checkpoint's "
+                                  f"own config.json") from None
+        except (TypeError, ValueError) as exc:
+            if isinstance(exc, UserError):
+                raise
+            raise CheckpointError(f"config.json of a {arch} model has a bad value ({exc}); restore the "
+                                  f"checkpoint's own config.json") from None
 
     @classmethod
     def from_folder(cls, path: str | Path) -> "ModelConfig":
@@ -173,8 +236,9 @@ def _as_ids(value) -> tuple[int, ...]:
     return (int(value),) if isinstance(value, int) else tuple(int(v) for v in value)
 
 
-def _common(raw: dict, extra_eos: tuple[int, ...]) -> dict:
-    """Fields shared by both architectures (hidden sizes, heads, rope, eos, dtype)."""
+def common_fields(raw: dict, extra_eos: tuple[int, ...], rope_kinds: tuple[str, ...] = ("default", "yarn")) -> dict:
+    """Fields every family reads the same way (`arch`: the model_type; sizes, heads, experts, rope, eos, dtype);
+    a family's parser overrides what it names differently."""
     heads = raw["num_attention_heads"]
     head_dim = raw.get("head_dim") or raw["hidden_size"] // heads
     eos = tuple(dict.fromkeys(_as_ids(raw.get("eos_token_id")) + extra_eos))
@@ -182,11 +246,11 @@ def _common(raw: dict, extra_eos: tuple[int, ...]) -> dict:
     if dtype_name not in DTYPES:
         raise CheckpointError(f"config dtype {dtype_name!r} not supported; valid: {', '.join(DTYPES)}")
     return dict(
-        vocab_size=raw["vocab_size"], hidden_size=raw["hidden_size"], num_layers=raw["num_hidden_layers"],
+        arch=raw["model_type"], vocab_size=raw["vocab_size"], hidden_size=raw["hidden_size"], num_layers=raw["num_hidden_layers"],
         num_heads=heads, num_kv_heads=raw.get("num_key_value_heads") or heads, head_dim=head_dim,
-        num_experts=raw.get("num_experts") or raw.get("num_local_experts"),
+        num_experts=raw.get("num_experts") or raw.get("num_local_experts") or raw.get("n_routed_experts"),
         top_k=raw.get("num_experts_per_tok") or raw.get("experts_per_token"),
-        rope=rope_config(raw, ("default", "yarn")), rms_norm_eps=raw.get("rms_norm_eps", 1e-6),
+        rope=rope_config(raw, rope_kinds), rms_norm_eps=raw.get("rms_norm_eps", 1e-6),
         tie_word_embeddings=bool(raw.get("tie_word_embeddings", False)), eos_token_ids=eos,
         max_position_embeddings=raw.get("max_position_embeddings", 0), dtype=DTYPES[dtype_name],
     )
@@ -218,34 +282,15 @@ def rope_config(raw: dict, kinds: tuple[str, ...] = ROPE_KINDS) -> RopeConfig:
     )
 
 
-def _qwen3_moe(raw: dict, extra_eos: tuple[int, ...]) -> ModelConfig:
-    if raw.get("hidden_act", "silu") != "silu":
-        raise CheckpointError(f"hidden_act {raw['hidden_act']!r} is not supported; Qwen3-MoE experts use silu")
-    common = _common(raw, extra_eos)
-    n, step = common["num_layers"], raw.get("decoder_sparse_step", 1)
-    dense = set(raw.get("mlp_only_layers") or [])
-    moe = tuple(i not in dense and common["num_experts"] > 0 and (i + 1) % step == 0 for i in range(n))
-    window = raw.get("sliding_window") if raw.get("use_sliding_window") else None
-    return ModelConfig(
-        arch="qwen3_moe", **common, moe_intermediate_size=raw["moe_intermediate_size"],
-        dense_intermediate_size=raw.get("intermediate_size", 0), moe_layers=moe, windows=(window,) * n,
-        router_kind=RouterKind.SOFTMAX_TOPK, norm_topk_prob=bool(raw.get("norm_topk_prob", False)),
-        expert_activation="swiglu", attention_bias=bool(raw.get("attention_bias", False)), qk_norm=True,
-    )
+def moe_layers(raw: dict, num_layers: int, num_experts: int) -> tuple[bool, ...]:
+    """Qwen's sparse-layer rule (Qwen3-MoE, Qwen2-MoE): a layer is MoE unless listed in `mlp_only_layers`,
+    every `decoder_sparse_step`-th layer."""
+    step, dense = raw.get("decoder_sparse_step", 1), set(raw.get("mlp_only_layers") or [])
+    return tuple(i not in dense and num_experts > 0 and (i + 1) % step == 0 for i in range(num_layers))
 
 
-def _gpt_oss(raw: dict, extra_eos: tuple[int, ...]) -> ModelConfig:
-    common = _common(raw, extra_eos)
-    n = common["num_layers"]
-    types = raw.get("layer_types") or ["sliding_attention" if (i + 1) % 2 else "full_attention" for i in range(n)]
-    if len(types) != n:
-        raise CheckpointError(f"layer_types has {len(types)} entries for {n} layers; give one per layer")
-    window = raw.get("sliding_window")
-    windows = tuple(window if t == "sliding_attention" else None for t in types)
-    return ModelConfig(
-        arch="gpt_oss", **common, moe_intermediate_size=raw["intermediate_size"], dense_intermediate_size=0,
-        moe_layers=(True,) * n, windows=windows, router_kind=RouterKind.TOPK_SOFTMAX, norm_topk_prob=True,
-        expert_activation="clamped_swiglu", swiglu_alpha=float(raw.get("swiglu_alpha", 1.702)),
-        swiglu_limit=float(raw.get("swiglu_limit", 7.0)), attention_bias=bool(raw.get("attention_bias", True)),
-        attention_sinks=True, router_bias=True,
-    )
+def silu_experts(raw: dict, family: str) -> None:
+    """Refuse an expert activation other than SiLU (the SwiGLU experts every family but GPT-OSS uses)."""
+    act = raw.get("hidden_act", "silu")
+    if act != "silu":
+        raise CheckpointError(f"hidden_act {act!r} is not supported; {family} experts use silu")

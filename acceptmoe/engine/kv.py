@@ -66,9 +66,10 @@ class Prefixes:
 
 class KVCache(Prefixes):
     def __init__(self, num_layers: int, num_kv_heads: int, head_dim: int, max_len: int,
-                 dtype: torch.dtype, device: torch.device | str):
+                 dtype: torch.dtype, device: torch.device | str, v_head_dim: int | None = None):
         shape = (num_layers, num_kv_heads, max_len, head_dim)
-        self._hold(torch.zeros(shape, dtype=dtype, device=device), torch.zeros(shape, dtype=dtype, device=device),
+        v_shape = (*shape[:-1], v_head_dim or head_dim)                    # values may be narrower (MLA)
+        self._hold(torch.zeros(shape, dtype=dtype, device=device), torch.zeros(v_shape, dtype=dtype, device=device),
                    torch.zeros(max_len, dtype=torch.long, device=device), torch.arange(max_len, device=device))
         self._prefixes = {}
 

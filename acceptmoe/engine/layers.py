@@ -1,7 +1,7 @@
 """The layers the target and the EAGLE-3 draft share, for batch-1 decoding over a static KV cache: `Linear`,
 `RMSNorm`, RoPE (`Rope`, `apply_rope`), masks, GQA `Attention` and the SwiGLU `DenseMLP`.
 
-Config-driven: q/k RMSNorm (Qwen3), qkv/o biases and per-head attention sinks (GPT-OSS), a per-layer
+Config-driven: q/k RMSNorm per head (Qwen3) or over the whole projection (OLMoE), qkv/o biases and per-head attention sinks (GPT-OSS), a per-layer
 sliding window on RoPE positions (GPT-OSS `sliding_attention` layers), the input width (the draft attends
 over 2H: embedding and hidden state side by side). Without sinks, attention is
 `scaled_dot_product_attention` with the given mask (additive or bool) and scale head_dim^-0.5; with sinks,
@@ -145,21 +145,24 @@ def attend(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, scale: float, s
 class Attention(nn.Module):
     """GQA attention of one layer: `in_features` -> Hq query heads and Hkv key/value heads of width D, an
     output projection to `hidden`. Loads as q/k/v projections and q/k norms (the checkpoints' names);
-    `fuse()` (the target, after loading) joins them into one qkv projection and one per-head norm over the
-    q and k heads. The draft keeps the three projections (its training reads them)."""
+    `fuse()` (the target, after loading) joins them into one qkv projection and per-head norms into one norm
+    over the q and k heads (projection-wide norms stay two). The draft keeps the three projections (its
+    training reads them). `qk_norm`: "" none, "head" per head, "projection" over all of q and of k."""
 
     def __init__(self, in_features: int, hidden: int, heads: int, kv_heads: int, head_dim: int, *,
-                 bias: bool = False, qk_norm: bool = False, eps: float = 1e-6, sinks: bool = False,
-                 window: int | None = None, layer: int = 0):
+                 bias: bool = False, o_bias: bool | None = None, qk_norm: str = "", eps: float = 1e-6,
+                 sinks: bool = False, window: int | None = None, layer: int = 0):
         super().__init__()
         self.layer, self.window = layer, window
         self.nq, self.nkv, self.D, self.scale = heads, kv_heads, head_dim, head_dim ** -0.5
         self.q_proj = Linear(in_features, heads * head_dim, bias=bias)
         self.k_proj = Linear(in_features, kv_heads * head_dim, bias=bias)
         self.v_proj = Linear(in_features, kv_heads * head_dim, bias=bias)
-        self.o_proj = Linear(heads * head_dim, hidden, bias=bias)
-        self.q_norm = RMSNorm(head_dim, eps) if qk_norm else None
-        self.k_norm = RMSNorm(head_dim, eps) if qk_norm else None
+        self.o_proj = Linear(heads * head_dim, hidden, bias=bias if o_bias is None else o_bias)
+        self.norm_mode = qk_norm
+        widths = {"head": (head_dim, head_dim), "projection": (heads * head_dim, kv_heads * head_dim)}.get(qk_norm)
+        self.q_norm = RMSNorm(widths[0], eps) if widths else None
+        self.k_norm = RMSNorm(widths[1], eps) if widths else None
         self.sinks = nn.Parameter(torch.zeros(heads), requires_grad=False) if sinks else None
         self.qkv: Linear | None = None
         self.qk_norm: RMSNorm | None = None
@@ -168,8 +171,8 @@ class Attention(nn.Module):
     def of(cls, cfg: ModelConfig, layer: int) -> "Attention":
         """Layer `layer` of a target."""
         return cls(cfg.hidden_size, cfg.hidden_size, cfg.num_heads, cfg.num_kv_heads, cfg.head_dim,
-                   bias=cfg.attention_bias, qk_norm=cfg.qk_norm, eps=cfg.rms_norm_eps, sinks=cfg.attention_sinks,
-                   window=cfg.windows[layer], layer=layer)
+                   bias=cfg.attention_bias, o_bias=cfg.o_bias, qk_norm=cfg.qk_norm, eps=cfg.rms_norm_eps,
+                   sinks=cfg.attention_sinks, window=cfg.windows[layer], layer=layer)
 
     @torch.no_grad()
     def fuse(self) -> None:
@@ -182,18 +185,25 @@ class Attention(nn.Module):
         self.qkv.weight.copy_(w)
         if self.qkv.bias is not None:
             self.qkv.bias.copy_(torch.cat([p.bias for p in projs]))
-        if self.q_norm is not None:
+        if self.norm_mode == "head":
             self.qk_norm = RMSNorm(self.D, self.q_norm.eps)
             self.qk_norm.weight = nn.Parameter(torch.cat((self.q_norm.weight.expand(self.nq, self.D),
                                                           self.k_norm.weight.expand(self.nkv, self.D))),
                                                requires_grad=False)       # [Hq + Hkv, D]
-        del self.q_proj, self.k_proj, self.v_proj, self.q_norm, self.k_norm
+        del self.q_proj, self.k_proj, self.v_proj
+        if self.norm_mode == "head":
+            del self.q_norm, self.k_norm
+            self.q_norm = self.k_norm = None
 
     def _qkv(self, x: Tensor) -> tuple[Tensor, Tensor]:
         """x [T, in] -> q and k heads [T, Hq + Hkv, D] (normed), v heads [T, Hkv, D]."""
         T, nqk = x.shape[0], self.nq + self.nkv
         if self.qkv is not None:
-            qkv = self.qkv(x).view(T, nqk + self.nkv, self.D)                # [T, Hq + 2 Hkv, D]
+            qkv = self.qkv(x)                                                # [T, (Hq + 2 Hkv) D]
+            if self.q_norm is not None:                                      # projection-wide norms
+                q, k, v = qkv.split((self.nq * self.D, self.nkv * self.D, self.nkv * self.D), -1)
+                qkv = torch.cat((self.q_norm(q), self.k_norm(k), v), -1)
+            qkv = qkv.view(T, nqk + self.nkv, self.D)                        # [T, Hq + 2 Hkv, D]
             qk, v = qkv[:, :nqk], qkv[:, nqk:]
             return (self.qk_norm(qk) if self.qk_norm is not None else qk), v
         if self.q_norm is not None:

@@ -1,19 +1,16 @@
 """Reading Hugging Face safetensors checkpoints: one `model.safetensors` or shards listed in
-`model.safetensors.index.json`, plus the per-layer expert layouts both architectures use on disk.
+`model.safetensors.index.json`, and the expert layouts families share (`PerExpert`).
 
-Expert layouts, each written one MoE layer at a time into the store's stacked form (`memory.stored_form`:
+Each MoE layer's experts are written, one layer at a time, into the store's stacked form (`memory.stored_form`:
 `expert_weights(..., out=store.receive(layer))`, on whatever device the store keeps it), converted to the load
-dtype as it is copied, with no staging copy of the layer:
-- Qwen3-MoE: per-expert `mlp.experts.{j}.{gate,up,down}_proj.weight` (what save_pretrained writes and the
-  released checkpoints use) or fused `mlp.experts.gate_up_proj` [E, 2I, H] / `down_proj` [E, H, I].
-- GPT-OSS unquantised (save_pretrained): `mlp.experts.gate_up_proj` [E, H, 2I] (interleaved gate/up
-  columns), `down_proj` [E, I, H], biases `gate_up_proj_bias` [E, 2I], `down_proj_bias` [E, H].
-- GPT-OSS MXFP4 (released checkpoints): `gate_up_proj_blocks` [E, 2I, H/32, 16], `gate_up_proj_scales`
-  [E, 2I, H/32], `down_proj_blocks` [E, H, I/32, 16], `down_proj_scales` [E, H, I/32]; kept packed.
+dtype as they are copied, with no staging copy of the layer. How a family lays them out on disk is its record's
+`experts` reader (`families/`): `PerExpert` for SwiGLU experts saved one by one (what save_pretrained writes for
+Qwen3-MoE, Mixtral, OLMoE, Qwen2-MoE, DeepSeek-V3) or fused [E, 2I, H] / [E, H, I]; GPT-OSS has its own.
 """
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -21,6 +18,7 @@ from safetensors import SafetensorError, safe_open
 from torch import Tensor
 
 from .config import CheckpointError, ModelConfig
+from .families import FAMILIES
 from .memory import stored_form
 
 
@@ -54,8 +52,8 @@ class Checkpoint:
 
     def get(self, name: str) -> Tensor:
         if name not in self.file_of:
-            raise CheckpointError(f"checkpoint has no tensor {name!r}; is it a complete "
-                                  "Qwen3-MoE / GPT-OSS checkpoint of the architecture its config.json names?")
+            raise CheckpointError(f"checkpoint has no tensor {name!r}: it is incomplete, or its weights are not of "
+                                  "the model family its config.json names; download or save the checkpoint again")
         path = self.file_of[name]
         if path not in self._handles:
             self._handles[path] = _open(path)
@@ -81,8 +79,9 @@ def _open(path: Path):
 
 
 def packed_experts(ckpt: Checkpoint, cfg: ModelConfig) -> bool:
-    """Whether the checkpoint stores its experts MXFP4-packed (GPT-OSS's released layout)."""
-    return cfg.arch == "gpt_oss" and f"model.layers.{cfg.moe_layer_ids[0]}.mlp.experts.gate_up_proj_blocks" in ckpt
+    """Whether the checkpoint stores its experts MXFP4-packed (the family's `packed` tensor is present)."""
+    packed = FAMILIES[cfg.arch].packed
+    return bool(packed) and f"model.layers.{cfg.moe_layer_ids[0]}.{packed}" in ckpt
 
 
 def expert_weights(ckpt: Checkpoint, cfg: ModelConfig, layer: int, dtype: torch.dtype,
@@ -94,31 +93,34 @@ def expert_weights(ckpt: Checkpoint, cfg: ModelConfig, layer: int, dtype: torch.
     if out is None:
         form = stored_form(cfg, dtype, packed_experts(ckpt, cfg))
         out = {n: torch.empty(t.shape, dtype=t.dtype) for n, t in form.items()}
-    p = f"model.layers.{layer}.mlp.experts"
-    if cfg.arch == "qwen3_moe":
-        if f"{p}.gate_up_proj" in ckpt:
-            _write(out["w1"], ckpt, f"{p}.gate_up_proj")
-            _write(out["w2"], ckpt, f"{p}.down_proj")
-            return out
-        I = cfg.moe_intermediate_size
-        for j in range(cfg.num_experts):                                  # w1 [E, 2I, H]: gate rows, then up rows
-            _write(out["w1"][j, :I], ckpt, f"{p}.{j}.gate_proj.weight")
-            _write(out["w1"][j, I:], ckpt, f"{p}.{j}.up_proj.weight")
-            _write(out["w2"][j], ckpt, f"{p}.{j}.down_proj.weight")    # [H, I]
-        return out
-    _write(out["b1"], ckpt, f"{p}.gate_up_proj_bias")
-    _write(out["b2"], ckpt, f"{p}.down_proj_bias")
-    if "w1_blocks" in out:
-        for ours, theirs in (("w1", "gate_up_proj"), ("w2", "down_proj")):
-            _write(out[f"{ours}_blocks"], ckpt, f"{p}.{theirs}_blocks")
-            _write(out[f"{ours}_scales"], ckpt, f"{p}.{theirs}_scales")
-        return out
-    _write(out["w1"], ckpt, f"{p}.gate_up_proj", transposed=True)       # [E, H, 2I] on disk -> [E, 2I, H]
-    _write(out["w2"], ckpt, f"{p}.down_proj", transposed=True)          # [E, I, H] on disk -> [E, H, I]
+    FAMILIES[cfg.arch].experts(ckpt, cfg, layer, out)
     return out
 
 
-def _write(dst: Tensor, ckpt: Checkpoint, name: str, transposed: bool = False) -> None:
+@dataclass(frozen=True)
+class PerExpert:
+    """SwiGLU experts under `model.layers.{i}.{prefix}`: one by one (`{j}.{gate}.weight` [I, H], `{j}.{up}.weight`
+    [I, H], `{j}.{down}.weight` [H, I]) or fused (`gate_up_proj` [E, 2I, H], gate rows first; `down_proj`
+    [E, H, I]), into w1 [E, 2I, H] (gate rows, then up rows) and w2 [E, H, I]."""
+    prefix: str = "mlp.experts"
+    gate: str = "gate_proj"
+    up: str = "up_proj"
+    down: str = "down_proj"
+
+    def __call__(self, ckpt: Checkpoint, cfg: ModelConfig, layer: int, out: dict[str, Tensor]) -> None:
+        p = f"model.layers.{layer}.{self.prefix}"
+        if f"{p}.gate_up_proj" in ckpt:
+            write(out["w1"], ckpt, f"{p}.gate_up_proj")
+            write(out["w2"], ckpt, f"{p}.down_proj")
+            return
+        I = cfg.moe_intermediate_size
+        for j in range(cfg.num_experts):
+            write(out["w1"][j, :I], ckpt, f"{p}.{j}.{self.gate}.weight")
+            write(out["w1"][j, I:], ckpt, f"{p}.{j}.{self.up}.weight")
+            write(out["w2"][j], ckpt, f"{p}.{j}.{self.down}.weight")
+
+
+def write(dst: Tensor, ckpt: Checkpoint, name: str, transposed: bool = False) -> None:
     """Copy checkpoint tensor `name` (its last two dims swapped when `transposed`) into `dst`."""
     src = ckpt.get(name)
     src = src.transpose(-1, -2) if transposed else src
@@ -130,14 +132,11 @@ def _write(dst: Tensor, ckpt: Checkpoint, name: str, transposed: bool = False) -
 
 
 def module_state(ckpt: Checkpoint, cfg: ModelConfig, wanted: list[str]) -> dict[str, Tensor]:
-    """The non-expert parameters by our module names. Our names are the checkpoint's without the `model.`
-    prefix, except the router (`mlp.gate` in Qwen3, `mlp.router` in GPT-OSS -> `mlp.router`) and a tied
-    lm_head."""
-    state = {}
+    """The non-expert parameters by our module names: the checkpoint's names through the family's renames
+    (`Family.checkpoint_name`), and a tied LM head read from the embedding."""
+    family, state = FAMILIES[cfg.arch], {}
     for name in wanted:
-        src = name if name.startswith("lm_head.") else f"model.{name}"
-        if cfg.arch == "qwen3_moe" and ".mlp.router." in name:
-            src = src.replace(".mlp.router.", ".mlp.gate.")
+        src = family.checkpoint_name(name)
         if name == "lm_head.weight" and src not in ckpt and cfg.tie_word_embeddings:
             src = "model.embed_tokens.weight"
         state[name] = ckpt.get(src)

@@ -8,7 +8,8 @@ are defined. The stores allocate by these rules (`store.open_store`) and a test 
 
 - The stored form (`stored_form`) is what `loading.expert_weights` gives per MoE layer: dense `w1` [E, 2I, H],
   `w2` [E, H, I] in the load dtype, or MXFP4 `*_blocks` / `*_scales` (uint8: 16 bytes of E2M1 codes and 1
-  scale byte per 32 values); GPT-OSS adds biases `b1` [E, 2I], `b2` [E, H] in the load dtype.
+  scale byte per 32 values); experts with biases (`ModelConfig.expert_bias`, GPT-OSS) add `b1` [E, 2I], `b2`
+  [E, H] in the load dtype.
 - The kept form (`kept_form`, `expert_math.keeps_packed`): on CUDA the stored form, elsewhere dense.
 - Device: a resident store keeps all E experts of every MoE layer in the kept form; an offloaded one X slots
   plus the zero slot per layer in the kept form, plus, where the kept form is dense and the stored one packed
@@ -21,8 +22,9 @@ are defined. The stores allocate by these rules (`store.open_store`) and a test 
   device-side experts and the non-expert weights, which live in host memory there) plus one MoE layer of
   stored experts, the layer being read (its checkpoint pages, or its staging copy where the kept form differs).
   Experts stream into the store layer by layer (`MoEModel.from_pretrained`), so nothing else is staged.
-- `other` is every non-expert weight (embeddings, the LM head unless tied, attention with its biases, norms
-  and sinks, routers, dense MLPs of non-MoE layers) in the compute dtype; `draft_bytes` an EAGLE-3 draft's
+- `other` is every non-expert weight (embeddings, the LM head unless tied, attention (grouped-query or latent)
+  with its biases, norms and sinks, routers and their selection biases, shared experts and their gates, dense
+  MLPs of non-MoE layers) in the compute dtype; `draft_bytes` an EAGLE-3 draft's
   (built on the meta device from its config.json), `kv_bytes` the target's KV cache for a number of slots.
   Activations and the runtime come on top.
 """
@@ -59,7 +61,7 @@ def stored_form(cfg: ModelConfig, dtype: torch.dtype, mxfp4: bool) -> dict[str, 
                   "w2_scales": ((E, H, I // BLOCK), torch.uint8)}
     else:
         shapes = {"w1": ((E, 2 * I, H), dtype), "w2": ((E, H, I), dtype)}
-    if cfg.arch == "gpt_oss":
+    if cfg.expert_bias:
         shapes.update(b1=((E, 2 * I), dtype), b2=((E, H), dtype))
     return {n: torch.empty(s, dtype=d, device=META) for n, (s, d) in shapes.items()}
 
@@ -153,18 +155,28 @@ def store_bytes(cfg: ModelConfig, dtype: torch.dtype, store: str, slots: int | N
 def other_params(cfg: ModelConfig) -> int:
     """Parameters outside the experts."""
     H, V, L = cfg.hidden_size, cfg.vocab_size, cfg.num_layers
-    q, kv = cfg.num_heads * cfg.head_dim, cfg.num_kv_heads * cfg.head_dim
-    attention = H * q + 2 * H * kv + q * H
-    if cfg.attention_bias:
-        attention += q + 2 * kv + H
-    if cfg.qk_norm:
-        attention += 2 * cfg.head_dim
-    if cfg.attention_sinks:
-        attention += cfg.num_heads
-    router = H * cfg.num_experts + (cfg.num_experts if cfg.router_bias else 0)
+    router = H * cfg.num_experts + cfg.num_experts * (cfg.router_bias + cfg.selection_bias)
+    shared = 3 * H * cfg.shared_intermediate_size + H * cfg.shared_gate
     moe = len(cfg.moe_layer_ids)
     dense_mlp = (L - moe) * 3 * H * cfg.dense_intermediate_size
-    return V * H * (1 if cfg.tie_word_embeddings else 2) + L * (attention + 2 * H) + moe * router + dense_mlp + H
+    embeddings = V * H * (1 if cfg.tie_word_embeddings else 2)
+    return embeddings + L * (attention_params(cfg) + 2 * H) + moe * (router + shared) + dense_mlp + H
+
+
+def attention_params(cfg: ModelConfig) -> int:
+    """One layer's attention parameters: q/k/v/o projections, biases, q/k norms, sinks; or MLA's."""
+    H, a = cfg.hidden_size, cfg.latent
+    if a is not None:
+        q = cfg.num_heads * cfg.head_dim
+        q_proj = H * q if a.q_lora_rank is None else H * a.q_lora_rank + a.q_lora_rank * (1 + q)
+        kv = H * (a.kv_lora_rank + a.rope) + a.kv_lora_rank * (1 + cfg.num_heads * (a.nope + a.v_head_dim))
+        out = cfg.num_heads * a.v_head_dim * H
+        bias = (a.q_lora_rank or 0) + a.kv_lora_rank + a.rope + H if cfg.attention_bias else 0
+        return q_proj + kv + out + bias
+    q, kv = cfg.num_heads * cfg.head_dim, cfg.num_kv_heads * cfg.head_dim
+    params = H * q + 2 * H * kv + q * H + (q + 2 * kv) * cfg.attention_bias + H * cfg.o_bias
+    params += {"": 0, "head": 2 * cfg.head_dim, "projection": q + kv}[cfg.qk_norm]
+    return params + cfg.num_heads * cfg.attention_sinks
 
 
 def draft_bytes(config: dict, dtype: torch.dtype) -> int:
@@ -178,8 +190,10 @@ def draft_bytes(config: dict, dtype: torch.dtype) -> int:
 
 
 def kv_bytes(cfg: ModelConfig, dtype: torch.dtype, tokens: int) -> int:
-    """The target's KV cache for `tokens` slots: K and V of every layer, [tokens, kv heads, head dim] each."""
-    return 2 * cfg.num_layers * tokens * cfg.num_kv_heads * cfg.head_dim * torch.empty((), dtype=dtype).element_size()
+    """The target's KV cache for `tokens` slots: K [tokens, cache heads, head dim] and V [tokens, cache heads,
+    v head dim] of every layer (MLA keeps them expanded per head: `ModelConfig.cache_heads`)."""
+    per_token = cfg.cache_heads * (cfg.head_dim + cfg.v_head_dim)
+    return cfg.num_layers * tokens * per_token * torch.empty((), dtype=dtype).element_size()
 
 
 def weight_bytes(cfg: ModelConfig, mxfp4: bool, store: str = "resident", slots: int | None = None,

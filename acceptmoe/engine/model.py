@@ -1,15 +1,18 @@
-"""MoEModel: one MoE transformer for Qwen3-MoE and GPT-OSS (config-driven pieces), batch 1, static KV cache.
+"""MoEModel: one MoE transformer for every model family (config-driven pieces, `families/`), batch 1, static
+KV cache.
 
     model = MoEModel.from_pretrained(path, device="cpu", dtype=None, store="resident", slots=None)
     cache = model.new_cache(max_len)
     logits, aux = model.forward(ids, positions, cache, start, mask=None, policy=None, aux_layers=(), routes=None)
     cache.keep(start, idx)
 
-A decoder layer is x += attn(norm(x)); x += mlp(norm(x)). At a MoE layer the router gives logits
-[T, E] (fp32); `policy(layer, logits) -> (ids [T, k], weights [T, k])` routes them (None = the model's
-natural routing, `acceptmoe.kernels.natural`), and the ExpertStore computes the routed experts (through `routes`, a
-`routes.PassRoutes`, when the pass records them). Layers are indexed by their decoder-layer index everywhere
-(policy, store, aux_layers).
+A decoder layer is x += attn(norm(x)); x += mlp(norm(x)). Attention is grouped-query (`layers.Attention`) or
+latent (`mla`). At a MoE layer the router gives logits [T, E] (fp32); `policy(layer, logits) -> (ids [T, k],
+weights [T, k])` routes them (None = the model's natural routing, `acceptmoe.kernels.natural`), under the
+layer's selection bias where the router kind has one (`selection_bias(layer)`: the policy passes it on as
+`bias=`), and the ExpertStore computes the routed experts (through `routes`, a `routes.PassRoutes`, when the
+pass records them); shared experts (a SwiGLU MLP, optionally sigmoid-gated) are added to them. Layers are
+indexed by their decoder-layer index everywhere (policy, store, aux_layers).
 """
 from __future__ import annotations
 
@@ -26,28 +29,44 @@ from .config import DTYPES, ModelConfig
 from .kv import KVCache, Start
 from .loading import Checkpoint, expert_weights, module_state, packed_experts
 from .memory import stored_form
+from .mla import LatentAttentionLayer
 from .routes import PassRoutes
 from .store import ExpertMath, ExpertStore, open_store, validate_store_args
 
 Policy = Callable[[int, Tensor], tuple[Tensor, Tensor]]
 
 
-class RouterLinear(nn.Module):
-    """The router's projection to expert logits (GPT-OSS has a bias); experts live in the ExpertStore."""
+class MoEBlock(nn.Module):
+    """A MoE layer's modules besides its experts (which live in the ExpertStore): the router's projection to
+    expert logits (GPT-OSS has a bias), the selection bias [E] of a biased router kind (kept fp32), and the
+    shared experts with their gate."""
 
     def __init__(self, cfg: ModelConfig):
         super().__init__()
-        self.router = Linear(cfg.hidden_size, cfg.num_experts, bias=cfg.router_bias)
+        H = cfg.hidden_size
+        self.router = Linear(H, cfg.num_experts, bias=cfg.router_bias)
+        self.selection_bias = nn.Parameter(torch.zeros(cfg.num_experts)) if cfg.selection_bias else None
+        self.shared = DenseMLP(H, cfg.shared_intermediate_size) if cfg.shared_intermediate_size else None
+        self.shared_gate = Linear(H, 1, bias=False) if cfg.shared_gate else None
+
+    def add_shared(self, x: Tensor, routed: Tensor) -> Tensor:
+        """The routed experts' output [T, H] plus the shared experts' on x [T, H] (gated: times sigmoid)."""
+        if self.shared is None:
+            return routed
+        shared = self.shared(x)
+        if self.shared_gate is not None:
+            shared = torch.sigmoid(self.shared_gate(x)) * shared
+        return routed + shared
 
 
 class DecoderLayer(nn.Module):
     def __init__(self, cfg: ModelConfig, layer: int):
         super().__init__()
         self.input_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
-        self.self_attn = Attention.of(cfg, layer)
+        self.self_attn = LatentAttentionLayer(cfg, layer) if cfg.latent else Attention.of(cfg, layer)
         self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
         moe = cfg.moe_layers[layer]
-        self.mlp = RouterLinear(cfg) if moe else DenseMLP(cfg.hidden_size, cfg.dense_intermediate_size)
+        self.mlp = MoEBlock(cfg) if moe else DenseMLP(cfg.hidden_size, cfg.dense_intermediate_size)
 
 
 class MoEModel(nn.Module):
@@ -55,7 +74,7 @@ class MoEModel(nn.Module):
                  device: torch.device | str, dtype: torch.dtype):
         super().__init__()
         self.config, self.store, self.dtype, self.device = cfg, store, dtype, torch.device(device)
-        self.router = Router(kind=cfg.router_kind, top_k=cfg.top_k, renormalize=cfg.norm_topk_prob)
+        self.router: Router = cfg.router
         _build_skeleton(self, cfg)
         self.load_state_dict(_cast(state, self.device, dtype), assign=True, strict=True)
         self.requires_grad_(False)
@@ -64,7 +83,7 @@ class MoEModel(nn.Module):
         for m in self.modules():
             if isinstance(m, Linear):
                 m.freeze()
-        self.rope = Rope(cfg.rope, cfg.head_dim, cfg.max_position_embeddings).to(self.device)
+        self.rope = Rope(cfg.rope, cfg.rope_dim, cfg.max_position_embeddings).to(self.device)
 
     @classmethod
     def from_pretrained(cls, path: str | Path, device: torch.device | str = "cpu",
@@ -89,7 +108,13 @@ class MoEModel(nn.Module):
 
     def new_cache(self, max_len: int) -> KVCache:
         cfg = self.config
-        return KVCache(cfg.num_layers, cfg.num_kv_heads, cfg.head_dim, max_len, self.dtype, self.device)
+        return KVCache(cfg.num_layers, cfg.cache_heads, cfg.head_dim, max_len, self.dtype, self.device,
+                       cfg.v_head_dim)
+
+    def selection_bias(self, layer: int) -> Tensor | None:
+        """Layer `layer`'s selection bias [E] fp32 (the `bias=` of routing calls), or None (a dense layer, or a
+        router kind without one)."""
+        return getattr(self.layers[layer].mlp, "selection_bias", None)
 
     def embed(self, ids: Tensor) -> Tensor:
         """ids [T] -> token embeddings [T, H]."""
@@ -136,8 +161,11 @@ class MoEModel(nn.Module):
         if isinstance(mlp, DenseMLP):
             return mlp(x)
         logits = mlp.router(x).float()                                   # [T, E]
-        ids, weights = natural(self.router, logits) if policy is None else policy(layer, logits)  # [T, k]
-        return (self.store if routes is None else routes).run(layer, x, ids, weights)
+        if policy is None:
+            ids, weights = natural(self.router, logits, mlp.selection_bias)   # [T, k]
+        else:
+            ids, weights = policy(layer, logits)
+        return mlp.add_shared(x, (self.store if routes is None else routes).run(layer, x, ids, weights))
 
 
 def load_experts(ckpt: Checkpoint, cfg: ModelConfig, dtype: torch.dtype, kind: str, device: torch.device | str,
@@ -169,9 +197,10 @@ def _skeleton_names(cfg: ModelConfig) -> list[str]:
 
 
 def _cast(state: dict[str, Tensor], device: torch.device, dtype: torch.dtype) -> dict[str, Tensor]:
-    """Move to device; norms stay fp32 (GPT-OSS keeps them fp32; Qwen3's bf16 norm weights are exact)."""
+    """Move to device; norms stay fp32 (GPT-OSS keeps them fp32; Qwen3's bf16 norm weights are exact), and
+    so do selection biases (DeepSeek-V3 keeps `e_score_correction_bias` fp32)."""
     out = {}
     for name, t in state.items():
-        keep_fp32 = name.endswith("norm.weight")
+        keep_fp32 = name.endswith(("norm.weight", "selection_bias"))
         out[name] = t.to(device=device, dtype=torch.float32 if keep_fp32 else dtype)
     return out

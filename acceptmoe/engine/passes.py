@@ -48,7 +48,8 @@ class TargetPass:
         routes)."""
         store, router = self.model.store, self.model.router
         record = LayerRecord(router) if self.record and self.verifier is not None else None
-        policy = None if self.verifier is None else Restriction(self.verifier, store, router, self.prune, record)
+        policy = None if self.verifier is None else Restriction(self.verifier, store, router, self.prune, record,
+                                                                self.model.selection_bias)
         recorder = PassRoutes(store, timed=store.device.type == "cpu") if self.routes else None
         logits, aux = self.model.forward(inputs["ids"], inputs["positions"], self.cache, inputs["start"],
                                          mask=inputs.get("mask"), policy=policy, aux_layers=self.aux_layers,

@@ -12,6 +12,7 @@ changes the computation).
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import torch
@@ -29,11 +30,12 @@ class LayerRecord:
     router: Router
     rows: list[Tensor] = field(default_factory=list)
 
-    def add(self, layer: int, logits: Tensor, ids: Tensor, out: VerifierOutput, natural_ids: Tensor | None) -> None:
-        """One layer's row: the natural ids (computed here unless the layer routed naturally), the routed
-        ids and the verifier's sets."""
+    def add(self, layer: int, logits: Tensor, ids: Tensor, out: VerifierOutput, natural_ids: Tensor | None,
+            bias: Tensor | None = None) -> None:
+        """One layer's row: the natural ids (computed here, with the layer's selection bias, unless the layer
+        routed naturally), the routed ids and the verifier's sets."""
         if natural_ids is None:
-            natural_ids = natural(self.router, logits)[0]
+            natural_ids = natural(self.router, logits, bias)[0]
         self.rows.append(layer_stats(layer, natural_ids[None], ids[None], out)[0])
 
     def stacked(self) -> Tensor | None:
@@ -48,15 +50,17 @@ class Restriction:
     router: Router
     prune: bool = False
     record: LayerRecord | None = None
+    biases: Callable[[int], Tensor | None] | None = None   # layer -> its selection bias [E] (MoEModel.selection_bias)
 
     def route(self, layer: int, logits: Tensor) -> tuple[Tensor, Tensor]:
         """logits [T, E] -> ids, weights [T, k]: inside S when the plan restricts, else natural."""
         restricts = self.verifier.plan.spec.restricts
         resident = self.store.resident(layer).to(logits.device) if self.prune else None
-        out = self.verifier(logits[None], resident, route=restricts)                  # B = 1
-        ids, weights = (out.ids[0], out.weights[0]) if restricts else natural(self.router, logits)
+        bias = self.biases(layer) if self.biases is not None else None                # [E] | None
+        out = self.verifier(logits[None], resident, route=restricts, bias=bias)       # B = 1
+        ids, weights = (out.ids[0], out.weights[0]) if restricts else natural(self.router, logits, bias)
         if self.record is not None:
-            self.record.add(layer, logits, ids, out, natural_ids=None if restricts else ids)
+            self.record.add(layer, logits, ids, out, natural_ids=None if restricts else ids, bias=bias)
         return ids, weights
 
     __call__ = route                  # MoEModel.forward calls its policy per layer

@@ -27,7 +27,7 @@ def make_target(folder: Path, seed: int = 0, eos: int = 1, init: float = 0.15) -
 
 
 def draft_state(seed: int = 1, draft_vocab: int = DRAFT_VOCAB, hidden: int = HIDDEN, target_hidden: int = HIDDEN,
-                own_embedding: bool = False, std: float = 0.2) -> dict[str, torch.Tensor]:
+                own_embedding: bool = False, std: float = 0.2, vocab: int = VOCAB) -> dict[str, torch.Tensor]:
     """SpecForge EAGLE-3 tensors with random values; d2t maps draft ids to a fixed subset of the vocabulary."""
     g = torch.Generator().manual_seed(seed)
     r = lambda *shape: torch.randn(*shape, generator=g) * std
@@ -47,13 +47,13 @@ def draft_state(seed: int = 1, draft_vocab: int = DRAFT_VOCAB, hidden: int = HID
         "norm.weight": torch.ones(hidden),
         "lm_head.weight": r(draft_vocab, hidden),
     }
-    hot = torch.sort(torch.randperm(VOCAB, generator=g)[:draft_vocab]).values
+    hot = torch.sort(torch.randperm(vocab, generator=g)[:draft_vocab]).values
     state["d2t"] = hot - torch.arange(draft_vocab)
-    t2d = torch.zeros(VOCAB, dtype=torch.bool)
+    t2d = torch.zeros(vocab, dtype=torch.bool)
     t2d[hot] = True
     state["t2d"] = t2d
     if own_embedding:
-        state["embed_tokens.weight"] = r(VOCAB, hidden)
+        state["embed_tokens.weight"] = r(vocab, hidden)
     return state
 
 

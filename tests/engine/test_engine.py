@@ -13,8 +13,9 @@ from acceptmoe.kernels import VERIFIERS
 from acceptmoe.kernels.torch_verifier import TorchVerifier
 from acceptmoe.engine.trace import commitment_table, load_traces, save_traces
 from acceptmoe.errors import UserError
-from acceptmoe.methods import CommitmentTable, ConfigError
-from spec_checkpoints import EXPERTS, TOP_K, cached_target, make_draft, one_thread
+from acceptmoe.methods import METHODS, CommitmentTable, ConfigError, Variant
+from fixtures import FAMILIES
+from spec_checkpoints import EXPERTS, TOP_K, cached_target, draft_config, make_draft, one_thread
 
 SMALL = TreeShape(3, 4, 12)
 P_HAT = (1.0, 0.6, 0.3, 0.1)
@@ -333,3 +334,38 @@ def test_layer_stats_count_only_each_blocks_valid_tokens():
                       "utility_kept": 1.0}
     everything = layer_stats(3, natural, routed, VerifierOutput(None, None, eligible, utility, anchor))
     assert everything[1, LAYER_FIELDS.index("routed_union")] == 4                     # without a mask: all tokens
+
+
+@pytest.fixture(scope="module")
+def family_draft(tmp_path_factory):
+    """A random EAGLE-3 draft over the family checkpoints' vocabulary (96) and hidden size (64)."""
+    return make_draft(tmp_path_factory.mktemp("family-draft"), seed=3, config=draft_config(64, vocab_size=96),
+                      vocab=96, draft_vocab=64)
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_every_method_runs_on_every_family(family, family_checkpoint, family_draft):
+    """Each family's tiny target with a random draft: the methods that route naturally give Vanilla AR's tokens
+    (lossless), every registered method generates traced through the verifier, a restricting method over every
+    expert gives them too (the verifier routes under the `bias=` of DeepSeek-V3's layers), and the offloaded
+    store gives the resident store's tokens, and runs with residency pruning."""
+    folder, _ = family_checkpoint(family)
+    eng = load_engine(target=folder, draft=family_draft, tree=SMALL)
+    off = load_engine(target=folder, draft=family_draft, store="offloaded", slots=3, tree=SMALL)
+    prompt, n = [5, 9, 27, 11, 40], 10
+    bind = lambda e, name, **kw: Variant(name, **kw).bind(e.fit, commitment=P_HAT, b0=3)   # k=2 < 3 < E=8
+    truth = eng.generate(prompt, bind(eng, "vanilla-ar"), n, ignore_eos=True).tokens
+    for name, spec in METHODS.items():
+        gen = eng.generate(prompt, bind(eng, name), n, ignore_eos=True, trace_layers=spec.speculates)
+        assert len(gen.tokens) == n, name
+        if not spec.restricts:
+            assert gen.tokens == truth, name
+        if spec.speculates:
+            assert gen.trace.blocks and gen.trace.blocks[0].layers, name
+    full = eng.generate(prompt, bind(eng, "count-b", budget=8), n, ignore_eos=True).tokens   # S: every expert
+    assert full == truth              # routing inside S is the natural routing, selection bias included
+    resident = eng.generate(prompt, bind(eng, "acceptmoe"), n, ignore_eos=True).tokens
+    assert off.generate(prompt, bind(off, "acceptmoe", prune=False), n, ignore_eos=True).tokens == resident
+    assert len(off.generate(prompt, bind(off, "acceptmoe", prune=True), n, ignore_eos=True).tokens) == n
+    assert off.counters()["loads"] > 0
+

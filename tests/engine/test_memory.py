@@ -5,10 +5,12 @@ host memory); the paper's targets pin their experts' bytes, not power-of-two blo
 32 GB card offloaded at X = 48 because its experts stay MXFP4-packed on the device; dequantised to bf16 they
 would fit neither."""
 import json
+import math
 from pathlib import Path
 
 import pytest
 import torch
+from fixtures import FAMILIES
 
 from acceptmoe.engine.config import ModelConfig
 from acceptmoe.engine.memory import expert_bytes, mxfp4_in_config, store_bytes, stored_form, weight_bytes
@@ -33,22 +35,25 @@ def test_gpt_oss_120b_fits_the_papers_cards_only_packed():
     assert weight_bytes(CFG, mxfp4=False, store="offloaded", slots=48)["total"] > 32 * GiB
 
 
-def _checkpoint(kind: str, folder):
-    from fixtures import tiny_gpt_oss, tiny_qwen3_moe, write_mxfp4_experts
-    (tiny_qwen3_moe if kind == "qwen3" else tiny_gpt_oss)(folder)
+def _checkpoint(kind: str, tmp_path, family_checkpoint):
+    from fixtures import tiny_gpt_oss, write_mxfp4_experts
     if kind == "mxfp4":
-        write_mxfp4_experts(folder)
-    return ModelConfig.from_folder(folder), kind == "mxfp4"
+        tiny_gpt_oss(tmp_path)
+        write_mxfp4_experts(tmp_path)
+        folder = tmp_path
+    else:
+        folder, _ = family_checkpoint(kind)
+    return folder, ModelConfig.from_folder(folder), kind == "mxfp4"
 
 
-@pytest.mark.parametrize("kind", ["qwen3", "gpt-oss", "mxfp4"])
+@pytest.mark.parametrize("kind", [*FAMILIES, "mxfp4"])
 @pytest.mark.parametrize("store, slots", [("resident", None), ("offloaded", 1), ("offloaded", 5)])
-def test_stores_allocate_what_memory_says(kind, store, slots, tmp_path):
+def test_stores_allocate_what_memory_says(kind, store, slots, tmp_path, family_checkpoint):
     """Built by the loader, a store's device buffers, its arena (the very layout a CUDA store page-locks) and the
     experts it keeps in host memory are the bytes `engine.memory` computes from config.json alone."""
     from acceptmoe.engine.model import MoEModel
-    cfg, mxfp4 = _checkpoint(kind, tmp_path)
-    model = MoEModel.from_pretrained(tmp_path, store=store, slots=slots)
+    folder, cfg, mxfp4 = _checkpoint(kind, tmp_path, family_checkpoint)
+    model = MoEModel.from_pretrained(folder, store=store, slots=slots)
     here, on_cuda = (store_bytes(cfg, torch.float32, store, slots, mxfp4, device) for device in ("cpu", "cuda"))
     s = model.store
     assert s.device_bytes() == here.device and s.pinned_bytes() == here.pinned == 0
@@ -78,3 +83,21 @@ def test_paper_targets_pin_their_expert_bytes_not_powers_of_two(name):
     per_tensor = len(cfg.moe_layer_ids) * sum(1 << (t.numel() * t.element_size() - 1).bit_length()
                                               for t in stored_form(cfg, torch.bfloat16, mxfp4).values())
     assert per_tensor / experts == pytest.approx(1.012 if mxfp4 else 4 / 3, abs=0.002)
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_other_params_and_kv_bytes_are_the_checkpoints_and_the_caches(family, family_checkpoint):
+    """`memory.other_params` counts every checkpoint tensor outside the experts (attention of either kind,
+    norms, routers and selection biases, shared experts and gates, dense layers); `kv_bytes` is the cache the
+    model allocates."""
+    from safetensors import safe_open
+
+    from acceptmoe.engine.memory import kv_bytes, other_params
+    from acceptmoe.engine.model import MoEModel
+    folder, _ = family_checkpoint(family)
+    cfg = ModelConfig.from_folder(folder)
+    with safe_open(folder / "model.safetensors", "pt") as f:
+        outside = sum(math.prod(f.get_slice(k).get_shape()) for k in f.keys() if ".experts." not in k)
+    assert other_params(cfg) == outside
+    cache = MoEModel.from_pretrained(folder).new_cache(8)
+    assert kv_bytes(cfg, torch.float32, 8) == cache.k.numel() * 4 + cache.v.numel() * 4

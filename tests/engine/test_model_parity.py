@@ -1,6 +1,6 @@
-"""Our MoEModel against transformers' Qwen3-MoE and GPT-OSS on tiny random checkpoints: logits, natural
-routing, aux hidden states, KV-cache decoding, tree masks, cache compaction, sharded and MXFP4 loading,
-errors."""
+"""Our MoEModel against transformers on tiny random checkpoints of every model family (Qwen3-MoE in three
+variants, GPT-OSS, Mixtral, OLMoE, Qwen2-MoE, DeepSeek-V3): logits, natural routing (with the selection bias),
+aux hidden states, KV-cache decoding, tree masks, cache compaction, sharded and MXFP4 loading, errors."""
 import json
 import shutil
 
@@ -9,24 +9,26 @@ import torch
 
 from acceptmoe.engine import mxfp4
 from acceptmoe.engine.config import CheckpointError
-from fixtures import tiny_gpt_oss, tiny_qwen3_moe, write_mxfp4_experts
+from fixtures import FAMILIES, tiny_gpt_oss, tiny_qwen3_moe, write_mxfp4_experts
 from acceptmoe.engine.model import MoEModel
 
 VARIANTS = {
-    "qwen3_moe": (tiny_qwen3_moe, {}),
+    **{family: None for family in FAMILIES},                   # the shared checkpoints (`family_checkpoint`)
     "qwen3_moe_dense_tied": (tiny_qwen3_moe, dict(mlp_only_layers=[1], norm_topk_prob=False,
                                                   tie_word_embeddings=True)),
     "qwen3_moe_sparse_step": (tiny_qwen3_moe, dict(decoder_sparse_step=2, num_hidden_layers=4)),
-    "gpt_oss": (tiny_gpt_oss, {}),
 }
 
 
 @pytest.fixture(scope="module", params=list(VARIANTS))
-def pair(request, tmp_path_factory):
+def pair(request, tmp_path_factory, family_checkpoint):
     """(transformers model, our model, variant name) for each variant, fp32 on CPU."""
-    make, overrides = VARIANTS[request.param]
-    folder = tmp_path_factory.mktemp(request.param)
-    hf = make(folder, **overrides)
+    if VARIANTS[request.param] is None:
+        folder, hf = family_checkpoint(request.param)
+    else:
+        make, overrides = VARIANTS[request.param]
+        folder = tmp_path_factory.mktemp(request.param)
+        hf = make(folder, **overrides)
     return hf, MoEModel.from_pretrained(folder), request.param
 
 
@@ -58,8 +60,9 @@ def test_logits_routing_and_aux_match_transformers(pair):
     mine = {}
 
     def policy(layer, z):
-        mine[layer] = ours.router.natural(z)[0]
-        return ours.router.natural(z)
+        routed = ours.router.natural(z, bias=ours.selection_bias(layer))
+        mine[layer] = routed[0]
+        return routed
 
     aux_layers = (0, 1)
     logits, aux = ours.forward(ids, torch.arange(20), ours.new_cache(32), 0, policy=policy, aux_layers=aux_layers)
@@ -75,13 +78,20 @@ def test_config_fields(pair):
     hf, ours, name = pair
     cfg = ours.config
     assert cfg.arch == hf.config.model_type and cfg.num_experts == 8 and cfg.top_k == 2
-    assert cfg.eos_token_ids == ((1, 2) if cfg.arch == "qwen3_moe" else (3,))
+    assert cfg.eos_token_ids == {"qwen3_moe": (1, 2), "gpt_oss": (3,)}.get(cfg.arch, (2,))
     if name == "qwen3_moe_dense_tied":
         assert cfg.moe_layers == (True, False, True) and ours.router.renormalize is False
     if name == "qwen3_moe_sparse_step":
         assert cfg.moe_layers == (False, True, False, True)
     if cfg.arch == "gpt_oss":
         assert cfg.windows == (4, None, 4) and cfg.rope.kind == "yarn"
+    if name == "qwen2_moe":                                   # mlp_only_layers=[1]; a gated shared expert
+        assert cfg.moe_layers == (True, False, True) and cfg.shared_gate and cfg.shared_intermediate_size == 48
+    if name == "deepseek_v3":                                 # first_k_dense_replace=1, MLA, grouped sigmoid
+        assert cfg.moe_layers == (False, True, True) and cfg.latent.v_head_dim == 12 and cfg.head_dim == 24
+        assert (ours.router.groups, ours.router.group_top, ours.router.scale) == (4, 2, 2.5)
+        assert ours.selection_bias(1).abs().sum() > 0 and ours.selection_bias(0) is None
+        assert cfg.rope.kind == "yarn" and ours.new_cache(4).v.shape[-1] == 12
 
 
 def test_incremental_decoding_equals_full_forward(pair):

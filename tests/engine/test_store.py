@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from acceptmoe.engine import mxfp4
-from fixtures import tiny_gpt_oss, tiny_qwen3_moe
+from fixtures import FAMILIES, tiny_qwen3_moe
 from acceptmoe.engine.model import MoEModel
 from acceptmoe.engine.store import ExpertMath, expert_bytes, make_store
 
@@ -145,11 +145,11 @@ def test_store_argument_errors():
     assert layers == {}                                                  # the store took ownership
 
 
-@pytest.mark.parametrize("make", [tiny_qwen3_moe, tiny_gpt_oss])
-def test_model_offloaded_equals_resident(make, tmp_path):
-    make(tmp_path)
-    resident = MoEModel.from_pretrained(tmp_path)
-    offloaded = MoEModel.from_pretrained(tmp_path, store="offloaded", slots=3)
+@pytest.mark.parametrize("family", FAMILIES)
+def test_model_offloaded_equals_resident(family, family_checkpoint):
+    folder, _ = family_checkpoint(family)
+    resident = MoEModel.from_pretrained(folder)
+    offloaded = MoEModel.from_pretrained(folder, store="offloaded", slots=3)
     ids = torch.randint(0, 96, (12,), generator=torch.Generator().manual_seed(0))
     a, _ = resident.forward(ids, torch.arange(12), resident.new_cache(16), 0)
     b, _ = offloaded.forward(ids, torch.arange(12), offloaded.new_cache(16), 0)

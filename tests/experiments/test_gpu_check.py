@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from acceptmoe.engine import load_engine
+from acceptmoe.engine.families import FAMILIES
 from acceptmoe.experiments.cli import main as cli_main
 from acceptmoe.experiments.gpucheck import agreement, checks, command, graphs, kernel, parity, table, timing
 from acceptmoe.methods import METHODS, BlockInfo, Fit, Router, Variant
@@ -127,7 +128,8 @@ def test_parity_check_passes_on_cpu(tmp_path):
     res = parity.check_parity("cpu", tmp_path, tokens=12)
     assert res["verdict"] == "PASS", res["rows"]
     assert {(r["model"], r["dtype"]) for r in res["rows"]} == {
-        ("qwen3_moe", "float32"), ("qwen3_moe", "bfloat16"), ("gpt_oss", "float32"), ("gpt_oss", "bfloat16")}
+        (family, dtype) for family in parity.SMALL for dtype in ("float32", "bfloat16")}
+    assert set(parity.SMALL) == set(FAMILIES.names())                  # every model family is checked
     assert all(r["rel_max_err"] < 1e-4 for r in res["rows"] if r["dtype"] == "float32")
 
 

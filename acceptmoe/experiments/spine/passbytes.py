@@ -116,9 +116,10 @@ class PassModel:
         return (other_params(c) - embedding) * self.dtype_bytes
 
     def kv_bytes(self, context: int = CONTEXT) -> int:
-        """The target's KV cache one pass reads: keys and values of every layer up to its window."""
+        """The target's KV cache one pass reads: keys and values of every layer up to its window (the native
+        engine's cache: MLA's expanded per head)."""
         c = self.target
-        per_token = 2 * c.num_kv_heads * c.head_dim * self.dtype_bytes
+        per_token = c.cache_heads * (c.head_dim + c.v_head_dim) * self.dtype_bytes
         return sum(per_token * (context if w is None else min(context, w)) for w in c.windows)
 
     def draft_step_bytes(self, num_steps: int, context: int = CONTEXT) -> int:

@@ -134,7 +134,7 @@ def shape_of_folder(name: str, folder: Path) -> ExpertShape:
     quant = (cfg_json(folder).get("quantization_config") or {}).get("quant_method")
     return ExpertShape(name, cfg.hidden_size, cfg.moe_intermediate_size, cfg.num_experts, cfg.top_k,
                        len(cfg.moe_layer_ids), cfg.expert_activation, format="mxfp4" if quant == "mxfp4" else "dense",
-                       dtype=cfg.dtype, bias=cfg.arch == "gpt_oss", source=f"{folder}/config.json")
+                       dtype=cfg.dtype, bias=cfg.expert_bias, source=f"{folder}/config.json")
 
 
 def cfg_json(folder: Path) -> dict:

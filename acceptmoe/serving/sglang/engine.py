@@ -44,7 +44,7 @@ import torch
 from acceptmoe.engine.config import ModelConfig
 from acceptmoe.engine.trace import BlockRecord, Trace, trace_meta
 from acceptmoe.errors import UserError
-from acceptmoe.methods import Fit, Plan, Router
+from acceptmoe.methods import Fit, Plan
 
 from .config import ENV_FILE, PREFIX, for_plan, server_restart, settings
 from .memory import MEMORY_CAP, size_pools
@@ -123,8 +123,7 @@ class SGLangBackend:
                       torch.float32: "float32"}.get(dtype, str(dtype))
         self.version = sglang.__version__
         self.eos_token_ids = set(model.eos_token_ids)
-        self.fit = Fit(Router(model.router_kind, model.top_k, model.norm_topk_prob), model.num_experts,
-                       self.tree.num_steps, "resident")
+        self.fit = Fit(model.router, model.num_experts, self.tree.num_steps, "resident")
         self.pools, self.server_args = None, server_args
         if memory is not None:
             kv_dtype = str(model.dtype).removeprefix("torch.") if self.dtype == "auto" else self.dtype

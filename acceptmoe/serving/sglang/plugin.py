@@ -23,6 +23,7 @@ import logging
 from acceptmoe.methods import RouterKind
 
 from .config import PluginConfigError, Watched
+from .routers import check_routers
 from .runtime import Limits, Runtime
 
 log = logging.getLogger("acceptmoe.sglang")
@@ -62,18 +63,20 @@ def _active() -> bool:
 
 def router_kind(runner) -> RouterKind:
     """The served target's router kind, read from its Hugging Face config by the project's own parser
-    (`acceptmoe.engine.config.ModelConfig`: top-k then softmax for GPT-OSS, softmax then top-k for Qwen3-MoE);
-    a model type that parser does not know keeps SGLang's reading of it (softmax, then top-k)."""
-    from acceptmoe.engine.config import ARCHS, ModelConfig
+    (`acceptmoe.engine.config.ModelConfig`, through its model family: `acceptmoe.engine.families`); a model
+    type no family serves keeps SGLang's reading of it (softmax, then top-k), and `runtime.router_of` checks
+    that reading against SGLang's own `TopKConfig`."""
+    from acceptmoe.engine.config import ModelConfig
+    from acceptmoe.engine.families import FAMILIES
 
     hf = getattr(getattr(runner, "model_config", None), "hf_config", None)
     raw = hf.to_dict() if hf is not None else {}
-    return ModelConfig.from_dict(raw).router_kind if raw.get("model_type") in ARCHS else RouterKind.SOFTMAX_TOPK
+    return ModelConfig.from_dict(raw).router_kind if raw.get("model_type") in FAMILIES else RouterKind.SOFTMAX_TOPK
 
 
 def limits_of(runner, graph_max_bs: int = 0) -> Limits:
     """The server's limits from its model runner: rows for every pass it can run, the tree depth, the TP rank,
-    the router kind."""
+    the router kind (every MoE layer's checked against it, `routers.check_routers`)."""
     server = getattr(runner, "server_args", None)
     pool = getattr(getattr(runner, "req_to_token_pool", None), "size", 0) or 0
     rows = max(int(pool), int(getattr(runner, "max_running_requests", 0) or 0),
@@ -84,7 +87,9 @@ def limits_of(runner, graph_max_bs: int = 0) -> Limits:
         rank = int(get_parallel().tp_rank)
     except Exception:  # noqa: BLE001 - no parallel context (a runner built by hand)
         rank = int(getattr(runner, "tp_rank", 0) or 0)
-    return Limits(rows, depth, rank, router_kind(runner))
+    kind = router_kind(runner)
+    check_routers(getattr(runner, "model", None), kind)          # an unsupported router: refused by name now
+    return Limits(rows, depth, rank, kind)
 
 
 def _around_forward(orig, runner, forward_batch, *args, **kwargs):

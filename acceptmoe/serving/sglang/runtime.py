@@ -19,9 +19,9 @@ are viewed as [B, n, E], the eligible sets [B, E] come from the project's one ve
 (`acceptmoe.kernels.make_verifier` with the plugin's `Plan`: the Triton kernel on CUDA, the torch backend
 elsewhere, or the one `ACCEPTMOE_VERIFIER` names; never the compiled cpu library, an opaque call no graph can
 hold), and router logits outside each request's set are masked to -inf before SGLang's own top-k (Eq. 2 for
-every output format). Per layer and request the trace fields come from
-`acceptmoe.engine.trace.layer_stats`, the function the native engine records with, into a static record buffer
-read after the pass. Everything that varies per step (trees, valid tokens, commitment weights) is written into
+every output format), or, for the grouped router kind, SGLang's ids and weights are rewritten (`routers`). Per
+layer and request the trace fields come from `acceptmoe.engine.trace.layer_stats`, the function the native
+engine records with, into a static record buffer read after the pass. Everything that varies per step (trees, valid tokens, commitment weights) is written into
 the verifier's step buffers before the forward (`Verifier.prepare`, rows sized once from the server's limits),
 so a captured graph replays it correctly. New settings between generations (`reconfigure`) rebuild everything
 while no graph was captured; after a capture they may change only what a step writes before its replay
@@ -42,31 +42,13 @@ from torch import Tensor
 from acceptmoe.engine.trace import LAYER_FIELDS, BlockRecord, layer_columns, layer_stats
 from acceptmoe.errors import UserError
 from acceptmoe.kernels import Verifier, VerifierOutput, make_verifier
-from acceptmoe.methods import Fit, Router, RouterKind
+from acceptmoe.methods import Fit, Router, RouterKind, route_in
 
 from .config import PluginConfig, PluginConfigError, Watched, restart_reason
+from .routers import UnsupportedRouterError, reroute, router_of, selection_bias
 from .tree import parents_from_links
 
 MAX_LAYERS = 512
-
-
-class UnsupportedRouterError(UserError, ValueError):
-    """A MoE router the plugin cannot restrict exactly (grouped, biased, sigmoid or fused-shared routing)."""
-
-
-def router_of(topk, kind: RouterKind = RouterKind.SOFTMAX_TOPK) -> Router:
-    """Our `Router` for an SGLang `TopK` module of a model whose router is `kind` (`Limits.router`): softmax
-    routing, optional renormalisation; top-k then softmax (GPT-OSS) renormalises by definition."""
-    c = topk.topk_config
-    if (c.use_grouped_topk or c.scoring_func != "softmax" or c.correction_bias is not None
-            or c.custom_routing_function is not None or c.num_shared_topk_slots):
-        raise UnsupportedRouterError(
-            f"MoE layer {topk.layer_id}: the plugin restricts softmax top-k routers only (this one is grouped, "
-            f"biased, sigmoid-scored or carries fused shared experts); unset ACCEPTMOE_METHOD for this model")
-    if kind is RouterKind.TOPK_SOFTMAX and not c.renormalize:
-        raise UnsupportedRouterError(f"MoE layer {topk.layer_id}: a top-k-then-softmax router must renormalise over "
-                                     f"its k experts, but SGLang's TopK does not: unset ACCEPTMOE_METHOD for this model")
-    return Router(kind, top_k=c.top_k, renormalize=bool(c.renormalize))
 
 
 # the verifier backend inside the forward, per device type: work a captured (or traced) graph can hold
@@ -194,17 +176,20 @@ class Runtime:
         B = N // n
         self._ensure(topk, E, router_logits.device)
         z = router_logits[: B * n].view(B, n, E)                                   # [B, n, E]
-        sel = self.verifier(z, route=False) if self.verifier is not None else None
+        bias = selection_bias(topk)                                                # [E] | None
+        sel = self.verifier(z, route=False, bias=bias) if self.verifier is not None else None
+        allow = masked = None
         if sel is not None and self.cfg.restricts:
             allow = sel.eligible[:, None, :].expand(B, n, E).reshape(B * n, E)     # [B*n, E]
             if N > B * n:                                                          # rows beyond whole requests
                 allow = torch.cat([allow, allow.new_ones(N - B * n, E)])
-            masked = router_logits.masked_fill(~allow, float("-inf"))
-        else:
-            masked = router_logits
-        out = orig(topk, hidden_states, masked, *args, **kwargs)
+            if not self.router.biased:
+                masked = router_logits.masked_fill(~allow, float("-inf"))
+        out = orig(topk, hidden_states, router_logits if masked is None else masked, *args, **kwargs)
+        if allow is not None and self.router.biased:                              # the grouped kind: Eq. 2
+            out = reroute(topk, out, router_logits, allow, self.router, bias)
         ids = getattr(out, "topk_ids", None)
-        if self.cfg.restricts and not self.router.renormalize:
+        if self.cfg.restricts and not self.router.renormalize and not self.router.biased:
             if ids is None:
                 raise UnsupportedRouterError(
                     f"MoE layer {topk.layer_id}: a router without renormalisation needs its weights re-gathered "
@@ -214,7 +199,7 @@ class Runtime:
             out.topk_weights.copy_(torch.softmax(router_logits.float(), -1).gather(-1, ids.long())
                                    .to(out.topk_weights.dtype))
         if self.recording:
-            self._record(topk, z, sel, ids[: B * n].view(B, n, -1) if ids is not None else None)
+            self._record(topk, z, sel, ids[: B * n].view(B, n, -1) if ids is not None else None, bias)
         if self.dump is not None:
             self.dump.layer(int(topk.layer_id), router_logits, sel, out)
         self.calls += 1
@@ -243,14 +228,14 @@ class Runtime:
                                        device=device)
         self.ready = True
 
-    def _record(self, topk, z: Tensor, sel: VerifierOutput | None, ids: Tensor | None) -> None:
+    def _record(self, topk, z: Tensor, sel: VerifierOutput | None, ids: Tensor | None,
+                bias: Tensor | None) -> None:
         """Per request: the trace fields of this layer over the request's valid tokens (`layer_stats`)."""
         slot = self.slots.setdefault(int(topk.layer_id), len(self.slots))
         B, n, E = z.shape
-        nat_ids, _ = self.router.natural(z)                                        # [B, n, k]
+        nat_ids, _ = self.router.natural(z, bias=bias)                             # [B, n, k]
         if ids is None:                                                            # fused formats: no ids out
-            zs = z.masked_fill(~sel.eligible[:, None, :], float("-inf")) if sel is not None else z
-            ids, _ = self.router.natural(zs)                                       # Eq. 2, no host sync
+            ids, _ = route_in(z, sel.eligible if sel is not None else None, self.router, bias=bias)  # Eq. 2
         if sel is None:                                                            # natural routing
             sel = VerifierOutput(None, None, torch.ones(B, E, dtype=torch.bool, device=z.device),
                                  torch.zeros(B, E, device=z.device), torch.zeros(B, E, dtype=torch.bool, device=z.device))

@@ -1,0 +1,38 @@
+"""dots.llm1 (rednote): DeepSeek-V3's routing (`RouterKind.SIGMOID_GROUPED`: sigmoid scores, a selection-only
+`e_score_correction_bias`, `n_group` / `topk_group`, `routed_scaling_factor`, `norm_topk_prob`), its
+`n_shared_experts` shared experts and first `first_k_dense_replace` dense layers, on Qwen3's grouped-query
+attention (q/k RMSNorm per head), with sliding windows per `layer_types`."""
+from __future__ import annotations
+
+from acceptmoe.methods import RouterKind
+
+from ..config import CheckpointError, ModelConfig, common_fields, silu_experts
+from ..loading import PerExpert
+from . import Family
+
+
+def parse(raw: dict, extra_eos: tuple[int, ...]) -> ModelConfig:
+    silu_experts(raw, "dots.llm1")
+    common = common_fields(raw, extra_eos)
+    n, window = common["num_layers"], raw.get("sliding_window")
+    types = raw.get("layer_types") or ["sliding_attention" if window is not None and i >= raw.get(
+        "max_window_layers", n) else "full_attention" for i in range(n)]
+    if len(types) != n:
+        raise CheckpointError(f"layer_types has {len(types)} entries for {n} layers; give one per layer")
+    dense, bias = raw.get("first_k_dense_replace", 0), bool(raw.get("attention_bias", False))
+    return ModelConfig(
+        **common, moe_intermediate_size=raw["moe_intermediate_size"],
+        dense_intermediate_size=raw["intermediate_size"], moe_layers=tuple(i >= dense for i in range(n)),
+        windows=tuple(window if t == "sliding_attention" else None for t in types),
+        router_kind=RouterKind.SIGMOID_GROUPED, norm_topk_prob=bool(raw.get("norm_topk_prob", False)),
+        expert_activation="swiglu", attention_bias=bias, o_bias=bias, qk_norm="head",
+        router_groups=raw.get("n_group") or 1, router_group_top=raw.get("topk_group") or 1,
+        routed_scale=float(raw.get("routed_scaling_factor", 1.0)),
+        shared_intermediate_size=raw["moe_intermediate_size"] * (raw.get("n_shared_experts") or 0),
+    )
+
+
+FAMILY = Family("dots1", "dots.llm1", parse, PerExpert(),
+                names=((".mlp.router.", ".mlp.gate."), (".mlp.selection_bias", ".mlp.gate.e_score_correction_bias"),
+                       (".mlp.shared.", ".mlp.shared_experts.")),
+                transformers="Dots1ForCausalLM")
