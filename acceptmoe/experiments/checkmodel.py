@@ -35,7 +35,7 @@ from acceptmoe.engine.families import FAMILIES
 from acceptmoe.engine.memory import mxfp4_in_config, store_bytes, weight_bytes
 from acceptmoe.engine.model import MoEModel
 from acceptmoe.errors import UserError
-from acceptmoe.methods import METHODS, ConfigError, Variant
+from acceptmoe.methods import BASELINE, METHODS, REFERENCE, ConfigError, Variant
 from acceptmoe.methods.registry import BACKENDS
 
 from .spine.fit import GB
@@ -155,7 +155,7 @@ def methods_rows(engine: Engine) -> dict:
 
 def draft_row(engine: Engine, ids_list: list[list[int]], tokens: int) -> dict:
     d = engine.draft
-    vanilla, sd = Variant("vanilla-ar").bind(engine.fit), Variant("standard-sd").bind(engine.fit)
+    vanilla, sd = Variant(REFERENCE).bind(engine.fit), Variant(BASELINE).bind(engine.fit)
     out, steps, same = 0, 0, True
     for ids in ids_list:
         truth = engine.generate(ids, vanilla, tokens, ignore_eos=True).tokens

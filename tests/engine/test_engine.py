@@ -240,7 +240,7 @@ def test_generate_takes_a_plan(engine):
 
 
 def test_setup_errors(engine, draft_dir, tmp_path):
-    with pytest.raises(UserError, match="prompt_ids is empty"):
+    with pytest.raises(UserError, match="the prompt is empty"):
         engine.generate([], plan(engine, "vanilla-ar"), 4)
     bare = Engine(engine.model, tree=SMALL)
     with pytest.raises(UserError, match="needs an EAGLE-3 draft"):
