@@ -43,7 +43,7 @@ COMPONENTS = (
     (VERIFIER, "acceptmoe.kernels.verifier", "Verifier.__call__"),
     (PREPARE, "acceptmoe.kernels.verifier", "Verifier.prepare"),
     (NATURAL, "acceptmoe.engine.model", "natural"),              # the name each caller holds
-    (NATURAL, "acceptmoe.engine.passes", "natural"),
+    (NATURAL, "acceptmoe.engine.restriction", "natural"),
     (NATURAL, "acceptmoe.kernels.cpu_verifier", "natural_gates"),   # inside the cpu verifier's call
     ("attention core", "acceptmoe.engine.layers", "attend"),
     ("drafting (EAGLE-3 propose/extend)", "acceptmoe.engine.eagle3", "Eagle3Drafter.propose"),
