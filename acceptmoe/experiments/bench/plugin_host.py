@@ -6,10 +6,12 @@ MoE layer (selection, the logit mask, records), and the acceptance hook (records
 paths). SGLang's own routing inside the layers is a plain top-k here and is timed alone as `routing`, so
 `plugin` is the hooks' cost beyond it (on this CPU it includes the selection arithmetic, which a GPU runs in
 the fused kernel). Also counted per step: host reads, the `Tensor.cpu`, `.tolist` and `.item` calls the hooks
-make (each one a synchronisation when its tensor is on a GPU; calls on host copies count too). Medians over `--repeats` steps, at batch 1 and 48
-(SGLang's default `max_running_requests` with EAGLE), 64-token trees, E = 128, top-8, 48 MoE layers.
+make (each one a synchronisation when its tensor is on a GPU; calls on host copies count too). Medians over
+`--repeats` steps, at batches 1, 4, 16 and 64 requests per verify pass (the server's rows sized for the largest),
+64-token trees, E = 128, top-8, 48 MoE layers; per step and per request. The batch-shared selector
+(`acceptmoe-shared`) is timed beside AcceptMoE: its sets read the pass's other requests.
 
-    ./reproduce.sh bench-plugin [--layers 48 --repeats 20 --batches 1 48]
+    ./reproduce.sh bench-plugin [--layers 48 --repeats 20 --batches 1 4 16 64]
 """
 from __future__ import annotations
 
@@ -32,6 +34,7 @@ P_HAT = "1.0,0.7,0.5,0.35,0.25,0.2"
 SETTINGS = {
     "standard-sd": {"ACCEPTMOE_METHOD": "standard-sd"},
     "acceptmoe": {"ACCEPTMOE_METHOD": "acceptmoe", "ACCEPTMOE_P_HAT": P_HAT},
+    "acceptmoe-shared": {"ACCEPTMOE_METHOD": "acceptmoe-shared", "ACCEPTMOE_P_HAT": P_HAT},
     "acceptmoe + trace": {"ACCEPTMOE_METHOD": "acceptmoe", "ACCEPTMOE_P_HAT": P_HAT, "ACCEPTMOE_TRACE": "{trace}"},
 }
 
@@ -86,13 +89,14 @@ def one_step(bs: int, layers: int, rng: random.Random):
     return batch, logits, accept, reqs
 
 
-def time_steps(name: str, env: dict, bs: int, layers: int, repeats: int, trace_path: str) -> dict:
+def time_steps(name: str, env: dict, bs: int, layers: int, repeats: int, trace_path: str, rows: int) -> dict:
+    """One setting at `bs` requests per pass, in a server whose rows are sized for `rows` requests."""
     env = {k: v.format(trace=trace_path) for k, v in env.items()}
     plugin.RUNTIME = Runtime(load_config(env))
     runner = SimpleNamespace(is_draft_worker=False, device="bench",          # not "cpu": no SGLang backend to check
-                             req_to_token_pool=SimpleNamespace(size=64),
-                             max_running_requests=48,
-                             server_args=SimpleNamespace(speculative_num_steps=DEPTH, max_running_requests=48))
+                             req_to_token_pool=SimpleNamespace(size=rows),
+                             max_running_requests=rows,
+                             server_args=SimpleNamespace(speculative_num_steps=DEPTH, max_running_requests=rows))
     rng = random.Random(0)
     topks = [SimpleNamespace(topk_config=SimpleNamespace(
         top_k=K, renormalize=True, use_grouped_topk=False, scoring_func="softmax", correction_bias=None,
@@ -121,28 +125,29 @@ def time_steps(name: str, env: dict, bs: int, layers: int, repeats: int, trace_p
             "host_reads": statistics.median(reads)}
 
 
-@command("bench-plugin", "the SGLang plugin's own host time and host reads per verify step (batch 1 and 48)")
+@command("bench-plugin", "the SGLang plugin's own host time and host reads per verify step (batch 1, 4, 16, 64)")
 def main(argv: list[str] | None = None) -> int:
     import tempfile
 
     p = parser("bench-plugin")
     p.add_argument("--layers", type=int, default=48)
     p.add_argument("--repeats", type=int, default=20)
-    p.add_argument("--batches", type=int, nargs="+", default=[1, 48])
+    p.add_argument("--batches", type=int, nargs="+", default=[1, 4, 16, 64])
     args = p.parse_args(argv)
     torch.manual_seed(0)
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         for bs in args.batches:
             for name, env in SETTINGS.items():
-                rows.append(time_steps(name, env, bs, args.layers, args.repeats, f"{tmp}/steps.jsonl"))
+                rows.append(time_steps(name, env, bs, args.layers, args.repeats, f"{tmp}/steps.jsonl",
+                                       max(args.batches)))
     print(f"plugin work per verify step ({args.layers} MoE layers, {N}-token trees, E={E}, top-{K}; medians of "
           f"{args.repeats} steps; this CPU)")
-    print("| setting | batch | step ms | routing alone ms | plugin ms | host reads |")
-    print("|---|---|---|---|---|---|")
+    print("| setting | batch | step ms | routing alone ms | plugin ms | plugin ms per request | host reads |")
+    print("|---|---|---|---|---|---|---|")
     for r in rows:
         print(f"| {r['setting']} | {r['batch']} | {r['step_ms']:.2f} | {r['routing_ms']:.2f} | {r['plugin_ms']:.2f} "
-              f"| {r['host_reads']:.0f} |")
+              f"| {r['plugin_ms'] / r['batch']:.3f} | {r['host_reads']:.0f} |")
     return 0
 
 
