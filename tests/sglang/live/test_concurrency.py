@@ -29,6 +29,18 @@ def passes(folder):
     return [p for p in (torch.load(f) for f in sorted(folder.glob("*.pt"))) if "mask" in p]
 
 
+def same_routing(z, eligible, got, want) -> bool:
+    """SGLang's ids equal Eq. 2's, or differ only where SGLang's own ranking key ties: its CPU top-k ranks the
+    masked softmax probabilities, and two logits a rounding apart can share one fp32 probability (the project's
+    rule ranks the logits themselves). Either way every id lies inside the set."""
+    if not bool(eligible[got].all()):
+        return False
+    if torch.equal(got, want):
+        return True
+    probs = torch.softmax(z.float().masked_fill(~eligible, float("-inf")), -1)                   # [n, E]
+    return torch.equal(probs.gather(-1, got), probs.gather(-1, want))
+
+
 @pytest.fixture(scope="module", params=list(SHAPES))
 def served(request, tmp_path_factory):
     from acceptmoe.serving.sglang.engine import open_engine
@@ -73,7 +85,8 @@ def test_batch_shared_sets_equal_the_reference_on_each_live_pass(served):
             for b, (block, want) in enumerate(zip(blocks, select_pass(plan, z, blocks))):
                 assert torch.equal(rec["eligible"][b], want.eligible), (layer, b)
                 ids, weights = route(z[b], want.eligible, plan.router)                      # Eq. 2
-                assert torch.equal(rec["topk_ids"][b * n:(b + 1) * n].long(), ids), (layer, b)
+                got = rec["topk_ids"][b * n:(b + 1) * n].long()
+                assert same_routing(z[b], want.eligible, got, ids), (layer, b)
                 torch.testing.assert_close(rec["topk_weights"][b * n:(b + 1) * n], weights)
                 credited += not torch.equal(want.eligible, select(plan, z[b], block).eligible)
                 checked += 1
