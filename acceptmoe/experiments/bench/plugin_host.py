@@ -7,9 +7,10 @@ paths). SGLang's own routing inside the layers is a plain top-k here and is time
 `plugin` is the hooks' cost beyond it (on this CPU it includes the selection arithmetic, which a GPU runs in
 the fused kernel). Also counted per step: host reads, the `Tensor.cpu`, `.tolist` and `.item` calls the hooks
 make (each one a synchronisation when its tensor is on a GPU; calls on host copies count too). Medians over
-`--repeats` steps, at batches 1, 4, 16 and 64 requests per verify pass (the server's rows sized for the largest),
-64-token trees, E = 128, top-8, 48 MoE layers; per step and per request. The batch-shared selector
-(`acceptmoe-shared`) is timed beside AcceptMoE: its sets read the pass's other requests.
+`--repeats` steps, the settings taking turns step by step, at batches 1, 4, 16 and 64 requests per verify pass
+(the server's rows sized for the largest), 64-token trees, E = 128, top-8, 48 MoE layers; per step and per
+request. The batch-shared selector (`acceptmoe-shared`) is timed beside AcceptMoE: its sets read the pass's
+other requests.
 
     ./reproduce.sh bench-plugin [--layers 48 --repeats 20 --batches 1 4 16 64]
 """
@@ -89,10 +90,11 @@ def one_step(bs: int, layers: int, rng: random.Random):
     return batch, logits, accept, reqs
 
 
-def time_steps(name: str, env: dict, bs: int, layers: int, repeats: int, trace_path: str, rows: int) -> dict:
-    """One setting at `bs` requests per pass, in a server whose rows are sized for `rows` requests."""
-    env = {k: v.format(trace=trace_path) for k, v in env.items()}
-    plugin.RUNTIME = Runtime(load_config(env))
+def time_steps(settings: dict, bs: int, layers: int, repeats: int, trace_path: str, rows: int) -> list[dict]:
+    """Every setting at `bs` requests per pass, in a server whose rows are sized for `rows` requests: the settings
+    take turns step by step (each its own runtime), so a load on the machine falls on all of them alike."""
+    runtimes = {name: Runtime(load_config({k: v.format(trace=trace_path) for k, v in env.items()}))
+                for name, env in settings.items()}
     runner = SimpleNamespace(is_draft_worker=False, device="bench",          # not "cpu": no SGLang backend to check
                              req_to_token_pool=SimpleNamespace(size=rows),
                              max_running_requests=rows,
@@ -102,27 +104,31 @@ def time_steps(name: str, env: dict, bs: int, layers: int, repeats: int, trace_p
         top_k=K, renormalize=True, use_grouped_topk=False, scoring_func="softmax", correction_bias=None,
         custom_routing_function=None, num_shared_topk_slots=0), layer_id=i, is_draft=False) for i in range(layers)]
     steps = [one_step(bs, layers, rng) for _ in range(4)]
-    total, bare, reads = [], [], []
+    seen = {name: ([], [], []) for name in settings}                      # step, routing alone, host reads
     for r in range(repeats + 3):
         batch, logits, accept, reqs = steps[r % len(steps)]
 
         def forward(runner, batch):
             return [plugin._around_topk(routing, topks[i], None, logits[i]) for i in range(layers)]
-        t0 = time.perf_counter()
-        with count_host_reads() as c:
-            plugin._around_forward(forward, runner, batch)
-            plugin._after_sample((None, None, accept), batch.spec_info, reqs)
-        t1 = time.perf_counter()
-        for i in range(layers):
-            routing(None, None, logits[i])
-        t2 = time.perf_counter()
-        if r >= 3:
-            total.append(t1 - t0)
-            bare.append(t2 - t1)
-            reads.append(c["n"])
-    med, route_ms = statistics.median(total) * 1e3, statistics.median(bare) * 1e3
-    return {"setting": name, "batch": bs, "step_ms": med, "routing_ms": route_ms, "plugin_ms": med - route_ms,
-            "host_reads": statistics.median(reads)}
+        for name, runtime in runtimes.items():
+            plugin.RUNTIME = runtime
+            t0 = time.perf_counter()
+            with count_host_reads() as c:
+                plugin._around_forward(forward, runner, batch)
+                plugin._after_sample((None, None, accept), batch.spec_info, reqs)
+            t1 = time.perf_counter()
+            for i in range(layers):
+                routing(None, None, logits[i])
+            t2 = time.perf_counter()
+            if r >= 3:
+                for out, value in zip(seen[name], (t1 - t0, t2 - t1, c["n"])):
+                    out.append(value)
+    rows_out = []
+    for name, (total, bare, reads) in seen.items():
+        med, route_ms = statistics.median(total) * 1e3, statistics.median(bare) * 1e3
+        rows_out.append({"setting": name, "batch": bs, "step_ms": med, "routing_ms": route_ms,
+                         "plugin_ms": med - route_ms, "host_reads": statistics.median(reads)})
+    return rows_out
 
 
 @command("bench-plugin", "the SGLang plugin's own host time and host reads per verify step (batch 1, 4, 16, 64)")
@@ -138,9 +144,7 @@ def main(argv: list[str] | None = None) -> int:
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         for bs in args.batches:
-            for name, env in SETTINGS.items():
-                rows.append(time_steps(name, env, bs, args.layers, args.repeats, f"{tmp}/steps.jsonl",
-                                       max(args.batches)))
+            rows += time_steps(SETTINGS, bs, args.layers, args.repeats, f"{tmp}/steps.jsonl", max(args.batches))
     print(f"plugin work per verify step ({args.layers} MoE layers, {N}-token trees, E={E}, top-{K}; medians of "
           f"{args.repeats} steps; this CPU)")
     print("| setting | batch | step ms | routing alone ms | plugin ms | plugin ms per request | host reads |")
