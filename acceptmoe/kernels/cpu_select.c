@@ -165,6 +165,19 @@ static void prune(uint8_t *S, const uint8_t *A, const uint8_t *H, const float *f
     }
 }
 
+/* adds sign times one token's truncated terms (row `row` of term, weighted by weight[row]) to the integer
+   scores p: dense [E] terms, or [k] terms on the token's natural ids (NULL: 1.0 per member) */
+static void add_row(int64_t *p, int64_t row, int64_t sign, int64_t E, int64_t k, const int64_t *natural,
+                    const float *term, const float *weight, int64_t dense, float scale) {
+    const int64_t *ids = natural + row * k;
+    const float w = weight[row];
+    if (dense) {
+        for (int64_t e = 0; e < E; e++) p[e] += sign * (int32_t)(term[row * E + e] * w * scale);
+    } else {
+        for (int64_t j = 0; j < k; j++) p[ids[j]] += sign * (int32_t)((term ? term[row * k + j] : 1.0f) * w * scale);
+    }
+}
+
 /* One layer's sets for B blocks of T tokens over E experts, and the routing inside them. z [B, T, E] fp32 values
    whose order is the router's (the logits, or minus the rank: `cpu_verifier.CHOICE`); natural [B, T, k] each
    token's natural top-k (topk_rows); term: [B, T, k] on those ids, [B, T, E] (dense != 0), or NULL (1.0 per member:
@@ -172,28 +185,28 @@ static void prune(uint8_t *S, const uint8_t *A, const uint8_t *H, const float *f
    or alpha); resident NULL or [resident_rows, E] (1 row: shared by the blocks). Outputs eligible [B, E], utility
    [B, E] (the score as fp32, in units of 1), anchor [B, E], and routed [B, T, k] (NULL: not routed), the top-k
    inside S: a token's natural top-k when all of it is in S (the same ids), else a scan; with it masked [B, T, E],
-   the values with -inf outside S (what the softmax kinds' weights inside S are computed from). Returns the first
-   block whose S holds fewer than k experts (left unrouted), or -1. */
+   the values with -inf outside S (what the softmax kinds' weights inside S are computed from). batch_roots != 0:
+   each block's score also sums the other blocks' root terms (row 0 of each block; a padding row weighs 0).
+   Returns the first block whose S holds fewer than k experts (left unrouted), or -1. */
 int64_t select_blocks(int64_t B, int64_t T, int64_t E, int64_t k, const float *z, const int64_t *natural,
-                      const float *term, const float *tie, const float *weight, int64_t dense,
+                      const float *term, const float *tie, const float *weight, int64_t dense, int64_t batch_roots,
                       const uint8_t *resident, int64_t resident_rows, const int64_t *params, uint8_t *eligible,
                       float *utility, uint8_t *anchor, int64_t *routed, float *masked) {
     const float scale = (float)((int64_t)1 << params[P_BITS]), unscale = 1.0f / scale;
-    int64_t primary[E], secondary[E], order[E], demand[E];
+    int64_t primary[E], secondary[E], order[E], demand[E], roots[E];
     float fp[E], fs[E], zeros[E];
     int64_t short_block = -1;
+    for (int64_t e = 0; e < E; e++) roots[e] = 0;
+    if (batch_roots)                                      /* every root's terms, summed once for the pass */
+        for (int64_t b = 0; b < B; b++) add_row(roots, b * T, 1, E, k, natural, term, weight, dense, scale);
     for (int64_t b = 0; b < B; b++) {
         uint8_t *S = eligible + b * E, *A = anchor + b * E;
-        for (int64_t e = 0; e < E; e++) primary[e] = secondary[e] = 0, A[e] = 0, zeros[e] = 0.0f;
+        for (int64_t e = 0; e < E; e++) primary[e] = roots[e], secondary[e] = 0, A[e] = 0, zeros[e] = 0.0f;
+        if (batch_roots) add_row(primary, b * T, -1, E, k, natural, term, weight, dense, scale);   /* the others' */
         for (int64_t t = 0; t < T; t++) {                 /* per-token terms, truncated, summed as integers */
             const int64_t row = b * T + t, *ids = natural + row * k;
             const float w = weight[row];
-            if (dense) {
-                for (int64_t e = 0; e < E; e++) primary[e] += (int32_t)(term[row * E + e] * w * scale);
-            } else {
-                for (int64_t j = 0; j < k; j++)
-                    primary[ids[j]] += (int32_t)((term ? term[row * k + j] : 1.0f) * w * scale);
-            }
+            add_row(primary, row, 1, E, k, natural, term, weight, dense, scale);
             if (tie)
                 for (int64_t j = 0; j < k; j++) secondary[ids[j]] += (int32_t)(tie[row * k + j] * w * scale);
         }

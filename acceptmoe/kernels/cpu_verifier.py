@@ -85,8 +85,8 @@ def library() -> ctypes.CDLL:
     i64, ptr = ctypes.c_int64, ctypes.c_void_p
     lib.topk_rows.argtypes = [ptr, i64, i64, i64, ptr, i64, ptr]
     lib.topk_rows.restype = i64
-    lib.select_blocks.argtypes = [i64, i64, i64, i64, ptr, ptr, ptr, ptr, ptr, i64, ptr, i64, ptr, ptr, ptr, ptr,
-                                  ptr, ptr]
+    lib.select_blocks.argtypes = [i64, i64, i64, i64, ptr, ptr, ptr, ptr, ptr, i64, i64, ptr, i64, ptr, ptr, ptr,
+                                  ptr, ptr, ptr]
     lib.select_blocks.restype = i64
     lib.params_count.restype = i64
     return lib
@@ -147,13 +147,15 @@ def natural_gates(router: Router, z: Tensor, ranked: Tensor) -> tuple[Tensor, Te
     return ids, router.gates(z, ids)
 
 
-# score -> (term, dense, tie, token factor) from (router, z, natural ids, gates, demand weights, step buffers):
-# the per-token inputs `cpu_select.c` sums, the torch backend's SCORES in the library's form
+# score -> (term, dense, tie, token factor, batch roots) from (router, z, natural ids, gates, demand weights, step
+# buffers): the per-token inputs `cpu_select.c` sums, the torch backend's SCORES in the library's form (batch
+# roots: each block also sums the other blocks' root terms)
 SCORES = {
-    Score.GATE_MASS: lambda router, z, ids, gate, demand, s: (demand, False, None, s.valid),
-    Score.VOTES: lambda router, z, ids, gate, demand, s: (None, False, gate, s.valid),          # ties: gate mass
-    Score.ROUTER_MASS: lambda router, z, ids, gate, demand, s: (router.probs(z), True, None, s.valid),
-    Score.COMMITMENT: lambda router, z, ids, gate, demand, s: (demand, False, None, s.alpha),
+    Score.GATE_MASS: lambda router, z, ids, gate, demand, s: (demand, False, None, s.valid, False),
+    Score.VOTES: lambda router, z, ids, gate, demand, s: (None, False, gate, s.valid, False),   # ties: gate mass
+    Score.ROUTER_MASS: lambda router, z, ids, gate, demand, s: (router.probs(z), True, None, s.valid, False),
+    Score.COMMITMENT: lambda router, z, ids, gate, demand, s: (demand, False, None, s.alpha, False),
+    Score.SHARED_COMMITMENT: lambda router, z, ids, gate, demand, s: (demand, False, None, s.alpha, True),
 }
 SIZES = {Sizing.ALL: 0, Sizing.FIXED: 1, Sizing.SELF: 2}          # cpu_select.c's SIZING_*
 register_backend("cpu", SCORES, SIZES, CHOICE)
@@ -187,7 +189,7 @@ class CpuVerifier(Verifier):
         else:
             ids, gate = natural_gates(router, z, ranked)                      # K_t and the model's r[t, K_t]
             demand = gate if plan.selector.demand_score == "gate" else router.probs(z).gather(-1, ids)
-        term, dense, tie, factor = SCORES[plan.spec.score](router, z, ids, gate, demand, self.rows(B))
+        term, dense, tie, factor, roots = SCORES[plan.spec.score](router, z, ids, gate, demand, self.rows(B))
         # every array the call reads is held in a local until it returns
         term, tie, factor = _flat(term), _flat(tie), factor.float().contiguous()
         held = None if resident is None else resident.to(torch.uint8).contiguous()
@@ -197,7 +199,7 @@ class CpuVerifier(Verifier):
         routed = torch.empty(B, T, k, dtype=torch.long) if route else None
         masked = torch.empty(B, T, E, dtype=torch.float32) if route else None     # ranked, -inf outside S
         short = self.lib.select_blocks(B, T, E, k, ranked.data_ptr(), ids.data_ptr(), _ptr(term), _ptr(tie),
-                                       factor.data_ptr(), int(dense), _ptr(held),
+                                       factor.data_ptr(), int(dense), int(roots), _ptr(held),
                                        1 if held is None else held.numel() // E, self.params.data_ptr(),
                                        eligible.data_ptr(), utility.data_ptr(), anchor.data_ptr(), _ptr(routed),
                                        _ptr(masked))

@@ -69,6 +69,14 @@ class Gates:
         return self._demand
 
 
+def shared_sum(g: Gates, s: StepBuffers, bits: int) -> Tensor:
+    """fp32 [B, E]: each block's commitment terms plus the root terms (alpha_root r) of the step's other blocks,
+    all truncated, added as integers (padding rows have alpha 0), then held as fp32."""
+    own = truncate(g.demand * s.alpha[..., None], bits).sum(-2)                       # [B, E] int64
+    roots = truncate(g.demand[:, 0] * s.alpha[:, :1], bits)                           # [B, E] each block's root
+    return (own + roots.sum(0, keepdim=True) - roots).float() * float(2.0 ** -bits)
+
+
 # score -> (primary [B, E], secondary [B, E] | None) from the gates, alpha [B, T] and valid [B, T]
 SCORES = {
     Score.GATE_MASS: lambda g, s, bits: (block_sum(g.demand * s.valid[..., None], bits), None),
@@ -76,6 +84,7 @@ SCORES = {
                                      block_sum(g.gate * s.valid[..., None], bits)),            # ties: gate mass
     Score.ROUTER_MASS: lambda g, s, bits: (block_sum(g.plan.router.probs(g.z) * s.valid[..., None], bits), None),
     Score.COMMITMENT: lambda g, s, bits: (block_sum(g.demand * s.alpha[..., None], bits), None),
+    Score.SHARED_COMMITMENT: lambda g, s, bits: (shared_sum(g, s, bits), None),
 }
 
 

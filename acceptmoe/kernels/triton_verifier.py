@@ -16,9 +16,10 @@ Shapes (B verification blocks padded to T tokens, E experts, router top-k K):
 
 One program handles one block, in two passes over chunks of TC tokens (so registers do not grow with T):
 pass 1 takes each token's router probabilities and natural top-k (`triton_router`: keys, gates and weights
-per router kind) and adds the method's per-token terms to the block scores, pass 2 routes every token inside
-the final set. In between, on [E] vectors: the root anchor, ranking, sizing (fixed budget or effective rank)
-and optional residency-aware pruning.
+per router kind) and adds the method's per-token terms to the block scores (a score that credits the batch,
+`Score.SHARED_COMMITMENT`, then adds the other blocks' root terms, TC roots per chunk: B / TC more chunks per
+program), pass 2 routes every token inside the final set. In between, on [E] vectors: the root anchor,
+ranking, sizing (fixed budget or effective rank) and optional residency-aware pruning.
 
 Exactly the reference's rules (`acceptmoe.methods`), with no fp64 and no E x E tile:
 - every ranking is one integer key per expert (orderable float bits, then 65535 - index), so value
@@ -63,13 +64,13 @@ class Prune(IntEnum):
 # The registry's scores and sizings as the kernel's constexpr codes, and its router modes
 # (`triton_router.ROUTER_MODES`): every member of `Score`, of the verification sizings and of `RouterKind` has
 # one (checked below when the module loads, like every backend).
-SCORE_CODES = {Score.GATE_MASS: 0, Score.VOTES: 1, Score.ROUTER_MASS: 2, Score.COMMITMENT: 3}
+SCORE_CODES = {Score.GATE_MASS: 0, Score.VOTES: 1, Score.ROUTER_MASS: 2, Score.COMMITMENT: 3, Score.SHARED_COMMITMENT: 4}
 SIZING_CODES = {Sizing.ALL: 0, Sizing.FIXED: 1, Sizing.SELF: 2}
 register_backend("triton", SCORE_CODES, SIZING_CODES, ROUTER_MODES)
 
 # The codes by name inside the kernel (Triton reads only constexpr globals).
-GATE_MASS, VOTES, ROUTER_MASS, COMMITMENT = (tl.constexpr(SCORE_CODES[s]) for s in
-                                             (Score.GATE_MASS, Score.VOTES, Score.ROUTER_MASS, Score.COMMITMENT))
+GATE_MASS, VOTES, ROUTER_MASS, COMMITMENT, SHARED_COMMITMENT = (tl.constexpr(SCORE_CODES[s]) for s in (
+    Score.GATE_MASS, Score.VOTES, Score.ROUTER_MASS, Score.COMMITMENT, Score.SHARED_COMMITMENT))
 ALL, FIXED, SELF = (tl.constexpr(SIZING_CODES[s]) for s in (Sizing.ALL, Sizing.FIXED, Sizing.SELF))
 NONRESIDENT = tl.constexpr(int(Prune.NONRESIDENT))
 LOG2_BITS = tl.constexpr(16)    # acceptmoe.methods.fixed.LOG2_BITS
@@ -196,11 +197,22 @@ def _verifier_kernel(
             secondary += _fixed(r_gate, valid, scale)
         elif SCORE == ROUTER_MASS:
             primary += _fixed(probs, valid, scale)
-        else:                        # COMMITMENT
+        else:                        # COMMITMENT, SHARED_COMMITMENT
             alpha = tl.load(alpha_ptr + b * s_ab + rows * s_at, mask=valid, other=0.0)
             primary += _fixed(alpha[:, None] * r_demand, valid, scale)
         if ANCHOR:                   # A = K_root
             anchor = anchor | (tl.max(tl.where(member & (rows == 0)[:, None], 1, 0), axis=0) > 0)
+    if SCORE == SHARED_COMMITMENT:   # the other blocks' root terms: TC roots per chunk (block stride as row stride)
+        n_blocks = tl.num_programs(0)
+        for r0 in range(0, n_blocks, TC):
+            roots = r0 + offs_c
+            keys, z, row_max, row_sum = _chunk(logits_ptr, bias_ptr, 0, roots, e_in, offs_e, n_blocks, E, s_lb,
+                                               s_lb, s_le, KEY64, TC, ROUTER, GROUPS, GROUP_TOP, BLOCK_G)
+            kth, _ = _topk(keys, offs_k, K, False)
+            _, r_demand, _ = _gates(z, keys >= kth[:, None], row_max, row_sum, ROUTER, DEMAND)
+            other = (roots < n_blocks) & (roots != b)
+            alpha = tl.load(alpha_ptr + roots.to(tl.int64) * s_ab, mask=other, other=0.0)   # 0 on padding rows
+            primary += _fixed(alpha[:, None] * r_demand, other, scale)
 
     # the set S on [E] vectors
     if SCORE == VOTES:
@@ -320,10 +332,13 @@ class TritonVerifier(Verifier):
     def _check(self, logits: Tensor, resident: Tensor | None) -> None:
         super()._check(logits, resident)
         max_tokens = (1 << (31 - self.plan.selector.score_bits)) - 1       # int32 fixed-point block sums
-        if logits.shape[1] > max_tokens:
-            raise VerifierInputError(f"blocks of T={logits.shape[1]} tokens exceed {max_tokens} (int32 sums of "
-                                     f"score_bits={self.plan.selector.score_bits} fixed point); lower score_bits "
-                                     f"or split")
+        B, T = logits.shape[:2]
+        summed = T + (B - 1 if self.plan.spec.score.credits_batch else 0)   # the other roots' terms too
+        if summed > max_tokens:
+            raise VerifierInputError(f"a block score sums {summed} tokens' terms (T={T}"
+                                     f"{f' and {B - 1} other roots' if summed > T else ''}), more than {max_tokens} "
+                                     f"(int32 sums of score_bits={self.plan.selector.score_bits} fixed point); lower "
+                                     f"score_bits or split the pass")
 
     def tiles(self, T: int, E: int) -> dict:
         """Tile sizes of a launch for blocks of T tokens and E experts (warps: `choose_warps`)."""

@@ -18,8 +18,10 @@ plan, device)`; it agrees exactly with `select`, `prune` and `route`.
 """
 from .commitment import CommitmentTable
 from .config import ConfigError, SelectorConfig
-from .reference import Selection, best_first, commitment_weight, effective_rank, prune, route, select
-from .registry import (B0_METHOD, BASELINE, CALIBRATION, DEFAULT_METHOD, METHODS, REFERENCE, BackendCoverageError, MethodSpec,
+from .reference import (Selection, best_first, commitment_weight, effective_rank, prune, route, select,
+                        select_pass)
+from .registry import (B0_METHOD, BASELINE, CALIBRATION, DEFAULT_METHOD, METHODS, REFERENCE, BackendCoverageError,
+                       MethodSpec,
                        RouterKind, Score, Sizing, UnknownMethodError, UnknownRouterError, fixed_twin, get_method,
                        register_backend, register_method, unregister_method)
 from .routing import ROUTER_KINDS, Router, route_in
@@ -32,6 +34,7 @@ __all__ = [
     "ConfigError", "Fit", "METHODS", "MethodSpec", "Plan", "ROUTER_KINDS", "Router", "RouterKind", "Score",
     "SelectorConfig", "Selection", "Sizing", "TreeError", "UnknownMethodError", "UnknownRouterError", "Variant",
     "best_first", "commitment_weight", "effective_rank", "first_k_in", "fixed_twin", "get_method", "order_desc",
-    "prune", "rank_desc", "register_backend", "register_method", "route", "route_in", "select", "topk", "topk_ids",
+    "prune", "rank_desc", "register_backend", "register_method", "route", "route_in", "select", "select_pass", "topk",
+    "topk_ids",
     "unregister_method",
 ]

@@ -78,10 +78,12 @@ ORDERS = {RouterKind.SOFTMAX_TOPK: lambda router, logits, scores: best_first(log
           RouterKind.SIGMOID_GROUPED: _grouped}
 
 
-def select(plan: Plan, logits: Tensor, block: BlockInfo, bias: Tensor | None = None) -> Selection:
+def select(plan: Plan, logits: Tensor, block: BlockInfo, bias: Tensor | None = None,
+           others: Tensor | None = None) -> Selection:
     """The eligible set of `plan`'s method for one block and one layer. logits [T, E]; bias [E] the layer's
-    selection bias (a biased router kind; None: zero)."""
-    spec, cfg, router = plan.spec, plan.selector, plan.router
+    selection bias (a biased router kind; None: zero); others [B', E] the root logits of the pass's other
+    blocks (read by a score that credits the batch, `Score.credits_batch`; None: the block verifies alone)."""
+    spec, cfg = plan.spec, plan.selector
     if not spec.speculates:
         raise ValueError(f"method {spec.name!r} does not speculate, so it selects no set")
     T, E = block.num_tokens, plan.num_experts
@@ -91,16 +93,14 @@ def select(plan: Plan, logits: Tensor, block: BlockInfo, bias: Tensor | None = N
     if block.max_depth > plan.fit.max_depth:
         raise ValueError(f"the block reaches depth {block.max_depth}, deeper than the plan's {plan.fit.max_depth}")
     z = logits.float()
-    natural = [choice_order(router, row, s)[:router.top_k]                        # K_t, best first
-               for row, s in zip(z.tolist(), router.scores(z, bias).tolist())]
-    ids = torch.tensor(natural, dtype=torch.long)                                 # [T, k]
-    gate = router.gates(z, ids).tolist()                                          # the model's own r[t, K_t]
-    probs = router.probs(z)                                                       # [T, E]
-    demand = gate if cfg.demand_score == "gate" else probs.gather(-1, ids).tolist()
-
+    natural, gate, probs, demand = _natural(plan, z, bias)
     alpha = [commitment_weight(cfg.p_hat[d], n, cfg) if spec.needs_commitment else 1.0
              for d, n in zip(block.depth.tolist(), block.level_sizes[block.depth].tolist())]
-    tokens = _Tokens(probs, natural, gate, demand, alpha, cfg.score_bits)
+    roots = ([], [])                                    # the other roots' K and demand weights
+    if spec.score.credits_batch and others is not None and len(others) > 0:
+        other_natural, _, _, other_demand = _natural(plan, others.float(), bias)
+        roots = (other_natural, other_demand)
+    tokens = _Tokens(probs, natural, gate, demand, alpha, cfg.score_bits, *roots)
     primary, secondary = SCORES[spec.score](tokens)                              # exact integers per expert
     # a block score is held as fp32 (the exact integer rounded to 24 significant bits), then ranked
     score = [float(np.float32(u)) for u in primary]
@@ -113,17 +113,40 @@ def select(plan: Plan, logits: Tensor, block: BlockInfo, bias: Tensor | None = N
     return Selection(_mask(anchor | set(rest[:n]), E), utility, _mask(anchor, E))
 
 
+def _natural(plan: Plan, z: Tensor, bias: Tensor | None) -> tuple[list[list[int]], list, Tensor, list]:
+    """Natural routing of fp32 logits [T, E]: K_t best first, the model's own gates r[t, K_t], the router's
+    probabilities [T, E] and the demand score's weights on K_t."""
+    router = plan.router
+    natural = [choice_order(router, row, s)[:router.top_k]                        # K_t, best first
+               for row, s in zip(z.tolist(), router.scores(z, bias).tolist())]
+    ids = torch.tensor(natural, dtype=torch.long)                                 # [T, k]
+    gate = router.gates(z, ids).tolist()                                          # the model's own r[t, K_t]
+    probs = router.probs(z)                                                       # [T, E]
+    demand = gate if plan.selector.demand_score == "gate" else probs.gather(-1, ids).tolist()
+    return natural, gate, probs, demand
+
+
+def select_pass(plan: Plan, logits: Tensor, blocks: list[BlockInfo], bias: Tensor | None = None) -> list[Selection]:
+    """Every block of one verification pass: logits [B, T, E] (block b's tokens are its first num_tokens rows,
+    its root row 0) -> block b's selection, the roots of the other blocks passed as `others`."""
+    roots = logits[: len(blocks), 0]
+    return [select(plan, logits[b, : block.num_tokens], block, bias, torch.cat((roots[:b], roots[b + 1:])))
+            for b, block in enumerate(blocks)]
+
+
 @dataclass(frozen=True)
 class _Tokens:
     """One block's per-token inputs to a score: the router's probabilities fp32 [T, E], K_t best first, the
     model's gates and the demand score's weights on K_t, the commitment weights alpha_t (1.0 where unused),
-    score_bits."""
+    score_bits; and the pass's other roots: their K and demand weights (empty for a block verified alone)."""
     probs: Tensor
     natural: list[list[int]]
     gate: list[list[float]]
     demand: list[list[float]]
     alpha: list[float]
     bits: int
+    root_natural: list[list[int]] = ()
+    root_demand: list[list[float]] = ()
 
     def on_members(self, term) -> list[int]:
         """Per expert: the sum over tokens t and their members e in K_t (rank j) of term(t, j), truncated."""
@@ -152,8 +175,18 @@ def _commitment(x: _Tokens) -> tuple[list[int], list[int]]:
     return x.on_members(term), [0] * x.probs.shape[1]
 
 
+def _shared_commitment(x: _Tokens) -> tuple[list[int], list[int]]:
+    """The block's commitment score plus, per other root of the pass, its terms alpha_root r[root, e] (a root's
+    weight is every root's: depth 0, a level of one, this block's alpha[0]; 1 for p_hat[0] = 1)."""
+    own, zeros = _commitment(x)
+    for members, demand in zip(x.root_natural, x.root_demand):
+        for e, r in zip(members, demand):
+            own[e] += _fixed(float(np.float32(x.alpha[0]) * np.float32(r)), x.bits)
+    return own, zeros
+
+
 SCORES = {Score.GATE_MASS: _gate_mass, Score.VOTES: _votes, Score.ROUTER_MASS: _router_mass,
-          Score.COMMITMENT: _commitment}
+          Score.COMMITMENT: _commitment, Score.SHARED_COMMITMENT: _shared_commitment}
 
 # how many non-anchor experts join the anchor, from (plan, anchor, the positive non-anchor demands best first)
 SIZES = {

@@ -10,6 +10,7 @@ A method is three choices (docs/method.md, "Verifier-side selectors"):
 | `moe-spec`    | `ROUTER_MASS`                      | no          | `FIXED`                         |
 | `acceptmoe-b` | `COMMITMENT`                       | yes         | `FIXED` (anchor counted in B)   |
 | `acceptmoe`   | `COMMITMENT`                       | yes         | `SELF`: abs(A) + effective rank |
+| `acceptmoe-shared` | `SHARED_COMMITMENT`           | yes         | `SELF`                          |
 
 Every backend (the readable reference in `reference.py`, the torch, cpu and Triton verifiers in
 `acceptmoe.kernels`) implements each `Score` and each `Sizing` member once, for any combination, and
@@ -38,6 +39,18 @@ class Score(enum.Enum):
     VOTES = "votes"                # sum_t 1[e in K_t], ties by gate mass, then lower index
     ROUTER_MASS = "router-mass"    # sum_t softmax(z_t)[e], over all experts (MoE-Spec)
     COMMITMENT = "commitment"      # sum_t alpha_t r[t, e], alpha_t = p_hat[d_t]^beta N_{d_t}^level_exponent
+    SHARED_COMMITMENT = "shared-commitment"   # COMMITMENT plus the terms of the pass's other roots (alpha 1)
+
+    @property
+    def weighs_commitment(self) -> bool:
+        """Its terms carry the commitment weights alpha_t (it needs p_hat)."""
+        return self in (Score.COMMITMENT, Score.SHARED_COMMITMENT)
+
+    @property
+    def credits_batch(self) -> bool:
+        """A block's score also sums the root terms of the pass's other blocks (docs/method.md, "Batch-shared
+        commitment"): at one block per pass it is the score without them."""
+        return self is Score.SHARED_COMMITMENT
 
 
 class Sizing(enum.Enum):
@@ -111,7 +124,7 @@ class MethodSpec:
     @property
     def needs_commitment(self) -> bool:
         """Needs p_hat (commitment probabilities per depth)."""
-        return self.score is Score.COMMITMENT
+        return self.score is not None and self.score.weighs_commitment
 
     @property
     def needs_calibration(self) -> bool:
@@ -219,6 +232,8 @@ for _spec in (
     MethodSpec("acceptmoe-b", Sizing.FIXED, Score.COMMITMENT, anchor=True, label="AcceptMoE-B"),
     MethodSpec("acceptmoe", Sizing.SELF, Score.COMMITMENT, anchor=True, label="AcceptMoE",
                prunes_when_offloaded=True, sets_b0=True),
+    MethodSpec("acceptmoe-shared", Sizing.SELF, Score.SHARED_COMMITMENT, anchor=True, label="AcceptMoE (batch-shared)",
+               prunes_when_offloaded=True),
 ):
     register_method(_spec)
 _BUILTIN = frozenset(METHODS)

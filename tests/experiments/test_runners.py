@@ -199,14 +199,16 @@ def test_table1_end_to_end_files_and_structure(full_run, capsys):
         assert (run / name).is_file(), name
     sandbox = json.loads((run / "config.json").read_text())["environment"]["sandbox"]
     assert sandbox == isolation().record()  # what the code sandbox could enforce here, fallbacks included
+    methods = json.loads((run / "config.json").read_text())["config"]["methods"]      # configs/experiments/table1.yaml
+    assert methods == [m for m in METHODS if m in methods] and len(methods) >= 6
     rows = list(SampleLog(run / "samples.jsonl"))
-    assert len(rows) == 2 * 2 * len(METHODS) and len({r["key"] for r in rows}) == len(rows)
+    assert len(rows) == 2 * 2 * len(methods) and len({r["key"] for r in rows}) == len(rows)
     for task in world.TASKS:
         b0 = json.loads((run / "b0" / "rand" / f"{task}.json").read_text())
         assert b0["limited"] and b0["n_prompts"] == 2 and b0["b0"] >= 2
         assert {r["budget"] for r in rows if r["task"] == task and r["method"] in ("count-b", "moe-spec", "acceptmoe-b")} == {b0["b0"]}
         assert json.loads((run / "calibration" / "rand" / f"{task}-train.json").read_text())["provenance"]["split"] == "train"
-        for method in METHODS:                                             # every registered method ran
+        for method in methods:                                             # every configured method ran
             traces = TraceLog(run / "traces" / "rand" / task / f"{method}.jsonl").read()
             assert len(traces) == 2 and {t.meta["index"] for t in traces} == {0, 1}
     sd = [r for r in rows if r["method"] == "standard-sd"]
@@ -240,10 +242,11 @@ def test_interrupted_run_resumes_to_the_same_table(setup, full_run, monkeypatch)
     (run,) = (root / "cut" / "table1" / "test").iterdir()
     assert len(SampleLog(run / "samples.jsonl")) == 8 and not (run / "summary.json").exists()
     assert table1.main(["--resume", str(run), "--allow-code-change"]) == 0   # the tree may be dirty here
+    methods = json.loads((run / "config.json").read_text())["config"]["methods"]
     rows = list(SampleLog(run / "samples.jsonl"))
-    assert len(rows) == 4 * len(METHODS) and len({r["key"] for r in rows}) == len(rows)
+    assert len(rows) == 4 * len(methods) and len({r["key"] for r in rows}) == len(rows)
     for task in world.TASKS:
-        for method in METHODS:
+        for method in methods:
             assert len(TraceLog(run / "traces" / "rand" / task / f"{method}.jsonl")) == 2
     assert (run / "table1.md").read_text() == (full_run / "table1.md").read_text()
     assert (run / "table1.csv").read_text() == (full_run / "table1.csv").read_text()

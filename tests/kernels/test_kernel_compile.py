@@ -18,12 +18,13 @@ import pytest
 pytest.importorskip("triton")
 
 # Representative launches: the largest code (AcceptMoE with pruning), both routers, both logit widths,
-# the longest block and the next expert count.
+# the longest block and the next expert count, and the batch-shared score.
 CASES = [
     (120, ("acceptmoe", "qwen3", "bf16", True, 64)),
     (90, ("count-b", "gpt-oss", "fp32", True, 128)),
     (90, ("acceptmoe", "qwen3-e256", "bf16", False, 128)),
     (120, ("moe-spec", "gpt-oss", "bf16", True, 16)),
+    (90, ("acceptmoe-shared", "qwen3", "bf16", True, 64)),     # the batch-shared score's loop over the roots
 ]
 
 # The specialisations that spilled (16-40 B, 4-10 STL/LDL) at 4 warps, one per kind: pruning at E = 256 on

@@ -4,8 +4,9 @@ Triton interpreter (conftest).
 Each case is one awkward shape (T in {1, 7, 64}, E in {8, 60, 64, 128}, k in {1, 2, 4, 8}), router kind
 (every `RouterKind`; the grouped one with a random selection bias, none where logits tie), demand score,
 logit dtype, residency mask and logit draw (tie-free, or bf16-rounded with deliberate ties at the top-k
-boundary); every case runs every registered verifier method on one or two blocks (the second one padded)
-and compares with the per-block reference (`select`, `prune`, `route`). Sets and routed ids
+boundary); every case runs every registered verifier method on one, two or five blocks (the later ones
+padded; five: the batch-shared score's credit across blocks) and compares with the per-block reference
+(`select_pass`, `prune`, `route`). Sets and routed ids
 must agree exactly, utilities and weights to 1e-6. Every top_k from 1 to 8 (and k = E - 1, E) has its own
 test at widths that are and are not powers of two.
 """
@@ -21,7 +22,7 @@ import torch
 from acceptmoe.kernels import VerifierInputError, VerifierOutput, make_verifier
 from acceptmoe.methods import (
     METHODS, BlockInfo, Fit, Plan, Router, SelectorConfig, Variant, commitment_weight, prune, route,
-    select,
+    select, select_pass,
 )
 
 SPECULATING = tuple(name for name, spec in METHODS.items() if spec.speculates)
@@ -57,7 +58,7 @@ class Case:
     demand: str           # gate | softmax
     dtype: torch.dtype
     resident: str         # none | shared ([E]) | per-block ([B, E])
-    blocks: int           # 1, or 2 with the second block padded
+    blocks: int           # 1, or more with the later blocks padded
     budget: str           # k | third | all: the fixed budget B for count-b, moe-spec, acceptmoe-b
     ties: bool = False    # bf16-rounded logits on a coarse grid, each row tied at its top-k boundary
 
@@ -85,6 +86,7 @@ CASES = [
     Case(1, 60, 2, "deepseek", "softmax", torch.float16, "none", 1, "all"),
     Case(64, 8, 2, "deepseek", "gate", torch.float32, "per-block", 2, "k"),
     Case(16, 128, 8, "deepseek", "softmax", torch.bfloat16, "shared", 1, "third", ties=True),
+    Case(7, 64, 4, "renorm", "gate", torch.float32, "per-block", 5, "third"),   # a pass of 5: batch credit
 ]
 
 
@@ -127,7 +129,7 @@ def make_inputs(case: Case, seed: int = 0):
     logits = (tied_logits(case.blocks, case.T, case.E, case.k, case.dtype, gen) if case.ties
               else random_logits(case.blocks, case.T, case.E, case.dtype, gen))
     if case.blocks > 1:                                   # padding rows hold garbage the kernel must ignore
-        logits[1, blocks[1].num_tokens:] = torch.linspace(30.0, -30.0, case.E).to(case.dtype)
+        logits[1:, blocks[1].num_tokens:] = torch.linspace(30.0, -30.0, case.E).to(case.dtype)
     resident = {"none": None, "shared": torch.rand(case.E, generator=gen) < 0.5,
                 "per-block": torch.rand(case.blocks, case.E, generator=gen) < 0.5}[case.resident]
     return blocks, p_hat, logits, resident
@@ -147,10 +149,10 @@ def simple_plan(method: str, router: Router, E: int, depth: int = 5, store: str 
 
 
 def reference(plan, blocks, logits, resident, bias=None):
-    """Per-block reference: ids [B, T, k], weights [B, T, k], eligible [B, E], utility [B, E], anchor [B, E]."""
+    """Per-block reference (each block beside the pass's other roots, `select_pass`): ids [B, T, k], weights
+    [B, T, k], eligible [B, E], utility [B, E], anchor [B, E]."""
     out = []
-    for b, block in enumerate(blocks):
-        sel = select(plan, logits[b, : block.num_tokens], block, bias)
+    for b, (block, sel) in enumerate(zip(blocks, select_pass(plan, logits, blocks, bias))):
         eligible = sel.eligible
         if resident is not None:
             eligible = prune(sel, resident if resident.dim() == 1 else resident[b], plan)

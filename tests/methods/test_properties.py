@@ -7,7 +7,7 @@ from hypothesis import strategies as st
 from acceptmoe.kernels import make_verifier
 from acceptmoe.kernels.torch_verifier import prune_batched
 from acceptmoe.methods import (METHODS, BlockInfo, Fit, Plan, Router, RouterKind, SelectorConfig, Selection, Sizing,
-                               Variant, effective_rank, order_desc, prune, rank_desc, route, select, topk)
+                               Variant, effective_rank, order_desc, prune, rank_desc, route, select, select_pass, topk)
 from acceptmoe.methods.fixed import rank_guard, to_fixed
 from acceptmoe.methods.topk import first_k_in, topk_ids
 
@@ -143,8 +143,8 @@ def test_batched_over_blocks_equals_per_block(problem, method, blocks):
     plan = plan_of(method, block, router, cfg, budget, logits.shape[1])
     stack = torch.stack([logits * (1 + 0.5 * i) for i in range(blocks)])    # [B, T, E]
     fast = torch_verifier(plan, [block] * blocks)(stack)
-    for i in range(blocks):
-        assert torch.equal(fast.eligible[i], select(plan, stack[i], block).eligible)
+    for i, sel in enumerate(select_pass(plan, stack, [block] * blocks)):
+        assert torch.equal(fast.eligible[i], sel.eligible)
 
 
 @settings(max_examples=150, deadline=None)

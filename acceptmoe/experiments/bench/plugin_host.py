@@ -6,10 +6,13 @@ MoE layer (selection, the logit mask, records), and the acceptance hook (records
 paths). SGLang's own routing inside the layers is a plain top-k here and is timed alone as `routing`, so
 `plugin` is the hooks' cost beyond it (on this CPU it includes the selection arithmetic, which a GPU runs in
 the fused kernel). Also counted per step: host reads, the `Tensor.cpu`, `.tolist` and `.item` calls the hooks
-make (each one a synchronisation when its tensor is on a GPU; calls on host copies count too). Medians over `--repeats` steps, at batch 1 and 48
-(SGLang's default `max_running_requests` with EAGLE), 64-token trees, E = 128, top-8, 48 MoE layers.
+make (each one a synchronisation when its tensor is on a GPU; calls on host copies count too). Medians over
+`--repeats` steps, the settings taking turns step by step, at batches 1, 4, 16 and 64 requests per verify pass
+(the server's rows sized for the largest), 64-token trees, E = 128, top-8, 48 MoE layers; per step and per
+request. The batch-shared selector (`acceptmoe-shared`) is timed beside AcceptMoE: its sets read the pass's
+other requests.
 
-    ./reproduce.sh bench-plugin [--layers 48 --repeats 20 --batches 1 48]
+    ./reproduce.sh bench-plugin [--layers 48 --repeats 20 --batches 1 4 16 64]
 """
 from __future__ import annotations
 
@@ -22,7 +25,7 @@ from types import SimpleNamespace
 import torch
 
 from acceptmoe.commands import command, parser
-from acceptmoe.methods import B0_METHOD, BASELINE
+from acceptmoe.methods import B0_METHOD, BASELINE, METHODS
 from acceptmoe.serving.sglang import plugin
 from acceptmoe.serving.sglang.config import load_config
 from acceptmoe.serving.sglang.runtime import Runtime
@@ -30,9 +33,11 @@ from acceptmoe.serving.sglang.tree import links_from_parents
 
 E, K, N, DEPTH = 128, 8, 64, 5
 P_HAT = "1.0,0.7,0.5,0.35,0.25,0.2"
+SHARED = next(name for name, spec in METHODS.items() if spec.score is not None and spec.score.credits_batch)
 SETTINGS = {
     BASELINE: {"ACCEPTMOE_METHOD": BASELINE},
     B0_METHOD: {"ACCEPTMOE_METHOD": B0_METHOD, "ACCEPTMOE_P_HAT": P_HAT},
+    SHARED: {"ACCEPTMOE_METHOD": SHARED, "ACCEPTMOE_P_HAT": P_HAT},
     f"{B0_METHOD} + trace": {"ACCEPTMOE_METHOD": B0_METHOD, "ACCEPTMOE_P_HAT": P_HAT, "ACCEPTMOE_TRACE": "{trace}"},
 }
 
@@ -87,63 +92,68 @@ def one_step(bs: int, layers: int, rng: random.Random):
     return batch, logits, accept, reqs
 
 
-def time_steps(name: str, env: dict, bs: int, layers: int, repeats: int, trace_path: str) -> dict:
-    env = {k: v.format(trace=trace_path) for k, v in env.items()}
-    plugin.RUNTIME = Runtime(load_config(env))
+def time_steps(settings: dict, bs: int, layers: int, repeats: int, trace_path: str, rows: int) -> list[dict]:
+    """Every setting at `bs` requests per pass, in a server whose rows are sized for `rows` requests: the settings
+    take turns step by step (each its own runtime), so a load on the machine falls on all of them alike."""
+    runtimes = {name: Runtime(load_config({k: v.format(trace=trace_path) for k, v in env.items()}))
+                for name, env in settings.items()}
     runner = SimpleNamespace(is_draft_worker=False, device="bench",          # not "cpu": no SGLang backend to check
-                             req_to_token_pool=SimpleNamespace(size=64),
-                             max_running_requests=48,
-                             server_args=SimpleNamespace(speculative_num_steps=DEPTH, max_running_requests=48))
+                             req_to_token_pool=SimpleNamespace(size=rows),
+                             max_running_requests=rows,
+                             server_args=SimpleNamespace(speculative_num_steps=DEPTH, max_running_requests=rows))
     rng = random.Random(0)
     topks = [SimpleNamespace(topk_config=SimpleNamespace(
         top_k=K, renormalize=True, use_grouped_topk=False, scoring_func="softmax", correction_bias=None,
         custom_routing_function=None, num_shared_topk_slots=0), layer_id=i, is_draft=False) for i in range(layers)]
     steps = [one_step(bs, layers, rng) for _ in range(4)]
-    total, bare, reads = [], [], []
+    seen = {name: ([], [], []) for name in settings}                      # step, routing alone, host reads
     for r in range(repeats + 3):
         batch, logits, accept, reqs = steps[r % len(steps)]
 
         def forward(runner, batch):
             return [plugin._around_topk(routing, topks[i], None, logits[i]) for i in range(layers)]
-        t0 = time.perf_counter()
-        with count_host_reads() as c:
-            plugin._around_forward(forward, runner, batch)
-            plugin._after_sample((None, None, accept), batch.spec_info, reqs)
-        t1 = time.perf_counter()
-        for i in range(layers):
-            routing(None, None, logits[i])
-        t2 = time.perf_counter()
-        if r >= 3:
-            total.append(t1 - t0)
-            bare.append(t2 - t1)
-            reads.append(c["n"])
-    med, route_ms = statistics.median(total) * 1e3, statistics.median(bare) * 1e3
-    return {"setting": name, "batch": bs, "step_ms": med, "routing_ms": route_ms, "plugin_ms": med - route_ms,
-            "host_reads": statistics.median(reads)}
+        for name, runtime in runtimes.items():
+            plugin.RUNTIME = runtime
+            t0 = time.perf_counter()
+            with count_host_reads() as c:
+                plugin._around_forward(forward, runner, batch)
+                plugin._after_sample((None, None, accept), batch.spec_info, reqs)
+            t1 = time.perf_counter()
+            for i in range(layers):
+                routing(None, None, logits[i])
+            t2 = time.perf_counter()
+            if r >= 3:
+                for out, value in zip(seen[name], (t1 - t0, t2 - t1, c["n"])):
+                    out.append(value)
+    rows_out = []
+    for name, (total, bare, reads) in seen.items():
+        med, route_ms = statistics.median(total) * 1e3, statistics.median(bare) * 1e3
+        rows_out.append({"setting": name, "batch": bs, "step_ms": med, "routing_ms": route_ms,
+                         "plugin_ms": med - route_ms, "host_reads": statistics.median(reads)})
+    return rows_out
 
 
-@command("bench-plugin", "the SGLang plugin's own host time and host reads per verify step (batch 1 and 48)")
+@command("bench-plugin", "the SGLang plugin's own host time and host reads per verify step (batch 1, 4, 16, 64)")
 def main(argv: list[str] | None = None) -> int:
     import tempfile
 
     p = parser("bench-plugin")
     p.add_argument("--layers", type=int, default=48)
     p.add_argument("--repeats", type=int, default=20)
-    p.add_argument("--batches", type=int, nargs="+", default=[1, 48])
+    p.add_argument("--batches", type=int, nargs="+", default=[1, 4, 16, 64])
     args = p.parse_args(argv)
     torch.manual_seed(0)
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         for bs in args.batches:
-            for name, env in SETTINGS.items():
-                rows.append(time_steps(name, env, bs, args.layers, args.repeats, f"{tmp}/steps.jsonl"))
+            rows += time_steps(SETTINGS, bs, args.layers, args.repeats, f"{tmp}/steps.jsonl", max(args.batches))
     print(f"plugin work per verify step ({args.layers} MoE layers, {N}-token trees, E={E}, top-{K}; medians of "
           f"{args.repeats} steps; this CPU)")
-    print("| setting | batch | step ms | routing alone ms | plugin ms | host reads |")
-    print("|---|---|---|---|---|---|")
+    print("| setting | batch | step ms | routing alone ms | plugin ms | plugin ms per request | host reads |")
+    print("|---|---|---|---|---|---|---|")
     for r in rows:
         print(f"| {r['setting']} | {r['batch']} | {r['step_ms']:.2f} | {r['routing_ms']:.2f} | {r['plugin_ms']:.2f} "
-              f"| {r['host_reads']:.0f} |")
+              f"| {r['plugin_ms'] / r['batch']:.3f} | {r['host_reads']:.0f} |")
     return 0
 
 

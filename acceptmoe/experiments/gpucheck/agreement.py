@@ -48,6 +48,7 @@ TERMS = {
     Score.VOTES: lambda member: torch.zeros(member.shape[1], dtype=torch.long),    # counted, never truncated
     Score.ROUTER_MASS: lambda member: torch.full((member.shape[1],), member.shape[0], dtype=torch.long),
     Score.COMMITMENT: lambda member: member.sum(0),
+    Score.SHARED_COMMITMENT: lambda member: member.sum(0),        # one block: no other roots
 }
 
 

@@ -55,7 +55,7 @@ def add_run_options(p: argparse.ArgumentParser, limit_help: str = "evaluation pr
 
 
 def add_methods_option(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--methods", nargs="+", default=None, help="methods to run (default: all six)")
+    p.add_argument("--methods", nargs="+", default=None, help="methods to run (default: every registered method)")
 
 
 def add_budgets_option(p: argparse.ArgumentParser) -> None:

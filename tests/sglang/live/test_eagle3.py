@@ -19,7 +19,7 @@ import torch
 from sglang.srt.layers.moe.topk import TopKConfig, select_experts
 
 from acceptmoe.engine.tree import TreeShape, ancestor_mask
-from acceptmoe.methods import METHODS, BlockInfo, CommitmentTable, Fit, Router, Variant, route, select
+from acceptmoe.methods import METHODS, BlockInfo, CommitmentTable, Fit, Router, Variant, route, select, select_pass
 from acceptmoe.serving.sglang.config import load_config
 from acceptmoe.serving.sglang.runtime import Limits, Runtime, output_lengths, read_steps
 
@@ -193,8 +193,8 @@ def test_every_restricting_method_through_the_runtime_on_real_passes(method, sta
             topk = SimpleNamespace(topk_config=TopKConfig(top_k=8, renormalize=True), layer_id=layer, is_draft=False)
             out = runtime.restrict(topk, lambda t, h, g: select_experts(
                 h, g, TopKConfig(top_k=8, renormalize=True, torch_native=True), layer_id=layer), z[:, :0], z)
-            for b, parents in enumerate(p["parents"]):
-                want = select(plan, z[b * n:(b + 1) * n], BlockInfo.from_parents(parents))
+            blocks = [BlockInfo.from_parents(parents) for parents in p["parents"]]
+            for b, want in enumerate(select_pass(plan, z.view(bs, n, -1), blocks)):      # beside the pass's roots
                 ref_ids, _ = route(z[b * n:(b + 1) * n], want.eligible, ROUTER)
                 assert torch.equal(out.topk_ids[b * n:(b + 1) * n].long(), ref_ids), (method, layer, b)
                 checked += 1
