@@ -5,7 +5,7 @@ join its set. The backends against the reference on multi-block passes: test_ver
 import pytest
 import torch
 
-from acceptmoe.kernels import BACKENDS, make_verifier
+from acceptmoe.kernels import VERIFIERS, make_verifier
 from acceptmoe.kernels.cpu_verifier import available
 from acceptmoe.methods import BlockInfo, Fit, Router, Variant, select_pass
 
@@ -19,7 +19,7 @@ def plans(router: Router) -> tuple:
     return tuple(Variant(m).bind(fit, commitment=P_HAT) for m in ("acceptmoe", "acceptmoe-shared"))
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("backend", VERIFIERS.names())
 def test_one_block_is_acceptmoe_and_other_roots_are_credited(backend):
     if backend == "cpu" and not available():
         pytest.skip("no C compiler for the CPU backend here")
