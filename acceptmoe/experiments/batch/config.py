@@ -59,6 +59,13 @@ class DraftShape:
         return Path(run_dir) / "shapes" / self.folder
 
 
+def composable(method: str) -> bool:
+    """Whether a batched pass of `method` is the union of its requests' batch-1 routes: not for a score that
+    credits the pass's other requests (`Score.credits_batch`), whose sets change with the batch."""
+    score = get_method(method).score
+    return score is None or not score.credits_batch
+
+
 @dataclass(frozen=True)
 class BatchStudyConfig:
     SECTION = EXPERIMENT
@@ -90,6 +97,10 @@ class BatchStudyConfig:
         for m in self.methods or ():
             if not get_method(m).speculates:
                 raise ConfigKeyError(f"methods: {m} drafts nothing, so it has no verify pass to batch; drop it")
+            if not composable(m):
+                raise ConfigKeyError(f"methods: {m}'s sets depend on the other requests of its pass, which routes "
+                                     f"recorded one request at a time do not hold; drop it (SGLang at concurrency "
+                                     f"runs it: docs/batch-study.md)")
         if self.world.engine not in ROUTE_ENGINES:
             raise ConfigKeyError(f"engine {self.world.engine}: the batch study composes recorded routes, which the "
                                  f"{', '.join(ROUTE_ENGINES)} engine records: use --engine native")
@@ -104,9 +115,10 @@ class BatchStudyConfig:
         return [DraftShape.parse(t) for t in self.trees]
 
     def method_names(self) -> tuple[str, ...]:
-        """The methods batched, in registry order: the configured ones, or every method that speculates."""
+        """The methods batched, in registry order: the configured ones, or every method that speculates and
+        whose sets one request's routes determine (`composable`)."""
         chosen = self.methods if self.methods is not None else tuple(METHODS)
-        return tuple(m for m in METHODS if m in chosen and METHODS[m].speculates)
+        return tuple(m for m in METHODS if m in chosen and METHODS[m].speculates and composable(m))
 
     def world_for(self, shape: DraftShape) -> WorldConfig:
         """The world with this draft shape, recording routes, calibrating on at most `limit` prompts per task."""
