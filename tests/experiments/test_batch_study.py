@@ -12,6 +12,7 @@ import torch
 import yaml
 
 from acceptmoe.engine.routes import FORMAT, KINDS, Routes
+from acceptmoe.experiments.batch.config import composable
 from acceptmoe.experiments.batch.compose import Request, StoreCounter, compact, compose, draw_requests
 from acceptmoe.experiments.batch.report import write_outputs
 from acceptmoe.experiments.claims import table
@@ -88,7 +89,8 @@ def test_batch_study_end_to_end(study, capsys):
     (run,) = (root / "results" / "batch-study" / "tiny").iterdir()
     rows = list(SampleLog(run / "samples.jsonl"))
     assert [r["batch"] for r in rows] == [1, 4] and all(r["store_agrees"] for r in rows)
-    batched = {Variant(m).name for m, s in METHODS.items() if s.speculates}
+    batched = {Variant(m).name for m, s in METHODS.items() if s.speculates and composable(m)}
+    assert batched < {Variant(m).name for m, s in METHODS.items() if s.speculates}     # the batch-shared one is out
     assert all(set(d["methods"]) == batched for r in rows for d in r["draws"])
     assert "union does: yes." in (run / "batch-study.md").read_text()
     md = (run / "batch-study.md").read_bytes()
