@@ -4,16 +4,19 @@ under its `name` in `TASKS`.
 
     name: my-arith                      # the task's name in presets, rows and tables
     version: "1"
-    grader: numeric                     # exact | numeric (GSM8K's) | math_verify (MATH500's)
+    grader: numeric                     # exact | numeric (GSM8K's) | math_verify (MATH500's) | code
     prompt: "{question}"                # the user turn: a format string over a record's fields
-    answer: answer                      # the record field graded against
+    answer: answer                      # the record field graded against (code: the reference program)
     splits:                             # test is required; train calibrates (else calibration.sources)
       test: {file: arith-test.jsonl, sha256: 3f5c...}
       train: {file: arith-train.jsonl, sha256: 9a1b...}
 
 Files are relative to the YAML's folder. A record may carry an "id"; otherwise its split and line number
 name it. Graders are the shipped tasks' own: `exact` compares stripped text, `numeric` is GSM8K's
-flexible-extract exact match, `math_verify` is MATH500's `math_check`.
+flexible-extract exact match, `math_verify` is MATH500's `math_check`, and `code` grades as tiny-mbpp does:
+a record holds `entry_point` (the function's name), the reference program (`answer`) and `inputs` (a list
+of argument lists); the reply's function runs in the sandbox on them and its return values are compared
+with the reference's (`evals.codecheck`).
 """
 from __future__ import annotations
 
@@ -47,7 +50,8 @@ def _math_verify(gold: str, response: str) -> Grade:
     return math500.score_against(gold, response)
 
 
-GRADERS = {"exact": _exact, "numeric": _numeric, "math_verify": _math_verify}
+GRADERS = {"exact": _exact, "numeric": _numeric, "math_verify": _math_verify, "code": None}
+CODE_FIELDS = ("entry_point", "inputs")
 
 
 def _fail(path: Path, message: str) -> TaskFileError:
@@ -78,7 +82,8 @@ def load_file(path: str | Path) -> Task:
     if spec["grader"] not in GRADERS:
         raise _fail(path, f"grader {spec['grader']!r} is not one of {', '.join(GRADERS)}")
     template = str(spec.get("prompt", "{prompt}"))
-    fields = tuple(dict.fromkeys([f for _, f, _, _ in string.Formatter().parse(template) if f] + [spec["answer"]]))
+    fields = tuple(dict.fromkeys([f for _, f, _, _ in string.Formatter().parse(template) if f] + [spec["answer"]]
+                                 + (list(CODE_FIELDS) if spec["grader"] == "code" else [])))
     splits = spec["splits"]
     if not isinstance(splits, dict) or "test" not in splits or set(splits) - {"test", "train"}:
         raise _fail(path, "splits must hold test (and may hold train)")
@@ -91,10 +96,31 @@ def load_file(path: str | Path) -> Task:
         rows = [dict(r) for r in data[split]]
         return rows if limit is None else rows[:limit]
 
-    return Task(name=name, version=f"file-{spec.get('version', '1')}", splits=tuple(data), load=load,
-                messages=lambda ex: user_message(template.format(**ex)),
-                extract=lambda ex, response: grade(str(ex[answer]), response).extracted,
+    common = dict(name=name, version=f"file-{spec.get('version', '1')}", splits=tuple(data), load=load,
+                  messages=lambda ex: user_message(template.format(**ex)))
+    if grade is None:
+        return _code_task(common, answer)
+    return Task(**common, extract=lambda ex, response: grade(str(ex[answer]), response).extracted,
                 score=lambda ex, response: grade(str(ex[answer]), response))
+
+
+def _code_task(common: dict, answer: str) -> Task:
+    """A code task: the reply's `entry_point` against the reference program on the record's inputs."""
+    from acceptmoe.evals.codecheck import CodeProblem, sanitize
+    from acceptmoe.evals.extract import extract_code
+    from acceptmoe.evals.tasks import grade_code
+
+    def problem(ex: dict) -> CodeProblem:
+        return CodeProblem(task_id=ex["id"], entry_point=ex["entry_point"], canonical=str(ex[answer]) + "\n",
+                           test_sets=(("base", [list(args) for args in ex["inputs"]]),))
+
+    def extract(ex: dict, response: str, reading: str = "evalplus") -> str:
+        return sanitize(extract_code(response, ex["entry_point"]), ex["entry_point"])
+
+    def score(ex: dict, response: str) -> Grade:
+        return grade_code(common["name"], problem, [ex], [response])[0]
+
+    return Task(**common, extract=extract, score=score, problem=problem, test_sets=("base",))
 
 
 _FILES: dict[str, Path] = {}      # task name -> the file that registered it
@@ -109,7 +135,7 @@ def register_file(path: str | Path) -> str:
     """Register the task `path` declares (again for the same file: nothing to do); returns its name."""
     path = Path(path).resolve()
     task = load_file(path)
-    if _FILES.get(task.name) == path:
+    if _FILES.get(task.name) == path and task.name in TASKS:
         return task.name
     if task.name in TASKS:
         raise _fail(path, f"a task named {task.name!r} exists already: rename it")
