@@ -92,6 +92,7 @@ class MethodSpec:
     label: str = ""           # display name in tables and figures
     prunes_when_offloaded: bool = False   # residency-aware pruning by default under an offloaded store
     sets_b0: bool = False     # its traces give B0, the matched budget of the fixed-budget methods
+    beyond_paper: bool = False   # not one of the paper's six methods: Table 1 runs it only when asked
 
     def __post_init__(self) -> None:
         if (self.sizing is Sizing.NONE) != (self.score is None):
@@ -233,12 +234,13 @@ for _spec in (
     MethodSpec("acceptmoe", Sizing.SELF, Score.COMMITMENT, anchor=True, label="AcceptMoE",
                prunes_when_offloaded=True, sets_b0=True),
     MethodSpec("acceptmoe-shared", Sizing.SELF, Score.SHARED_COMMITMENT, anchor=True, label="AcceptMoE (batch-shared)",
-               prunes_when_offloaded=True),
+               prunes_when_offloaded=True, beyond_paper=True),
 ):
     register_method(_spec)
 _BUILTIN = frozenset(METHODS)
 
 B0_METHOD: str = next(s.name for s in METHODS.values() if s.sets_b0)   # whose traces decide B0
+PAPER_METHODS: tuple[str, ...] = tuple(n for n, s in METHODS.items() if not s.beyond_paper)   # Table 1's default
 BASELINE: str = "standard-sd"        # accuracy differences and throughput ratios are taken against it
 REFERENCE: str = "vanilla-ar"        # relative accuracy change is taken against it
 CALIBRATION: str = "standard-sd"     # p_hat is counted from its natural-routing traces

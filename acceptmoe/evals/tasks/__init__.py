@@ -98,14 +98,13 @@ def _scored(score: Callable[[dict, str], Grade], example: dict, text: str) -> Gr
         return Grade(False, "", {"error": f"scoring raised {type(exc).__name__}: {str(exc)[:300]}"})
 
 
-def read_reply(task: str, example: dict, raw: str, response_format: str, reading: str,
-               task_file: str | None = None) -> str:
-    """The code a raw reply is graded by (run in `contained`'s worker: its cost is the text's to set); a task
-    declared in a file is registered again in the worker's fresh process."""
-    if task_file is not None:
-        from .from_file import register_file
-        register_file(task_file)
+def read_reply(task: str, example: dict, raw: str, response_format: str, reading: str) -> str:
+    """The code a raw reply is graded by (run in `contained`'s worker: its cost is the text's to set)."""
     return get_task(task).extract(example, response_text(raw, response_format), reading=reading)
+
+
+# task name -> the YAML it was declared in (`from_file.register_file` fills it): a worker registers it again
+TASK_FILES: dict[str, str] = {}
 
 
 def _slim(example: dict) -> dict:
@@ -116,12 +115,11 @@ def _slim(example: dict) -> dict:
 def grade_code(task: str, problem: Callable[[dict], CodeProblem], examples: list[dict], responses: list[str],
                response_format: str = "plain", workers: int = 2, rules: CodeRules = DEFAULT) -> list[Grade]:
     """Scores of raw code responses to the registered task `task`."""
-    from .from_file import file_of
     problems = [problem(ex) for ex in examples]
-    source = str(file_of(task)) if file_of(task) is not None else None
-    read = contained.call_each(f"{__name__}:read_reply",
-                               [[task, _slim(ex), r, response_format, rules.reading, source]
-                                for ex, r in zip(examples, responses)],
+    source = TASK_FILES.get(task)                 # a task from a file: the worker reads it first
+    reader, first = (f"{__name__}.from_file:read_file_reply", [source]) if source else (f"{__name__}:read_reply", [])
+    read = contained.call_each(reader, [[*first, task, _slim(ex), r, response_format, rules.reading]
+                                        for ex, r in zip(examples, responses)],
                                contained.Limits(call_s=rules.sanitize_s))
     ok = [i for i, out in enumerate(read) if out.ok and isinstance(out.value, str)]
     graded = dict(zip(ok, grade_many([problems[i] for i in ok], [read[i].value for i in ok], workers, rules)))

@@ -25,7 +25,7 @@ from pathlib import Path
 
 from acceptmoe.errors import UserError
 from acceptmoe.evals.data import parse_jsonl, read_text, sha256_of
-from acceptmoe.evals.tasks import TASKS, Grade, Task, check_split, user_message
+from acceptmoe.evals.tasks import TASK_FILES, TASKS, Grade, Task, check_split, read_reply, user_message
 from acceptmoe.yamlfile import read_mapping
 
 KEYS = {"name", "version", "grader", "prompt", "answer", "splits"}
@@ -123,22 +123,25 @@ def _code_task(common: dict, answer: str) -> Task:
     return Task(**common, extract=extract, score=score, problem=problem, test_sets=("base",))
 
 
-_FILES: dict[str, Path] = {}      # task name -> the file that registered it
-
-
-def file_of(name: str) -> Path | None:
+def file_of(name: str) -> str | None:
     """The file task `name` was registered from (None: a shipped task); a spawned process registers it again."""
-    return _FILES.get(name)
+    return TASK_FILES.get(name)
+
+
+def read_file_reply(task_file: str, *args) -> str:
+    """`read_reply` in a reader's fresh process, for a task declared in `task_file` (registered there first)."""
+    register_file(task_file)
+    return read_reply(*args)
 
 
 def register_file(path: str | Path) -> str:
     """Register the task `path` declares (again for the same file: nothing to do); returns its name."""
     path = Path(path).resolve()
     task = load_file(path)
-    if _FILES.get(task.name) == path and task.name in TASKS:
+    if TASK_FILES.get(task.name) == str(path) and task.name in TASKS:
         return task.name
     if task.name in TASKS:
         raise _fail(path, f"a task named {task.name!r} exists already: rename it")
     TASKS.add(task.name, task)
-    _FILES[task.name] = path
+    TASK_FILES[task.name] = str(path)
     return task.name
