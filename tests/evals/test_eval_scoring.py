@@ -159,8 +159,8 @@ SLOW_GOLD = "+".join(f"\\frac{{x^{{{i}}}}}{{{i + 1}}}" for i in range(2000))
 def test_a_gold_parse_timeout_fails_the_sample_not_the_run():
     verdict = math_check(SLOW_GOLD, "\\boxed{1}", timeout_s=1)
     assert verdict.correct is False and "timed out after 1 s" in verdict.gold_error and verdict.extracted == "1"
-    with pytest.raises(GoldParseError, match="timed out"):
-        parse_gold(SLOW_GOLD, timeout_s=1)
+    with pytest.raises(GoldParseError, match="timed out"):      # another gold: nothing the first parse cached
+        parse_gold(SLOW_GOLD.replace("x", "y"), timeout_s=1)
 
 
 def test_math500_scores_an_unparseable_gold_as_one_failed_sample():
