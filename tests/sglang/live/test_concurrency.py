@@ -19,6 +19,7 @@ from acceptmoe.engine.tree import TreeShape
 from acceptmoe.methods import BlockInfo, CommitmentTable, Variant, route, select, select_pass
 
 from common import ROOT, task_prompts
+from ties import same_routing
 
 SHAPES = {"tree": TreeShape(5, 10, 64), "chain": TreeShape(3, 1, 4)}
 NEW = 12
@@ -27,18 +28,6 @@ NEW = 12
 def passes(folder):
     """The dumped verify passes (those with a tree mask), in order."""
     return [p for p in (torch.load(f) for f in sorted(folder.glob("*.pt"))) if "mask" in p]
-
-
-def same_routing(z, eligible, got, want) -> bool:
-    """SGLang's ids equal Eq. 2's, or differ only where SGLang's own ranking key ties: its CPU top-k ranks the
-    masked softmax probabilities, and two logits a rounding apart can share one fp32 probability (the project's
-    rule ranks the logits themselves). Either way every id lies inside the set."""
-    if not bool(eligible[got].all()):
-        return False
-    if torch.equal(got, want):
-        return True
-    probs = torch.softmax(z.float().masked_fill(~eligible, float("-inf")), -1)                   # [n, E]
-    return torch.equal(probs.gather(-1, got), probs.gather(-1, want))
 
 
 @pytest.fixture(scope="module", params=list(SHAPES))
