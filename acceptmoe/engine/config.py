@@ -289,6 +289,21 @@ def moe_layers(raw: dict, num_layers: int, num_experts: int) -> tuple[bool, ...]
     return tuple(i not in dense and num_experts > 0 and (i + 1) % step == 0 for i in range(num_layers))
 
 
+def qwen_moe_fields(raw: dict, extra_eos: tuple[int, ...], family: str) -> dict:
+    """What Qwen3-MoE and Qwen2-MoE read alike: SiLU experts, softmax then top-k (renormalised if
+    `norm_topk_prob`), Qwen's sparse-layer rule (`moe_layers`), one sliding window for every layer or none."""
+    silu_experts(raw, family)
+    common = common_fields(raw, extra_eos)
+    n = common["num_layers"]
+    window = raw.get("sliding_window") if raw.get("use_sliding_window") else None
+    return dict(
+        **common, moe_intermediate_size=raw["moe_intermediate_size"],
+        dense_intermediate_size=raw.get("intermediate_size", 0),
+        moe_layers=moe_layers(raw, n, common["num_experts"]), windows=(window,) * n,
+        router_kind=RouterKind.SOFTMAX_TOPK, norm_topk_prob=bool(raw.get("norm_topk_prob", False)),
+        expert_activation="swiglu")
+
+
 def silu_experts(raw: dict, family: str) -> None:
     """Refuse an expert activation other than SiLU (the SwiGLU experts every family but GPT-OSS uses)."""
     act = raw.get("hidden_act", "silu")
