@@ -47,7 +47,8 @@ from .eagle3 import Eagle3Draft, Eagle3Drafter
 from .graphs import StepGraphs, resolve_steps
 from .kv import KVCache
 from .passes import TargetPass
-from .routes import RouteLog, Routes
+from .restriction import LayerRecord, Restriction
+from .routes import PassRoutes, RouteLog, Routes
 from .text import as_ids, encode, is_text, load_tokenizer
 from .trace import Trace, trace_meta
 from .tree import TreeShape
@@ -101,6 +102,7 @@ class Progress:
     length: int = 0                   # committed target positions in the cache (the root is not among them)
     done: bool = False
     stop_reason: str = "length"
+    prompt: Tensor | None = None      # the prompt's ids [P] on the device
 
 
 class Engine:
@@ -155,38 +157,10 @@ class Engine:
                                 trace_layers=trace_layers, record_routes=record_routes)
             gen.text = self.tokenizer.decode(gen.tokens, skip_special_tokens=True)
             return gen
-        prompt_ids = as_ids(prompt)
-        if self.model is None:
-            raise RuntimeError("this engine was closed (Engine.close); open another with load_engine")
-        if not isinstance(plan, Plan):
-            raise TypeError(f"generate takes a Plan (Variant(...).bind(engine.fit, ...)), got {type(plan).__name__}")
-        if plan.fit != self.fit:
-            raise UserError(f"plan {plan.name} was bound to {plan.fit}, not to this engine ({self.fit}): "
-                            f"bind it with variant.bind(engine.fit, ...)")
-        prompt = torch.as_tensor(list(prompt_ids) if not isinstance(prompt_ids, Tensor) else prompt_ids,
-                                 dtype=torch.long).to(self.device).flatten()
-        if prompt.numel() == 0:
-            raise UserError("the prompt is empty: give at least one token")
-        if max_new_tokens < 1:
-            raise UserError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
-        limit = self.model.config.max_position_embeddings
-        if limit and prompt.numel() + max_new_tokens > limit:
-            raise UserError(f"the prompt's {prompt.numel()} tokens and max_new_tokens={max_new_tokens} pass the "
-                            f"target's max_position_embeddings={limit}: lower max_new_tokens or shorten the prompt")
-        speculates = plan.spec.speculates
-        if speculates and self.draft is None:
-            raise UserError(f"method {plan.spec.name!r} speculates and needs an EAGLE-3 draft: load the engine with one "
-                            f"(`./reproduce.sh train-draft` trains one for your target)")
-        req = Request(plan, max_new_tokens, ignore_eos, trace_layers, record_routes)
-        meta = trace_meta(self.name, plan, self.tree, self.model.store.kind, prompt.numel(), max_new_tokens,
-                          ignore_eos)
-        cache_len = prompt.numel() + max_new_tokens + self.tree.num_draft_tokens
-        run = Progress(self.steps.cache("target", cache_len, self.model.new_cache), Trace(meta=meta),
-                       RouteLog.begin(self.model.store) if record_routes else None)
+        req, run, drafter = self._start(prompt, plan, max_new_tokens, ignore_eos, trace_layers, record_routes)
         gen = Generation([], [], [], run.trace)
-        drafter = Eagle3Drafter(self.draft, cache_len, self.tree, self.steps) if speculates else None
         t0 = self._clock()
-        root = self._prefill(prompt, run, drafter)
+        root = self._prefill(run.prompt, run, drafter)
         gen.prefill_time = self._clock() - t0
         self._commit(req, run, [root])
         step = 0
@@ -196,17 +170,46 @@ class Engine:
             gen.step_times.append(self._clock() - t0)
             gen.accept_lengths.append(n)
             step += 1
-        gen.tokens, gen.stop_reason = run.tokens, run.stop_reason
-        if run.routes is not None:
-            gen.routes = run.routes.finish(self._route_meta(meta))
-        return gen
+        return self._finish(gen, run)
 
     def generate_many(self, prompts: Sequence[Sequence[int]], plan: Plan, max_new_tokens: int,
                       ignore_eos: bool = False, *, trace_layers: bool = True,
                       record_routes: bool = False) -> list[Generation]:
-        """One generation per prompt, in order (this engine runs batch 1; see `EngineBackend`)."""
+        """One generation per prompt, in order, each alone (batch 1; `generate_batch` verifies them together)."""
         return [self.generate(p, plan, max_new_tokens, ignore_eos, trace_layers=trace_layers,
                               record_routes=record_routes) for p in prompts]
+
+    def generate_batch(self, prompts: Sequence, plan: Plan, max_new_tokens: int, ignore_eos: bool = False, *,
+                       trace_layers: bool = True, record_routes: bool = False) -> list[Generation]:
+        """Speculative generations that verify together, as a serving engine's batch: the requests start
+        together; each step every unfinished one drafts its own tree, and one target pass verifies all their
+        trees (`MoEModel.forward_batch`: attention per request, each MoE layer's routing and experts over the
+        whole pass, so a method whose sets depend on the pass sees every block). A finished request leaves
+        the batch and none joins. Per request: its Generation, as `generate` returns it; a step's time is the
+        batched step's; with record_routes its verify passes hold the rows it sent in each batched pass (and
+        the store counters in `routes.meta` are the whole batch's). Every pass runs eagerly, each request
+        over caches of its own. A one-prompt batch is `generate` in eager mode."""
+        if not isinstance(plan, Plan) or not plan.spec.speculates:
+            raise UserError("generate_batch verifies draft trees together: give a speculating plan "
+                            "(Vanilla AR has no verify pass to batch; use generate_many)")
+        starts = [self._start(p, plan, max_new_tokens, ignore_eos, trace_layers, record_routes, eager=True)
+                  for p in prompts]
+        gens = [Generation([], [], [], run.trace) for _, run, _ in starts]
+        for (req, run, drafter), gen in zip(starts, gens):
+            t0 = self._clock()
+            root = self._prefill(run.prompt, run, drafter)
+            gen.prefill_time = self._clock() - t0
+            self._commit(req, run, [root])
+        step = 0
+        while active := [(s, g) for s, g in zip(starts, gens) if not s[1].done]:
+            t0 = self._clock()
+            outputs = self._batch_step([s for s, _ in active], step)
+            seconds = self._clock() - t0
+            for (_, gen), n in zip(active, outputs):
+                gen.step_times.append(seconds)
+                gen.accept_lengths.append(n)
+            step += 1
+        return [self._finish(gen, run) for (_, run, _), gen in zip(starts, gens)]
 
     # ----- the rest of the EngineBackend contract -----
     def reset_counters(self) -> None:
@@ -268,6 +271,48 @@ class Engine:
         run.cache.check(run.length, tree.num_tokens)
         inputs = {"ids": tree.tokens, "positions": tree.positions, "start": run.length, "mask": tree.mask}
         logits, aux, stats, routes = self.steps.run(self._verify_pass(tree, req, run), inputs)
+        return self._accept(req, run, drafter, step, tree, logits, aux, None if stats is None else stats[:, 0],
+                            routes)
+
+    def _batch_step(self, active: list[tuple[Request, Progress, Eagle3Drafter]], step: int) -> list[int]:
+        """One batched verification pass over every active request's tree (`generate_batch`); their outputs."""
+        from .model import Segment
+        req = active[0][0]
+        plan, aux_layers = req.plan, tuple(self.draft.aux_layer_ids)
+        trees, segments = [], []
+        for _, run, drafter in active:
+            tree = drafter.propose(run.tokens[-1])
+            run.cache.check(run.length, tree.num_tokens)
+            trees.append(tree)
+            segments.append(Segment(tree.tokens, tree.positions, run.cache, run.length, tree.mask))
+        record = LayerRecord(self.router) if req.trace_layers else None
+        policy = None
+        if plan.spec.restricts or record is not None:
+            verifier = _verifier(self.backend, plan, self.device)
+            verifier.prepare([t.block for t in trees])
+            policy = Restriction(verifier, self.model.store, self.router, plan.prune, record,
+                                 self.model.selection_bias, blocks=len(trees))
+        recorder = PassRoutes(self.model.store, timed=self.device.type == "cpu") if req.record_routes else None
+        outs = self.model.forward_batch(segments, policy, aux_layers, recorder)
+        stats = record.stacked() if record is not None else None                       # [L, B, 6]
+        routes = recorder.outputs() if recorder is not None else None
+        done, offsets = [], [0]
+        for tree in trees:
+            offsets.append(offsets[-1] + tree.num_tokens)
+        for b, ((r, run, drafter), tree, (logits, aux)) in enumerate(zip(active, trees, outs)):
+            mine = None
+            if routes is not None:
+                ids, weights, resident, seconds = routes
+                lo, hi = offsets[b], offsets[b + 1]
+                mine = (ids[:, lo:hi], weights[:, lo:hi], resident, seconds)
+            done.append(self._accept(r, run, drafter, step, tree, logits, aux,
+                                     None if stats is None else stats[:, b], mine))
+        return done
+
+    def _accept(self, req: Request, run: Progress, drafter: Eagle3Drafter, step: int, tree, logits: Tensor,
+                aux: Tensor, stats: Tensor | None, routes: tuple | None) -> int:
+        """Greedy acceptance of one verified tree: trace its block, commit the accepted path and the bonus, keep
+        their cache slots and feed them to the drafter; the tokens output."""
         path, bonus = tree.accept(logits.argmax(-1))
         new = tree.tokens[path[1:]].tolist() + [bonus]
         layer_rows = stats.tolist() if stats is not None else ([] if req.trace_layers else None)
@@ -293,6 +338,51 @@ class Engine:
         verifier = _verifier(self.backend, plan, self.device)
         verifier.prepare([tree.block])
         return TargetPass(self.model, cache, verifier, plan.prune, req.trace_layers, aux, req.record_routes)
+
+    def _start(self, prompt, plan: Plan, max_new_tokens: int, ignore_eos: bool, trace_layers: bool,
+               record_routes: bool, eager: bool = False) -> tuple[Request, Progress, Eagle3Drafter | None]:
+        """A generation's checked request, its fresh state and its drafter (None for Vanilla AR); `eager` gives
+        it caches of its own rather than the step graphs' persistent ones."""
+        prompt_ids = as_ids(prompt)
+        if self.model is None:
+            raise RuntimeError("this engine was closed (Engine.close); open another with load_engine")
+        if not isinstance(plan, Plan):
+            raise TypeError(f"generate takes a Plan (Variant(...).bind(engine.fit, ...)), got {type(plan).__name__}")
+        if plan.fit != self.fit:
+            raise UserError(f"plan {plan.name} was bound to {plan.fit}, not to this engine ({self.fit}): "
+                            f"bind it with variant.bind(engine.fit, ...)")
+        prompt = torch.as_tensor(list(prompt_ids) if not isinstance(prompt_ids, Tensor) else prompt_ids,
+                                 dtype=torch.long).to(self.device).flatten()
+        if prompt.numel() == 0:
+            raise UserError("the prompt is empty: give at least one token")
+        if max_new_tokens < 1:
+            raise UserError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
+        limit = self.model.config.max_position_embeddings
+        if limit and prompt.numel() + max_new_tokens > limit:
+            raise UserError(f"the prompt's {prompt.numel()} tokens and max_new_tokens={max_new_tokens} pass the "
+                            f"target's max_position_embeddings={limit}: lower max_new_tokens or shorten the prompt")
+        speculates = plan.spec.speculates
+        if speculates and self.draft is None:
+            raise UserError(f"method {plan.spec.name!r} speculates and needs an EAGLE-3 draft: load the engine with one "
+                            f"(`./reproduce.sh train-draft` trains one for your target)")
+        req = Request(plan, max_new_tokens, ignore_eos, trace_layers, record_routes)
+        meta = trace_meta(self.name, plan, self.tree, self.model.store.kind, prompt.numel(), max_new_tokens,
+                          ignore_eos)
+        cache_len = prompt.numel() + max_new_tokens + self.tree.num_draft_tokens
+        cache = self.model.new_cache(cache_len) if eager else self.steps.cache("target", cache_len,
+                                                                                self.model.new_cache)
+        run = Progress(cache, Trace(meta=meta), RouteLog.begin(self.model.store) if record_routes else None,
+                       prompt=prompt)
+        drafter = None
+        if speculates:
+            drafter = Eagle3Drafter(self.draft, cache_len, self.tree, None if eager else self.steps)
+        return req, run, drafter
+
+    def _finish(self, gen: Generation, run: Progress) -> Generation:
+        gen.tokens, gen.stop_reason = run.tokens, run.stop_reason
+        if run.routes is not None:
+            gen.routes = run.routes.finish(self._route_meta(run.trace.meta))
+        return gen
 
     def _route_meta(self, meta: dict) -> dict:
         """What a routes file says about the experts beside the routes: shapes, activation, the trace's meta."""

@@ -1,5 +1,5 @@
-"""MoEModel: one MoE transformer for every model family (config-driven pieces, `families/`), batch 1, static
-KV cache.
+"""MoEModel: one MoE transformer for every model family (config-driven pieces, `families/`), static KV caches;
+one sequence per pass (`forward`), or several whose MoE layers run as one batch (`forward_batch`).
 
     model = MoEModel.from_pretrained(path, device="cpu", dtype=None, store="resident", slots=None)
     cache = model.new_cache(max_len)
@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import NamedTuple
 
 import torch
 from torch import Tensor, nn
@@ -34,6 +35,16 @@ from .routes import PassRoutes
 from .store import ExpertMath, ExpertStore, open_store, validate_store_args
 
 Policy = Callable[[int, Tensor], tuple[Tensor, Tensor]]
+
+
+class Segment(NamedTuple):
+    """One sequence's new tokens in a pass: ids [T], positions [T], its cache, where they start in it, and
+    the mask among them (None = causal)."""
+    ids: Tensor
+    positions: Tensor
+    cache: KVCache
+    start: Start
+    mask: Tensor | None = None
 
 
 class MoEBlock(nn.Module):
@@ -131,29 +142,48 @@ class MoEModel(nn.Module):
         new tokens `mask` [T, T] allows (None = causal); a 0-d device tensor `start` makes every shape
         static (attention over all cache slots, see `kv`). aux holds the residual stream after each layer of
         `aux_layers`, concatenated in that order."""
-        T = ids.shape[0]
-        if ids.dim() != 1 or positions.shape != ids.shape:
-            raise ValueError(f"ids and positions must both be 1-D [T]; got {tuple(ids.shape)} and "
-                             f"{tuple(positions.shape)}")
-        cache.check(start, T)
-        cache.place(start, positions)
-        masks = block_masks(self.config, cache, start, positions, mask, self.dtype)
-        cos, sin = self.rope(positions, self.dtype, cache.max_len)       # [T, 1, D] each
+        return self.forward_batch([Segment(ids, positions, cache, start, mask)], policy, aux_layers, routes)[0]
+
+    @torch.no_grad()
+    def forward_batch(self, segments: Sequence[Segment], policy: Policy | None = None,
+                      aux_layers: Sequence[int] = (),
+                      routes: PassRoutes | None = None) -> list[tuple[Tensor, Tensor | None]]:
+        """One pass over several sequences' new tokens (`Segment`s, each with its own cache): attention per
+        segment, every other layer over their rows concatenated, so each MoE layer routes (`policy` sees
+        logits [sum T, E], segment after segment) and runs its experts once for the whole pass, as a serving
+        engine's batched verify pass does. -> per segment (logits [T, V], aux | None), as `forward`."""
+        views = [self._attention_view(s) for s in segments]
+        bounds = [0]
+        for s in segments:
+            bounds.append(bounds[-1] + s.ids.shape[0])
         wanted = {l: None for l in aux_layers}
-        x = self.embed_tokens(ids)                                       # [T, H]
+        x = self.embed_tokens(segments[0].ids if len(segments) == 1 else torch.cat([s.ids for s in segments]))
         for i, layer in enumerate(self.layers):
-            attn = layer.self_attn
-            x = x + attn(layer.input_layernorm(x), cos, sin, cache, start, masks[attn.window])
+            attn, h = layer.self_attn, layer.input_layernorm(x)
+            parts = [attn(h[a:b], cos, sin, s.cache, s.start, masks[attn.window])
+                     for s, (masks, cos, sin), a, b in zip(segments, views, bounds, bounds[1:])]
+            x = x + (parts[0] if len(parts) == 1 else torch.cat(parts))
             x = x + self._mlp(i, layer.mlp, layer.post_attention_layernorm(x), policy, routes)
             if i in wanted:
                 wanted[i] = x
-        logits = self.lm_head(self.norm(x)).float()                      # [T, V]
-        if not aux_layers:
-            return logits, None
+        logits = self.lm_head(self.norm(x)).float()                      # [sum T, V]
         missing = [l for l, h in wanted.items() if h is None]
         if missing:
             raise ValueError(f"aux_layers {missing} out of range; the model has {len(self.layers)} layers")
-        return logits, torch.cat([wanted[l] for l in aux_layers], dim=-1)
+        aux = torch.cat([wanted[l] for l in aux_layers], dim=-1) if aux_layers else None
+        return [(logits[a:b], None if aux is None else aux[a:b]) for a, b in zip(bounds, bounds[1:])]
+
+    def _attention_view(self, s: Segment) -> tuple[dict, Tensor, Tensor]:
+        """A segment's masks per window and RoPE tables, after checking its shapes and placing its positions."""
+        T = s.ids.shape[0]
+        if s.ids.dim() != 1 or s.positions.shape != s.ids.shape:
+            raise ValueError(f"ids and positions must both be 1-D [T]; got {tuple(s.ids.shape)} and "
+                             f"{tuple(s.positions.shape)}")
+        s.cache.check(s.start, T)
+        s.cache.place(s.start, s.positions)
+        masks = block_masks(self.config, s.cache, s.start, s.positions, s.mask, self.dtype)
+        cos, sin = self.rope(s.positions, self.dtype, s.cache.max_len)   # [T, 1, D] each
+        return masks, cos, sin
 
     def _mlp(self, layer: int, mlp: nn.Module, x: Tensor, policy: Policy | None,
              routes: PassRoutes | None) -> Tensor:

@@ -6,7 +6,11 @@ changes the computation).
 
     restriction = Restriction(verifier, model.store, model.router, prune=False, record=LayerRecord(model.router))
     ids, weights = restriction.route(layer, logits)      # logits [T, E] -> [T, k] each; also restriction(...)
-    stats = restriction.record.stacked()                 # [L, 6] trace rows (`trace.layer_stats`), or None
+    stats = restriction.record.stacked()                 # [L, B, 6] trace rows (`trace.layer_stats`), or None
+
+A pass of B blocks (`blocks=B`, a batched verify pass: `MoEModel.forward_batch`) hands the verifier its
+logits as [B, T, E], block after block, so a method whose sets depend on the whole pass (the batch-shared
+selector) sees every block; its routes come back as [B * T, k].
 
 `MoEModel.forward(policy=...)` calls the policy once per MoE layer; None routes naturally.
 """
@@ -32,35 +36,43 @@ class LayerRecord:
 
     def add(self, layer: int, logits: Tensor, ids: Tensor, out: VerifierOutput, natural_ids: Tensor | None,
             bias: Tensor | None = None) -> None:
-        """One layer's row: the natural ids (computed here, with the layer's selection bias, unless the layer
-        routed naturally), the routed ids and the verifier's sets."""
+        """One layer's rows, one per block: logits [B, T, E], ids [B, T, k]; the natural ids (computed here,
+        with the layer's selection bias, unless the layer routed naturally), the routed ids and the verifier's
+        sets."""
         if natural_ids is None:
-            natural_ids = natural(self.router, logits, bias)[0]
-        self.rows.append(layer_stats(layer, natural_ids[None], ids[None], out)[0])
+            natural_ids = natural(self.router, logits.flatten(0, 1), bias)[0].view(ids.shape)
+        self.rows.append(layer_stats(layer, natural_ids, ids, out))
 
     def stacked(self) -> Tensor | None:
+        """[L, B, 6], or None when no layer was recorded."""
         return torch.stack(self.rows) if self.rows else None
 
 
 @dataclass(frozen=True)
 class Restriction:
-    """Per-layer verification routing for one pass of one block (B = 1)."""
+    """Per-layer verification routing for one pass of `blocks` blocks of equal size."""
     verifier: Verifier
     store: object                     # ExpertStore: its residency, when pruning
     router: Router
     prune: bool = False
     record: LayerRecord | None = None
     biases: Callable[[int], Tensor | None] | None = None   # layer -> its selection bias [E] (MoEModel.selection_bias)
+    blocks: int = 1
 
     def route(self, layer: int, logits: Tensor) -> tuple[Tensor, Tensor]:
-        """logits [T, E] -> ids, weights [T, k]: inside S when the plan restricts, else natural."""
+        """logits [B * T, E] -> ids, weights [B * T, k]: inside S when the plan restricts, else natural."""
         restricts = self.verifier.plan.spec.restricts
         resident = self.store.resident(layer).to(logits.device) if self.prune else None
         bias = self.biases(layer) if self.biases is not None else None                # [E] | None
-        out = self.verifier(logits[None], resident, route=restricts, bias=bias)       # B = 1
-        ids, weights = (out.ids[0], out.weights[0]) if restricts else natural(self.router, logits, bias)
+        z = logits.view(self.blocks, -1, logits.shape[-1])                             # [B, T, E]
+        out = self.verifier(z, resident, route=restricts, bias=bias)
+        if restricts:
+            ids, weights = out.ids.flatten(0, 1), out.weights.flatten(0, 1)
+        else:
+            ids, weights = natural(self.router, logits, bias)
         if self.record is not None:
-            self.record.add(layer, logits, ids, out, natural_ids=None if restricts else ids, bias=bias)
+            shaped = ids.view(self.blocks, -1, ids.shape[-1])
+            self.record.add(layer, z, shaped, out, natural_ids=None if restricts else shaped, bias=bias)
         return ids, weights
 
     __call__ = route                  # MoEModel.forward calls its policy per layer

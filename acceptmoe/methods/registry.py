@@ -52,6 +52,11 @@ class Score(enum.Enum):
         commitment"): at one block per pass it is the score without them."""
         return self is Score.SHARED_COMMITMENT
 
+    @property
+    def alone(self) -> "Score":
+        """The score without the batch's terms (itself unless it credits the batch): what it is at B = 1."""
+        return Score.COMMITMENT if self is Score.SHARED_COMMITMENT else self
+
 
 class Sizing(enum.Enum):
     """How many experts S holds."""

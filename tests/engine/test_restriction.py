@@ -33,5 +33,5 @@ def test_route_is_the_plan_and_recording_changes_nothing():
             else:
                 assert torch.equal(ids, natural(ROUTER, logits)[0])
         stats = recorded.record.stacked()
-        assert stats.shape == (3, 6) and stats[:, 0].tolist() == [0.0, 1.0, 2.0]
+        assert stats.shape == (3, 1, 6) and stats[:, 0, 0].tolist() == [0.0, 1.0, 2.0]
         assert plain.record is None

@@ -1,7 +1,8 @@
 """The batch study: requests' recorded verify passes composed into batched passes (synthetic routes: the union per
 layer, output tokens, drop-out, the store's counts equal to the union and to the full concatenated rows, the
 X-slot pool's loads), and `batch-study --limit 1 --batch-sizes 1 4` end to end on the tiny world (a small draft
-shape, short replies): the table printed, every speculating method of the registry batched, the claims rows."""
+shape, short replies): the table printed, every speculating method of the registry batched (the batch-crediting
+one run batched on every draw, each composed one checked against a real batched run), the claims rows."""
 from __future__ import annotations
 
 import json
@@ -12,7 +13,7 @@ import torch
 import yaml
 
 from acceptmoe.engine.routes import FORMAT, KINDS, Routes
-from acceptmoe.experiments.batch.config import composable
+from acceptmoe.experiments.batch.config import alone, composable
 from acceptmoe.experiments.batch.compose import Request, StoreCounter, compact, compose, draw_requests
 from acceptmoe.experiments.batch.report import write_outputs
 from acceptmoe.experiments.claims import table
@@ -89,10 +90,21 @@ def test_batch_study_end_to_end(study, capsys):
     (run,) = (root / "results" / "batch-study" / "tiny").iterdir()
     rows = list(SampleLog(run / "samples.jsonl"))
     assert [r["batch"] for r in rows] == [1, 4] and all(r["store_agrees"] for r in rows)
-    batched = {Variant(m).name for m, s in METHODS.items() if s.speculates and composable(m)}
-    assert batched < {Variant(m).name for m, s in METHODS.items() if s.speculates}     # the batch-shared one is out
-    assert all(set(d["methods"]) == batched for r in rows for d in r["draws"])
-    assert "union does: yes." in (run / "batch-study.md").read_text()
+    every = {Variant(m).name for m, s in METHODS.items() if s.speculates}
+    crediting = {Variant(m).name for m in METHODS if METHODS[m].speculates and not composable(m)}
+    assert crediting and all(set(d["methods"]) == every for r in rows for d in r["draws"])
+    assert all(r["batched_agrees"] for r in rows)                        # composition == a real batched pass
+    for r in rows:
+        first = r["draws"][0]["methods"]
+        assert all(first[v]["batched_same"] == r["batch"] for v in every - crediting)
+        for v in crediting:                                               # at B = 1 it is the method it extends
+            (m,) = [m for m in METHODS if Variant(m).name == v]
+            if r["batch"] == 1:
+                assert all(d["methods"][v]["reads"] == d["methods"][Variant(alone(m)).name]["reads"]
+                           for d in r["draws"])
+    text = (run / "batch-study.md").read_text()
+    assert "union does: yes." in text and "read the composed union: yes." in text
+    assert "Batch-crediting methods run batched" in text
     md = (run / "batch-study.md").read_bytes()
     assert write_outputs(run)[0].encode() == md                           # rebuilt from saved files alone
     csv = (run / "batch-study.csv").read_text()

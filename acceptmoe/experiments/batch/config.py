@@ -61,9 +61,20 @@ class DraftShape:
 
 def composable(method: str) -> bool:
     """Whether a batched pass of `method` is the union of its requests' batch-1 routes: not for a score that
-    credits the pass's other requests (`Score.credits_batch`), whose sets change with the batch."""
+    credits the pass's other requests (`Score.credits_batch`), whose sets change with the batch (the study
+    runs those batched, draw by draw)."""
     score = get_method(method).score
     return score is None or not score.credits_batch
+
+
+def alone(method: str) -> str | None:
+    """The composable method a batch-crediting one is at B = 1 (the same sizing and anchor, `Score.alone`):
+    what its accuracy and tau are paired with; None for a composable method."""
+    spec = get_method(method)
+    if composable(method):
+        return None
+    return next((m for m, s in METHODS.items() if composable(m) and s.sizing is spec.sizing
+                 and s.anchor == spec.anchor and s.score is spec.score.alone), None)
 
 
 @dataclass(frozen=True)
@@ -97,13 +108,15 @@ class BatchStudyConfig:
         for m in self.methods or ():
             if not get_method(m).speculates:
                 raise ConfigKeyError(f"methods: {m} drafts nothing, so it has no verify pass to batch; drop it")
-            if not composable(m):
-                raise ConfigKeyError(f"methods: {m}'s sets depend on the other requests of its pass, which routes "
-                                     f"recorded one request at a time do not hold; drop it (SGLang at concurrency "
-                                     f"runs it: docs/batch-study.md)")
+            if not composable(m) and alone(m) not in self.methods:
+                raise ConfigKeyError(f"methods: {m}'s accuracy and tau are paired with {alone(m)}'s, which its "
+                                     f"sets are at one request per pass: add {alone(m)}")
         if self.world.engine not in ROUTE_ENGINES:
             raise ConfigKeyError(f"engine {self.world.engine}: the batch study composes recorded routes, which the "
                                  f"{', '.join(ROUTE_ENGINES)} engine records: use --engine native")
+        if len(self.world.models) != 1:
+            raise ConfigKeyError(f"the batch study batches one model's requests; the preset lists "
+                                 f"{len(self.world.models)} models: give it one (models:)")
         if self.methods is not None and BASELINE not in self.methods:
             raise ConfigKeyError(f"methods must include {BASELINE}: every ratio is taken against it")
 
@@ -115,10 +128,17 @@ class BatchStudyConfig:
         return [DraftShape.parse(t) for t in self.trees]
 
     def method_names(self) -> tuple[str, ...]:
-        """The methods batched, in registry order: the configured ones, or every method that speculates and
-        whose sets one request's routes determine (`composable`)."""
+        """The methods batched, in registry order: the configured ones, or every method that speculates."""
         chosen = self.methods if self.methods is not None else tuple(METHODS)
-        return tuple(m for m in METHODS if m in chosen and METHODS[m].speculates and composable(m))
+        return tuple(m for m in METHODS if m in chosen and METHODS[m].speculates)
+
+    def composed(self) -> tuple[str, ...]:
+        """The methods whose batched passes are composed from batch-1 routes (`composable`)."""
+        return tuple(m for m in self.method_names() if composable(m))
+
+    def batched(self) -> tuple[str, ...]:
+        """The methods whose every draw runs batched (`composable` false)."""
+        return tuple(m for m in self.method_names() if not composable(m))
 
     def world_for(self, shape: DraftShape) -> WorldConfig:
         """The world with this draft shape, recording routes, calibrating on at most `limit` prompts per task."""

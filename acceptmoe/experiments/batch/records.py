@@ -4,6 +4,8 @@
     work_records(cfg, rows)      # per (draft shape, batch size, method): unions, reads and loads per output
                                  #   token, paired ratios to Standard SD over draws, bytes and bounds per shape
     quality_records(run_dir)     # per (draft shape, method): tau, accuracy, both vs Standard SD (paired)
+    batched_quality(cfg, rows)   # per (draft shape, batch size, batch-crediting method): accuracy, tau and set
+                                 #   size vs the method it is at B = 1, paired over draws
 
 Bytes are counts (experts read or loaded x a shape's bytes per expert), never measured times; the whole-pass
 bound adds what a batched step reads besides its experts (`spine.passbytes`: the non-expert target weights and
@@ -19,7 +21,7 @@ from pathlib import Path
 import numpy as np
 
 from acceptmoe.errors import UserError
-from acceptmoe.evals.stats import bootstrap_mean, paired_bootstrap_speedup
+from acceptmoe.evals.stats import bootstrap_mean, paired_bootstrap_diff, paired_bootstrap_speedup
 from acceptmoe.methods import BASELINE, METHODS, Variant
 
 from ..spine.config import from_saved
@@ -27,7 +29,8 @@ from ..spine.passbytes import CONTEXT, pass_model, step_bound
 from ..spine.records import accuracy_fields, rate
 from ..spine.runs import NothingToTabulate, SampleLog
 from ..spine.shapes import GPUS, get_shape
-from .config import PHASE, BatchStudyConfig, DraftShape
+from .batched import SERVER_BUDGET
+from .config import PHASE, BatchStudyConfig, DraftShape, alone, composable
 
 BASE = Variant(BASELINE).name
 
@@ -96,10 +99,12 @@ def work_records(cfg: BatchStudyConfig, rows: list[dict]) -> list[dict]:
                 for k, x in d["methods"][v].items():
                     if isinstance(x, (int, float)) and not isinstance(x, bool):
                         tot[k] += x
-            method = next((m for m in METHODS if Variant(m).name == v), v)
+            method = variant_method(v) or v
             r = {"tree": row["tree"], "draft": shape.describe(), "batch": row["batch"], "variant": v,
                  "method": METHODS[method].label if method in METHODS else v, "draws": len(draws),
                  "pool": row["pool"], "store_agrees": row["store_agrees"],
+                 "batched_agrees": row.get("batched_agrees"),
+                 "run": "composed" if method not in METHODS or composable(method) else "batched",
                  "mean_active": tot["active"] / tot["passes"], "union_per_layer": tot["reads"] / tot["passes"] / L,
                  "sharing": tot["own"] / tot["reads"], "reads_per_token": tot["reads"] / tot["output"] / L,
                  "loads_per_token": tot["loads"] / tot["output"] / L, "tokens_per_pass": tot["output"] / tot["passes"]}
@@ -129,7 +134,7 @@ def work_records(cfg: BatchStudyConfig, rows: list[dict]) -> list[dict]:
 
 def quality_records(run_dir: Path, cfg: BatchStudyConfig) -> list[dict]:
     """Per (draft shape, variant): prompts, tau (pooled), its ratio to Standard SD's (paired over prompts),
-    accuracy with its interval and the paired difference vs Standard SD, the mean set size, B0 per task."""
+    accuracy with its interval and the paired difference vs Standard SD, the mean set size, the server B0."""
     out = []
     for shape in cfg.shapes():
         root = shape.folder_in(run_dir)
@@ -143,8 +148,8 @@ def quality_records(run_dir: Path, cfg: BatchStudyConfig) -> list[dict]:
         if BASE not in per:
             continue
         ids = sorted(set.intersection(*(set(x) for x in per.values())))
-        used = root / "budgets-used.json"
-        b0 = {r["task"]: r["b0"] for r in json.loads(used.read_text())} if used.is_file() else {}
+        server = root / SERVER_BUDGET              # the one B0 every plan of the shape was bound with
+        b0 = {r["model"]: r["b0"] for r in json.loads(server.read_text())} if server.is_file() else {}
         base = [per[BASE][i] for i in ids]
         for v, got in per.items():
             rs = [got[i] for i in ids]
@@ -156,6 +161,43 @@ def quality_records(run_dir: Path, cfg: BatchStudyConfig) -> list[dict]:
                         "tau": rate(rs, "accepted", "steps"), "tau_ratio": tau.estimate, "tau_ratio_low": tau.low,
                         "tau_ratio_high": tau.high, "accuracy_pooled": 100 * acc.estimate,
                         "mean_set_size": rate(rs, "set_size_sum", "block_layers"),
-                        "b0": "/".join(str(b0[t]) for t in cfg.world.tasks if t in b0),
+                        "b0": "/".join(str(b0[m.name]) for m in cfg.world.models if m.name in b0),
                         **accuracy_fields(rs, None if v == BASE else base, cfg.bootstrap_resamples)})
     return out
+
+
+def variant_method(v: str) -> str | None:
+    return next((m for m in METHODS if Variant(m).name == v), None)
+
+
+def batched_quality(cfg: BatchStudyConfig, rows: list[dict]) -> list[dict]:
+    """Per (draft shape, batch size) and batch-crediting variant (run batched on every draw): accuracy, tau and
+    mean set size against the composable method it is at B = 1 (`config.alone`), whose batch-1 replies the
+    same draws hold; differences and ratios paired over draws (95 %)."""
+    out = []
+    for row in rows:
+        draws = row["draws"]
+        for v in draws[0]["methods"]:
+            method = variant_method(v)
+            other = alone(method) if method is not None else None
+            if other is None or Variant(other).name not in draws[0]["methods"]:
+                continue
+            q = [d["methods"][v]["quality"] for d in draws]
+            base = [d["methods"][Variant(other).name]["quality"] for d in draws]
+            n = row["batch"]
+            acc = np.array([x["correct"] / n * 100 for x in q])
+            acc_base = np.array([x["correct"] / n * 100 for x in base])
+            diff = paired_bootstrap_diff(acc, acc_base, cfg.bootstrap_resamples)
+            col = lambda xs, k: np.array([x[k] for x in xs], float)      # noqa: E731
+            tau = paired_bootstrap_speedup(col(q, "accepted"), col(q, "steps"), col(base, "accepted"),
+                                           col(base, "steps"), cfg.bootstrap_resamples)
+            size = lambda xs: sum(x["set_size_sum"] for x in xs) / max(1, sum(x["block_layers"] for x in xs))  # noqa: E731
+            shape = DraftShape.parse(row["tree"])
+            out.append({"tree": row["tree"], "draft": shape.describe(), "batch": n, "variant": v,
+                        "versus": Variant(other).name, "draws": len(draws), "accuracy": float(acc.mean()),
+                        "accuracy_versus": float(acc_base.mean()), "accuracy_diff": diff.estimate,
+                        "accuracy_diff_low": diff.low, "accuracy_diff_high": diff.high, "tau_ratio": tau.estimate,
+                        "tau_ratio_low": tau.low, "tau_ratio_high": tau.high, "set_size": size(q),
+                        "set_size_versus": size(base)})
+    order = {t: i for i, t in enumerate(cfg.trees)}
+    return sorted(out, key=lambda r: (order.get(r["tree"], 99), r["batch"]))

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from ..spine import render
 from ..spine.shapes import GPUS
-from .records import BASE, load, quality_records, work_records
+from .records import BASE, batched_quality, load, quality_records, work_records
 
 STEM = "batch-study"
 
@@ -24,9 +24,9 @@ def _iv(r: dict, key: str) -> str:
 
 
 def work_table(recs: list[dict], slots: int, whole_key: str) -> tuple[list[str], list[list[str]]]:
-    header = ["draft", "B", "method", "active / pass", "union / layer", "sharing", "experts read / token",
+    header = ["draft", "B", "method", "passes", "active / pass", "union / layer", "sharing", "experts read / token",
               "read vs SD [95%]", f"X={slots} loads vs SD [95%]", f"whole-pass bound vs SD [95%] ({whole_key})"]
-    rows = [[r["draft"], str(r["batch"]), r["method"], _f(r["mean_active"], 1), _f(r["union_per_layer"], 1),
+    rows = [[r["draft"], str(r["batch"]), r["method"], r["run"], _f(r["mean_active"], 1), _f(r["union_per_layer"], 1),
              _f(r["sharing"]), _f(r["reads_per_token"]), _iv(r, "reads_ratio"), _iv(r, "loads_ratio"),
              _iv(r, f"whole_ratio_{whole_key}")] for r in recs]
     return header, rows
@@ -46,13 +46,22 @@ def bytes_table(recs: list[dict], shapes: tuple[str, ...], slots: int) -> tuple[
 
 
 def quality_table(recs: list[dict]) -> tuple[list[str], list[list[str]]]:
-    header = ["draft", "variant", "prompts", "B0 per task", "tau", "tau vs SD [95%]", "accuracy (%)",
+    header = ["draft", "variant", "prompts", "B0", "tau", "tau vs SD [95%]", "accuracy (%)",
               "vs SD (pp) [95%]", "set size"]
     rows = [[r["draft"], r["variant"], str(r["prompts"]), r["b0"] or "-", _f(r["tau"]),
              _iv(r, "tau_ratio"), _f(r["accuracy"], 1),
              "-" if r.get("accuracy_diff") is None else
              f"{r['accuracy_diff']:+.1f} [{r['accuracy_diff_low']:+.1f}, {r['accuracy_diff_high']:+.1f}]",
              _f(r["mean_set_size"], 1)] for r in recs]
+    return header, rows
+
+
+def batched_table(recs: list[dict]) -> tuple[list[str], list[list[str]]]:
+    header = ["draft", "B", "variant", "vs", "draws", "accuracy (%)", "vs (pp) [95%]", "tau vs [95%]",
+              "set size", "set size (vs)"]
+    rows = [[r["draft"], str(r["batch"]), r["variant"], r["versus"], str(r["draws"]), _f(r["accuracy"], 1),
+             f"{r['accuracy_diff']:+.1f} [{r['accuracy_diff_low']:+.1f}, {r['accuracy_diff_high']:+.1f}]",
+             _iv(r, "tau_ratio"), _f(r["set_size"], 1), _f(r["set_size_versus"], 1)] for r in recs]
     return header, rows
 
 
@@ -66,7 +75,9 @@ NOTES = ("Requests: each draw is B distinct prompts of the pool, drawn without r
          "batched together, not the sampling of the prompt pool itself. Bytes are counts (experts x a shape's "
          "bytes per expert, scaled to its MoE layers), not measured times; the whole-pass bound adds the non-expert "
          "weights and the draft once per step and the KV cache once per request (context 512), at each GPU's "
-         "published bandwidth. GPT-OSS-120B's rows apply its bytes per expert to the tiny world's top-8 unions: "
+         "published bandwidth. 'passes': 'composed' from batch-1 recordings, or 'batched' (the method's sets depend "
+         "on the pass, so every draw ran together through the engine's batched verify pass). "
+         "GPT-OSS-120B's rows apply its bytes per expert to the tiny world's top-8 unions: "
          "its own router picks 4 experts per token, so its unions would be smaller. No batched pass was timed.")
 
 
@@ -78,20 +89,27 @@ def whole_key(cfg) -> str:
 
 def tables(run_dir: Path) -> tuple[str, dict[str, list[dict]]]:
     cfg, rows = load(run_dir)
-    work, quality = work_records(cfg, rows), quality_records(run_dir, cfg)
+    work, quality, batched = work_records(cfg, rows), quality_records(run_dir, cfg), batched_quality(cfg, rows)
     whole = whole_key(cfg)
     agree = all(r["store_agrees"] for r in work)
+    ran = all(r.get("batched_agrees") for r in work)
     parts = [f"# Batch study ({cfg.preset} preset): expert work when B requests verify together\n",
              render.markdown(*work_table(work, cfg.slots, whole),
                              "Expert work per batched verify pass, per draft shape and batch size"),
              NOTES + "\n",
              f"Composition check (first draw of every cell): the resident store's count of experts used equals the "
              f"union of the requests' sets, and the full concatenated rows of its first pass count as the packed "
-             f"union does: {'yes' if agree else 'NO'}.\n",
+             f"union does: {'yes' if agree else 'NO'}. Batched check (the first draw of every cell, every composed "
+             f"method run together through the engine's batched verify pass): every request sent the experts its "
+             f"batch-1 recording sent in every pass, and the batched passes read the composed union: "
+             f"{'yes' if ran else 'NO'}.\n",
              render.markdown(*quality_table(quality), "Tau and accuracy per draft shape (the same generations)"),
+             *([render.markdown(*batched_table(batched), "Batch-crediting methods run batched, against the method "
+                                "they are at one request per pass (the same draws; paired over draws)")]
+               if batched else []),
              render.markdown(*bytes_table(work, cfg.shapes_at, cfg.slots),
                              "Bytes per output token at each expert shape (counts) and the whole-pass bound")]
-    return "\n".join(parts), {"work": work, "quality": quality}
+    return "\n".join(parts), {"work": work, "quality": quality, "batched": batched}
 
 
 def figure(work: list[dict], stem: Path) -> list[Path]:
@@ -141,6 +159,9 @@ def write_outputs(run_dir: str | Path) -> tuple[str, list[Path]]:
     written[0].write_text(text)
     written[1].write_text(render.csv_text(recs["work"]))
     written[2].write_text(render.csv_text(recs["quality"]))
+    if recs["batched"]:
+        written.append(run_dir / f"{STEM}-batched.csv")
+        written[-1].write_text(render.csv_text(recs["batched"]))
     header, rows = work_table(recs["work"], cfg.slots, whole_key(cfg))
     written[3].write_text(render.latex(header, rows, "Expert work when B requests verify together (batch study).",
                                        "tab:batch-study"))
