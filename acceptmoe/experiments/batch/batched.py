@@ -84,9 +84,14 @@ class BatchedDraw:
     members: list[dict]          # per request: correct, accepted, steps, set_size_sum, block_layers
 
     def quality(self) -> dict:
-        """The draw's sums (the study pairs them over draws)."""
-        return {k: sum(m[k] for m in self.members) for k in ("correct", "accepted", "steps", "set_size_sum",
-                                                              "block_layers")}
+        """The draw's sums (the study pairs them over draws) and each request's correctness."""
+        return quality_sums(self.members)
+
+
+def quality_sums(members: list[dict]) -> dict:
+    """Requests' quality fields summed, with `correct_each` (0/1 per request, in the draw's order)."""
+    sums = {k: sum(m[k] for m in members) for k in ("correct", "accepted", "steps", "set_size_sum", "block_layers")}
+    return {**sums, "correct_each": [int(m["correct"]) for m in members]}
 
 
 def run_draw(loaded, plan: Plan, pool: Pool, chosen) -> BatchedDraw:

@@ -21,7 +21,8 @@ from pathlib import Path
 import numpy as np
 
 from acceptmoe.errors import UserError
-from acceptmoe.evals.stats import bootstrap_mean, paired_bootstrap_diff, paired_bootstrap_speedup
+from acceptmoe.evals.stats import (Interval, bootstrap_mean, no_discordance_bound, paired_bootstrap_diff,
+                                  paired_bootstrap_speedup)
 from acceptmoe.methods import BASELINE, METHODS, Variant
 
 from ..spine.config import from_saved
@@ -43,13 +44,14 @@ def load(run_dir: Path) -> tuple[BatchStudyConfig, list[dict]]:
     return from_saved(BatchStudyConfig, saved), rows
 
 
-def _paired(cfg: BatchStudyConfig, draws: list[dict], v: str, num: str, per_draw=None) -> dict:
-    """`v`'s num per output token over Standard SD's, paired over draws: estimate, low, high (None if undefined)."""
+def _paired(cfg: BatchStudyConfig, draws: list[dict], v: str, num: str, per_draw=None, versus: str = BASE) -> dict:
+    """`v`'s num per output token over `versus`'s (Standard SD's), paired over draws: estimate, low, high (None if
+    undefined)."""
     get = per_draw or (lambda c: c[num])
     mine = np.array([get(d["methods"][v]) for d in draws], float)
-    base = np.array([get(d["methods"][BASE]) for d in draws], float)
+    base = np.array([get(d["methods"][versus]) for d in draws], float)
     out_m = np.array([d["methods"][v]["output"] for d in draws], float)
-    out_b = np.array([d["methods"][BASE]["output"] for d in draws], float)
+    out_b = np.array([d["methods"][versus]["output"] for d in draws], float)
     if min(mine.sum(), base.sum(), out_m.sum(), out_b.sum()) <= 0:
         return {"estimate": None, "low": None, "high": None}
     bs = cfg.world.bootstrap
@@ -112,6 +114,11 @@ def work_records(cfg: BatchStudyConfig, rows: list[dict]) -> list[dict]:
                 iv = _paired(cfg, draws, v, num)
                 r.update({f"{key}_ratio": iv["estimate"], f"{key}_ratio_low": iv["low"],
                           f"{key}_ratio_high": iv["high"]})
+            other = alone(method) if method in METHODS else None
+            if other is not None and Variant(other).name in draws[0]["methods"]:     # vs the method it is at B = 1
+                iv = _paired(cfg, draws, v, "reads", versus=Variant(other).name)
+                r.update({"versus": Variant(other).name, "reads_vs_alone": iv["estimate"],
+                          "reads_vs_alone_low": iv["low"], "reads_vs_alone_high": iv["high"]})
             for b in sizes:
                 n = b.shape.name
                 r[f"read_mb_per_token_{n}"] = b.experts(tot["reads"]) / tot["output"] / 1e6
@@ -170,6 +177,21 @@ def variant_method(v: str) -> str | None:
     return next((m for m in METHODS if Variant(m).name == v), None)
 
 
+def _accuracy_diff(cfg: BatchStudyConfig, draws: list[dict], v: str, other: str, acc, acc_base):
+    """(interval in pp, prompts where the two ever disagreed, distinct prompts drawn): paired over draws; when no
+    request of any draw disagreed, the exact bound on a discordance rate none of the drawn prompts showed
+    (`no_discordance_bound`), since resampling identical draws would give a zero-width interval."""
+    pairs = [(d["methods"][v]["quality"]["correct_each"], d["methods"][other]["quality"]["correct_each"],
+              d["prompts"]) for d in draws]
+    discordant = {p for a, b, ps in pairs for x, y, p in zip(a, b, ps) if x != y}
+    prompts = len({p for *_, ps in pairs for p in ps})
+    if discordant:
+        return paired_bootstrap_diff(acc, acc_base, cfg.bootstrap_resamples), len(discordant), prompts
+    bound = 100 * no_discordance_bound(prompts, cfg.world.bootstrap.confidence)
+    return Interval(0.0, -bound, bound, prompts, cfg.world.bootstrap.confidence, 0, 0,
+                    "clopper-pearson-discordant"), 0, prompts
+
+
 def batched_quality(cfg: BatchStudyConfig, rows: list[dict]) -> list[dict]:
     """Per (draft shape, batch size) and batch-crediting variant (run batched on every draw): accuracy, tau and
     mean set size against the composable method it is at B = 1 (`config.alone`), whose batch-1 replies the
@@ -187,14 +209,15 @@ def batched_quality(cfg: BatchStudyConfig, rows: list[dict]) -> list[dict]:
             n = row["batch"]
             acc = np.array([x["correct"] / n * 100 for x in q])
             acc_base = np.array([x["correct"] / n * 100 for x in base])
-            diff = paired_bootstrap_diff(acc, acc_base, cfg.bootstrap_resamples)
+            diff, discordant, prompts = _accuracy_diff(cfg, draws, v, Variant(other).name, acc, acc_base)
             col = lambda xs, k: np.array([x[k] for x in xs], float)      # noqa: E731
             tau = paired_bootstrap_speedup(col(q, "accepted"), col(q, "steps"), col(base, "accepted"),
                                            col(base, "steps"), cfg.bootstrap_resamples)
             size = lambda xs: sum(x["set_size_sum"] for x in xs) / max(1, sum(x["block_layers"] for x in xs))  # noqa: E731
             shape = DraftShape.parse(row["tree"])
             out.append({"tree": row["tree"], "draft": shape.describe(), "batch": n, "variant": v,
-                        "versus": Variant(other).name, "draws": len(draws), "accuracy": float(acc.mean()),
+                        "versus": Variant(other).name, "draws": len(draws), "prompts": prompts,
+                        "discordant": discordant, "accuracy": float(acc.mean()),
                         "accuracy_versus": float(acc_base.mean()), "accuracy_diff": diff.estimate,
                         "accuracy_diff_low": diff.low, "accuracy_diff_high": diff.high, "tau_ratio": tau.estimate,
                         "tau_ratio_low": tau.low, "tau_ratio_high": tau.high, "set_size": size(q),

@@ -57,9 +57,10 @@ def quality_table(recs: list[dict]) -> tuple[list[str], list[list[str]]]:
 
 
 def batched_table(recs: list[dict]) -> tuple[list[str], list[list[str]]]:
-    header = ["draft", "B", "variant", "vs", "draws", "accuracy (%)", "vs (pp) [95%]", "tau vs [95%]",
-              "set size", "set size (vs)"]
-    rows = [[r["draft"], str(r["batch"]), r["variant"], r["versus"], str(r["draws"]), _f(r["accuracy"], 1),
+    header = ["draft", "B", "variant", "vs", "draws", "prompts drawn", "disagreeing", "accuracy (%)",
+              "vs (pp) [95%]", "tau vs [95%]", "set size", "set size (vs)"]
+    rows = [[r["draft"], str(r["batch"]), r["variant"], r["versus"], str(r["draws"]), str(r["prompts"]),
+             str(r["discordant"]), _f(r["accuracy"], 1),
              f"{r['accuracy_diff']:+.1f} [{r['accuracy_diff_low']:+.1f}, {r['accuracy_diff_high']:+.1f}]",
              _iv(r, "tau_ratio"), _f(r["set_size"], 1), _f(r["set_size_versus"], 1)] for r in recs]
     return header, rows
@@ -79,6 +80,12 @@ NOTES = ("Requests: each draw is B distinct prompts of the pool, drawn without r
          "on the pass, so every draw ran together through the engine's batched verify pass). "
          "GPT-OSS-120B's rows apply its bytes per expert to the tiny world's top-8 unions: "
          "its own router picks 4 experts per token, so its unions would be smaller. No batched pass was timed.")
+
+
+BATCHED = ("'disagreeing': drawn prompts whose grade differed between the two in some draw. With none, the "
+           "interval is the exact 95 % bound on a disagreement rate none of the drawn prompts showed; otherwise a "
+           "bootstrap over draws of the per-draw accuracy difference. Draws share prompts, so the intervals are "
+           "over which prompts are batched together, not over the prompt pool.\n")
 
 
 def whole_key(cfg) -> str:
@@ -105,7 +112,7 @@ def tables(run_dir: Path) -> tuple[str, dict[str, list[dict]]]:
              f"{'yes' if ran else 'NO'}.\n",
              render.markdown(*quality_table(quality), "Tau and accuracy per draft shape (the same generations)"),
              *([render.markdown(*batched_table(batched), "Batch-crediting methods run batched, against the method "
-                                "they are at one request per pass (the same draws; paired over draws)")]
+                                "they are at one request per pass (the same draws; paired over draws)"), BATCHED]
                if batched else []),
              render.markdown(*bytes_table(work, cfg.shapes_at, cfg.slots),
                              "Bytes per output token at each expert shape (counts) and the whole-pass bound")]

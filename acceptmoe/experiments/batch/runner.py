@@ -30,7 +30,7 @@ from ..spine.engines import opened, set_threads
 from ..spine.grading import PairRun, run_graded
 from ..spine.layout import RunPaths
 from ..spine.runs import Run, SampleLog, unit_key
-from .batched import Pool, ServerBudget, run_draw, same_passes, server_budget
+from .batched import Pool, ServerBudget, quality_sums, run_draw, same_passes, server_budget
 from .compose import Request, StoreCounter, compose, draw_requests
 from .config import PHASE, BatchStudyConfig, DraftShape
 
@@ -93,10 +93,6 @@ def counts_of(passes, counter: StoreCounter, first: bool) -> dict:
     return counts
 
 
-def summed(members: list[dict]) -> dict:
-    return {k: sum(m[k] for m in members) for k in members[0]}
-
-
 @dataclass
 class Cell:
     """What counting one (shape, batch size) row needs: the pool, composed requests and quality, the engine and
@@ -139,7 +135,7 @@ def counted_row(cfg: BatchStudyConfig, batch: int, cell: Cell) -> dict:
         per = {}
         for v, reqs in cell.requests.items():
             per[v] = {**counts_of(compose([reqs[i] for i in chosen]), cell.counter, d == 0),
-                      "quality": summed([cell.quality[v][i] for i in chosen])}
+                      "quality": quality_sums([cell.quality[v][i] for i in chosen])}
         for v, entry in batched_entries(cfg, cell, batch, d, chosen).items():
             per[v] = {**per[v], **entry} if v in per else entry
         draws.append({"prompts": [int(i) for i in chosen], "methods": per})

@@ -45,4 +45,17 @@ def batch_rows(run: Path) -> list[Measured]:
     cells = _cells(quality, "tau_ratio", lambda r: r["draft"])
     if cells:
         out.append(Measured("batch-tau-parity", "", _ours(cells), _span(cells), None, None, None, pairs=cells, **base))
+    ran = dict(base, measures=f"{engine_measures(world)}: every draw verified together (Engine.generate_batch)")
+    label = lambda r: f"{r['draft']} B={r['batch']}"                     # noqa: E731
+    shared = [r for r in batch_records.work_records(cfg, rows) if r.get("reads_vs_alone") is not None
+              and r["batch"] > 1]
+    cells = _cells(shared, "reads_vs_alone", label)
+    if cells:
+        out.append(Measured("batch-shared-reads", "", _ours(cells), _span(cells), None, None, None, pairs=cells, **ran))
+    acc = [r for r in batch_records.batched_quality(cfg, rows) if r["batch"] > 1]
+    cells = _cells(acc, "accuracy_diff", label)
+    if cells:
+        out.append(Measured("batch-shared-accuracy", "", "; ".join(f"{c.label} {c.estimate:+.1f} pp" for c in cells),
+                            f"per cell {min(c.low for c in cells):+.1f} to {max(c.high for c in cells):+.1f} pp (95 %)",
+                            None, None, None, pairs=cells, **ran))
     return out

@@ -172,6 +172,16 @@ BEYOND: tuple[Claim, ...] = (
           Expect("equivalent", f"equal on every draft shape (AcceptMoE / Standard SD within {100 * TAU_SD:.1f} % of "
                                f"1, the paper's tau-parity margin)", 1.0, TAU_SD, every_pair=True,
                  margin_from="tau-parity's margin, carried over"), "batch-study", beyond=True),
+    Claim("batch-shared-reads", "experts read per output token, the batch-shared selector vs AcceptMoE, every draw "
+                                "run batched, per draft shape and batch size B > 1",
+          (Part("", NOT_IN_PAPER),),
+          Expect("below", "fewer experts read per output token in every (draft shape, batch size) cell (ratio < 1)",
+                 1.0, every_pair=True), "batch-study", beyond=True),
+    Claim("batch-shared-accuracy", "accuracy, the batch-shared selector run batched minus AcceptMoE on the same "
+                                   "prompts, per draft shape and batch size B > 1",
+          (Part("", NOT_IN_PAPER),),
+          Expect("equivalent", "equal within 1 pp in every cell (the interval inside [-1, +1])", 0.0, 1.0,
+                 every_pair=True, margin_from="accuracy-vs-sd's margin, carried over"), "batch-study", beyond=True),
 )
 BY_ID = {c.id: c for c in CLAIMS + BEYOND}
 
