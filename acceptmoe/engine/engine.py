@@ -16,6 +16,8 @@ S against the expert pool (AcceptMoE under the offloaded store by default), then
 `standard-sd` verifies with natural routing (`router.natural`, the same function plain decoding uses).
 Acceptance is greedy: the longest root path whose tokens are the target's argmax, plus the bonus token; the
 KV cache keeps the accepted path and the drafter is fed the accepted tokens with the target's features.
+`generate_batch` runs several speculative generations in step, verifying all their trees in one target pass
+(`MoEModel.forward_batch`), as a serving engine's batch does; every other part of the loop is shared.
 
 A generation's settings (`Request`: the plan, the token cap, EOS handling, tracing) never change while it
 runs; its state is a `Progress` (cache, tokens, trace). Passes are `StepGraphs` steps (`passes.TargetPass`

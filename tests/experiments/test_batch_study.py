@@ -125,3 +125,15 @@ def test_bad_options_are_one_error_line(study, capsys):
     assert "num_steps/topk/num_draft_tokens" in capsys.readouterr().err
     assert main([*argv[:5], "--limit", "1", "--batch-sizes", "1", "--engine", "sglang"]) == 2
     assert "use --engine native" in capsys.readouterr().err
+    assert main([*argv[:5], "--limit", "1", "--batch-sizes", "1", "--methods", "standard-sd", "acceptmoe-shared"]) == 2
+    assert "add acceptmoe" in capsys.readouterr().err
+
+
+def test_a_batch_crediting_method_is_paired_with_what_it_is_alone():
+    crediting = [m for m in METHODS if METHODS[m].speculates and not composable(m)]
+    assert crediting
+    for m in crediting:
+        other = alone(m)
+        assert other is not None and composable(other)
+        assert METHODS[other].score is METHODS[m].score.alone and METHODS[other].sizing is METHODS[m].sizing
+    assert all(alone(m) is None for m in METHODS if METHODS[m].speculates and composable(m))
