@@ -4,7 +4,8 @@ the paper's trees (docs/batch-study.md).
 | module     | what it holds                                                                              |
 |------------|--------------------------------------------------------------------------------------------|
 | `config`   | `BatchStudyConfig`, the `batch-study:` section; `DraftShape` (num_steps/topk/num_draft_tokens) |
-| `runner`   | per draft shape: budgets, every speculating method graded with routes; then one counted row per batch size |
+| `runner`   | per draft shape: budgets, every composable method graded with routes; then one counted row per batch size |
+| `batched`  | the server budget (one p_hat and B0 per model, every task); draws verified together (`Engine.generate_batch`) |
 | `compose`  | requests from recorded routes, drawn and composed into batched passes, counted by the engine's store |
 | `records`  | per (shape, batch, method) work and bytes with paired ratios; tau and accuracy per shape   |
 | `report`   | tables (Markdown, CSV, LaTeX) and the figure from saved files only                         |

@@ -1,16 +1,17 @@
-"""The batch study's runner: real generations per draft shape, then their verify passes composed into batches.
+"""The batch study's runner: real generations per draft shape, then their verify passes in batches.
 
 Per draft shape (`config.DraftShape`), in `shapes/<tree>/` of the run folder (a run folder of its own layout,
 `spine.layout.RunPaths`):
-1. p_hat and B0 by the world's rules on that shape (`spine.budgets.pair_budgets`: Standard SD's calibration on
-   at most `limit` training prompts per task, B0 from AcceptMoE's traces on the first `limit` evaluation
-   prompts);
-2. every batched method (`BatchStudyConfig.method_names`: every registered method that speculates) graded on the
-   first `limit` evaluation prompts of every task, with its routes recorded (`routes/batch/...`): tau and
-   accuracy per draft shape come from these rows, the requests from these routes.
+1. p_hat and B0 by the world's rules on that shape (`spine.budgets.pair_budgets`), pooled into one server budget
+   per model (`batched.server_budget`) that binds every plan below;
+2. every composable method (`BatchStudyConfig.composed`) graded on the first `limit` evaluation prompts of every
+   task, with its routes recorded (`routes/batch/...`): tau and accuracy per draft shape come from these rows,
+   the composed requests from these routes.
 Then, per (draft shape, batch size), one row of the run's `samples.jsonl`: for every request draw
-(`compose.draw_requests`), each method's batched passes counted by the engine's store (`compose.StoreCounter`).
-An interrupted run resumes at the first unfinished generation or (shape, batch size) row.
+(`compose.draw_requests`), each composed method's batched passes composed and counted by the engine's store
+(`compose.StoreCounter`); each batch-crediting method's draw verified together (`batched.run_draw`), and on the
+first draw every composed method's too (the batched check), kept per draw in `batched.jsonl`.
+An interrupted run resumes at the first unfinished generation, batched draw or (shape, batch size) row.
 """
 from __future__ import annotations
 
