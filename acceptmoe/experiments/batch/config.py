@@ -109,8 +109,8 @@ class BatchStudyConfig:
             if not get_method(m).speculates:
                 raise ConfigKeyError(f"methods: {m} drafts nothing, so it has no verify pass to batch; drop it")
             if not composable(m) and alone(m) not in self.methods:
-                raise ConfigKeyError(f"methods: {m}'s accuracy and tau are paired with {alone(m)}'s, which its "
-                                     f"sets are at one request per pass: add {alone(m)}")
+                raise ConfigKeyError(f"methods: {m} is compared with {alone(m)}, what it is at one request per "
+                                     f"pass: add {alone(m)}")
         if self.world.engine not in ROUTE_ENGINES:
             raise ConfigKeyError(f"engine {self.world.engine}: the batch study composes recorded routes, which the "
                                  f"{', '.join(ROUTE_ENGINES)} engine records: use --engine native")
