@@ -157,12 +157,12 @@ class MoEModel(nn.Module):
         for s in segments:
             bounds.append(bounds[-1] + s.ids.shape[0])
         wanted = {l: None for l in aux_layers}
-        x = self.embed_tokens(segments[0].ids if len(segments) == 1 else torch.cat([s.ids for s in segments]))
+        x = self.embed_tokens(_joined([s.ids for s in segments]))
         for i, layer in enumerate(self.layers):
-            attn, h = layer.self_attn, layer.input_layernorm(x)
-            parts = [attn(h[a:b], cos, sin, s.cache, s.start, masks[attn.window])
-                     for s, (masks, cos, sin), a, b in zip(segments, views, bounds, bounds[1:])]
-            x = x + (parts[0] if len(parts) == 1 else torch.cat(parts))
+            attn = layer.self_attn
+            parts = [attn(h, cos, sin, s.cache, s.start, masks[attn.window]) for s, (masks, cos, sin), h in
+                     zip(segments, views, _rows(layer.input_layernorm(x), bounds))]
+            x = x + _joined(parts)
             x = x + self._mlp(i, layer.mlp, layer.post_attention_layernorm(x), policy, routes)
             if i in wanted:
                 wanted[i] = x
@@ -171,7 +171,8 @@ class MoEModel(nn.Module):
         if missing:
             raise ValueError(f"aux_layers {missing} out of range; the model has {len(self.layers)} layers")
         aux = torch.cat([wanted[l] for l in aux_layers], dim=-1) if aux_layers else None
-        return [(logits[a:b], None if aux is None else aux[a:b]) for a, b in zip(bounds, bounds[1:])]
+        auxes = _rows(aux, bounds) if aux is not None else [None] * len(segments)
+        return list(zip(_rows(logits, bounds), auxes))
 
     def _attention_view(self, s: Segment) -> tuple[dict, Tensor, Tensor]:
         """A segment's masks per window and RoPE tables, after checking its shapes and placing its positions."""
@@ -196,6 +197,19 @@ class MoEModel(nn.Module):
         else:
             ids, weights = policy(layer, logits)
         return mlp.add_shared(x, (self.store if routes is None else routes).run(layer, x, ids, weights))
+
+
+def _rows(t: Tensor, bounds: list[int]) -> list[Tensor]:
+    """t's rows per segment (`bounds`: the segments' cumulative row ends from 0); one segment: t itself, so a
+    one-sequence pass (`forward`) dispatches no slicing op at all."""
+    if len(bounds) == 2:
+        return [t]
+    return [t[a:b] for a, b in zip(bounds, bounds[1:])]
+
+
+def _joined(parts: list[Tensor]) -> Tensor:
+    """The segments' rows back in one tensor (`_rows` inverted): one part is itself, no copy."""
+    return parts[0] if len(parts) == 1 else torch.cat(parts)
 
 
 def load_experts(ckpt: Checkpoint, cfg: ModelConfig, dtype: torch.dtype, kind: str, device: torch.device | str,
