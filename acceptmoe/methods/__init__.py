@@ -21,7 +21,8 @@ from .config import ConfigError, SelectorConfig
 from .reference import (Selection, best_first, commitment_weight, effective_rank, prune, route, select,
                         select_pass)
 from .registry import (B0_METHOD, BASELINE, CALIBRATION, DEFAULT_METHOD, METHODS, PAPER_METHODS, REFERENCE,
-                       BackendCoverageError, MethodSpec, RouterKind, Score, Sizing, UnknownMethodError, UnknownRouterError, fixed_twin, get_method,
+                       BackendCoverageError, MethodSpec, RouterKind, Score, Sizing, UnknownMethodError, UnknownRouterError, alone_twin, fixed_twin,
+                       get_method,
                        register_backend, register_method, unregister_method)
 from .routing import ROUTER_KINDS, Router, route_in
 from .topk import first_k_in, order_desc, rank_desc, topk, topk_ids
@@ -32,7 +33,7 @@ __all__ = [
     "B0_METHOD", "BASELINE", "CALIBRATION", "DEFAULT_METHOD", "PAPER_METHODS", "REFERENCE", "BackendCoverageError", "BlockInfo", "CommitmentTable",
     "ConfigError", "Fit", "METHODS", "MethodSpec", "Plan", "ROUTER_KINDS", "Router", "RouterKind", "Score",
     "SelectorConfig", "Selection", "Sizing", "TreeError", "UnknownMethodError", "UnknownRouterError", "Variant",
-    "best_first", "commitment_weight", "effective_rank", "first_k_in", "fixed_twin", "get_method", "order_desc",
+    "alone_twin", "best_first", "commitment_weight", "effective_rank", "first_k_in", "fixed_twin", "get_method", "order_desc",
     "prune", "rank_desc", "register_backend", "register_method", "route", "route_in", "select", "select_pass", "topk",
     "topk_ids",
     "unregister_method",

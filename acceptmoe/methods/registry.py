@@ -230,6 +230,17 @@ def fixed_twin(name: str) -> str:
     raise ValueError(f"method {name!r} has no fixed-budget counterpart")
 
 
+def alone_twin(name: str) -> str | None:
+    """The method a batch-crediting one (`Score.credits_batch`) is at one block per pass: the same sizing and
+    anchor, its score without the batch's terms (`Score.alone`; AcceptMoE (batch-shared) -> AcceptMoE). None
+    for a method whose sets one request determines."""
+    spec = get_method(name)
+    if spec.score is None or not spec.score.credits_batch:
+        return None
+    return next((m for m, s in METHODS.items() if s.score is spec.score.alone and s.sizing is spec.sizing
+                 and s.anchor == spec.anchor), None)
+
+
 for _spec in (
     MethodSpec("vanilla-ar", Sizing.NONE, None, label="Vanilla AR"),
     MethodSpec("standard-sd", Sizing.ALL, Score.GATE_MASS, label="Standard SD"),

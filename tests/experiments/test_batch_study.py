@@ -13,14 +13,14 @@ import torch
 import yaml
 
 from acceptmoe.engine.routes import FORMAT, KINDS, Routes
-from acceptmoe.experiments.batch.config import alone, composable
+from acceptmoe.experiments.batch.config import composable
 from acceptmoe.experiments.batch.compose import Request, StoreCounter, compact, compose, draw_requests
 from acceptmoe.experiments.batch.report import write_outputs
 from acceptmoe.experiments.claims import table
 from acceptmoe.experiments.cli import main
 from acceptmoe.experiments.spine.paper import BEYOND
 from acceptmoe.experiments.spine.runs import REPO, SampleLog
-from acceptmoe.methods import B0_METHOD, BASELINE, METHODS, Variant
+from acceptmoe.methods import B0_METHOD, BASELINE, METHODS, Variant, alone_twin
 
 E, L, K = 128, 4, 8
 
@@ -101,7 +101,7 @@ def test_batch_study_end_to_end(study, capsys):
         for v in crediting:                                               # at B = 1 it is the method it extends
             (m,) = [m for m in METHODS if Variant(m).name == v]
             if r["batch"] == 1:
-                assert all(d["methods"][v]["reads"] == d["methods"][Variant(alone(m)).name]["reads"]
+                assert all(d["methods"][v]["reads"] == d["methods"][Variant(alone_twin(m)).name]["reads"]
                            for d in r["draws"])
     text = (run / "batch-study.md").read_text()
     assert "union does: yes." in text and "read the composed union: " in text
@@ -134,7 +134,7 @@ def test_a_batch_crediting_method_is_paired_with_what_it_is_alone():
     crediting = [m for m in METHODS if METHODS[m].speculates and not composable(m)]
     assert crediting
     for m in crediting:
-        other = alone(m)
+        other = alone_twin(m)
         assert other is not None and composable(other)
         assert METHODS[other].score is METHODS[m].score.alone and METHODS[other].sizing is METHODS[m].sizing
-    assert all(alone(m) is None for m in METHODS if METHODS[m].speculates and composable(m))
+    assert all(alone_twin(m) is None for m in METHODS if METHODS[m].speculates and composable(m))

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from acceptmoe.engine.tree import TreeShape
-from acceptmoe.methods import BASELINE, METHODS, get_method
+from acceptmoe.methods import BASELINE, METHODS, alone_twin, get_method
 
 from ..spine.config import ConfigKeyError, WorldConfig, load_experiment
 from ..spine.engines import ROUTE_ENGINES
@@ -67,16 +67,6 @@ def composable(method: str) -> bool:
     return score is None or not score.credits_batch
 
 
-def alone(method: str) -> str | None:
-    """The composable method a batch-crediting one is at B = 1 (the same sizing and anchor, `Score.alone`):
-    what its accuracy and tau are paired with; None for a composable method."""
-    spec = get_method(method)
-    if composable(method):
-        return None
-    return next((m for m, s in METHODS.items() if composable(m) and s.sizing is spec.sizing
-                 and s.anchor == spec.anchor and s.score is spec.score.alone), None)
-
-
 @dataclass(frozen=True)
 class BatchStudyConfig:
     SECTION = EXPERIMENT
@@ -108,9 +98,9 @@ class BatchStudyConfig:
         for m in self.methods or ():
             if not get_method(m).speculates:
                 raise ConfigKeyError(f"methods: {m} drafts nothing, so it has no verify pass to batch; drop it")
-            if not composable(m) and alone(m) not in self.methods:
-                raise ConfigKeyError(f"methods: {m} is compared with {alone(m)}, what it is at one request per "
-                                     f"pass: add {alone(m)}")
+            if not composable(m) and alone_twin(m) not in self.methods:
+                raise ConfigKeyError(f"methods: {m} is compared with {alone_twin(m)}, what it is at one request per "
+                                     f"pass: add {alone_twin(m)}")
         if self.world.engine not in ROUTE_ENGINES:
             raise ConfigKeyError(f"engine {self.world.engine}: the batch study composes recorded routes, which the "
                                  f"{', '.join(ROUTE_ENGINES)} engine records: use --engine native")

@@ -23,7 +23,7 @@ import numpy as np
 from acceptmoe.errors import UserError
 from acceptmoe.evals.stats import (Interval, bootstrap_mean, no_discordance_bound, paired_bootstrap_diff,
                                   paired_bootstrap_speedup)
-from acceptmoe.methods import BASELINE, METHODS, Variant
+from acceptmoe.methods import BASELINE, METHODS, Variant, alone_twin
 
 from ..spine.config import from_saved
 from ..spine.passbytes import CONTEXT, pass_model, step_bound
@@ -31,7 +31,7 @@ from ..spine.records import accuracy_fields, rate
 from ..spine.runs import NothingToTabulate, SampleLog
 from ..spine.shapes import GPUS, get_shape
 from .batched import SERVER_BUDGET
-from .config import PHASE, BatchStudyConfig, DraftShape, alone, composable
+from .config import PHASE, BatchStudyConfig, DraftShape, composable
 
 BASE = Variant(BASELINE).name
 
@@ -114,7 +114,7 @@ def work_records(cfg: BatchStudyConfig, rows: list[dict]) -> list[dict]:
                 iv = _paired(cfg, draws, v, num)
                 r.update({f"{key}_ratio": iv["estimate"], f"{key}_ratio_low": iv["low"],
                           f"{key}_ratio_high": iv["high"]})
-            other = alone(method) if method in METHODS else None
+            other = alone_twin(method) if method in METHODS else None
             if other is not None and Variant(other).name in draws[0]["methods"]:     # vs the method it is at B = 1
                 iv = _paired(cfg, draws, v, "reads", versus=Variant(other).name)
                 r.update({"versus": Variant(other).name, "reads_vs_alone": iv["estimate"],
@@ -194,14 +194,14 @@ def _accuracy_diff(cfg: BatchStudyConfig, draws: list[dict], v: str, other: str,
 
 def batched_quality(cfg: BatchStudyConfig, rows: list[dict]) -> list[dict]:
     """Per (draft shape, batch size) and batch-crediting variant (run batched on every draw): accuracy, tau and
-    mean set size against the composable method it is at B = 1 (`config.alone`), whose batch-1 replies the
+    mean set size against the composable method it is at B = 1 (`methods.alone_twin`), whose batch-1 replies the
     same draws hold; differences and ratios paired over draws (95 %)."""
     out = []
     for row in rows:
         draws = row["draws"]
         for v in draws[0]["methods"]:
             method = variant_method(v)
-            other = alone(method) if method is not None else None
+            other = alone_twin(method) if method is not None else None
             if other is None or Variant(other).name not in draws[0]["methods"]:
                 continue
             q = [d["methods"][v]["quality"] for d in draws]

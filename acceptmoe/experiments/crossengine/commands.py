@@ -6,7 +6,13 @@
 Prompts: the first `--limit` test examples of each of the preset's tasks, chat-formatted as the experiments
 send them, all in flight in SGLang, one at a time in the native engine. Methods run in calibration order:
 Standard SD first (its native traces give p_hat), AcceptMoE next (its mean set size gives the fixed-budget
-methods their B), then the others; both engines run the same plan. SGLang runs eagerly here (CUDA graphs off):
+methods their B), a batch-crediting method's twin (`methods.alone_twin`) before it, then the others; both
+engines run the same plan. A method whose sets depend on the pass's other requests (`Score.credits_batch`) gets
+two rows: one request at a time in both engines, where it must equal its twin token for token in each engine
+and its sets the per-block ones; and every prompt in flight in SGLang beside the native engine's batched verify
+pass over the same prompts (`Engine.generate_batch`), where its sets must equal the reference recomputed over
+each of SGLang's own passes (SGLang forms its batches itself, so tokens and trees there are reported, not
+required). SGLang runs eagerly here (CUDA graphs off):
 the per-pass records the set check reads are a test switch that graphs would skip. Per model one SGLang server,
 its pools sized for these prompts, serves every method, and both engines are closed before the next model opens.
 Writes `report.json` and `report.md` in the run folder, with the config and environment; exits 1 on a required
@@ -19,21 +25,22 @@ import sys
 
 from acceptmoe.commands import command, parser
 from acceptmoe.errors import UserError
-from acceptmoe.methods import B0_METHOD, CALIBRATION, METHODS, Variant
+from acceptmoe.methods import B0_METHOD, CALIBRATION, METHODS, Variant, alone_twin
 
 from ..spine.options import positive_int
 from .compare import agreement, table
 
 
 def method_order(methods: list[str] | None) -> list[str]:
-    """Calibration order: Standard SD, then AcceptMoE, then the others (each speculating method once)."""
+    """Calibration order: Standard SD, then AcceptMoE, then the others, a batch-crediting method's twin before it
+    (each speculating method once)."""
     speculating = [m for m, s in METHODS.items() if s.speculates]
     chosen = methods or speculating
     unknown = [m for m in chosen if m not in speculating]
     if unknown:
         raise UserError(f"--methods: {', '.join(unknown)} not a speculating method; valid: {', '.join(speculating)}")
     first = [CALIBRATION] + ([B0_METHOD] if any(METHODS[m].needs_budget for m in chosen) else [])
-    return list(dict.fromkeys(first + chosen))
+    return list(dict.fromkeys(first + [t for m in chosen for t in (alone_twin(m), m) if t is not None]))
 
 
 def compare_model(world, name: str, native, prompts: list[list[int]], order: list[str], tokens: int,
@@ -54,21 +61,47 @@ def compare_model(world, name: str, native, prompts: list[list[int]], order: lis
         if sglang.fit != native.engine.fit:
             raise UserError(f"{name}: SGLang serves {sglang.fit}, the native engine {native.engine.fit}: the "
                             f"engines disagree on the router, experts or tree depth")
+        runs = {}                            # method -> (native alone, SGLang with every prompt in flight)
         for method in order:
             plan = native.plan(Variant(method), commitment=p_hat, b0=budget)
+            served = Variant(method).bind(sglang.fit, commitment=p_hat, b0=budget, selector=world.selector)
             ours = [native.engine.generate(p, plan, tokens, ignore_eos=True) for p in prompts]
-            theirs = sglang.generate_many(prompts, Variant(method).bind(
-                sglang.fit, commitment=p_hat, b0=budget, selector=world.selector), tokens, ignore_eos=True)
+            theirs = sglang.generate_many(prompts, served, tokens, ignore_eos=True)
+            runs[method] = ours, theirs
             if method == CALIBRATION:
                 p_hat = commitment_table([g.trace for g in ours]).p_hat
             if method == B0_METHOD:
                 sizes = [s for g in ours for b in g.trace.blocks if b.layers for s in b.layers["set_size"]]
                 budget = max(native.engine.fit.router.top_k, round(sum(sizes) / len(sizes)))
-            rows.append(agreement(method, plan, ours, theirs, dumps / plan.name))
+            twin = alone_twin(method)
+            if twin is None:
+                rows.append(agreement(method, plan, ours, theirs, dumps / plan.name))
+            else:
+                rows += credited_rows(method, plan, served, runs, native, sglang, prompts, tokens, dumps)
             print(f"{name} {method}: done", file=sys.stderr, flush=True)
     finally:
         sglang.close()
     return rows, p_hat, budget
+
+
+def credited_rows(method: str, plan, served, runs: dict, native, sglang, prompts, tokens: int, dumps) -> list:
+    """A batch-crediting method's two rows (its runs with every prompt in flight are `runs[method]`): one request
+    at a time in both engines, equal to its twin token for token in each (the twin's runs are `runs[twin]`); and
+    SGLang's own batches beside the native engine's batched verify pass over the same prompts."""
+    twin = alone_twin(method)
+    ours, theirs = runs[method]
+    sglang.dump, root = str(dumps / "one-at-a-time"), sglang.dump   # its own pass files
+    try:
+        alone = [sglang.generate(p, served, tokens, ignore_eos=True) for p in prompts]
+    finally:
+        sglang.dump = root
+    (twin_ours, twin_theirs) = runs[twin]
+    same = sum(a.tokens == t.tokens and b.tokens == u.tokens
+               for a, b, t, u in zip(ours, alone, twin_ours, twin_theirs))
+    batched = native.engine.generate_batch(prompts, plan, tokens, ignore_eos=True)
+    return [agreement(method, plan, ours, alone, dumps / "one-at-a-time" / plan.name, in_flight=1, twin=twin,
+                      twin_equal=same),
+            agreement(method, plan, batched, theirs, dumps / plan.name, native_mode="batched")]
 
 
 def cross_engine(preset: str, limit: int, tokens: int, methods: list[str] | None, results=None):

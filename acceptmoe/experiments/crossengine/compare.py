@@ -2,7 +2,10 @@
 
 Inputs are what the engines return (`Generation`s with their traces) and the passes the SGLang plugin
 recorded (`ACCEPTMOE_DUMP`: per verify pass SGLang's tree mask and links, the trees the plugin recovered, per
-MoE layer the router logits and eligible sets). Nothing here runs an engine.
+MoE layer the router logits and eligible sets). A pass's sets are recomputed over the whole pass
+(`select_pass`: every block with the pass's other roots), so a method whose sets depend on the batch is held to
+its definition on SGLang's own batches, and a per-request method to its per-block sets. Nothing here runs an
+engine.
 """
 from __future__ import annotations
 
@@ -13,7 +16,7 @@ from typing import Sequence
 import torch
 
 from acceptmoe.engine.tree import ancestor_mask
-from acceptmoe.methods import BlockInfo, Plan, select
+from acceptmoe.methods import BlockInfo, Plan, select_pass
 
 
 @dataclass(frozen=True)
@@ -34,12 +37,17 @@ class Agreement:
     sets_equal: int = 0
     lossless: bool = True        # the method keeps greedy tokens (tokens must agree)
     restricts: bool = False      # the method restricts routing (sets must agree)
+    in_flight: int = 0           # requests SGLang had in flight (0: all the prompts at once)
+    native_mode: str = "alone"   # how the native engine ran them: "alone" (generate) or "batched" (generate_batch)
+    twin: str | None = None      # the method this one must equal token for token in both engines (one request
+    twin_equal: int = 0          # per pass: a batch-crediting method is its `alone_twin`); prompts where it does
 
     @property
     def required_ok(self) -> bool:
         tokens = not self.lossless or self.tokens_equal == self.prompts
         sets = not self.restricts or (self.sets_checked > 0 and self.sets_equal == self.sets_checked)
-        return tokens and sets and self.trees_recovered == self.requests_recorded
+        twin = self.twin is None or self.twin_equal == self.prompts
+        return tokens and sets and twin and self.trees_recovered == self.requests_recorded
 
     def row(self) -> dict:
         return {**asdict(self), "required_ok": self.required_ok}
@@ -56,8 +64,10 @@ def paired_steps(native, sglang) -> tuple[int, int, int]:
     return paired, trees, paths
 
 
-def agreement(method: str, plan: Plan, native: Sequence, sglang: Sequence, dumps: Path | None) -> Agreement:
-    """native, sglang: one `Generation` per prompt, in prompt order; dumps: the plugin's pass files, if any."""
+def agreement(method: str, plan: Plan, native: Sequence, sglang: Sequence, dumps: Path | None,
+              **context) -> Agreement:
+    """native, sglang: one `Generation` per prompt, in prompt order; dumps: the plugin's pass files, if any;
+    context: how the engines ran them (`Agreement.in_flight`, `native_mode`, `twin`, `twin_equal`)."""
     paired = trees = paths = 0
     for a, b in zip(native, sglang):
         p, t, q = paired_steps(a.trace.blocks, b.trace.blocks)
@@ -69,31 +79,35 @@ def agreement(method: str, plan: Plan, native: Sequence, sglang: Sequence, dumps
         if "mask" not in rec:
             continue
         passes += 1
-        n = rec["width"]
-        for b, parents in enumerate(rec["parents"]):
+        n, trees_of_pass = rec["width"], rec["parents"]
+        for b, parents in enumerate(trees_of_pass):
             recorded += 1
             recovered += bool(torch.equal(ancestor_mask(torch.tensor(parents)), rec["mask"][b]))
-            if not plan.spec.restricts:
-                continue
-            block = BlockInfo.from_parents(parents)
-            for layer in rec["layers"].values():
-                want = select(plan, layer["logits"][b * n:(b + 1) * n], block).eligible
+        if not plan.spec.restricts:
+            continue
+        blocks = [BlockInfo.from_parents(parents) for parents in trees_of_pass]
+        for layer in rec["layers"].values():
+            z = layer["logits"][: len(blocks) * n].view(len(blocks), n, -1)
+            for b, want in enumerate(select_pass(plan, z, blocks)):
                 checked += 1
-                equal += bool(torch.equal(layer["eligible"][b], want))
+                equal += bool(torch.equal(layer["eligible"][b], want.eligible))
     return Agreement(method, len(native), sum(a.tokens == b.tokens for a, b in zip(native, sglang)), paired,
                      trees, paths, tau(native), tau(sglang), passes, recorded, recovered, checked, equal,
-                     lossless=not plan.spec.restricts, restricts=plan.spec.restricts)
+                     lossless=not plan.spec.restricts, restricts=plan.spec.restricts, **context)
 
 
-COLUMNS = ("method", "tokens equal", "trees equal", "paths equal", "sets equal (SGLang's trees)",
-           "trees recovered", "tau native", "tau SGLang", "required")
+COLUMNS = ("method", "SGLang in flight", "native", "tokens equal", "trees equal", "paths equal",
+           "sets equal (SGLang's passes)", "trees recovered", "= its twin at one request", "tau native", "tau SGLang",
+           "required")
 
 
 def table(rows: Sequence[Agreement]) -> str:
     lines = ["| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
     for r in rows:
         sets = f"{r.sets_equal}/{r.sets_checked}" if r.restricts else "-"
-        lines.append(f"| {r.method} | {r.tokens_equal}/{r.prompts} | {r.trees_equal}/{r.steps_paired} | "
-                     f"{r.paths_equal}/{r.steps_paired} | {sets} | {r.trees_recovered}/{r.requests_recorded} | "
-                     f"{r.tau_native:.3f} | {r.tau_sglang:.3f} | {'ok' if r.required_ok else 'FAILED'} |")
+        twin = f"{r.twin}: {r.twin_equal}/{r.prompts}" if r.twin is not None else "-"
+        lines.append(f"| {r.method} | {r.in_flight or 'all'} | {r.native_mode} | {r.tokens_equal}/{r.prompts} | "
+                     f"{r.trees_equal}/{r.steps_paired} | {r.paths_equal}/{r.steps_paired} | {sets} | "
+                     f"{r.trees_recovered}/{r.requests_recorded} | {twin} | {r.tau_native:.3f} | "
+                     f"{r.tau_sglang:.3f} | {'ok' if r.required_ok else 'FAILED'} |")
     return "\n".join(lines)
