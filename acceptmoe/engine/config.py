@@ -48,7 +48,7 @@ ROPE_KINDS = ("default", "linear", "llama3", "yarn")
 
 @dataclass(frozen=True)
 class RopeConfig:
-    """RoPE frequencies of the target (default, YaRN) and of EAGLE-3 drafts (default, linear, llama3), by
+    """RoPE frequencies of the target (any of ROPE_KINDS) and of EAGLE-3 drafts (default, linear, llama3), by
     transformers' formulas in fp32 (`modeling_rope_utils`), as SGLang computes them too."""
     theta: float
     kind: str = "default"                  # one of ROPE_KINDS
@@ -118,6 +118,11 @@ class LatentAttention:
     v_head_dim: int
     interleave: bool = True                    # rope dims in interleaved pairs (rope_interleave)
     scale: float = 0.0                         # softmax scale (qk head dim^-0.5, times YaRN's mscale^2)
+
+
+# config.json's names of what `Router.check_experts` checks: experts per token, experts, groups and groups chosen
+ROUTER_KEYS = ("num_experts_per_tok", "experts_per_token", "num_experts", "num_local_experts", "n_routed_experts",
+               "n_group", "topk_group")
 
 
 @dataclass(frozen=True)
@@ -206,7 +211,8 @@ class ModelConfig:
                                   f"not read for {arch} (only GPT-OSS's MXFP4 experts); use a bf16 or fp32 "
                                   f"checkpoint of the model")
         try:
-            return FAMILIES[arch].parse(raw, extra_eos)
+            cfg = FAMILIES[arch].parse(raw, extra_eos)
+            wrong = cfg.router.check_experts(cfg.num_experts)
         except KeyError as exc:
             raise CheckpointError(f"config.json of a {arch} model lacks {exc.args[0]!r}; restore the checkpoint's "
                                   f"own config.json") from None
@@ -215,6 +221,12 @@ class ModelConfig:
                 raise
             raise CheckpointError(f"config.json of a {arch} model has a bad value ({exc}); restore the "
                                   f"checkpoint's own config.json") from None
+        if wrong:
+            named = ", ".join(f"{k}={raw[k]}" for k in ROUTER_KEYS if raw.get(k) is not None)
+            raise CheckpointError(f"config.json of a {arch} model: {wrong} ({named}); fix them: "
+                                  f"num_experts_per_tok must fit in the experts (with n_group: in the topk_group "
+                                  f"chosen groups, of two experts or more each)")
+        return cfg
 
     @classmethod
     def from_folder(cls, path: str | Path) -> "ModelConfig":
@@ -236,7 +248,7 @@ def _as_ids(value) -> tuple[int, ...]:
     return (int(value),) if isinstance(value, int) else tuple(int(v) for v in value)
 
 
-def common_fields(raw: dict, extra_eos: tuple[int, ...], rope_kinds: tuple[str, ...] = ("default", "yarn")) -> dict:
+def common_fields(raw: dict, extra_eos: tuple[int, ...], rope_kinds: tuple[str, ...] = ROPE_KINDS) -> dict:
     """Fields every family reads the same way (`arch`: the model_type; sizes, heads, experts, rope, eos, dtype);
     a family's parser overrides what it names differently."""
     heads = raw["num_attention_heads"]
@@ -264,7 +276,9 @@ def rope_config(raw: dict, kinds: tuple[str, ...] = ROPE_KINDS) -> RopeConfig:
     theta = float(params.get("rope_theta", raw.get("rope_theta", 10000.0)))
     kind = params.get("rope_type", params.get("type", "default"))
     if kind not in kinds:
-        raise CheckpointError(f"rope_type {kind!r} is not supported; supported: {', '.join(kinds)}")
+        why = (": its frequencies change with the sequence length, which a static KV cache does not follow"
+               if kind in ("dynamic", "longrope") else "")
+        raise CheckpointError(f"rope_type {kind!r} is not supported{why}; supported: {', '.join(kinds)}")
     if kind == "default":
         return RopeConfig(theta=theta)
     if kind == "linear":
@@ -291,7 +305,8 @@ def moe_layers(raw: dict, num_layers: int, num_experts: int) -> tuple[bool, ...]
 
 def qwen_moe_fields(raw: dict, extra_eos: tuple[int, ...], family: str) -> dict:
     """What Qwen3-MoE and Qwen2-MoE read alike: SiLU experts, softmax then top-k (renormalised if
-    `norm_topk_prob`), Qwen's sparse-layer rule (`moe_layers`), one sliding window for every layer or none."""
+    `norm_topk_prob`), Qwen's sparse-layer rule (`moe_layers`), one sliding window for every layer or none
+    (Qwen3-MoE's rule; Qwen2-MoE replaces it by its `layer_types`)."""
     silu_experts(raw, family)
     common = common_fields(raw, extra_eos)
     n = common["num_layers"]

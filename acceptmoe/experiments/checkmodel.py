@@ -8,7 +8,8 @@ It reports, in order, and stops at the first problem with one `error:` line (exi
 2. logits of the native engine's `MoEModel` against transformers' own class for that family (imported only
    here), both fp32 on `--device`, on `--prompts` prompts of random token ids (seeded: no tokenizer is read):
    the largest absolute difference, that relative to the largest |logit|, and greedy (argmax) agreement over
-   every position;
+   every position; a reference transformers cannot load or run is one `error:` line, and a setting its class
+   misreads without it shaping any weight is overridden and named (`reference_overrides`);
 3. experts per MoE layer and the store's memory (`engine.memory`, from config.json alone, bf16 weights as the
    GPUs run them): device GB of the resident store with the other weights, and per GPU of `spine.shapes.GPUS`
    whether that fits, else the largest X-slot offloaded pool that does (weights only: KV cache, draft and
@@ -67,18 +68,41 @@ def family_row(cfg: ModelConfig) -> dict:
             "layers": cfg.num_layers}
 
 
-def reference_model(folder: Path, cfg: ModelConfig, device: str):
-    """transformers' own class for the family, fp32 (imported here only)."""
+def reference_overrides(cfg: ModelConfig, raw: dict) -> dict:
+    """config.json settings the reference is loaded with instead of the checkpoint's, where transformers' class
+    misreads one that shapes no weight: latent attention expands a key and a value for every head (`kv_b_proj`),
+    but transformers 5's DeepseekV3Attention repeats them num_attention_heads / num_key_value_heads times and
+    fails when that is above 1, so it is loaded with num_key_value_heads = num_attention_heads (the released
+    models' setting; the same weights, and its own unrepeated path's logits)."""
+    if cfg.latent and raw.get("num_key_value_heads", cfg.num_heads) != cfg.num_heads:
+        return {"num_key_value_heads": cfg.num_heads}
+    return {}
+
+
+def _first_line(exc: Exception) -> str:
+    return f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+
+
+def reference_model(folder: Path, cfg: ModelConfig, device: str, overrides: dict | None = None):
+    """transformers' own class for the family, fp32 (imported here only), with `overrides` of config.json."""
     name = FAMILIES[cfg.arch].transformers
     try:
         import transformers
         transformers.utils.logging.disable_progress_bar()                # the report is the output
         model_class = getattr(transformers, name)
-        return model_class.from_pretrained(folder, dtype=torch.float32).to(device).eval()
+        return model_class.from_pretrained(folder, dtype=torch.float32, **(overrides or {})).to(device).eval()
     except Exception as exc:  # noqa: BLE001 - any failure of the reference is reported, not a crash
-        raise ReferenceFailed(f"transformers cannot load {folder} as {name} ({type(exc).__name__}: "
-                              f"{str(exc).splitlines()[0] if str(exc) else ''}); check the checkpoint with "
-                              f"transformers itself") from None
+        raise ReferenceFailed(f"transformers cannot load {folder} as {name} ({_first_line(exc)}); check the "
+                              f"checkpoint with transformers itself") from None
+
+
+def reference_logits(hf, x: torch.Tensor) -> torch.Tensor:
+    """The reference's logits [T, V] fp32 for ids x [T]; a failure of transformers' forward is one error line."""
+    try:
+        return hf(x[None]).logits[0].float()
+    except Exception as exc:  # noqa: BLE001 - the reference's own failure is reported, not a crash
+        raise ReferenceFailed(f"transformers' {type(hf).__name__} cannot run this checkpoint ({_first_line(exc)}); "
+                              f"check the checkpoint with transformers itself") from None
 
 
 @torch.no_grad()
@@ -87,7 +111,7 @@ def logits_row(ours: MoEModel, hf, ids_list: list[list[int]]) -> dict:
     for ids in ids_list:
         x = torch.tensor(ids, device=ours.device)
         mine, _ = ours.forward(x, torch.arange(len(ids), device=ours.device), ours.new_cache(len(ids)), 0)
-        ref = hf(x[None]).logits[0].float()
+        ref = reference_logits(hf, x)
         worst = max(worst, float((mine - ref).abs().max()))
         scale = max(scale, float(ref.abs().max()))
         agree += int((mine.argmax(-1) == ref.argmax(-1)).sum())
@@ -171,10 +195,13 @@ def check(model: Path, draft: Path | None, n_prompts: int, tokens: int, device: 
     check_device(device)
     cfg = ModelConfig.from_folder(model)
     report = {"model": str(model), **family_row(cfg)}
+    raw = json.loads((model / "config.json").read_text())
     ours = MoEModel.from_pretrained(model, device=device, dtype=torch.float32)
     ids_list = prompts(cfg.vocab_size, n_prompts)
-    report["logits"] = logits_row(ours, reference_model(model, cfg, device), ids_list)
-    report["memory"] = memory_rows(cfg, mxfp4_in_config(json.loads((model / "config.json").read_text())))
+    overrides = reference_overrides(cfg, raw)
+    report["reference"] = {"class": FAMILIES[cfg.arch].transformers, "overrides": overrides}
+    report["logits"] = logits_row(ours, reference_model(model, cfg, device, overrides), ids_list)
+    report["memory"] = memory_rows(cfg, mxfp4_in_config(raw))
     head = load_draft(draft, device) if draft is not None else None
     engine = Engine(ours, head, tree=TreeShape())
     report.update(methods_rows(engine))
@@ -199,7 +226,11 @@ def render(r: dict) -> str:
              f"router      {r['router_kind']}: top-{r['top_k']}, renormalise {r['renormalize']}"
              + (f", {r['groups']} groups (top {r['group_top']}), scale {r['scale']}, selection bias"
                 if r["selection_bias"] else "")]
-    lg = r["logits"]
+    lg, ref = r["logits"], r["reference"]
+    if ref["overrides"]:
+        lines.append(f"reference   transformers' {ref['class']} loaded with "
+                     + ", ".join(f"{k}={v}" for k, v in ref["overrides"].items())
+                     + " (latent attention: a key and a value per head)")
     lines.append(f"logits      vs transformers (fp32, {lg['prompts']} random-id prompts, {lg['tokens']} positions): "
                  f"max |diff| {lg['max_abs_diff']:.3g} ({lg['max_rel_diff']:.3g} of max |logit|), greedy "
                  f"agreement {lg['greedy_agreement']:.1%}")

@@ -1,7 +1,8 @@
 """DeepSeek-V3 (and V3-style models): multi-head latent attention, sigmoid routing with a selection-only
 bias (`e_score_correction_bias`), group-limited top-k (`n_group`, `topk_group`), `routed_scaling_factor`
 (`RouterKind.SIGMOID_GROUPED`), `n_shared_experts` shared experts as one SwiGLU MLP, the first
-`first_k_dense_replace` layers dense, default or YaRN RoPE (YaRN's `mscale_all_dim` scales the softmax)."""
+`first_k_dense_replace` layers dense, any RoPE of `config.ROPE_KINDS` (YaRN's `mscale_all_dim` scales the softmax).
+Every head has its own key and value (`kv_b_proj`), whatever `num_key_value_heads` says."""
 from __future__ import annotations
 
 import math
@@ -35,7 +36,9 @@ def parse(raw: dict, extra_eos: tuple[int, ...]) -> ModelConfig:
     dense = raw.get("first_k_dense_replace", 0)
     bias = bool(raw.get("attention_bias", False))
     return ModelConfig(
-        **{**common, "rope": rope, "head_dim": nope + rot},
+        # MLA expands a key and a value for every head from the latent (kv_b_proj): num_key_value_heads shapes
+        # nothing (transformers reads it only as a repeat factor; the released models set it to the heads)
+        **{**common, "rope": rope, "head_dim": nope + rot, "num_kv_heads": common["num_heads"]},
         moe_intermediate_size=raw["moe_intermediate_size"], dense_intermediate_size=raw["intermediate_size"],
         moe_layers=tuple(i >= dense for i in range(n)), windows=(None,) * n,
         router_kind=RouterKind.SIGMOID_GROUPED, norm_topk_prob=bool(raw.get("norm_topk_prob", True)),

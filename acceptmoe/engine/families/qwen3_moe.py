@@ -1,5 +1,5 @@
 """Qwen3-MoE: softmax then top-k (renormalised if `norm_topk_prob`), SwiGLU experts, per-head q/k RMSNorm,
-dense layers by `mlp_only_layers` / `decoder_sparse_step`, default or YaRN RoPE."""
+dense layers by `mlp_only_layers` / `decoder_sparse_step`, any RoPE of `config.ROPE_KINDS`."""
 from __future__ import annotations
 
 from ..config import ModelConfig, qwen_moe_fields
