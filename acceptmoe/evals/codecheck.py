@@ -1,7 +1,9 @@
 """Code grading as EvalPlus grades it, with the verdict decided in the parent process.
 
-One sanitised piece of code (reading a reply into code: `acceptmoe.evals.tasks`, through
-`acceptmoe.evals.contained`) is graded on one problem in two steps:
+A reply is read into code by `evalplus_code` (EvalPlus's reading of a whole solution, a body-only
+completion after the prompt and a chat reply), which the tasks (`acceptmoe.evals.tasks`) call through
+`acceptmoe.evals.contained`, never in the grader's process. One sanitised piece of code is graded on one
+problem in two steps:
 1. Run: the harness (`acceptmoe.evals.harness`) and the code run in the sandbox
    (`acceptmoe.evals.sandbox`), one process per test set, as `evalplus.eval.unsafe_execute` runs them,
    under the rules of `acceptmoe.evals.rules.CodeRules` (EvalPlus 0.3.1's by default: reliability_guard,
@@ -50,6 +52,7 @@ import numpy as np
 from acceptmoe.errors import UserError
 from acceptmoe.paths import cache_root
 from acceptmoe.evals import codec, harness, readback
+from acceptmoe.evals.extract import defines
 from acceptmoe.evals.rules import DEFAULT, EVALPLUS_VERSION, CodeRules
 from acceptmoe.evals.sandbox import ExecResult, Limits, SandboxError, run_program
 
@@ -88,6 +91,18 @@ def sanitize(code: str, entry_point: str) -> str:
     syntactically valid span of lines (its cost grows with the cube of the number of lines: run it on
     untrusted text through `acceptmoe.evals.contained`, as the tasks do)."""
     return evalplus()[4].sanitize(code, entry_point)
+
+
+def evalplus_code(reply: str, entry_point: str, prompt: str = "") -> str:
+    """The code EvalPlus grades for a reply (reading "evalplus"), in each form it reads: a whole solution
+    or a chat reply (fenced blocks and prose) is sanitised alone, as evalplus's codegen reads a chat
+    model's reply; a reply whose sanitised code defines no `entry_point` (a body-only completion) is read
+    after the prompt, as EvalPlus reads a base model's completion (`prompt + completion`), then sanitised.
+    Untrusted text: call it through `acceptmoe.evals.contained`, as the tasks do."""
+    code = sanitize(reply, entry_point)
+    if not prompt or defines(code, entry_point):
+        return code
+    return sanitize(prompt + reply, entry_point)
 
 
 @dataclass(frozen=True)

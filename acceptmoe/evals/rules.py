@@ -2,9 +2,11 @@
 
 `CodeRules()` is the default: EvalPlus's rules except the find_zero fix. EvalPlus's rules, as
 `evalplus.codegen` and `evalplus.evaluate` apply them to a chat model's reply:
-- reading: the whole reply through `evalplus.sanitize.sanitize(reply, entry_point)` (its longest
-  syntactically valid span of lines, then the imports, the entry point and the definitions it reaches);
-  for a direct completion, the prompt followed by the reply;
+- reading (`codecheck.evalplus_code`): the whole reply through `evalplus.sanitize.sanitize(reply,
+  entry_point)` (its longest syntactically valid span of lines, then the imports, the entry point and the
+  definitions it reaches), as its codegen reads a chat model's reply or a whole solution; a reply whose
+  sanitised code defines no entry point (a base model's body-only completion) after the prompt, as
+  EvalPlus reads a completion (`prompt + completion`);
 - running: the sanitised code executed after `evalplus.eval.utils.reliability_guard` (no `open`, `exit`,
   `os.kill`, `os.system`, `os.fork`, `subprocess.Popen`, file removal, ...), with the installed
   packages importable (those the code imports that evalplus's own process has loaded imported before the

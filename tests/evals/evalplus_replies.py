@@ -1,9 +1,24 @@
-"""Chat replies for the EvalPlus parity suite, built from the shipped canonical solutions: each one a shape a
-model writes (prose around a fenced block, a `__main__` block, helpers, two code blocks, prints, threads,
-an unused numpy import, a bare body) or a change of the returned value (numpy and stdlib number types,
-subclasses and namedtuples, values near the float tolerance, wrong only on inputs larger than the base
-ones, mutated inputs), plus replies that are too slow or use a builtin EvalPlus disables."""
+"""Replies for the EvalPlus parity suites, and EvalPlus's own verdicts on them.
+
+Replies built from the shipped canonical solutions: each one a shape a model writes (prose around a fenced
+block, a `__main__` block, helpers, two code blocks, prints, threads, an unused numpy import, a bare body)
+or a change of the returned value (numpy and stdlib number types, subclasses and namedtuples, values near
+the float tolerance, wrong only on inputs larger than the base ones, mutated inputs), plus replies that are
+too slow or use a builtin EvalPlus disables.
+
+`evalplus_verdicts` grades `Case`s by `evalplus.evaluate` itself, offline on the repository's data: a
+completion (`Case.completion`) as EvalPlus grades a base model's (`{"completion": ...}`, which evaluate
+runs after the prompt), any other reply as evalplus.codegen reads a chat model's
+(`evalplus.sanitize.sanitize(reply)`, then evaluate). `graded_on_a_loaded_machine` pairs those verdicts
+with our call's (`Task.score_many`, default rules)."""
 from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import NamedTuple
 
 PROBLEMS = {
     "humaneval": ["HumanEval/0", "HumanEval/2", "HumanEval/4", "HumanEval/12", "HumanEval/13", "HumanEval/22",
@@ -11,6 +26,7 @@ PROBLEMS = {
     "mbpp": ["Mbpp/2", "Mbpp/3", "Mbpp/17", "Mbpp/124", "Mbpp/137", "Mbpp/558", "Mbpp/581", "Mbpp/737"],
 }
 SLOW = {"HumanEval/53", "Mbpp/17"}   # also graded as too slow and as opening a file
+COMPLETIONS = {"the body alone"}     # replies that are a base model's completion of the prompt
 
 HELPERS = '''
 def _wrong(out):
@@ -106,3 +122,91 @@ def replies(task_id: str, full: str, ep: str, body_only: str | None, base_repr_l
         out["too slow"] = _fence(_wrapped(full, ep, "import time\ntime.sleep(3)"))
         out["opens a file"] = _fence(_wrapped(full, ep, "open('/dev/null').close()"))
     return out
+
+
+# ---------------------------------------------------------------------------------------------- evalplus.evaluate
+
+class Case(NamedTuple):
+    """One reply to one problem; `completion`: a base model's completion of the prompt (else a chat reply or
+    a whole solution)."""
+
+    dataset: str
+    example: dict
+    name: str
+    reply: str
+    completion: bool = False
+
+
+EVALUATE = r"""
+import os
+import sys
+from evalplus.evaluate import evaluate
+evaluate(dataset=sys.argv[1], samples=sys.argv[2], parallel=int(sys.argv[3]), i_just_wanna_run=True)
+sys.stdout.flush()
+os._exit(0)  # the results are written; evaluate's stall-warning thread would keep the process up to 20 s more
+"""
+
+
+def _problem_lines(dataset: str, ids: set[str]) -> list[str]:
+    """The lines of the shipped HumanEval+ or MBPP+ file (checksum-verified) that hold the problems `ids`."""
+    from acceptmoe.evals.data import FILES, data_path, read_text, verify_checksum
+    path = data_path(f"{dataset}-plus")
+    verify_checksum(path, FILES[f"{dataset}-plus"].sha256)
+    return [line for line in read_text(path).splitlines() if line.strip() and json.loads(line)["task_id"] in ids]
+
+
+def evalplus_sample(case: Case) -> dict:
+    """A sample as EvalPlus is given it: a completion as is (evaluate grades prompt + completion), any other
+    reply sanitised as evalplus.codegen sanitises a chat model's."""
+    from evalplus.sanitize import sanitize
+    if case.completion:
+        return {"task_id": case.example["id"], "completion": case.reply}
+    return {"task_id": case.example["id"], "solution": sanitize(case.reply, case.example["entry_point"])}
+
+
+def evalplus_verdicts(dataset: str, cases: list[Case], folder: Path, parallel: int = 2) -> list[tuple[bool, bool]]:
+    """(base, plus) of each case by `evalplus.evaluate`, in a process of its own, offline on a data file
+    holding just the cases' problems."""
+    folder.mkdir(parents=True, exist_ok=True)
+    data = folder / f"{dataset}.jsonl"
+    data.write_text("\n".join(_problem_lines(dataset, {c.example["id"] for c in cases})) + "\n")
+    samples = folder / f"{dataset}-samples.jsonl"
+    samples.write_text("".join(json.dumps(evalplus_sample(c)) + "\n" for c in cases))
+    env = {**os.environ, "HUMANEVAL_OVERRIDE_PATH": str(data), "MBPP_OVERRIDE_PATH": str(data),
+           "XDG_CACHE_HOME": str(folder / "cache")}
+    done = subprocess.run([sys.executable, "-c", EVALUATE, dataset, str(samples), str(parallel)], capture_output=True,
+                          text=True, env=env, timeout=1200, cwd=folder)
+    assert done.returncode == 0, done.stderr[-3000:]
+    results = json.loads((folder / f"{dataset}-samples_eval_results.json").read_text())["eval"]
+    seen: dict[str, int] = {}
+    verdicts = []
+    for case in cases:  # evalplus keeps each task's samples in the order they were read
+        tid = case.example["id"]
+        row = results[tid][seen.setdefault(tid, 0)]
+        seen[tid] += 1
+        base = row["base_status"] == "pass"
+        verdicts.append((base, base and row["plus_status"] == "pass"))
+    return verdicts
+
+
+def _both(dataset: str, cases: list[Case], folder: Path, workers: int) -> tuple[list, list]:
+    """Our grades and EvalPlus's verdicts of `cases`, each grader with `workers` processes."""
+    from acceptmoe.evals.tasks import get_task
+    ours = get_task(dataset).score_many([c.example for c in cases], [c.reply for c in cases], workers=workers)
+    return ours, evalplus_verdicts(dataset, cases, folder, parallel=workers)
+
+
+def graded_on_a_loaded_machine(dataset: str, cases: list[Case], folder: Path) -> tuple[list, list]:
+    """`_both` with 2 workers, where a reply the two graders disagree on is graded once more by both, alone (one
+    worker each): on a machine whose cores other jobs share, a wall-clock limit of either grader can pass while
+    the program waits for a core. The second grading stands for those replies; a disagreement that repeats
+    alone is a real one. find_zero's replies are not graded again (evalplus 0.3.1 fails them all)."""
+    ours, theirs = _both(dataset, cases, folder, workers=2)
+    again = [i for i, (grade, their) in enumerate(zip(ours, theirs))
+             if (grade.correct, grade.details["plus"]) != their and cases[i].example["entry_point"] != "find_zero"]
+    if again:
+        print(f"graded again alone after a disagreement: {[(cases[i].example['id'], cases[i].name) for i in again]}")
+        ours_again, theirs_again = _both(dataset, [cases[i] for i in again], folder / "again", workers=1)
+        for i, grade, their in zip(again, ours_again, theirs_again):
+            ours[i], theirs[i] = grade, their
+    return ours, theirs

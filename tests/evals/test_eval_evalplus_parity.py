@@ -1,6 +1,6 @@
-"""Parity with evalplus 0.3.1's own code. Chat replies (tests/evals/evalplus_replies.py) graded by our call
-and by `evalplus.evaluate` itself, offline on local data: every verdict agrees but find_zero's. And on
-HumanEval+ and MBPP+ problems that exercise its special rules
+"""Parity with evalplus 0.3.1's own code. Replies (tests/evals/evalplus_replies.py: chat replies and a body
+alone, a base model's completion) graded by our call and by `evalplus.evaluate` itself, offline on local
+data: every verdict agrees but find_zero's. And on HumanEval+ and MBPP+ problems that exercise its special rules
 (float tolerance, find_zero, set equality, "not None" outputs, complex inputs, inf outputs):
 - the expected outputs we compute in the sandbox equal evalplus's `trusted_exec` of the canonical solution;
 - our base and plus verdicts equal evalplus's `untrusted_check` on the same candidate programs, except on
@@ -8,11 +8,6 @@ HumanEval+ and MBPP+ problems that exercise its special rules
   its |poly(x)| <= atol check a `continue` skips recording the pass; evalplus/evalplus#201): we apply that
   check as intended."""
 import copy
-import json
-import os
-import subprocess
-import sys
-from pathlib import Path
 
 import evalplus.eval as evalplus_eval
 import pytest
@@ -21,6 +16,7 @@ from evalplus.gen.util import trusted_exec
 
 from acceptmoe.evals.codecheck import expected_outputs, grade_many
 from acceptmoe.evals.tasks import get_task
+from evalplus_replies import COMPLETIONS, Case, graded_on_a_loaded_machine, replies
 from evalplus_replies import PROBLEMS as PARITY_PROBLEMS
 
 PROBLEMS = {"humaneval": ["HumanEval/0", "HumanEval/2", "HumanEval/32"],
@@ -100,29 +96,15 @@ def test_verdicts_equal_evalplus_untrusted_check(cases):
 
 
 # ---------------------------------------------------------------------------------------------- evalplus.evaluate
-# Chat replies graded twice: by our call (Task.score_many, default rules) and by EvalPlus itself, offline on
-# the same local data: evalplus.sanitize.sanitize(reply) as evalplus.codegen reads a chat model's reply, then
-# `evalplus.evaluate.evaluate` on the sanitised solutions. Every verdict must agree except find_zero's
-# (HumanEval/32), where our one default deviation, the find_zero fix, applies.
+# Replies graded twice: by our call (Task.score_many, default rules) and by EvalPlus itself, offline on the same
+# local data (`evalplus_replies.evalplus_verdicts`: a chat reply sanitised as evalplus.codegen reads it, the body
+# alone as a base model's completion of the prompt). Every verdict must agree except find_zero's (HumanEval/32),
+# where our one default deviation, the find_zero fix, applies.
 
-EVALUATE = r"""
-import sys
-from evalplus.evaluate import evaluate
-evaluate(dataset=sys.argv[1], samples=sys.argv[2], parallel=int(sys.argv[3]), i_just_wanna_run=True)
-"""
-
-
-def _parity_cases():
-    import gzip
-
-    from acceptmoe.evals.data import FILES, data_dir
-    from evalplus_replies import replies
-    cases, raw = [], {}
+def _parity_cases() -> list[Case]:
+    cases = []
     for dataset, ids in PARITY_PROBLEMS.items():
         task = get_task(dataset)
-        path = data_dir() / FILES[f"{'humaneval' if dataset == 'humaneval' else 'mbpp'}-plus"].path
-        raw[dataset] = [line for line in gzip.open(path, "rt").read().splitlines()
-                        if line.strip() and json.loads(line)["task_id"] in ids]
         for ex in task.load():
             if ex["id"] not in ids:
                 continue
@@ -135,66 +117,20 @@ def _parity_cases():
             body = ex["canonical_solution"] if dataset == "humaneval" else None
             for name, reply in replies(ex["id"], full, problem.entry_point, body, max(len(repr(i)) for i in base),
                                        sample).items():
-                cases.append((dataset, ex, name, reply))
-    return cases, raw
-
-
-def _evalplus_verdicts(dataset, cases, raw_lines, folder: Path, parallel: int = 2) -> list[tuple[bool, bool]]:
-    from evalplus.sanitize import sanitize as evalplus_sanitize
-    folder.mkdir(parents=True, exist_ok=True)
-    data = folder / f"{dataset}.jsonl"
-    data.write_text("\n".join(raw_lines) + "\n")
-    samples = folder / f"{dataset}-samples.jsonl"
-    with open(samples, "w") as f:
-        for _, ex, _, reply in cases:
-            f.write(json.dumps({"task_id": ex["id"], "solution": evalplus_sanitize(reply, ex["entry_point"])}) + "\n")
-    env = {**os.environ, "HUMANEVAL_OVERRIDE_PATH": str(data), "MBPP_OVERRIDE_PATH": str(data),
-           "XDG_CACHE_HOME": str(folder / "cache")}
-    done = subprocess.run([sys.executable, "-c", EVALUATE, dataset, str(samples), str(parallel)], capture_output=True,
-                          text=True, env=env, timeout=1200, cwd=folder)
-    assert done.returncode == 0, done.stderr[-3000:]
-    results = json.loads((folder / f"{dataset}-samples_eval_results.json").read_text())["eval"]
-    seen: dict[str, int] = {}
-    verdicts = []
-    for _, ex, _, _ in cases:  # evalplus keeps each task's samples in the order they were read
-        row = results[ex["id"]][seen.setdefault(ex["id"], 0)]
-        seen[ex["id"]] += 1
-        base = row["base_status"] == "pass"
-        verdicts.append((base, base and row["plus_status"] == "pass"))
-    return verdicts
-
-
-def _both(dataset, cases, raw_lines, folder: Path, workers: int) -> tuple[list, list]:
-    """Our grades and EvalPlus's verdicts of `cases`, each grader with `workers` processes."""
-    ours = get_task(dataset).score_many([ex for _, ex, _, _ in cases], [reply for *_, reply in cases], workers=workers)
-    return ours, _evalplus_verdicts(dataset, cases, raw_lines, folder, parallel=workers)
-
-
-def _graded_on_a_loaded_machine(dataset, cases, raw_lines, folder: Path) -> tuple[list, list]:
-    """`_both` with 2 workers, where a reply the two graders disagree on is graded once more by both, alone (one
-    worker each): on a machine whose cores other jobs share, a wall-clock limit of either grader can pass while
-    the program waits for a core. The second grading stands for those replies; a disagreement that repeats
-    alone is a real one."""
-    ours, theirs = _both(dataset, cases, raw_lines, folder, workers=2)
-    again = [i for i, (grade, their) in enumerate(zip(ours, theirs))
-             if (grade.correct, grade.details["plus"]) != their and cases[i][1]["entry_point"] != "find_zero"]
-    if again:
-        print(f"graded again alone after a disagreement: {[(cases[i][1]['id'], cases[i][2]) for i in again]}")
-        ours_again, theirs_again = _both(dataset, [cases[i] for i in again], raw_lines, folder / "again", workers=1)
-        for i, grade, their in zip(again, ours_again, theirs_again):
-            ours[i], theirs[i] = grade, their
-    return ours, theirs
+                cases.append(Case(dataset, ex, name, reply, name in COMPLETIONS))
+    return cases
 
 
 @pytest.mark.slow
 def test_chat_replies_get_evalplus_evaluates_verdicts(tmp_path):
-    cases, raw = _parity_cases()
+    cases = _parity_cases()
     assert len(cases) >= 150
     mismatches, agree, find_zero, outcomes = [], 0, [], set()
     for dataset in PARITY_PROBLEMS:
-        mine = [c for c in cases if c[0] == dataset]
-        ours, theirs = _graded_on_a_loaded_machine(dataset, mine, raw[dataset], tmp_path / dataset)
-        for (_, ex, name, _), grade, their in zip(mine, ours, theirs):
+        mine = [c for c in cases if c.dataset == dataset]
+        ours, theirs = graded_on_a_loaded_machine(dataset, mine, tmp_path / dataset)
+        for case, grade, their in zip(mine, ours, theirs):
+            ex, name = case.example, case.name
             our = (grade.correct, grade.details["plus"])
             outcomes.add(our)
             if ex["entry_point"] == "find_zero":
@@ -211,3 +147,4 @@ def test_chat_replies_get_evalplus_evaluates_verdicts(tmp_path):
     assert {(True, True), (False, False), (True, False)} <= outcomes  # the replies separate every verdict
     fixed = dict(find_zero)
     assert fixed["a helper"] == (True, True) and fixed["a long wrong block, then a short one"] == (False, False)
+    assert fixed["the body alone"] == (True, True)  # a base model's completion, read after the prompt

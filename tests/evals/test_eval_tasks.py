@@ -73,12 +73,14 @@ def test_humaneval_code_for_bodies_and_full_functions():
     without_imports = "```python\n" + re.sub(r"^from typing import List\n", "", full) + "```"
     responses = [body, fenced_full, without_imports, "    return not True\n",
                  "```python\ndef has_close_elements(numbers, threshold):\n    return False\n```"]
-    # EvalPlus's reading of a chat reply: the reply alone, sanitised (a bare body or a function without
-    # the prompt's imports fails, as it does in EvalPlus)
+    # EvalPlus's readings: a whole function or a chat reply alone, sanitised (a function without the prompt's
+    # imports fails, as it does in EvalPlus); a bare body after the prompt, as EvalPlus reads a base model's
+    # completion (prompt + completion)
     scores = task.score_many([ex] * len(responses), responses)
-    assert [s.correct for s in scores] == [False, True, False, False, False]
-    assert [s.details["plus"] for s in scores] == [False, True, False, False, False]
+    assert [s.correct for s in scores] == [True, True, False, False, False]
+    assert [s.details["plus"] for s in scores] == [True, True, False, False, False]
     assert "NameError" in scores[2].details["base_reason"]
+    assert scores[0].extracted.startswith("from typing import List") and body.strip() in scores[0].extracted
     # the "first-block" reading (a deviation): the code is put after the prompt
     first = CodeRules(reading="first-block")
     scores = task.score_many([ex] * len(responses), responses, rules=first)

@@ -1,9 +1,11 @@
 """HumanEval (164 problems) graded as EvalPlus grades HumanEval and HumanEval+ (v0.1.10, the shipped file).
 
 Prompt (our choice, for instruct models): the function signature and docstring in a Python block, with a
-request to return the complete function in one fenced block. Code (reading "evalplus", the default, as
-evalplus's codegen reads a chat model's reply): the whole reply through evalplus's sanitiser (its longest
-syntactically valid span of lines, then the imports, the entry point and what it reaches). Reading
+request to return the complete function in one fenced block. Code (reading "evalplus", the default,
+`codecheck.evalplus_code`): a whole function or a chat reply through evalplus's sanitiser (its longest
+syntactically valid span of lines, then the imports, the entry point and what it reaches), as evalplus's
+codegen reads a chat model's reply; a body-only completion (a reply whose sanitised code defines no entry
+point) after the prompt, as EvalPlus reads a base model's completion (`prompt + completion`). Reading
 "first-block" (a deviation, `acceptmoe.evals.rules`): the first fenced Python block that defines the
 entry point (else the first Python block, else the whole response, which then counts as a plain
 completion of the body), placed after the prompt (its imports and helpers): the body directly, a full
@@ -14,13 +16,13 @@ is HumanEval+ (base and plus inputs both pass).
 """
 from __future__ import annotations
 
-from acceptmoe.evals.codecheck import CodeProblem, sanitize
+from acceptmoe.evals.codecheck import CodeProblem, evalplus_code, sanitize
 from acceptmoe.evals.data import read_records, take
 from acceptmoe.evals.extract import defines, extract_code
 from acceptmoe.evals.tasks import Grade, Task, check_split, grade_code, user_message
 
 NAME = "humaneval"
-VERSION = "2"
+VERSION = "3"
 SPLITS = ("test",)
 TEST_SETS = ("base", "plus")
 INSTRUCTION = ("Complete the following Python function. Reply with the complete function, including its "
@@ -44,7 +46,7 @@ def completion_code(prompt: str, code: str, entry_point: str) -> str:
 def extract(example: dict, response: str, reading: str = "evalplus") -> str:
     ep = example["entry_point"]
     if reading == "evalplus":
-        return sanitize(response, ep)
+        return evalplus_code(response, ep, example["prompt"])
     return sanitize(completion_code(example["prompt"], extract_code(response, ep), ep), ep)
 
 

@@ -5,10 +5,12 @@ example assert (from its prompt) and its test inputs; validation (511-600), trai
 (1-10) = the original MBPP problems in those id ranges that are not MBPP+ problems, so no evaluation
 problem is ever a calibration prompt.
 Prompt (our choice, lm-eval's wording without few-shot examples, for chat models): the task text and its
-asserts, asking for the function in a fenced block. Code (reading "evalplus", the default): the whole
-reply through evalplus's sanitiser, as evalplus's codegen reads a chat reply; reading "first-block" (a
-deviation, `acceptmoe.evals.rules`): the first fenced Python block that defines the function (else the
-first Python block, else the whole response), sanitised by evalplus.
+asserts, asking for the function in a fenced block. Code (reading "evalplus", the default,
+`codecheck.evalplus_code`): the whole reply through evalplus's sanitiser, as evalplus's codegen reads a
+chat reply, or, where that defines no function, after the test split's prompt, as EvalPlus reads a base
+model's completion (`prompt + completion`); reading "first-block" (a deviation,
+`acceptmoe.evals.rules`): the first fenced Python block that defines the function (else the first Python
+block, else the whole response), sanitised by evalplus.
 Grading (acceptmoe.evals.codecheck): test-split problems call the function on MBPP+'s `base_input` (the
 original MBPP tests' inputs) and `plus_input` in the sandbox and compare the return values here with the
 canonical solution's by EvalPlus's MBPP rules. Grade.correct is base pass@1 (MBPP); details["plus"] is
@@ -20,13 +22,13 @@ from __future__ import annotations
 
 import re
 
-from acceptmoe.evals.codecheck import CodeProblem, assert_inputs, mbpp_plus_inputs, sanitize
+from acceptmoe.evals.codecheck import CodeProblem, assert_inputs, evalplus_code, mbpp_plus_inputs, sanitize
 from acceptmoe.evals.data import read_records, take
 from acceptmoe.evals.extract import extract_code
 from acceptmoe.evals.tasks import Grade, Task, check_split, grade_code, user_message
 
 NAME = "mbpp"
-VERSION = "2"
+VERSION = "3"
 SPLIT_IDS = {"validation": (511, 600), "train": (601, 974), "prompt": (1, 10)}
 SPLITS = ("test", *SPLIT_IDS)
 TEST_SETS = ("base", "plus")  # test split; the other splits have "base" only
@@ -71,7 +73,9 @@ def messages(example: dict) -> list[dict]:
 
 def extract(example: dict, response: str, reading: str = "evalplus") -> str:
     ep = example["entry_point"]
-    return sanitize(response if reading == "evalplus" else extract_code(response, ep), ep)
+    if reading == "evalplus":
+        return evalplus_code(response, ep, example.get("prompt", ""))
+    return sanitize(extract_code(response, ep), ep)
 
 
 def problem(example: dict) -> CodeProblem:
