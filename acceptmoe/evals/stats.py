@@ -1,29 +1,43 @@
-"""Bootstrap statistics over prompts: intervals for a mean, for a paired difference, and the B0 rule.
+"""Every interval rule of the project, defined once: bootstrap intervals over prompts (plain, stratified by
+task, hierarchical over prompts and repetitions or over worlds and prompts), the paired-proportion interval,
+the placebo rule for timed ratios, and the B0 rule (docs/method.md, "B0"; docs/architecture.md, "Evaluations").
 
-Intervals are percentile bootstrap intervals: resample the prompts with replacement `n_resamples`
-times (a fixed seed, numpy's default generator, resamples drawn in fixed-size chunks so memory stays
-small and results depend only on the seed), take the statistic of each resample, and report the
-(1 - confidence)/2 and (1 + confidence)/2 quantiles (numpy's linear interpolation, as scipy's percentile
-method does).
+- **Percentile bootstrap** (`bootstrap`, and `bootstrap_mean`, `bootstrap_ratio`, `paired_bootstrap_speedup`,
+  `paired_bootstrap_diff` on it): resample the units with replacement `n_resamples` times (numpy's default
+  generator from a fixed seed, drawn `rng.integers(0, n, (size, n))` chunk after chunk, exactly as
+  `scipy.stats.bootstrap` draws them), take the statistic of each resample and report the (1 - confidence)/2
+  and (1 + confidence)/2 quantiles (linear interpolation, as scipy's percentile method). With `strata` (one
+  label per unit, e.g. its task) each stratum is resampled within itself, so every resample keeps each task's
+  share; one stratum is the plain bootstrap, draw for draw.
+- **Paired proportions** (`paired_proportions`): two methods' 0/1 outcomes on the same prompts get Newcombe's
+  (1998) hybrid score interval for the paired difference (his method 10: Wilson score limits of the two
+  marginal proportions combined through the corrected phi coefficient). A bootstrap of such data pins an end
+  at 0 when one prompt disagrees and collapses to [0, 0] when none does; the score interval is not narrower
+  with one disagreeing prompt than with none, and has a width at zero discordance. `paired_bootstrap_diff`
+  and `mean_of_strata_diff` use it for every 0/1 difference whose strata are equally large (their mean over
+  strata is then the pooled difference), and the bootstrap for anything else.
+- **Hierarchical bootstrap** (`timed_ratio`): timed cells indexed [prompt, repetition]; each resample draws
+  prompts (within their strata), then for every drawn prompt its repetitions, keeping the two variants of a
+  cell together; the statistic is the paper's pooled ratio (total tokens / total seconds of one variant over
+  the other's). `clustered_mean_diff` draws worlds, then prompts within each drawn world's pairs.
+- **Placebo rule** (`beyond_placebo`): a timed effect counts only where its interval lies wholly beyond the
+  interval of a placebo pair timed in the same run (the same variant twice), so host drift that a run
+  cannot cancel reads as "not resolved".
+- **Units**: an interval records how many units it resampled (`Interval.n`); a verdict rests on at least
+  `MIN_UNITS` of them (`enough_units`).
 
-One exception (`paired_bootstrap_diff`): two methods' 0/1 outcomes that agree on every prompt. Every
-resample then gives a difference of 0, a [0, 0] interval that claims certainty. The difference of two
-paired proportions is (n10 - n01) / n, so its size is at most the discordant rate, the share of prompts
-on which they disagree. With 0 discordant prompts out of n, the exact (Clopper-Pearson) upper confidence
-bound for that rate is U = 1 - ((1 - confidence) / 2) ** (1 / n); the interval reported is [-U, U]
-(method "clopper-pearson-discordant", n_resamples 0). It is conservative: its coverage is at least the
-stated confidence whatever the true rates.
-
-B0 (docs/method.md, "B0"): the mean AcceptMoE set size over every block and layer of the first 50 evaluation
-prompts, rounded to nearest with halves up; if the bootstrap interval of that mean crosses a rounding
-boundary (a half-integer), the first 100 prompts are used instead.
+B0: the mean AcceptMoE set size over every block and layer of the first 50 evaluation prompts, rounded to
+nearest with halves up; if the bootstrap interval of that mean crosses a rounding boundary (a half-integer),
+the first 100 prompts are used instead.
 """
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
+from scipy.stats import norm
 
 # The statistics rules' defaults, defined here once (B0Config and BootstrapConfig in the config spine read them)
 RESAMPLES = 10_000       # bootstrap resamples of an interval
@@ -31,12 +45,15 @@ SEED = 0                 # numpy generator seed of the resamples
 CONFIDENCE = 0.95        # two-sided interval level
 B0_PROMPTS = 50          # B0 from the first 50 evaluation prompts ...
 B0_FALLBACK_PROMPTS = 100   # ... or the first 100 when that interval crosses a rounding boundary
+MIN_UNITS = 20           # the fewest resampled units a verdict rests on
 _CHUNK_ELEMENTS = 1 << 21  # resampled indices held at once
+
+Statistic = Callable[[np.ndarray], np.ndarray]   # unit indices [size, n] -> one value per resample [size]
 
 
 @dataclass(frozen=True)
 class Interval:
-    """A point estimate with its percentile bootstrap interval."""
+    """A point estimate with its interval (`method` names the rule; n the units it rests on)."""
 
     estimate: float
     low: float
@@ -51,15 +68,7 @@ class Interval:
         return dict(self.__dict__)
 
 
-def _resampled_index_chunks(n: int, n_resamples: int, seed: int):
-    rng = np.random.default_rng(seed)
-    per_chunk = max(1, _CHUNK_ELEMENTS // n)
-    done = 0
-    while done < n_resamples:
-        size = min(per_chunk, n_resamples - done)
-        yield rng.integers(0, n, size=(size, n))  # [size, n]
-        done += size
-
+# ----- the percentile bootstrap -----
 
 def _check(n_resamples: int, confidence: float) -> None:
     if n_resamples < 1:
@@ -77,37 +86,83 @@ def _as_1d(values, name: str) -> np.ndarray:
     return arr
 
 
+def _groups(strata, n: int) -> list[np.ndarray]:
+    """Unit positions per stratum, in order of first appearance; None: one stratum of every unit."""
+    if strata is None:
+        return [np.arange(n)]
+    labels = list(strata)
+    if len(labels) != n:
+        raise ValueError(f"strata need one label per unit: {len(labels)} labels for {n} units")
+    order = list(dict.fromkeys(labels))
+    return [np.array([i for i, s in enumerate(labels) if s == label]) for label in order]
+
+
+def index_chunks(n: int, n_resamples: int, seed: int, strata=None):
+    """Resampled unit indices [size, n], chunk after chunk, each stratum drawn within itself (see the module)."""
+    rng = np.random.default_rng(seed)
+    groups = _groups(strata, n)
+    per_chunk = max(1, _CHUNK_ELEMENTS // n)
+    done = 0
+    while done < n_resamples:
+        size = min(per_chunk, n_resamples - done)
+        if len(groups) == 1:
+            yield groups[0][rng.integers(0, n, size=(size, n))]
+        else:
+            yield np.concatenate([g[rng.integers(0, g.size, size=(size, g.size))] for g in groups], axis=1)
+        done += size
+
+
+def percentile(stats: np.ndarray, confidence: float) -> tuple[float, float]:
+    alpha = (1 - confidence) / 2
+    low, high = np.quantile(stats, [alpha, 1 - alpha])
+    return float(low), float(high)
+
+
+def bootstrap(n: int, statistic: Statistic, n_resamples: int = RESAMPLES, confidence: float = CONFIDENCE,
+              seed: int = SEED, strata=None, method: str = "percentile-bootstrap", finite_only: bool = False) -> Interval:
+    """The percentile interval of `statistic` over `n` units (the estimate: the statistic of the units as they
+    are). A resample whose statistic is not finite (e.g. a ratio whose drawn denominators are all 0) is an
+    error, or with `finite_only` left out of the quantiles."""
+    _check(n_resamples, confidence)
+    stats = np.concatenate([statistic(idx) for idx in index_chunks(n, n_resamples, seed, strata)])
+    if finite_only:
+        stats = stats[np.isfinite(stats)]
+    elif not np.all(np.isfinite(stats)):
+        raise ValueError("a resample drew only prompts with zero denominator; the ratio is undefined there")
+    low, high = percentile(stats, confidence)
+    return Interval(float(statistic(np.arange(n)[None])[0]), low, high, n, confidence, n_resamples, seed, method)
+
+
 def bootstrap_ratio(numerators, denominators, n_resamples: int = RESAMPLES, confidence: float = CONFIDENCE,
-                    seed: int = SEED) -> Interval:
+                    seed: int = SEED, strata=None) -> Interval:
     """Interval for sum(numerators) / sum(denominators), resampling prompts (one entry per prompt).
 
     With all denominators 1 this is the mean; with per-prompt totals and counts it is a pooled mean
     (e.g. set size over every block and layer of the selected prompts)."""
-    _check(n_resamples, confidence)
     num, den = _as_1d(numerators, "numerators"), _as_1d(denominators, "denominators")
     if num.shape != den.shape:
         raise ValueError(f"numerators and denominators differ in length: {num.size} vs {den.size}")
     if den.sum() <= 0 or np.any(den < 0):
         raise ValueError("denominators must be >= 0 with a positive sum")
-    stats = []
-    for idx in _resampled_index_chunks(num.size, n_resamples, seed):
+
+    def stat(idx):
         with np.errstate(invalid="ignore", divide="ignore"):
-            stats.append(num[idx].sum(axis=1) / den[idx].sum(axis=1))  # [size]
-    stats = np.concatenate(stats)
-    if not np.all(np.isfinite(stats)):
-        raise ValueError("a resample drew only prompts with zero denominator; the ratio is undefined there")
-    alpha = (1 - confidence) / 2
-    low, high = np.quantile(stats, [alpha, 1 - alpha])
-    return Interval(float(num.sum() / den.sum()), float(low), float(high), int(num.size), confidence,
-                    n_resamples, seed)
+            return num[idx].sum(axis=1) / den[idx].sum(axis=1)
+    return bootstrap(num.size, stat, n_resamples, confidence, seed, strata)
+
+
+def bootstrap_mean(values, n_resamples: int = RESAMPLES, confidence: float = CONFIDENCE,
+                   seed: int = SEED, strata=None) -> Interval:
+    """Interval for the mean of per-prompt values (e.g. 0/1 correctness)."""
+    vals = _as_1d(values, "values")
+    return bootstrap_ratio(vals, np.ones_like(vals), n_resamples, confidence, seed, strata)
 
 
 def paired_bootstrap_speedup(base_num, base_den, other_num, other_den, n_resamples: int = RESAMPLES,
-                             confidence: float = CONFIDENCE, seed: int = SEED) -> Interval:
+                             confidence: float = CONFIDENCE, seed: int = SEED, strata=None) -> Interval:
     """Interval for (sum(base_num) / sum(base_den)) / (sum(other_num) / sum(other_den)): how many times
     `other` is faster than `base` per unit of work (e.g. seconds / passes), entry i of all four on the same
     prompt i; each resample draws prompts, keeping the four together."""
-    _check(n_resamples, confidence)
     arrs = [_as_1d(v, n) for v, n in ((base_num, "base_num"), (base_den, "base_den"), (other_num, "other_num"),
                                       (other_den, "other_den"))]
     if len({a.size for a in arrs}) != 1:
@@ -117,37 +172,156 @@ def paired_bootstrap_speedup(base_num, base_den, other_num, other_den, n_resampl
         raise ValueError("every sum must be positive")
 
     def stat(idx):
-        return (bn[idx].sum(-1) / bd[idx].sum(-1)) / (on[idx].sum(-1) / od[idx].sum(-1))
-
-    with np.errstate(invalid="ignore", divide="ignore"):
-        stats = np.concatenate([stat(idx) for idx in _resampled_index_chunks(bn.size, n_resamples, seed)])
-    stats = stats[np.isfinite(stats)]
-    alpha = (1 - confidence) / 2
-    low, high = np.quantile(stats, [alpha, 1 - alpha])
-    return Interval(float(stat(np.arange(bn.size))), float(low), float(high), int(bn.size), confidence,
-                    n_resamples, seed)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            return (bn[idx].sum(-1) / bd[idx].sum(-1)) / (on[idx].sum(-1) / od[idx].sum(-1))
+    return bootstrap(bn.size, stat, n_resamples, confidence, seed, strata, finite_only=True)
 
 
-def bootstrap_mean(values, n_resamples: int = RESAMPLES, confidence: float = CONFIDENCE,
-                   seed: int = SEED) -> Interval:
-    """Interval for the mean of per-prompt values (e.g. 0/1 correctness)."""
-    vals = _as_1d(values, "values")
-    return bootstrap_ratio(vals, np.ones_like(vals), n_resamples, confidence, seed)
+# ----- paired 0/1 outcomes -----
+
+def _binary(*arrays: np.ndarray) -> bool:
+    return all(np.isin(a, (0.0, 1.0)).all() for a in arrays)
 
 
-def paired_bootstrap_diff(a, b, n_resamples: int = RESAMPLES, confidence: float = CONFIDENCE,
-                          seed: int = SEED) -> Interval:
-    """Interval for mean(a) - mean(b) where a[i] and b[i] are two methods' values on the same prompt i;
-    each resample draws prompts, keeping the pairs together."""
+def wilson(successes: int, n: int, confidence: float = CONFIDENCE) -> tuple[float, float]:
+    """Wilson's score interval for a binomial proportion."""
+    z = float(norm.ppf(1 - (1 - confidence) / 2))
+    p = successes / n
+    center = (p + z * z / (2 * n)) / (1 + z * z / n)
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
+    return center - half, center + half
+
+
+def paired_proportions(a, b, confidence: float = CONFIDENCE) -> Interval:
+    """Newcombe's hybrid score interval for mean(a) - mean(b), a[i] and b[i] two methods' 0/1 outcomes on
+    prompt i (his method 10; the phi coefficient with his correction: ad - bc less n/2 when above it, 0 between
+    0 and n/2)."""
     a, b = _as_1d(a, "a"), _as_1d(b, "b")
     if a.shape != b.shape:
         raise ValueError(f"paired values need one entry per prompt for both methods: {a.size} vs {b.size}")
-    if np.array_equal(a, b) and np.isin(a, (0.0, 1.0)).all():
-        _check(n_resamples, confidence)
-        bound = no_discordance_bound(a.size, confidence)
-        return Interval(0.0, -bound, bound, int(a.size), confidence, 0, seed, "clopper-pearson-discordant")
-    return bootstrap_mean(a - b, n_resamples, confidence, seed)
+    if not _binary(a, b):
+        raise ValueError("paired proportions need 0/1 outcomes")
+    n = a.size
+    both, only_a = int(((a == 1) & (b == 1)).sum()), int(((a == 1) & (b == 0)).sum())
+    only_b, neither = int(((a == 0) & (b == 1)).sum()), int(((a == 0) & (b == 0)).sum())
+    p1, p2 = (both + only_a) / n, (both + only_b) / n
+    l1, u1 = wilson(both + only_a, n, confidence)
+    l2, u2 = wilson(both + only_b, n, confidence)
+    margins = (both + only_a) * (only_b + neither) * (both + only_b) * (only_a + neither)
+    cross = both * neither - only_a * only_b
+    corrected = cross - n / 2 if cross > n / 2 else (cross if cross < 0 else 0.0)
+    phi = corrected / math.sqrt(margins) if margins > 0 else 0.0
+    d = p1 - p2
+    low = d - math.sqrt(max(0.0, (p1 - l1) ** 2 - 2 * phi * (p1 - l1) * (u2 - p2) + (u2 - p2) ** 2))
+    high = d + math.sqrt(max(0.0, (p2 - l2) ** 2 - 2 * phi * (p2 - l2) * (u1 - p1) + (u1 - p1) ** 2))
+    return Interval(float(d), max(-1.0, low), min(1.0, high), n, confidence, 0, 0, "newcombe-paired-score")
 
+
+def paired_bootstrap_diff(a, b, n_resamples: int = RESAMPLES, confidence: float = CONFIDENCE,
+                          seed: int = SEED, strata=None) -> Interval:
+    """Interval for mean(a) - mean(b), a[i] and b[i] two methods' values on the same prompt i: the paired
+    proportions' score interval for 0/1 outcomes, else the bootstrap over prompts (pairs kept together;
+    within `strata` when given)."""
+    a, b = _as_1d(a, "a"), _as_1d(b, "b")
+    if a.shape != b.shape:
+        raise ValueError(f"paired values need one entry per prompt for both methods: {a.size} vs {b.size}")
+    if _binary(a, b):
+        _check(n_resamples, confidence)
+        return paired_proportions(a, b, confidence)
+    return bootstrap_mean(a - b, n_resamples, confidence, seed, strata)
+
+
+def mean_of_strata_diff(a: Sequence, b: Sequence, n_resamples: int = RESAMPLES, confidence: float = CONFIDENCE,
+                        seed: int = SEED) -> Interval:
+    """The mean over strata (e.g. a model's tasks) of mean(a_s) - mean(b_s), a_s[i] and b_s[i] paired: for 0/1
+    outcomes in equally large strata the paired proportions' interval of the pooled prompts (the same
+    estimate), else the bootstrap resampling prompts within each stratum."""
+    a = [_as_1d(x, "a") for x in a]
+    b = [_as_1d(x, "b") for x in b]
+    if not a or [x.size for x in a] != [x.size for x in b]:
+        raise ValueError("paired strata need one entry per prompt for both methods, stratum by stratum")
+    if _binary(*a, *b) and len({x.size for x in a}) == 1:
+        return paired_proportions(np.concatenate(a), np.concatenate(b), confidence)
+    diffs = [x - y for x, y in zip(a, b)]
+    labels = [s for s, d in enumerate(diffs) for _ in range(d.size)]
+    flat = np.concatenate(diffs)
+    bounds = np.cumsum([0] + [d.size for d in diffs])
+
+    def stat(idx):              # idx keeps each stratum's columns in place: the mean of its columns' values
+        return np.mean([flat[idx[:, lo:hi]].mean(1) for lo, hi in zip(bounds, bounds[1:])], axis=0)
+    return bootstrap(flat.size, stat, n_resamples, confidence, seed, labels)
+
+
+def clustered_mean_diff(diffs: dict[str, list[np.ndarray]], n_resamples: int = RESAMPLES,
+                        confidence: float = CONFIDENCE, seed: int = SEED, chunk: int = 200) -> Interval:
+    """The mean over clusters (worlds) of their mean over strata (pairs) of paired differences (of 0/1 outcomes:
+    values -1, 0, 1), with an interval resampling clusters, then prompts within each drawn cluster's strata.
+    Where no prompt of any cluster disagrees (every resample would be 0), the paired proportions' interval of
+    the pooled prompts."""
+    _check(n_resamples, confidence)
+    names = list(diffs)
+    pooled = np.concatenate([d for ds in diffs.values() for d in ds])
+    if not pooled.any():
+        zeros = np.zeros_like(pooled)
+        return paired_proportions(zeros, zeros, confidence)
+    rng = np.random.default_rng(seed)
+    stats = []
+    for start in range(0, n_resamples, chunk):
+        size = min(chunk, n_resamples - start)
+        drawn = rng.integers(0, len(names), size=(size, len(names)))              # [size, W] cluster draws
+        per = {w: np.mean([d[rng.integers(0, d.size, size=(size, d.size))].mean(1) for d in diffs[w]], 0)
+               for w in names}                                                    # cluster -> [size]
+        table = np.stack([per[w] for w in names], 1)                              # [size, W]
+        stats.append(np.take_along_axis(table, drawn, 1).mean(1))
+    low, high = percentile(np.concatenate(stats), confidence)
+    estimate = float(np.mean([np.mean([d.mean() for d in diffs[w]]) for w in names]))
+    return Interval(estimate, low, high, len(names), confidence, n_resamples, seed, "clustered-bootstrap")
+
+
+# ----- timed ratios -----
+
+def timed_ratio(tokens_a, seconds_a, tokens_b, seconds_b, n_resamples: int = RESAMPLES,
+                confidence: float = CONFIDENCE, seed: int = SEED, strata=None) -> Interval:
+    """How many times variant a's throughput is b's, pooled (total tokens / total seconds of each, the paper's
+    protocol), from cells [prompt, repetition] timed side by side (a cell's two variants ran on the same
+    engine, one after the other); the hierarchical bootstrap draws prompts (within `strata`: one label per
+    prompt), then each drawn prompt's repetitions. n is the number of prompts."""
+    ta, sa, tb, sb = (np.asarray(x, dtype=np.float64) for x in (tokens_a, seconds_a, tokens_b, seconds_b))
+    if ta.ndim != 2 or len({x.shape for x in (ta, sa, tb, sb)}) != 1 or ta.size == 0:
+        raise ValueError(f"timed cells must be four equal [prompts, repetitions] arrays, got "
+                         f"{[x.shape for x in (ta, sa, tb, sb)]}")
+    if min(sa.min(), sb.min()) <= 0 or min(ta.sum(), tb.sum()) <= 0:
+        raise ValueError("every timed cell needs positive seconds, and each variant some tokens")
+    P, R = ta.shape
+    _check(n_resamples, confidence)
+    rng = np.random.default_rng(seed + 1)          # the repetitions' draws, beside the prompts' (seed)
+
+    def stat(idx):                                 # idx [size, P] prompts; then R repetitions per drawn prompt
+        reps = rng.integers(0, R, size=idx.shape + (R,))
+        cell = (idx[..., None], reps)
+        return (ta[cell].sum((1, 2)) / sa[cell].sum((1, 2))) / (tb[cell].sum((1, 2)) / sb[cell].sum((1, 2)))
+
+    iv = bootstrap(P, stat, n_resamples, confidence, seed, strata, "hierarchical-bootstrap")
+    return Interval((ta.sum() / sa.sum()) / (tb.sum() / sb.sum()), iv.low, iv.high, P, confidence,
+                    n_resamples, seed, iv.method)
+
+
+def beyond_placebo(effect: Interval, placebo: Interval) -> int:
+    """+1 where the effect's interval lies wholly above the placebo's, -1 wholly below, else 0 (the host's
+    noise, as the placebo pair measured it, could give it)."""
+    if effect.low > placebo.high:
+        return 1
+    if effect.high < placebo.low:
+        return -1
+    return 0
+
+
+def enough_units(iv: Interval, least: int = MIN_UNITS) -> bool:
+    """Whether an interval rests on enough units for a verdict (a score interval's n is its prompts)."""
+    return iv.n >= least
+
+
+# ----- B0 -----
 
 def no_discordance_bound(n: int, confidence: float = CONFIDENCE) -> float:
     """Exact (Clopper-Pearson) upper bound on a rate when 0 of n prompts show it, at the upper tail of a

@@ -1,38 +1,180 @@
-"""Bootstrap intervals against scipy.stats.bootstrap, and the B0 rounding rule."""
+"""Every interval rule of `evals.stats` against a reference: the percentile bootstrap draw for draw against
+scipy.stats.bootstrap, the paired proportions' score interval against a published value and statsmodels' Wilson
+limits, the stratified and hierarchical bootstraps against their definitions; and the B0 rounding rule."""
 import numpy as np
 import pytest
 from scipy import stats as sps
+from statsmodels.stats.proportion import proportion_confint
 
+from acceptmoe.evals import stats
 from acceptmoe.evals.stats import (bootstrap_mean, bootstrap_ratio, choose_b0, crosses_rounding_boundary,
-                                   no_discordance_bound, paired_bootstrap_diff, round_half_up, totals_and_counts)
+                                   paired_bootstrap_diff, round_half_up, totals_and_counts)
 
 
-def _scipy_percentile(data, statistic, paired=False):
-    res = sps.bootstrap(data, statistic, paired=paired, vectorized=True, n_resamples=20_000,
-                        method="percentile", confidence_level=0.95, random_state=np.random.default_rng(123))
+def _scipy(data, statistic, n_resamples, seed, paired=False):
+    """scipy's percentile interval, its resamples drawn in our chunks (so the draws are the same draws)."""
+    batch = max(1, stats._CHUNK_ELEMENTS // len(data[0]))
+    res = sps.bootstrap(data, statistic, paired=paired, vectorized=True, n_resamples=n_resamples, batch=batch,
+                        method="percentile", confidence_level=0.95, rng=np.random.default_rng(seed))
     return res.confidence_interval.low, res.confidence_interval.high
 
 
 @pytest.mark.parametrize("kind", ["binary", "normal"])
-def test_mean_interval_agrees_with_scipy(kind):
+def test_mean_interval_is_scipys_draw_for_draw(kind):
     rng = np.random.default_rng(7)
     x = (rng.random(300) < 0.8).astype(float) if kind == "binary" else rng.normal(5.0, 2.0, 120)
     ours = bootstrap_mean(x, n_resamples=20_000, seed=1)
-    low, high = _scipy_percentile((x,), lambda s, axis: s.mean(axis=axis))
+    low, high = _scipy((x,), lambda s, axis: s.mean(axis=axis), 20_000, 1)
     assert ours.estimate == pytest.approx(x.mean())
-    tol = 0.01 if kind == "binary" else 0.05
-    assert ours.low == pytest.approx(low, abs=tol) and ours.high == pytest.approx(high, abs=tol)
+    assert ours.low == pytest.approx(low, rel=1e-12) and ours.high == pytest.approx(high, rel=1e-12)
     assert ours.low < ours.estimate < ours.high
 
 
-def test_paired_difference_agrees_with_scipy():
+def test_paired_difference_of_non_binary_values_is_scipys_paired_bootstrap():
     rng = np.random.default_rng(3)
-    a = (rng.random(250) < 0.85).astype(float)
-    b = np.where(rng.random(250) < 0.1, 1 - a, a)  # the second method flips 10% of the outcomes
+    a, b = rng.normal(1.0, 1.0, 250), rng.normal(0.9, 1.0, 250)
     ours = paired_bootstrap_diff(a, b, n_resamples=20_000, seed=2)
-    low, high = _scipy_percentile((a, b), lambda s, t, axis: s.mean(axis=axis) - t.mean(axis=axis), paired=True)
-    assert ours.estimate == pytest.approx(a.mean() - b.mean())
-    assert ours.low == pytest.approx(low, abs=0.01) and ours.high == pytest.approx(high, abs=0.01)
+    low, high = _scipy((a, b), lambda s, t, axis: s.mean(axis=axis) - t.mean(axis=axis), 20_000, 2, paired=True)
+    assert ours.method == "percentile-bootstrap" and ours.estimate == pytest.approx(a.mean() - b.mean())
+    assert ours.low == pytest.approx(low, rel=1e-12) and ours.high == pytest.approx(high, rel=1e-12)
+
+
+def test_ratio_is_scipys_bootstrap_of_the_pooled_ratio():
+    rng = np.random.default_rng(4)
+    num, den = rng.gamma(3.0, 2.0, 80), rng.gamma(2.0, 1.0, 80) + 0.5
+    ours = bootstrap_ratio(num, den, n_resamples=5000, seed=9)
+    low, high = _scipy((num, den), lambda n, d, axis: n.sum(axis) / d.sum(axis), 5000, 9, paired=True)
+    assert ours.low == pytest.approx(low, rel=1e-12) and ours.high == pytest.approx(high, rel=1e-12)
+
+
+# ----- strata -----
+
+def test_one_stratum_is_the_plain_bootstrap_draw_for_draw():
+    x = np.random.default_rng(5).normal(size=90)
+    assert bootstrap_mean(x, n_resamples=3000, seed=4, strata=["t"] * 90) == bootstrap_mean(x, n_resamples=3000,
+                                                                                          seed=4)
+
+
+def test_a_stratified_resample_keeps_every_stratum_in_its_place():
+    strata = ["a"] * 5 + ["b"] * 7 + ["c"] * 3
+    for idx in stats.index_chunks(15, 400, 0, strata):
+        assert ((idx[:, :5] < 5).all() and ((idx[:, 5:12] >= 5) & (idx[:, 5:12] < 12)).all()
+                and (idx[:, 12:] >= 12).all())
+
+
+def test_stratifying_removes_the_spread_between_strata():
+    """Two tasks with very different means: the task mix never changes in a stratified resample, so the
+    interval of the pooled mean is narrower than the plain bootstrap's."""
+    rng = np.random.default_rng(0)
+    x = np.concatenate([rng.normal(0, 0.1, 40), rng.normal(10, 0.1, 40)])
+    plain, strat = bootstrap_mean(x, n_resamples=4000), bootstrap_mean(x, n_resamples=4000, strata=[0] * 40 + [1] * 40)
+    assert strat.high - strat.low < (plain.high - plain.low) / 5
+    assert plain.estimate == strat.estimate
+
+
+def test_strata_need_one_label_per_unit():
+    with pytest.raises(ValueError, match="one label per unit"):
+        bootstrap_mean([1.0, 2.0, 3.0], strata=["a", "b"])
+
+
+# ----- paired proportions -----
+
+def test_paired_proportions_give_the_published_newcombe_interval():
+    """Fagerland, Lydersen and Laake's paired 2x2 example (59, 6 / 16, 80): Newcombe's square-and-add interval
+    -0.0621 (95% CI -0.1186 to -0.0046), as their R package `contingencytables` tests it."""
+    a = np.array([1] * 59 + [1] * 6 + [0] * 16 + [0] * 80, float)
+    b = np.array([1] * 59 + [0] * 6 + [1] * 16 + [0] * 80, float)
+    iv = stats.paired_proportions(a, b)
+    assert iv.method == "newcombe-paired-score" and iv.n == 161
+    assert (round(iv.estimate, 4), round(iv.low, 4), round(iv.high, 4)) == (-0.0621, -0.1186, -0.0046)
+
+
+@pytest.mark.parametrize("x, n", [(0, 15), (7, 15), (15, 15), (121, 150), (1, 600)])
+def test_the_wilson_limits_are_statsmodels(x, n):
+    low, high = proportion_confint(x, n, alpha=0.05, method="wilson")
+    assert stats.wilson(x, n) == pytest.approx((low, high), abs=1e-12)
+
+
+@pytest.mark.parametrize("n", [15, 50, 150, 600])
+def test_one_disagreeing_prompt_never_narrows_the_interval_below_none(n):
+    a = np.resize([1.0, 0.0, 1.0, 1.0], n)
+    none = paired_bootstrap_diff(a, a.copy(), n_resamples=100)
+    b = a.copy()
+    b[np.argmax(a == 0)] = 1.0                         # one prompt only the second method gets right
+    one = paired_bootstrap_diff(a, b, n_resamples=100)
+    assert none.method == one.method == "newcombe-paired-score"
+    assert none.low < 0 < none.high and none.low == pytest.approx(-none.high)
+    assert one.high - one.low >= none.high - none.low and one.low < one.estimate < 0 < one.high
+
+
+def test_zero_discordance_keeps_a_width_that_shrinks_with_the_prompts():
+    """No disagreeing prompt: a width that is not a claim of certainty, below the Clopper-Pearson bound on the
+    discordant rate, and shrinking as prompts are added."""
+    highs = []
+    for n in (15, 150, 600):
+        a = np.resize([1.0, 0.0, 1.0, 1.0, 1.0], n)
+        iv = paired_bootstrap_diff(a, a.copy())
+        assert 0 < iv.high < stats.no_discordance_bound(n) and iv.low == pytest.approx(-iv.high)
+        highs.append(iv.high)
+    assert highs == sorted(highs, reverse=True)
+
+
+def test_the_mean_of_equal_binary_strata_is_the_pooled_score_interval_and_else_the_bootstrap():
+    rng = np.random.default_rng(2)
+    a = [(rng.random(50) < 0.8).astype(float) for _ in range(3)]
+    b = [np.where(rng.random(50) < 0.1, 1 - x, x) for x in a]
+    iv = stats.mean_of_strata_diff(a, b)
+    assert iv == stats.paired_proportions(np.concatenate(a), np.concatenate(b))
+    unequal = stats.mean_of_strata_diff([a[0], a[1][:30]], [b[0], b[1][:30]], n_resamples=2000)
+    assert unequal.method == "percentile-bootstrap"
+    assert unequal.estimate == pytest.approx(np.mean([(a[0] - b[0]).mean(), (a[1][:30] - b[1][:30]).mean()]))
+    assert unequal.low < unequal.estimate < unequal.high
+
+
+# ----- timed ratios, placebo, units -----
+
+def _cells(P, R, seed=0, effect=1.0, drift=0.0):
+    rng = np.random.default_rng(seed)
+    tokens = np.full((P, R), 30.0)
+    base = rng.gamma(20.0, 0.01, (P, 1)) * (1 + drift * rng.random((1, R)))   # per prompt, per repetition drift
+    sb = base * rng.normal(1, 0.02, (P, R))
+    sa = base * rng.normal(1, 0.02, (P, R)) / effect
+    return tokens, sa, tokens, sb
+
+
+def test_one_repetition_is_the_prompts_bootstrap_of_the_pooled_ratio():
+    ta, sa, tb, sb = _cells(24, 1)
+    iv = stats.timed_ratio(ta, sa, tb, sb, n_resamples=3000, seed=5)
+    ref = stats.paired_bootstrap_speedup(sb[:, 0], tb[:, 0], sa[:, 0], ta[:, 0], n_resamples=3000, seed=5)
+    assert iv.method == "hierarchical-bootstrap" and iv.n == 24
+    assert (iv.estimate, iv.low, iv.high) == pytest.approx((ref.estimate, ref.low, ref.high), rel=1e-12)
+
+
+def test_the_pooled_ratio_is_total_tokens_over_total_seconds():
+    ta, sa, tb, sb = _cells(10, 5, effect=1.3)
+    iv = stats.timed_ratio(ta, sa, tb, sb, n_resamples=500)
+    assert iv.estimate == pytest.approx((ta.sum() / sa.sum()) / (tb.sum() / sb.sum()))
+    assert iv.low < 1.3 < iv.high or abs(iv.estimate - 1.3) < 0.05
+
+
+def test_drift_shared_by_a_cells_two_variants_cancels():
+    """Load that slows a whole repetition slows both variants of its cells: the paired ratio does not move."""
+    calm, drifting = _cells(20, 5, effect=1.2), _cells(20, 5, effect=1.2, drift=3.0)
+    a, b = stats.timed_ratio(*calm, n_resamples=1000), stats.timed_ratio(*drifting, n_resamples=1000)
+    assert abs(a.estimate - b.estimate) < 0.02 and b.low < 1.2 < b.high
+
+
+def test_an_effect_counts_only_beyond_its_placebo():
+    iv = lambda lo, hi: stats.Interval((lo + hi) / 2, lo, hi, 30, 0.95, 100, 0)   # noqa: E731
+    placebo = iv(0.9, 1.1)
+    assert stats.beyond_placebo(iv(1.12, 1.4), placebo) == 1
+    assert stats.beyond_placebo(iv(0.5, 0.88), placebo) == -1
+    assert stats.beyond_placebo(iv(1.05, 1.4), placebo) == 0        # excludes 1, but not the host's noise
+
+
+def test_a_verdict_needs_enough_units():
+    assert not stats.enough_units(stats.Interval(0, 0, 0, stats.MIN_UNITS - 1, 0.95, 1, 0))
+    assert stats.enough_units(stats.Interval(0, 0, 0, stats.MIN_UNITS, 0.95, 1, 0))
 
 
 def test_pairing_narrows_the_interval_for_correlated_methods():
@@ -57,24 +199,6 @@ def test_ratio_is_a_pooled_mean():
     iv = bootstrap_ratio(totals, counts, n_resamples=2000)
     assert iv.estimate == pytest.approx(90 / 4)
     assert 10 <= iv.low <= iv.estimate <= iv.high <= 30
-
-
-@pytest.mark.parametrize("n", [1, 20, 164, 500])
-def test_pairs_without_disagreement_get_the_exact_clopper_pearson_bound(n):
-    a = np.resize([1.0, 0.0, 1.0], n)
-    iv = paired_bootstrap_diff(a, a.copy(), n_resamples=100)
-    exact = sps.binomtest(0, n).proportion_ci(0.95, method="exact")  # Clopper-Pearson, 0 discordant of n
-    assert iv.method == "clopper-pearson-discordant" and iv.n_resamples == 0 and iv.estimate == 0.0
-    assert iv.high == pytest.approx(exact.high, rel=1e-9) and iv.low == -iv.high and exact.low == 0.0
-    assert no_discordance_bound(n, 0.9) < iv.high  # lower confidence, tighter bound
-
-
-def test_one_disagreement_is_back_to_the_bootstrap():
-    a = np.resize([1.0, 0.0], 50)
-    b = a.copy()
-    b[0] = 1 - b[0]
-    iv = paired_bootstrap_diff(a, b, n_resamples=500)
-    assert iv.method == "percentile-bootstrap" and iv.low < iv.high
 
 
 def test_non_binary_pairs_keep_the_bootstrap():

@@ -391,14 +391,21 @@ def test_tau_and_set_size_are_pooled_over_prompts_that_differ(tmp_path):
     assert rec["acceptmoe"]["mean_set_size"] == pytest.approx(50 / 10) != pytest.approx((40 / 2 + 10 / 8) / 2)
 
 
-def test_pairs_without_disagreement_get_an_exact_interval_not_zero_width(tmp_path):
-    run = _saved_run(tmp_path, {"vanilla-ar": [1, 1, 0, 1], "standard-sd": [1, 1, 0, 1]})
+def test_pairs_without_disagreement_get_a_score_interval_not_zero_width(tmp_path):
+    import numpy as np
+
+    from acceptmoe.evals.stats import paired_proportions
+
+    outcomes = [1, 1, 0, 1]
+    run = _saved_run(tmp_path, {"vanilla-ar": outcomes, "standard-sd": outcomes})
     t = build_table1(run)
     rec = {(r["task"], r["method"]): r for r in t.records}
     low, high = rec[("tiny-gsm", "vanilla-ar")]["diff_low"], rec[("tiny-gsm", "vanilla-ar")]["diff_high"]
-    assert low == -high and 100 * (1 - 0.025 ** (1 / 4)) == pytest.approx(high)     # Clopper-Pearson, 0 of 4
+    want = paired_proportions(np.array(outcomes, float), np.array(outcomes, float))
+    assert low == pytest.approx(-high) and high == pytest.approx(100 * want.high) and high > 0
     mean = t.means["vanilla-ar"]
-    assert mean["diff_vs_standard_sd"] == 0 and mean["diff_high"] == pytest.approx(100 * (1 - 0.025 ** (1 / 8)))
+    pooled = paired_proportions(np.array(outcomes * 2, float), np.array(outcomes * 2, float))
+    assert mean["diff_vs_standard_sd"] == 0 and mean["diff_high"] == pytest.approx(100 * pooled.high)
 
 
 def test_evalplus_tasks_get_plus_rows_from_the_same_replies(tmp_path):
@@ -510,19 +517,20 @@ def test_the_worlds_interval_carries_the_spread_between_worlds():
     import numpy as np
 
     from acceptmoe.experiments.spine.config import BootstrapConfig
-    from acceptmoe.experiments.table1.table import stratified_mean_diff, worlds_interval
+    from acceptmoe.experiments.table1.table import strata_diff, worlds_interval
 
     bs = BootstrapConfig(resamples=2000, seed=0)
     rng = np.random.default_rng(1)
-    a = [100.0 * (rng.random(200) < 0.1) for _ in range(2)]              # world A: about +10 pp per task
-    b = [-100.0 * (rng.random(200) < 0.1) for _ in range(2)]             # world B: about -10 pp
-    lo, hi = worlds_interval({"a": a, "b": b}, bs)
-    _, lo_a, hi_a = stratified_mean_diff(a, bs)
+    base = [np.zeros(200) for _ in range(2)]
+    up = [1.0 * (rng.random(200) < 0.1) for _ in range(2)]                # world A: about +10 pp per task
+    down = [-1.0 * (rng.random(200) < 0.1) for _ in range(2)]             # world B: about -10 pp
+    lo, hi = worlds_interval({"a": up, "b": down}, bs)
+    _, lo_a, hi_a = strata_diff(up, base, bs)
     assert lo < -5 and hi > 5 and hi - lo > 2 * (hi_a - lo_a)
-    same_lo, same_hi = worlds_interval({"a": a, "a2": a}, bs)
+    same_lo, same_hi = worlds_interval({"a": up, "a2": up}, bs)
     assert lo_a - 2 <= same_lo <= same_hi <= hi_a + 2                   # identical worlds: the prompts' width
     zeros = {"a": [np.zeros(150)] * 4, "b": [np.zeros(150)] * 4}         # no prompt disagrees anywhere
-    assert worlds_interval(zeros, bs) == stratified_mean_diff([np.zeros(150)] * 8, bs)[1:]   # the exact bound
+    assert worlds_interval(zeros, bs) == strata_diff([np.zeros(150)] * 8, [np.zeros(150)] * 8, bs)[1:]
 
 
 def test_a_world_cut_by_a_training_time_guard_is_refused(tmp_path):

@@ -142,8 +142,8 @@ def worlds_rows(run: Path) -> list[Measured]:
 
 
 def _worlds_iv(views: dict, pair: tuple[str, str], bs) -> tuple[float, float]:
-    diffs = {name: [100 * (np.array([r["correct"] for r in rows[pair[0]]], float)
-                           - np.array([r["correct"] for r in rows[pair[1]]], float)) for rows in v.aligned.values()]
+    diffs = {name: [np.array([r["correct"] for r in rows[pair[0]]], float)
+                    - np.array([r["correct"] for r in rows[pair[1]]], float) for rows in v.aligned.values()]
              for name, v in views.items() if v.records}
     return table1_table.worlds_interval(diffs, bs)
 

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
-from acceptmoe.evals.stats import bootstrap_mean, no_discordance_bound, paired_bootstrap_diff
+from acceptmoe.evals.stats import bootstrap_mean, clustered_mean_diff, mean_of_strata_diff, paired_bootstrap_diff
 from acceptmoe.evals.tasks import get_task
 from acceptmoe.methods import BASELINE, METHODS, REFERENCE
 
@@ -103,29 +103,19 @@ def pair_records(model: str, task: str, rows: dict[str, list[dict]], bs: Bootstr
     return out
 
 
-def stratified_mean_diff(diffs: list[np.ndarray], bs: BootstrapConfig, chunk: int = 500) -> tuple[float, float, float]:
-    """Mean over pairs of per-pair mean differences, with a percentile interval from resampling prompts
-    within each pair (a fixed seed). Without a single disagreeing prompt in any pair the bootstrap would say
-    [0, 0]; the exact bound on the pooled discordant rate (`no_discordance_bound`) is used instead."""
-    if all(not d.any() for d in diffs):
-        bound = 100 * no_discordance_bound(sum(d.size for d in diffs), bs.confidence)
-        return 0.0, -bound, bound
-    rng = np.random.default_rng(bs.seed)
-    stats = []
-    for start in range(0, bs.resamples, chunk):
-        size = min(chunk, bs.resamples - start)
-        stats.append(sum(d[rng.integers(0, d.size, size=(size, d.size))].mean(1) for d in diffs) / len(diffs))
-    stats = np.concatenate(stats)
-    alpha = (1 - bs.confidence) / 2
-    low, high = np.quantile(stats, [alpha, 1 - alpha])
-    return float(np.mean([d.mean() for d in diffs])), float(low), float(high)
+def strata_diff(a: list[np.ndarray], b: list[np.ndarray], bs: BootstrapConfig) -> tuple[float, float, float]:
+    """The mean over pairs of a's accuracy minus b's (pp; a[p][i], b[p][i]: 0/1 outcomes on pair p's prompt i),
+    with its interval (`stats.mean_of_strata_diff`: the paired proportions' score interval for equally large
+    pairs, else prompts resampled within each pair)."""
+    iv = mean_of_strata_diff(a, b, bs.resamples, bs.confidence, bs.seed)
+    return 100 * iv.estimate, 100 * iv.low, 100 * iv.high
 
 
 def paired_mean_diff(aligned: dict, method: str, against: str, bs: BootstrapConfig) -> tuple[float, float, float]:
     """Mean over pairs of `method`'s accuracy minus `against`'s (pp), with the stratified paired interval."""
-    diffs = [100 * (np.array([r["correct"] for r in rows[method]], float)
-                    - np.array([r["correct"] for r in rows[against]], float)) for rows in aligned.values()]
-    return stratified_mean_diff(diffs, bs)
+    def outcomes(m):
+        return [np.array([r["correct"] for r in rows[m]], float) for rows in aligned.values()]
+    return strata_diff(outcomes(method), outcomes(against), bs)
 
 
 def mean_diff(t: Table1, method: str, against: str) -> tuple[float, float, float]:
@@ -148,27 +138,12 @@ def mean_records(records: list[dict], aligned: dict, methods: list[str], bs: Boo
     return means
 
 
-def worlds_interval(diffs: dict[str, list[np.ndarray]], bs: BootstrapConfig, chunk: int = 200) -> tuple[float, float]:
-    """Percentile interval of the mean difference over worlds, resampling worlds, then prompts within each of
-    the drawn world's pairs (a fixed seed). diffs: world -> per-pair arrays of paired differences. Without a
-    single disagreeing prompt in any world the bound on the pooled discordant rate is used, as
-    `stratified_mean_diff` does."""
-    if all(not d.any() for ds in diffs.values() for d in ds):
-        bound = 100 * no_discordance_bound(sum(d.size for ds in diffs.values() for d in ds), bs.confidence)
-        return -bound, bound
-    worlds = list(diffs)
-    rng = np.random.default_rng(bs.seed)
-    stats = []
-    for start in range(0, bs.resamples, chunk):
-        size = min(chunk, bs.resamples - start)
-        drawn = rng.integers(0, len(worlds), size=(size, len(worlds)))            # [size, W] world draws
-        per_world = {w: np.mean([d[rng.integers(0, d.size, size=(size, d.size))].mean(1) for d in diffs[w]], 0)
-                     for w in worlds}                                             # world -> [size] resampled means
-        table = np.stack([per_world[w] for w in worlds], 1)                     # [size, W]
-        stats.append(np.take_along_axis(table, drawn, 1).mean(1))
-    alpha = (1 - bs.confidence) / 2
-    low, high = np.quantile(np.concatenate(stats), [alpha, 1 - alpha])
-    return float(low), float(high)
+def worlds_interval(diffs: dict[str, list[np.ndarray]], bs: BootstrapConfig) -> tuple[float, float]:
+    """The interval (pp) of the mean difference over worlds, resampling worlds, then prompts within each drawn
+    world's pairs (`stats.clustered_mean_diff`). diffs: world -> per-pair arrays of paired differences of 0/1
+    outcomes (-1, 0, 1)."""
+    iv = clustered_mean_diff(diffs, bs.resamples, bs.confidence, bs.seed)
+    return 100 * iv.low, 100 * iv.high
 
 
 def for_model(t: Table1, model: str) -> Table1:

@@ -9,7 +9,7 @@ not committed, they regenerate). The run is one Table 1 over a world whose model
 order, resume) applies per world, and `table1.md` shows each world's pairs. `worlds.md` adds the spread:
 
 - per world: each method's mean accuracy over the tasks and its difference from Standard SD (pp) with the
-  paired interval over prompts (`table.stratified_mean_diff`, as Table 1's mean row);
+  paired interval over prompts (`table.strata_diff`, as Table 1's mean row);
 - across worlds: the min and max of each difference, and an interval that resamples worlds and then prompts
   within each (world, task) pair together (`worlds_interval`): the model-to-model variance a single world's
   prompt-resampling interval leaves out.
@@ -32,7 +32,7 @@ from ..spine.options import add_methods_option, add_run_options, open_or_resume,
 from ..spine.runs import REPO
 from .config import Table1Config
 from .runner import run_summary
-from .table import build_table1, stratified_mean_diff, worlds_interval, write_table1
+from .table import build_table1, strata_diff, worlds_interval, write_table1
 
 EXPERIMENT = "worlds"
 SEEDS = (1, 2)
@@ -95,16 +95,16 @@ def spread(run_dir: Path) -> tuple[list[list], list[list], str]:
             acc = 100 * np.mean([np.mean([r["correct"] for r in rows[m]]) for rows in pairs.values()])
             diff = "-"
             if BASELINE in methods and m != BASELINE:
-                d = [100 * (np.array([r["correct"] for r in rows[m]], float)
-                            - np.array([r["correct"] for r in rows[BASELINE]], float)) for rows in pairs.values()]
-                diffs[m][world] = d
-                est, lo, hi = stratified_mean_diff(d, bs)
+                a = [np.array([r["correct"] for r in rows[m]], float) for rows in pairs.values()]
+                b = [np.array([r["correct"] for r in rows[BASELINE]], float) for rows in pairs.values()]
+                diffs[m][world] = [x - y for x, y in zip(a, b)]
+                est, lo, hi = strata_diff(a, b, bs)
                 diff = f"{est:+.1f} [{lo:+.1f}, {hi:+.1f}]"
             per_world.append([world, m, len(pairs), f"{acc:.1f}", diff])
     for m in methods:
         if not diffs[m]:                       # Standard SD itself, or no Standard SD to compare with
             continue
-        means = [float(np.mean([d.mean() for d in ds])) for ds in diffs[m].values()]
+        means = [100 * float(np.mean([d.mean() for d in ds])) for ds in diffs[m].values()]
         lo, hi = worlds_interval(diffs[m], bs) if len(means) > 1 else (float("nan"), float("nan"))
         across.append([m, len(means), f"{np.mean(means):+.1f}", f"{min(means):+.1f}", f"{max(means):+.1f}",
                        f"[{lo:+.1f}, {hi:+.1f}]" if len(means) > 1 else "- (one world)"])
