@@ -26,6 +26,8 @@ from acceptmoe.methods import Fit, Plan
 class EngineBackend(Protocol):
     name: str                                   # "native", "sglang", ...
     eos_token_ids: set[int]
+    switches_plans_freely: bool                 # one generation's plan may differ from the last at no cost (a
+                                                # timed run can interleave variants prompt by prompt)
 
     @property
     def fit(self) -> Fit:

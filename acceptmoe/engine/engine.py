@@ -109,6 +109,7 @@ class Progress:
 
 class Engine:
     name = "native"
+    switches_plans_freely = True          # a plan is an argument of every generation
 
     def __init__(self, model, draft: Eagle3Draft | None = None, backend: str = "auto", tree: TreeShape = TreeShape(),
                  steps: str = "auto"):

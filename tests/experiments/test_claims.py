@@ -14,7 +14,8 @@ import pytest
 from acceptmoe.errors import UserError
 from acceptmoe.experiments.claims import table
 from acceptmoe.experiments.claims.measured import Measured
-from acceptmoe.experiments.claims.verdict import Evidence, judge, verdict
+from acceptmoe.evals.stats import MIN_UNITS
+from acceptmoe.experiments.claims.verdict import CI, Evidence, judge, verdict
 from acceptmoe.experiments.cli import main
 from acceptmoe.experiments.spine.paper import BEYOND, CLAIMS, Expect, docs_table, margins_table
 from acceptmoe.experiments.spine.runs import REPO, SampleLog, open_run
@@ -161,8 +162,8 @@ def test_bad_input_is_one_error_line(tmp_path, capsys):
 EPS = 1e-9
 
 
-def _ev(low: float, high: float) -> Evidence:
-    return Evidence((low + high) / 2, low, high, "95 % interval")
+def _ev(low: float, high: float, n: int = 100, placebo=None, label: str = "") -> Evidence:
+    return Evidence((low + high) / 2, low, high, CI, label, "prompts", n, placebo)
 
 
 @pytest.mark.parametrize("low, high, want", [(1.0 + EPS, 1.5, "yes"), (1.0, 1.5, "not resolved"),
@@ -187,21 +188,45 @@ def test_an_equality_is_judged_by_its_margin_so_a_wide_interval_is_never_yes(low
 
 def test_verdict_cells_every_pair_steps_and_points():
     above = Expect("above", "", 1.0, every_pair=True)
-    pairs = lambda *ends: [Evidence(lo, lo, hi, "spread", f"p{i}") for i, (lo, hi) in enumerate(ends)]   # noqa: E731
+    pairs = lambda *ends: [_ev(lo, hi, label=f"p{i}") for i, (lo, hi) in enumerate(ends)]   # noqa: E731
     assert verdict(above, None, pairs((1.1, 1.2), (1.2, 1.3))) == "yes (all 2 pairs)"
     assert verdict(above, None, pairs((1.1, 1.2), (0.8, 1.0))) == "no (1 of 2 pairs: p1)"
     assert verdict(above, None, pairs((1.1, 1.2), (0.9, 1.1))) == "not resolved (1 of 2 pairs: p1)"
-    assert verdict(above, None, [Evidence(1.2, label="a"), Evidence(1.1, label="b")]) == \
-        "yes (all 2 pairs; point estimates)"
-    assert verdict(Expect("above", "", 1.0), Evidence(1.2)) == "yes (point estimate, no interval)"
-    assert verdict(Expect("above", "", 1.0), Evidence(1.05, 0.98, 1.13, "spread over repetitions")) == \
-        "not resolved (the spread over repetitions holds 1)"
     increasing = Expect("increasing", "")
     assert verdict(increasing, None, steps=[_ev(0.5, 2.0), _ev(0.1, 0.3)]) == "yes (all 2 steps)"
     assert verdict(increasing, None, steps=[_ev(0.5, 2.0), _ev(-0.3, 0.1)]).startswith("not resolved")
     assert verdict(Expect("none", "a size"), Evidence(3.0)) == "n/a (a size)"
     with pytest.raises(ValueError, match="positive margin"):
         Expect("equivalent", "", 0.0, 0.0)
+
+
+def test_no_verdict_rests_on_a_spread_a_point_or_too_few_units():
+    one = Expect("above", "", 1.0)
+    assert verdict(one, Evidence(1.2)) == "not resolved (a point estimate, no interval)"
+    assert verdict(one, Evidence(1.05, 1.01, 1.13, "spread over repetitions")) == \
+        "not resolved (a spread over repetitions, not an interval)"
+    assert verdict(one, _ev(1.1, 1.3, n=MIN_UNITS - 1)) == f"not resolved ({MIN_UNITS - 1} prompts, fewer than {MIN_UNITS})"
+    assert verdict(one, _ev(1.1, 1.3, n=MIN_UNITS)) == "yes"
+
+
+def test_an_every_pair_claim_on_small_pairs_is_judged_on_the_pooled_interval():
+    above = Expect("above", "", 1.0, every_pair=True)
+    small = [_ev(1.1, 1.2, n=5, label="a"), _ev(0.9, 1.3, n=5, label="b")]
+    assert verdict(above, _ev(1.05, 1.2, n=40), small) == \
+        "yes (pooled over 2 pairs: per pair 5 prompts, fewer than 20)"
+    assert verdict(above, _ev(0.95, 1.2, n=40), small).startswith("not resolved (the 95 % interval holds 1)")
+
+
+def test_a_timed_ratio_counts_only_beyond_its_placebo():
+    faster = Expect("above", "", 1.0)
+    assert verdict(faster, _ev(1.05, 1.2, placebo=(0.9, 1.1))) == \
+        "not resolved (inside the placebo's interval [0.900, 1.100])"
+    assert verdict(faster, _ev(1.12, 1.3, placebo=(0.9, 1.1))) == "yes"
+    assert verdict(faster, _ev(0.5, 0.85, placebo=(0.9, 1.1))) == "no"
+    assert verdict(faster, _ev(0.8, 0.95, placebo=(0.9, 1.1))).startswith("not resolved (inside the placebo")
+    below = Expect("below", "", 0.0)
+    assert verdict(below, _ev(-3.0, -1.0, placebo=(-1.5, 1.5))).startswith("not resolved (inside the placebo")
+    assert verdict(below, _ev(-3.0, -2.0, placebo=(-1.5, 1.5))) == "yes"
 
 
 def test_worlds_cell():

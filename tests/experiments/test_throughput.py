@@ -20,7 +20,8 @@ from acceptmoe.experiments.spine.runs import SampleLog
 from acceptmoe.experiments.study import commands as calibration_study
 from acceptmoe.experiments.throughput import commands as perf
 from acceptmoe.experiments.throughput.config import ThroughputConfigError, load_throughput_config
-from acceptmoe.experiments.throughput.records import counter_metrics, throughput_records
+from acceptmoe.experiments.throughput.records import counter_metrics
+from acceptmoe.experiments.throughput.timing import PLACEBO, POOLED, Boot, timed_records
 from acceptmoe.engine.store import ExpertMath, make_store
 
 import runner_world as world
@@ -63,23 +64,30 @@ def test_fig3_files_rows_and_ratios(fig3_run, setup):
                  "throughput-resident.csv"):
         assert _nonempty(run / name), name
     rows = list(SampleLog(run / "samples.jsonl"))
-    assert len(rows) == 2 * 2 * 5 * 2 and len({r["key"] for r in rows}) == len(rows)   # reps x tasks x variants x prompts
+    cfg = load_throughput_config(setup[1], ("resident",))
+    variants = cfg.names("resident")
+    assert variants[-1] == PLACEBO.name and len(variants) == 6                # the five variants and the placebo
+    assert len(rows) == 2 * 2 * 6 * 2 and len({r["key"] for r in rows}) == len(rows)   # reps x tasks x variants x prompts
     assert all(r["tokens"] == 6 and r["wall_s"] > 0 and r["misses"] == 0 and r["loads"] == 0 for r in rows)
     for task in world.TASKS:                                    # B0 and p_hat came from the Table 1 code
         b0 = json.loads((run / "budgets" / "b0" / "rand" / f"{task}.json").read_text())["b0"]
         assert {r["budget"] for r in rows if r["task"] == task and r["variant"] in ("moe-spec", "acceptmoe-b")} == {b0}
-    firsts = {}                                                  # rows are in the order they ran
-    for r in rows:
-        firsts.setdefault((r["rep"], r["task"]), r["variant"])
-    assert {v for (rep, _), v in firsts.items() if rep == 0} == {"vanilla-ar"}
-    assert {v for (rep, _), v in firsts.items() if rep == 1} == {"standard-sd"}     # order rotated by one
-    cfg = load_throughput_config(setup[1], ("resident",))
-    recs = throughput_records(rows, "resident", cfg.names("resident"), 2, "pooled")
+    cells = {}                                                   # rows are in the order they ran
+    for n, r in enumerate(rows):
+        cells.setdefault((r["rep"], r["task"], r["index"]), []).append((n, r["variant"]))
+    for (rep, _, index), ran in cells.items():                   # a cell's variants back to back, rotated
+        assert [n for n, _ in ran] == list(range(ran[0][0], ran[0][0] + len(variants)))
+        start = (index + rep) % len(variants)
+        assert [v for _, v in ran] == list(variants[start:] + variants[:start])
+    recs = timed_records(rows, "resident", variants, 2, Boot(200, 0.95, 0))
     sd = [r for r in recs if r["variant"] == "standard-sd"]
-    assert len(recs) == 2 * 5 and all(r["ratio_vs_standard_sd"] == pytest.approx(1.0) for r in sd)
+    assert len(recs) == 3 * 6 and all(r["ratio_vs_standard_sd"] == pytest.approx(1.0) for r in sd)
     ar = next(r for r in recs if r["variant"] == "vanilla-ar")
     assert ar["tau"] is None and ar["reps"] == 2 and len(ar["ratios_per_rep"]) == 2
-    assert "Mean over pairs" in (run / "throughput-resident.md").read_text()
+    pooled = {r["variant"]: r for r in recs if r["task"] == POOLED}
+    assert pooled["acceptmoe"]["ratio_n"] == 4 and pooled["acceptmoe"]["beyond_placebo"] in (-1, 0, 1)
+    assert pooled["acceptmoe"]["ratio_low"] <= pooled["acceptmoe"]["ratio_vs_standard_sd"] <= pooled["acceptmoe"]["ratio_high"]
+    assert "beyond_placebo" not in pooled[PLACEBO.name] and "beyond placebo" in (run / "throughput-resident.md").read_text()
     assert tables.main(["--run", str(run)]) == 0                          # rebuilt from saved rows only
 
 
@@ -98,10 +106,10 @@ def test_fig3_resumes_without_duplicates(setup, fig3_run, monkeypatch):
     assert perf.fig3(args) == 130
     monkeypatch.setattr(SampleLog, "append", real_append)
     run = _run(root / "cut", "fig3")
-    assert 0 < len(SampleLog(run / "samples.jsonl")) < 40 and not (run / "summary.json").exists()
+    assert 0 < len(SampleLog(run / "samples.jsonl")) < 48 and not (run / "summary.json").exists()
     assert perf.fig3(["--resume", str(run), "--allow-code-change"]) == 0
     rows = list(SampleLog(run / "samples.jsonl"))
-    assert len(rows) == 40 and {r["key"] for r in rows} == {r["key"] for r in SampleLog(fig3_run / "samples.jsonl")}
+    assert len(rows) == 48 and {r["key"] for r in rows} == {r["key"] for r in SampleLog(fig3_run / "samples.jsonl")}
     assert not (run / "budgets").exists() and _nonempty(run / "fig3.png")
 
 
@@ -130,7 +138,7 @@ def test_fig5_offload_counters_sweep_and_figures(setup, fig3_run):
     sweep_rows = [r for r in rows if r["phase"] == "sweep"]
     assert {r["variant"] for r in sweep_rows} == {"acceptmoe-b@2", "acceptmoe-b@4", "standard-sd", "acceptmoe"}
     assert {r["budget"] for r in sweep_rows if r["variant"] == "acceptmoe-b@4"} == {4}
-    assert len([r for r in rows if r["phase"] == "offload-timed"]) == 2 * 2 * 4 * 2
+    assert len([r for r in rows if r["phase"] == "offload-timed"]) == 2 * 2 * 5 * 2    # with the placebo
 
 
 def _csv(path: Path) -> list[dict]:
@@ -305,13 +313,16 @@ def natural_run(tmp_path_factory):
 
 
 def test_after_eos_share_and_the_natural_text_protocol(natural_run, tmp_path):
-    from acceptmoe.experiments.throughput.records import after_eos, natural_records
     from acceptmoe.experiments.throughput.report import write_outputs
+    from acceptmoe.experiments.throughput.timing import after_eos
+
+    def natural_records(rows, variants, min_tokens):
+        return timed_records(rows, "resident", variants, 2, Boot(200, 0.95, 0), natural=True, min_tokens=min_tokens)
     rows = list(SampleLog(natural_run / "samples.jsonl"))
     assert all(r["tokens"] == 48 and r["natural_tokens"] is not None and r["natural_tokens"] < 48 for r in rows)
     want = sum(48 - r["natural_tokens"] for r in rows) / (48 * len(rows))
     assert after_eos(rows) == pytest.approx(want) and want > 0.3
-    recs = natural_records(rows, "resident", ("vanilla-ar", "standard-sd"), 2, "pooled", 8)
+    recs = natural_records(rows, ("vanilla-ar", "standard-sd"), 8)
     sd = [r for r in rows if r["variant"] == "standard-sd"]
     mine = next(r for r in recs if r["variant"] == "standard-sd")
     assert mine["natural_prompts"] == 2 and mine["natural_ratio_vs_standard_sd"] == pytest.approx(1.0)
@@ -320,7 +331,7 @@ def test_after_eos_share_and_the_natural_text_protocol(natural_run, tmp_path):
     assert mine["natural_tau"] == pytest.approx(sum(r["natural_tokens"] - 1 for r in sd)
                                                 / sum(r["natural_steps"] for r in sd))
     longest = max(r["natural_tokens"] for r in rows)                 # a window no reply fills pools no prompt
-    assert natural_records(rows, "resident", ("vanilla-ar", "standard-sd"), 2, "pooled", longest + 1) == []
+    assert natural_records(rows, ("vanilla-ar", "standard-sd"), longest + 1) == []
     text, written = write_outputs(natural_run)
     assert f"{100 * want:.0f} %" in text and "natural text: each generation timed only up to its own EOS" in text
     assert (natural_run / "throughput-resident-natural.csv") in written

@@ -1,7 +1,7 @@
 """What a run says about one claim (`Measured`), and the small formatting helpers every reader shares.
 
-A `Measured` carries the estimate the verdict is judged on, with its interval: a 95 % bootstrap interval, or a
-spread (min-max over repetitions or pairs) named in `bounds`; a claim the paper makes of every pair also
+A `Measured` carries the estimate the verdict is judged on, with its interval: a 95 % interval, or a spread
+(min-max over repetitions or pairs) named in `bounds`, and the unit and number of what the interval resampled; a claim the paper makes of every pair also
 carries each pair's evidence (`pairs`), and an ordering its consecutive differences (`steps`)."""
 from __future__ import annotations
 
@@ -10,11 +10,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..spine.runs import REPO
-from .verdict import Evidence
+from .verdict import CI, Evidence  # noqa: F401  (CI: the bounds of a 95 % interval, for the readers)
 
 ENGINE = "engine"          # the kinds of measurement a claim can have: the tiny engine itself, or the replay
 REPLAY = "replay"
-CI = "95 % interval"
 REPS = "spread over repetitions"
 
 
@@ -38,12 +37,21 @@ class Measured:
     bounds: str = ""                 # what low-high are: CI, REPS, "spread over pairs" ("" with no ends)
     pairs: tuple[Evidence, ...] = ()  # a claim made of every pair: each pair's evidence
     steps: tuple[Evidence, ...] = ()  # an ordering: each consecutive difference's evidence
+    unit: str = ""                    # what the interval resampled (prompts, generations, worlds x prompts, ...)
+    n: int = 0                        # how many of them
+    placebo: tuple[float, float] | None = None   # a timed ratio: its run's placebo interval
 
     @property
     def evidence(self) -> Evidence | None:
         if self.estimate is None:
             return None
-        return Evidence(self.estimate, self.low, self.high, self.bounds if self.low is not None else "")
+        return Evidence(self.estimate, self.low, self.high, self.bounds if self.low is not None else "",
+                        unit=self.unit, n=self.n, placebo=self.placebo)
+
+    @property
+    def units(self) -> str:
+        """The claims table's "unit (n)" cell."""
+        return f"{self.unit} ({self.n})" if self.unit else "-"
 
 
 def where(run: Path) -> str:

@@ -60,8 +60,16 @@ def tau_ratios(t: table1_table.Table1, method: str, against: str) -> tuple[Evide
         col = lambda rs, k: np.array([r[k] for r in rs], float)    # noqa: E731
         r = paired_bootstrap_speedup(col(a, "accepted"), col(a, "steps"), col(b, "accepted"), col(b, "steps"),
                                      bs.resamples, bs.confidence, bs.seed)
-        out.append(Evidence(r.estimate, r.low, r.high, CI, _label(pair, t)))
+        out.append(Evidence(r.estimate, r.low, r.high, CI, _label(pair, t), PROMPTS, r.n))
     return tuple(out)
+
+
+PROMPTS = "prompts"
+
+
+def prompts_of(t: table1_table.Table1, method: str) -> int:
+    """How many prompts a built table's paired comparisons of `method` rest on (every pair's aligned prompts)."""
+    return sum(len(rows[method]) for rows in t.aligned.values() if method in rows)
 
 
 def _tau_row(t: table1_table.Table1, claim_id: str, method: str, against: str, base: dict) -> Measured | None:
@@ -76,7 +84,7 @@ def _tau_row(t: table1_table.Table1, claim_id: str, method: str, against: str, b
                     f"{a / s:.3f}; per pair difference max abs {max(abs(d) for d in diffs):.2f}, median "
                     f"{float(np.median(diffs)):+.2f} tokens)",
                     f"per pair ratio {min(p.low for p in pairs):.3f} to {max(p.high for p in pairs):.3f} (95 %)",
-                    a / s, None, None, pairs=pairs, **base)
+                    a / s, None, None, pairs=pairs, unit=f"{PROMPTS} per pair", n=min(p.n for p in pairs), **base)
 
 
 def _table1_measured(t: table1_table.Table1, base: dict) -> list[Measured]:
@@ -88,25 +96,26 @@ def _table1_measured(t: table1_table.Table1, base: dict) -> list[Measured]:
         per_pair = [abs(r["diff_vs_standard_sd"]) for r in t.records if r["method"] == B0_METHOD]
         est, lo, hi = m["diff_vs_standard_sd"], m["diff_low"], m["diff_high"]
         out.append(Measured("accuracy-vs-sd", "", f"{pp(est)} pp over {m['pairs']} pairs (max abs per pair "
-                            f"{max(per_pair):.1f})", iv(lo, hi), est, lo, hi, bounds=CI, **base))
+                            f"{max(per_pair):.1f})", iv(lo, hi), est, lo, hi, bounds=CI, unit=PROMPTS,
+                            n=prompts_of(t, B0_METHOD), **base))
     fixed = [f for f in METHODS if METHODS[f].needs_budget and f in t.means]
     if len(fixed) > 1:
         accs = tuple(t.means[f]["accuracy"] for f in fixed)
-        steps = tuple(Evidence(*table1_table.mean_diff(t, hi_, lo_), CI, f"{METHODS[hi_].label} - {METHODS[lo_].label}")
-                      for lo_, hi_ in zip(fixed, fixed[1:]))
+        steps = tuple(Evidence(*table1_table.mean_diff(t, hi_, lo_), CI, f"{METHODS[hi_].label} - {METHODS[lo_].label}",
+                               PROMPTS, prompts_of(t, hi_)) for lo_, hi_ in zip(fixed, fixed[1:]))
         out.append(Measured("matched-budget", "", " / ".join(f"{a:.1f}" for a in accs) + " % ("
                             + " / ".join(METHODS[f].label for f in fixed) + ")",
                             "steps " + ", ".join(iv(s.low, s.high) for s in steps), None, None, None, accs,
-                            steps=steps, **base))
+                            steps=steps, unit=PROMPTS, n=min(s.n for s in steps), **base))
     ours, theirs = _fixed(Score.COMMITMENT), _fixed(Score.ROUTER_MASS)
     if ours in t.means and theirs in t.means:
         est, lo, hi = table1_table.mean_diff(t, ours, theirs)
         out.append(Measured("matched-budget-gap", "", f"{pp(est)} pp over {len(t.aligned)} pairs", iv(lo, hi),
-                            est, lo, hi, bounds=CI, **base))
+                            est, lo, hi, bounds=CI, unit=PROMPTS, n=prompts_of(t, ours), **base))
     b0 = [d.b0 for d in t.b0.values()]
     if b0:
         out.append(Measured("b0-range", "", f"{min(b0)} to {max(b0)} experts ({len(b0)} pairs)", "-",
-                            None, None, None, **base))
+                            None, None, None, unit="pairs", n=len(b0), **base))
     for claim_id, method, against in (("tau-parity", B0_METHOD, BASELINE), ("tau-parity-moe-spec", ours, theirs)):
         row = _tau_row(t, claim_id, method, against, base)
         if row is not None:
@@ -161,9 +170,9 @@ def _across(first: Measured, group: dict[str, Measured], views: dict, bs, base: 
     steps = ()
     if first.steps:
         fixed = [f for f in METHODS if METHODS[f].needs_budget and all(f in v.means for v in views.values())]
-        steps = tuple(Evidence(sum(s.estimate for s in col) / W, *_worlds_iv(views, (b, a), bs), CI, col[0].label)
-                      for a, b, col in zip(fixed, fixed[1:], zip(*(m.steps for m in ms))))
-    pairs = tuple(Evidence(p.estimate, p.low, p.high, p.bounds, f"{name}/{p.label}")
+        steps = tuple(Evidence(sum(s.estimate for s in col) / W, *_worlds_iv(views, (b, a), bs), CI, col[0].label,
+                               WORLDS, W) for a, b, col in zip(fixed, fixed[1:], zip(*(m.steps for m in ms))))
+    pairs = tuple(Evidence(p.estimate, p.low, p.high, p.bounds, f"{name}/{p.label}", p.unit, p.n)
                   for name, m in group.items() for p in m.pairs)
     if pair is not None:
         ours = f"{pp(mean)} pp mean over {W} worlds"
@@ -179,9 +188,13 @@ def _across(first: Measured, group: dict[str, Measured], views: dict, bs, base: 
         interval = "steps " + ", ".join(iv(s.low, s.high) for s in steps)
     if pairs:
         interval = f"per pair ratio {min(p.low for p in pairs):.3f} to {max(p.high for p in pairs):.3f} (95 %)"
+    unit, n = (WORLDS, W) if pair is not None or steps else (first.unit, first.n)
     return Measured(first.claim, first.part, ours, interval, mean, lo, hi, values,
                     spread=tuple(e for e in est if e is not None), note=note, worlds=W,
-                    bounds=CI if lo is not None else "", pairs=pairs, steps=steps, **base)
+                    bounds=CI if lo is not None else "", pairs=pairs, steps=steps, unit=unit, n=n, **base)
+
+
+WORLDS = "worlds (then prompts within each)"
 
 
 # ----- the calibration study -----
@@ -194,9 +207,13 @@ def study_rows(run: Path) -> list[Measured]:
         return []
     b0 = [r["b0_train"] for r in recs]
     world = meta(run)["world"]
+    limited = [r for r in recs if r["train_limited"]]
+    note = "from training-split traces"
+    if limited:
+        note += f" ({len(limited)} of {len(recs)} pairs on fewer prompts than the rule asks: limited)"
     return [Measured("b0-range", "", f"{min(b0)} to {max(b0)} experts ({len(b0)} pairs)", "-", None, None, None,
                      measures=engine_measures(world), run=where(run), world=world_of(world),
-                     note="from training-split traces")]
+                     note=note, unit="pairs", n=len(b0))]
 
 
 READERS: dict[str, Callable[[Path], list[Measured]]] = {

@@ -18,6 +18,7 @@ import re
 from pathlib import Path
 
 from acceptmoe.errors import UserError
+from acceptmoe.evals.stats import MIN_UNITS
 
 from ..spine import render
 from ..spine.paper import BEYOND, CLAIMS, Claim, Expect, Part
@@ -30,8 +31,8 @@ REFERENCE_RUNS = REPO / "results" / "reference"
 # fig5 holds fig4's phases with more prompts; the reference fig4 run is the replay's small routes source
 DEFAULT_EXPERIMENTS = ("table1", "worlds", "fig3", "fig5", "calibration-study", "replay", "batch-study")
 OUTPUTS = ("claims.md", "claims.csv", "claims.tex")
-HEADER = ["id", "claim", "paper", "ours", "95% interval / spread", "direction holds", "the paper's direction",
-          "measures", "worlds", "run"]
+HEADER = ["id", "claim", "paper", "ours", "95% interval / spread", "unit (n)", "direction holds",
+          "the paper's direction", "measures", "worlds", "run"]
 ONE_WORLD = "1 world (the worlds study is not run)"
 ACROSS_BELOW = "1 world (across worlds: the claim's worlds row)"
 TABLE1_ONLY = "1 world (the worlds study runs Table 1 only)"
@@ -120,7 +121,8 @@ def claim_rows(found: list[Measured]) -> list[dict]:
             for m in mine:
                 group = [x for x in mine if x.kind == m.kind and x.note == m.note]
                 out.append({**base, "claim": base["claim"] + (f" ({m.note})" if m.note else ""), "ours": m.ours,
-                            "95% interval / spread": m.interval, "direction holds": holds(expect, m),
+                            "95% interval / spread": m.interval, "unit (n)": m.units,
+                            "direction holds": holds(expect, m),
                             "measures": m.measures, "worlds": worlds_cell(group, across, studied), "run": m.run,
                             "estimate": m.estimate, "measured": True})
             kinds = {m.kind for m in mine if not m.note}
@@ -131,7 +133,7 @@ def claim_rows(found: list[Measured]) -> list[dict]:
                 if kind not in kinds:
                     what = "tiny engine" if kind == ENGINE else "expert-work replay at the paper's shape"
                     out.append({**base, "ours": "not measured (no given run speaks to it)",
-                                "95% interval / spread": "-", "direction holds": "n/a (not measured)",
+                                "95% interval / spread": "-", "unit (n)": "-", "direction holds": "n/a (not measured)",
                                 "measures": what, "worlds": "-", "run": how, "estimate": None,
                                 "measured": False})
     return out
@@ -146,16 +148,19 @@ def render_markdown(records: list[dict], runs: list[Path]) -> str:
         "Runs: " + ", ".join(f"`{where(r)}`" for r in runs) + "\n",
         render.markdown(HEADER, rows, f"{len(CLAIMS)} claims (docs/method.md) and {len(BEYOND)} findings beyond the "
                                       f"paper, {len(records)} rows, {measured_n} measured"),
-        "Intervals: 95 % paired bootstrap over prompts (Table 1: stratified by pair; pruning accuracy: pooled "
-        "over pairs), over generations (the replay) or over request draws (the batch study); throughput: min-max "
-        "over repetitions of the mean over "
-        "pairs, or of each pair; counters are counts of one instrumented run (per-pair points, no interval). "
-        "Direction: \"yes\" only when the interval or spread excludes the opposite of the paper's direction, "
-        "\"no\" only when it excludes the paper's direction, \"not resolved\" otherwise; an equality is judged "
-        "against its stated margin (docs/method.md), so a wide interval never reads \"yes\"; a claim the paper "
-        "makes of every pair is judged pair by pair; a point estimate says so. \"tiny engine on CPU\": the "
-        "embedded tiny world on this project's engine; \"expert-work replay\": the tiny world's recorded routes "
-        "re-executed at the named model's expert shape, the routes named.\n"])
+        f"Intervals: 95 %, each over the unit the row names with how many of them (`evals.stats`, one module for "
+        f"every rule): paired 0/1 differences by Newcombe's paired score interval; other paired quantities by the "
+        f"bootstrap over prompts, stratified by task where a row pools tasks; timed ratios by the hierarchical "
+        f"bootstrap over prompts and then their repetitions, the paper's pooled ratio (total tokens over total "
+        f"seconds) as the estimate, and judged only beyond the placebo timed in the same run (Standard SD timed "
+        f"twice); a worlds row over worlds, then prompts within each. Direction: \"yes\" only when the interval "
+        f"excludes the opposite of the paper's direction, \"no\" only when it excludes the paper's direction, "
+        f"\"not resolved\" otherwise, and always for a spread, a point estimate or an interval over fewer than "
+        f"{MIN_UNITS} units; an equality is judged against its stated margin (docs/method.md), so a wide interval "
+        f"never reads \"yes\"; a claim the paper makes of every pair is judged pair by pair where each pair's "
+        f"interval rests on enough units, else on the interval pooled over the pairs (the cell says so). \"tiny "
+        f"engine on CPU\": the embedded tiny world on this project's engine; \"expert-work replay\": the tiny "
+        f"world's recorded routes re-executed at the named model's expert shape, the routes named.\n"])
 
 
 def csv_records(records: list[dict]) -> list[dict]:
@@ -163,7 +168,7 @@ def csv_records(records: list[dict]) -> list[dict]:
 
 
 def render_latex(records: list[dict]) -> str:
-    keep = ["id", "paper", "ours", "95% interval / spread", "direction holds", "measures"]
+    keep = ["id", "paper", "ours", "95% interval / spread", "unit (n)", "direction holds", "measures"]
     return render.latex(keep, [[r[h] for h in keep] for r in records],
                         "The paper's claims beside this reproduction.", "tab:claims")
 

@@ -67,11 +67,13 @@ def b0_md(run_dir: Path, cfg: CalibrationStudyConfig, records: list[dict]) -> tu
             e, t = B0Decision.from_json(used[pair]["decision"]), B0Decision.load(ft)
             recs.append({"model": pair.model, "task": pair.task, "b0_eval": e.b0, "eval_mean": e.mean_set_size,
                          "eval_prompts": e.n_prompts, "b0_train": t.b0, "train_mean": t.mean_set_size,
-                         "train_prompts": t.n_prompts, "accuracy_at_eval_b0": acc.get((*pair, e.b0)),
+                         "train_prompts": t.n_prompts, "train_limited": t.limited,
+                         "accuracy_at_eval_b0": acc.get((*pair, e.b0)),
                          "accuracy_at_train_b0": acc.get((*pair, t.b0))})
     header = ["Model", "Task", "B0 eval (mean, prompts)", "B0 train (mean, prompts)", "acc. @ eval B0", "acc. @ train B0"]
     rows = [[r["model"], r["task"], f"{r['b0_eval']} ({r['eval_mean']:.2f}, {r['eval_prompts']})",
-             f"{r['b0_train']} ({r['train_mean']:.2f}, {r['train_prompts']})", _f(r["accuracy_at_eval_b0"], 1),
+             f"{r['b0_train']} ({r['train_mean']:.2f}, {r['train_prompts']}"
+             f"{', limited: the rule asked for more' if r['train_limited'] else ''})", _f(r["accuracy_at_eval_b0"], 1),
              _f(r["accuracy_at_train_b0"], 1)] for r in recs]
     return render.markdown(header, rows, "B0 from the first evaluation prompts vs from training-split AcceptMoE "
                                          "traces (same rule), and AcceptMoE-B's accuracy at each"), recs

@@ -19,12 +19,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from acceptmoe.methods import B0_METHOD, CALIBRATION, METHODS, Sizing, Variant, get_method
+from acceptmoe.methods import B0_METHOD, BASELINE, CALIBRATION, METHODS, Sizing, Variant, get_method
 
 from ..spine.config import ConfigKeyError, WorldConfig, from_saved, load_experiment
 from ..spine.engines import check_engine
 from ..spine.fit import num_experts
 from .records import SweepRoles
+from .timing import PLACEBO
 
 PHASES = ("resident", "offload-timed", "offload-counters", "sweep")
 ThroughputConfigError = ConfigKeyError
@@ -36,7 +37,7 @@ class PhaseConfig:
     variants: tuple[Variant, ...] = ()    # fixed-budget methods run at B0 (the YAML lists the paper's set)
     prompts: int = 50                       # evaluation examples 0 .. prompts-1, in order
     warmup_index: int | None = None         # the untimed warm-up example (None: example `prompts`)
-    repetitions: int = 3                    # each from a fresh engine, variant order rotated
+    repetitions: int = 5                    # each from a fresh engine, variants interleaved per prompt
     slots: int | None = None                # X device expert slots per MoE layer (offload only)
 
 
@@ -102,10 +103,12 @@ class ThroughputConfig:
         return sec.prompts if sec.warmup_index is None else sec.warmup_index
 
     def variants(self, phase: str) -> tuple[Variant, ...]:
+        """A phase's variants in their configured order; a timed phase (the counters run times its stalls) that
+        times the baseline ends with its placebo (`PLACEBO`)."""
         if phase == "resident":
-            return self.resident.variants
+            return _with_placebo(self.resident.variants)
         if phase.startswith("offload"):
-            return self.offload.variants
+            return _with_placebo(self.offload.variants)
         return self.sweep_fixed() + self.sweep.references
 
     def names(self, phase: str) -> tuple[str, ...]:
@@ -144,6 +147,10 @@ class ThroughputConfig:
         return {v.name: v.label for p in PHASES for v in self.variants(p)}
 
 
+def _with_placebo(variants: tuple[Variant, ...]) -> tuple[Variant, ...]:
+    return variants + ((PLACEBO,) if Variant(BASELINE) in variants else ())
+
+
 def _validate(cfg: ThroughputConfig) -> None:
     bad = [p for p in cfg.phases if p not in PHASES]
     if bad or not cfg.phases:
@@ -152,6 +159,9 @@ def _validate(cfg: ThroughputConfig) -> None:
         names = [v.name for v in sec.variants]
         if len(set(names)) != len(names) or not names:
             raise ThroughputConfigError(f"variants must be a non-empty list without repeats, got {names}")
+        if PLACEBO.name in names:
+            raise ThroughputConfigError(f"variants {names}: a timed phase that times {BASELINE} adds its placebo "
+                                        f"({PLACEBO.name}) itself: drop it from the list")
         if min(sec.prompts, sec.repetitions) < 1:
             raise ThroughputConfigError("prompts and repetitions must be >= 1")
     for r in cfg.sweep.references:

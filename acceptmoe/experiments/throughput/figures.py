@@ -2,7 +2,7 @@
 
 Each `figure*` function takes records and a path stem and writes `<stem>.png` and `<stem>.pdf`.
 - Figure 3 / 4: throughput per (model, task) pair and variant, whiskers = min and max over repetitions;
-  beside it the ratio to Standard SD with the same spread.
+  beside it the pooled ratio to Standard SD with its 95 % interval (prompts, then their repetitions).
 - Figure 5: (a) the fixed-budget sweep: accuracy of AcceptMoE-B vs budget per pair with bootstrap intervals,
   AcceptMoE's self-sized point at its mean set size; (b-e) residency-aware pruning on vs off: traffic per
   token, hit rate, throughput, accuracy; (f) the fetch-stall share per variant.
@@ -60,10 +60,10 @@ def figure_throughput(records: list[dict], variants, title: str, stem: Path, lab
     a.set_title(f"{title}: throughput (whiskers: min-max over repetitions)", fontsize=9)
     a.legend(fontsize=7)
     if any("ratio_vs_standard_sd" in r for r in records):
-        _grouped_bars(b, records, "ratio_vs_standard_sd", "ratio_min", "ratio_max", variants, labels)
+        _grouped_bars(b, records, "ratio_vs_standard_sd", "ratio_low", "ratio_high", variants, labels)
         b.axhline(1.0, color="grey", lw=0.8, ls="--")
         b.set_ylabel("ratio to Standard SD")
-        b.set_title("speedup vs Standard SD, same repetition", fontsize=9)
+        b.set_title("pooled ratio to Standard SD (whiskers: 95 % interval, prompts x repetitions)", fontsize=9)
     return _save(fig, stem)
 
 

@@ -9,12 +9,17 @@ fixed-budget sweep (Figure 5), one run folder per command.
 | `sweep`  | sweep                                        | sweep.{md,csv,png,pdf}                        |
 | `fig5`   | sweep, offload-timed, offload-counters       | all of the above for these phases, fig5.*     |
 
-Timed phases (paper protocol): batch 1; per repetition a fresh engine (resident, or offloaded with X slots
-per MoE layer); the variants in an order that rotates by one per repetition, each over every task (an engine
-configured per method, such as an SGLang server, then serves each variant once per repetition); per (task,
-variant) one untimed warm-up generation on the warm-up example, then the phase's prompts in order (`prompts`:
-evaluation examples 0..n-1, or those with the longest replies first), exactly `generation.timed_tokens` tokens
-with EOS ignored; each row says where the reply ended by itself (`rows.NaturalEnd`). Each generation is timed
+Timed phases (paper protocol, interleaved): batch 1; per repetition a fresh engine (resident, or offloaded with
+X slots per MoE layer); per task one untimed warm-up generation of every variant on the warm-up example, then
+the phase's prompts in order (`prompts`: evaluation examples 0..n-1, or those with the longest replies first),
+every variant on a prompt back to back, in an order rotated by one from prompt to prompt and from repetition to
+repetition (a Latin square: `cell_order`), so load that drifts over a run lands on every variant alike and
+cancels in the paired ratios of a cell (prompt, repetition). The phase's variants include a placebo
+(`config.PLACEBO`: the baseline timed twice), whose ratio measures what the host's noise alone gives. An
+engine that cannot switch plans freely (`switches_plans_freely` false: an SGLang server restarts for a plan a
+captured graph holds) runs each variant over every prompt of the task instead, in an order rotated per
+repetition. Each generation is exactly `generation.timed_tokens` tokens with EOS ignored; each row says where
+the reply ended by itself (`rows.NaturalEnd`). Each generation is timed
 with the engine's clock (device synchronised) around `generate`; throughput = total tokens / total timed seconds; each row also keeps the machine's 1-minute load
 average (other processes on the host distort timings; the report shows it). The store's counters are reset before every
 generation and saved with its row (prefill included). `offload-counters` is one more such run with per-layer
@@ -59,6 +64,12 @@ def repetitions(cfg: ThroughputConfig, phase: str) -> int:
 def rotated(variants: tuple[Variant, ...], rep: int) -> list[Variant]:
     r = rep % len(variants)
     return list(variants[r:] + variants[:r])
+
+
+def cell_order(variants: tuple[Variant, ...], index: int, rep: int) -> list[Variant]:
+    """The order a cell's variants run in: prompt `index` of repetition `rep` starts at variant index + rep, so
+    over the prompts and repetitions every variant holds every position equally often (a Latin square)."""
+    return rotated(variants, index + rep)
 
 
 def up_to_eos(tokens: list[int], eos: set[int]) -> list[int]:
@@ -122,26 +133,53 @@ def graded(u: Unit, ex: dict, gen) -> Graded:
     return Graded(bool(grade.correct), grade.extracted, reply_tokens=len(reply))
 
 
+def _todo(u: Unit, variant: Variant) -> list[tuple[int, dict]]:
+    """The pair's evaluation prompts this variant has not finished in this repetition."""
+    model, task = u.loaded.model.name, u.task.name
+    return [(i, ex) for i, ex in enumerate(u.examples[:u.cfg.prompts(u.phase)])
+            if unit_key(u.phase, u.rep, model, task, variant.name, ex["id"]) not in u.samples]
+
+
+def run_one(u: Unit, variant: Variant, plan: Plan, index: int, ex: dict, progress: Progress) -> None:
+    """One timed generation of the pair, saved as its row (with its routes and, counters run, its grade)."""
+    model, task = u.loaded.model.name, u.task.name
+    row, gen = generate_timed(u, index, ex, plan)
+    if u.phase == "offload-counters":
+        row = dataclasses.replace(row, graded=graded(u, ex, gen), stats=TraceStats.of(gen.trace))
+    key = unit_key(u.phase, u.rep, model, task, variant.name, ex["id"])
+    if gen.routes is not None:
+        save_routes(gen, RunPaths(u.samples.path.parent).routes(u.phase, Pair(model, task), variant.name,
+                                                                u.rep, index), key)
+    u.samples.append(key, row.to_json())
+    progress(f"{u.phase} r{u.rep} {task} {variant.name}")
+
+
 def run_timed_variant(u: Unit, variant: Variant, progress: Progress) -> None:
     """Warm-up, then every evaluation prompt of the pair with one variant (finished prompts skipped)."""
-    model, task = u.loaded.model.name, u.task.name
-    todo = [(i, ex) for i, ex in enumerate(u.examples[:u.cfg.prompts(u.phase)])
-            if unit_key(u.phase, u.rep, model, task, variant.name, ex["id"]) not in u.samples]
+    todo = _todo(u, variant)
     if not todo:
         return
     plan = bound(u.loaded, variant, u.budget)
     warm = u.cfg.warmup_index(u.phase)
     generate_timed(u, warm, u.examples[warm], plan, warmup=True)                # untimed warm-up
     for index, ex in todo:
-        row, gen = generate_timed(u, index, ex, plan)
-        if u.phase == "offload-counters":
-            row = dataclasses.replace(row, graded=graded(u, ex, gen), stats=TraceStats.of(gen.trace))
-        key = unit_key(u.phase, u.rep, model, task, variant.name, ex["id"])
-        if gen.routes is not None:
-            save_routes(gen, RunPaths(u.samples.path.parent).routes(u.phase, Pair(model, task), variant.name,
-                                                                    u.rep, index), key)
-        u.samples.append(key, row.to_json())
-        progress(f"{u.phase} r{u.rep} {task} {variant.name}")
+        run_one(u, variant, plan, index, ex, progress)
+
+
+def run_interleaved(u: Unit, variants: tuple[Variant, ...], progress: Progress) -> None:
+    """Every variant's warm-up, then prompt by prompt every variant back to back in the cell's order (finished
+    generations skipped)."""
+    todo = {v.name: dict(_todo(u, v)) for v in variants}
+    if not any(todo.values()):
+        return
+    plans = {v.name: bound(u.loaded, v, u.budget) for v in variants}
+    warm = u.cfg.warmup_index(u.phase)
+    for v in rotated(variants, u.rep):
+        generate_timed(u, warm, u.examples[warm], plans[v.name], warmup=True)  # untimed warm-ups
+    for index, ex in enumerate(u.examples[:u.cfg.prompts(u.phase)]):
+        for v in cell_order(variants, index, u.rep):
+            if index in todo[v.name]:
+                run_one(u, v, plans[v.name], index, ex, progress)
 
 
 def pending(cfg: ThroughputConfig, phase: str, rep: int, model: str, samples: SampleLog,
@@ -160,6 +198,10 @@ def run_timed_phase(cfg: ThroughputConfig, phase: str, samples: SampleLog, budge
             with opened(model, cfg.world, samples.path.parent, store, slots) as loaded:   # fresh per repetition
                 units = [Unit(cfg, phase, rep, loaded, get_task(task), examples[task],
                               budgets.get(Pair(model.name, task)), samples) for task in cfg.world.tasks]
+                if loaded.engine.switches_plans_freely:
+                    for u in units:
+                        run_interleaved(u, cfg.variants(phase), progress)
+                    continue
                 for variant in rotated(cfg.variants(phase), rep):
                     for u in units:
                         run_timed_variant(u, variant, progress)

@@ -111,6 +111,7 @@ def open_engine(target, draft, device: str = "cuda", dtype=None, store: str = "r
 
 class SGLangBackend:
     name = "sglang"
+    switches_plans_freely = False         # a plan a captured graph holds starts a new server (config.server_restart)
 
     def __init__(self, target: Path, draft: Path, dtype=None, tree=None, dump: str | None = None,
                  memory: dict | None = None, **server_args):
