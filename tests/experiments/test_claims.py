@@ -46,7 +46,7 @@ def test_docs_table_is_the_registry():
     section = text.split("## The paper's claims (the reproduction targets)\n\n", 1)[1]
     assert section.startswith(docs_table())
     assert margins_table() in section                        # every margin the verdicts use, with its source
-    assert [c.id for c in CLAIMS] == ["accuracy-vs-sd", "matched-budget", "matched-budget-gap", "self-vs-best-fixed",
+    assert [c.id for c in CLAIMS] == ["accuracy-vs-sd", "self-vs-fixed-b0", "matched-budget", "matched-budget-gap", "self-vs-best-fixed",
                                       "b0-range", "tau-parity", "tau-parity-moe-spec", "resident-throughput",
                                       "resident-all-pairs", "offload-throughput", "offload-vs-ar", "offload-sd-vs-ar",
                                       "stall-share", "h2d-traffic", "hit-rate", "sd-vs-ar-offload-traffic", "pruning",

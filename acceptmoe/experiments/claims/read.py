@@ -15,7 +15,7 @@ from typing import Callable
 import numpy as np
 
 from acceptmoe.evals.stats import paired_bootstrap_speedup
-from acceptmoe.methods import B0_METHOD, BASELINE, METHODS, Score
+from acceptmoe.methods import B0_METHOD, BASELINE, METHODS, Score, fixed_twin
 
 from ..spine.config import from_saved
 from ..spine.runs import NothingToTabulate, SampleLog
@@ -98,6 +98,14 @@ def _table1_measured(t: table1_table.Table1, base: dict) -> list[Measured]:
         out.append(Measured("accuracy-vs-sd", "", f"{pp(est)} pp over {m['pairs']} pairs (max abs per pair "
                             f"{max(per_pair):.1f})", iv(lo, hi), est, lo, hi, bounds=CI, unit=PROMPTS,
                             n=prompts_of(t, B0_METHOD), **base))
+    twin = fixed_twin(B0_METHOD)
+    if B0_METHOD in t.means and twin in t.means:
+        est, lo, hi = table1_table.mean_diff(t, B0_METHOD, twin)
+        acc = {m: {(r["model"], r["task"]): r["accuracy"] for r in t.records if r["method"] == m} for m in (B0_METHOD, twin)}
+        gaps = [abs(acc[B0_METHOD][p] - acc[twin][p]) for p in acc[B0_METHOD] if p in acc[twin]]
+        out.append(Measured("self-vs-fixed-b0", "", f"{pp(est)} pp over {len(gaps)} pairs (per pair abs difference "
+                            f"{sum(gaps) / len(gaps):.2f} pp mean, {max(gaps):.2f} max)", iv(lo, hi), est, lo, hi,
+                            bounds=CI, unit=PROMPTS, n=prompts_of(t, B0_METHOD), **base))
     fixed = [f for f in METHODS if METHODS[f].needs_budget and f in t.means]
     if len(fixed) > 1:
         accs = tuple(t.means[f]["accuracy"] for f in fixed)
@@ -126,7 +134,7 @@ def _table1_measured(t: table1_table.Table1, base: dict) -> list[Measured]:
 # ----- the worlds study (Table 1 over independently trained worlds) -----
 def _paired(claim_id: str) -> tuple[str, str] | None:
     """The two methods whose paired accuracy difference a Table 1 claim is (None: not a difference)."""
-    return {"accuracy-vs-sd": (B0_METHOD, BASELINE),
+    return {"accuracy-vs-sd": (B0_METHOD, BASELINE), "self-vs-fixed-b0": (B0_METHOD, fixed_twin(B0_METHOD)),
             "matched-budget-gap": (_fixed(Score.COMMITMENT), _fixed(Score.ROUTER_MASS))}.get(claim_id)
 
 

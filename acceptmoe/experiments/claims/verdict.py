@@ -98,6 +98,9 @@ def _one(expect: Expect, ev: Evidence) -> str:
     if got == OPEN:
         if ev.placebo is not None and judge(expect.kind, expect.threshold, expect.margin, ev) != OPEN:
             return f"{OPEN} (inside the placebo's interval [{ev.placebo[0]:.3f}, {ev.placebo[1]:.3f}])"
+        if expect.kind == "equivalent" and not ev.ends[0] <= expect.threshold <= ev.ends[1]:
+            return (f"{OPEN} (a difference from {expect.threshold:g} is resolved; equality within "
+                    f"{expect.margin:g} is not shown: the interval {_holds_what(expect)})")
         return f"{OPEN} (the {ev.bounds} {_holds_what(expect)})"
     return got
 
