@@ -91,6 +91,22 @@ def test_fig3_files_rows_and_ratios(fig3_run, setup):
     assert tables.main(["--run", str(run)]) == 0                          # rebuilt from saved rows only
 
 
+def test_an_engine_that_cannot_switch_plans_freely_times_variants_in_blocks(setup, fig3_run, monkeypatch):
+    """An engine whose plan changes cost a restart (SGLang with graphs) runs each variant over a task's prompts,
+    the variants' order rotated per repetition; the same rows as the interleaved run."""
+    from acceptmoe.engine.engine import Engine
+    root, preset = setup
+    monkeypatch.setattr(Engine, "switches_plans_freely", False)
+    assert perf.fig3(["--preset", str(preset), "--limit", "2", "--results", str(root / "blocked"),
+                      "--budgets-from", str(fig3_run / "budgets")]) == 0
+    rows = list(SampleLog(_run(root / "blocked", "fig3") / "samples.jsonl"))
+    variants = load_throughput_config(preset, ("resident",)).names("resident")
+    for rep in (0, 1):
+        ran = list(dict.fromkeys(r["variant"] for r in rows if r["rep"] == rep))
+        assert ran == list(variants[rep:] + variants[:rep])
+    assert {r["key"] for r in rows} == {r["key"] for r in SampleLog(fig3_run / "samples.jsonl")}
+
+
 def test_fig3_resumes_without_duplicates(setup, fig3_run, monkeypatch):
     root, preset = setup
     real_append, calls = SampleLog.append, {"n": 0}
