@@ -3,11 +3,14 @@ re-executes them through the engine's ExpertStore. At the tiny model's own shape
 the run's counters exactly and the replayed expert time agrees with the engine's own measured expert time;
 at Qwen3-30B-A3B's shape (one layer, to stay small) bytes follow from the counters and the shape; GPT-OSS's
 top-4 routing is refused for top-8 routes; packed MXFP4 experts load and run. Routes that pruned against the
-recorded pool are not replayed with the resident store. The whole-pass byte model counts what the real
+recorded pool are not replayed with the resident store. Prompts are replayed one by one (each prompt's
+variants back to back), and a recording of fewer than stats.MIN_UNITS prompts gives intervals that say they
+rest on too few for a verdict. The whole-pass byte model counts what the real
 transformers models and the engine's EAGLE-3 draft hold, and the bounds it gives follow from it."""
 from __future__ import annotations
 
 import itertools
+import json
 from pathlib import Path
 
 import pytest
@@ -79,6 +82,46 @@ def test_tiny_shape_counters_equal_the_run(recorded, tmp_path):
     assert "standard-sd / variant per pass" in text and all(p.is_file() for p in written)
 
 
+def test_fewer_than_min_units_prompts_are_marked_too_few(recorded, tmp_path):
+    """The recording holds 2 prompts (< stats.MIN_UNITS): the replay takes them all, and every ratio's interval
+    says it rests on 2 prompts, too few for a verdict, in its record, the report and the figures' captions."""
+    from acceptmoe.evals.stats import MIN_UNITS
+    out = _replay(recorded, tmp_path, shape="tiny")
+    recs = [r for r in report.records(out) if "speedup_per_token" in r]
+    assert recs and MIN_UNITS == 20
+    for r in recs:
+        assert (r["interval_unit"], r["interval_n"], r["interval_strata"]) == ("prompts", 2, "task")
+        assert r["interval_enough_units"] is False
+        assert r["interval_note"] == "rests on 2 prompts, fewer than 20: too few for a verdict"
+    text = report.tables(out)
+    assert "the intervals resample prompts (n = 2 prompts (tiny-gsm 2), paired, stratified by task" in text
+    assert "2 < 20 prompts: too few, no verdict" in text
+    assert report.caption(recs) == ("95% CI over 2 prompts, 2 per task, stratified by task\n"
+                                    "too few for a verdict (2 < 20 prompts)")
+
+
+def test_prompts_are_interleaved_one_row_per_generation(recorded, tmp_path):
+    """Prompt by prompt: each row is one (store, round, prompt, variant), each prompt's variants back to back,
+    their order rotated by one per prompt and round."""
+    from acceptmoe.experiments.replay.runner import rotated
+    out = _replay(recorded, tmp_path, shape="tiny", repeats=2)
+    rows = list(SampleLog(out / "samples.jsonl"))
+    assert all(len(r["generations"]) == 1 for r in rows)
+    plan = json.loads((out / "replay.json").read_text())
+    for store, variants in plan["store_variants"].items():
+        for rnd in (0, 1):
+            for i, name in enumerate(plan["generations"]):
+                mine = [r for r in rows if (r["store"], r["round"]) == (store, rnd)
+                        and _name(r["generations"][0]) == name]
+                assert [r["variant"] for r in mine] == rotated(tuple(variants), rnd + i)
+                assert [r["position"] for r in mine] == list(range(len(variants)))
+    assert plan["generations_per_task"] == {"tiny-gsm": 2} and plan["wanted_per_task"] is None
+
+
+def _name(gen: dict) -> str:
+    return f"{gen['task']}/r{gen['rep']}-{gen['index']:04d}"
+
+
 def test_qwen3_shape_bytes_follow_counters_and_shape(recorded, tmp_path):
     out = _replay(recorded, tmp_path, shape="qwen3-30b-a3b", layers=1, weight_sets=1, generations=1,
                   passes_per_generation=3)
@@ -122,6 +165,9 @@ def test_command_line_errors(recorded, tmp_path, capsys):
     assert main(["replay", "--run", str(recorded), "--memory-gib", "0.5", "--results", str(results)]) == 2
     assert "> memory_gib 0.5: lower --layers" in capsys.readouterr().err
     assert not results.exists()                                      # refused before any run folder opened
+    assert main(["replay", "--run", str(recorded), "--shape", "tiny", "--passes-per-generation", "2",
+                 "--results", str(results)]) == 0
+    assert "note: the replay takes 2 prompts of" in capsys.readouterr().err   # said before the run, not only after
 
 
 # ----- the whole-pass byte model and the bounds it gives -----

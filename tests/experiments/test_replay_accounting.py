@@ -41,3 +41,22 @@ def test_a_step_pass_that_starts_exactly_at_the_replys_end_is_after_eos():
     assert after_eos(_generation([0.0] * 4, natural_tokens=1)) == 3
     assert after_eos(_generation([0.0] * 4, natural_tokens=0)) == 3   # the prefill starts at 0 but is not a step
     assert after_eos(_generation([0.0] * 4)) == 0
+
+
+def _keyed(index, seconds, task="tiny-gsm"):
+    return {**_generation(seconds, 4), "task": task, "rep": 0, "index": index}
+
+
+def test_one_row_per_generation_reads_as_a_variants_whole_sequence():
+    """A replay row holds one generation (prompt by prompt) or, in runs made before, a variant's whole sequence:
+    both read the same, generations in the plan's key order (repetition, prompt index, task), each with its
+    name and task (the interval's unit and stratum)."""
+    secs = [[9.0, 1.0, 2.0, 3.0], [7.0, 5.0, 2.0, 1.0]]
+    old = [{"store": "resident", "variant": "v", "round": 0,
+            "generations": [_keyed(0, secs[0]), _keyed(0, secs[1], "tiny-math"), _keyed(1, secs[0])]}]
+    new = [{"store": "resident", "variant": "v", "round": 0, "generations": [g]} for g in
+           reversed(old[0]["generations"])]                                 # written in another order
+    a, b = per_generation(old, "resident", "v"), per_generation(new, "resident", "v")
+    assert a["names"].tolist() == b["names"].tolist() == ["0/0/tiny-gsm", "0/0/tiny-math", "0/1/tiny-gsm"]
+    assert a["tasks"].tolist() == ["tiny-gsm", "tiny-math", "tiny-gsm"]
+    assert all(np.array_equal(a[k], b[k]) for k in a)

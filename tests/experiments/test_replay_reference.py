@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from acceptmoe.experiments.replay.config import load_replay_config
+from acceptmoe.experiments.replay.report import generation_rounds
 from acceptmoe.experiments.replay.runner import run_replay
 from acceptmoe.experiments.spine.runs import REPO, SampleLog, open_run
 
@@ -33,14 +34,20 @@ def test_committed_replay_counts_reproduce_pass_by_pass(committed, tmp_path):
                                                         "repeats": 1, "weight_sets": 1, "world.threads": 1})
     run = open_run("replay", "tiny", cfg, root=tmp_path)
     run_replay(cfg, run, show_progress=False)
-    mine = {(r["store"], r["variant"]): r for r in SampleLog(run.path / "samples.jsonl")}
-    want = {(r["store"], r["variant"]): r for r in SampleLog(committed / "samples.jsonl") if r["round"] == 0}
+    mine, want = _sequences(run.path), _sequences(committed)      # one row per generation now, per variant then
     routes = json.loads((run.path / "replay.json").read_text())["routes"]
     # routes that pruned against the recorded pool are never replayed with the resident store
     assert not {("resident", v) for v in routes if routes[v]["prune"]} & set(mine)
     assert set(mine) == set(want)
-    for key, row in want.items():
-        for a, b in zip(mine[key]["generations"], row["generations"], strict=True):
+    for key, gens in want.items():
+        for a, b in zip(mine[key], gens, strict=True):
             assert (a["task"], a["index"]) == (b["task"], b["index"])
             assert {k: a[k] for k in COUNTS} == {k: b[k] for k in COUNTS}, key
             assert a["counters_match"] == b["counters_match"], key
+
+
+def _sequences(run: Path) -> dict[tuple[str, str], list[dict]]:
+    """(store, variant) -> its round-0 generations in the plan's order, whichever row layout the run has."""
+    rows = [r for r in SampleLog(run / "samples.jsonl") if r["round"] == 0]
+    return {(s, v): [g[0] for g in generation_rounds(rows, s, v)]
+            for s, v in dict.fromkeys((r["store"], r["variant"]) for r in rows)}

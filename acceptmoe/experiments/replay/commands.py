@@ -1,6 +1,6 @@
 """`./reproduce.sh replay`: a recorded run's expert work at a model's shapes, then its tables and figure.
 
-    ./reproduce.sh fig4 --limit 4 --record-routes                      # record routes (any graded/timed run)
+    ./reproduce.sh fig4 --record-routes                                # record routes (any graded/timed run)
     ./reproduce.sh replay --run results/fig4/tiny/<run> --shape qwen3-30b-a3b [--device cpu|cuda] [--offload X]
                           [--variants V ...] [--generations N] [--passes-per-generation M] [--repeats R]
                           [--layers n] [--weight-sets S] [--memory-gib G]
@@ -9,10 +9,12 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
 from acceptmoe.commands import command, parser
 from acceptmoe.errors import UserError
+from acceptmoe.evals.stats import MIN_UNITS
 
 from ..spine.config import from_saved
 from ..spine.options import open_or_resume, positive_int, run_and_report
@@ -39,10 +41,10 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--model", default=None, help="the recorded model (default: the first recorded)")
     p.add_argument("--variants", nargs="+", default=None, help="recorded variants to replay (default: all)")
     p.add_argument("--generations", type=positive_int, default=None,
-                   help="first recorded generations per variant (default 4)")
+                   help="first recorded prompts per task, one generation each per variant (default 20)")
     p.add_argument("--passes-per-generation", type=positive_int, default=None,
                    help="step passes replayed from each generation's start (default 16)")
-    p.add_argument("--repeats", type=positive_int, default=None, help="rounds, variant order rotated (default 3)")
+    p.add_argument("--repeats", type=positive_int, default=None, help="rounds, variant order rotated (default 1)")
     p.add_argument("--layers", type=positive_int, default=None, help="replayed MoE layers (default: the recording's)")
     p.add_argument("--weight-sets", type=positive_int, default=None, help="distinct random weight sets (default 2)")
     p.add_argument("--memory-gib", type=float, default=None, help="memory limit for weights and pools (default 16)")
@@ -55,8 +57,14 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def checked(cfg: ReplayConfig) -> ReplayConfig:
-    """The replay's plan made once before a run folder opens: a bad shape, source or size fails here."""
-    plan_replay(cfg)
+    """The replay's plan made once before a run folder opens: a bad shape, source or size fails here; a
+    recording with fewer prompts than a verdict rests on is said before the run starts."""
+    plan = plan_replay(cfg)
+    counts = plan.recording.per_task()
+    if sum(counts.values()) < MIN_UNITS:
+        print(f"note: the replay takes {sum(counts.values())} prompts of {cfg.source} "
+              f"({', '.join(f'{t} {c}' for t, c in counts.items())}): its intervals will rest on fewer than "
+              f"{MIN_UNITS} prompts, too few for a verdict", file=sys.stderr)
     return cfg
 
 
@@ -71,7 +79,7 @@ def main(argv: list[str] | None = None) -> int:
                         f"{', '.join('--' + o.replace('_', '-') for o, k in OPTIONS.items() if k in mine)}")
     if args.resume is None and "source" not in mine:
         raise UserError("replay needs --run RUN_DIR: a run folder recorded with --record-routes (e.g. "
-                        "./reproduce.sh fig4 --limit 4 --record-routes)")
+                        "./reproduce.sh fig4 --record-routes)")
     cfg, run = open_or_resume(EXPERIMENT, args, lambda o: checked(load_replay_config(args.preset, {**o, **mine})),
                               lambda saved: from_saved(ReplayConfig, saved))
     return run_and_report(EXPERIMENT, run, lambda: run_replay(cfg, run), write_outputs)

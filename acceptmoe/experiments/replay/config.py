@@ -3,8 +3,15 @@ mapping, then the command line).
 
     >>> from acceptmoe.experiments.replay.config import load_replay_config
     >>> cfg = load_replay_config("tiny", {"source": "results/fig4/tiny/RUN", "shape": "qwen3-30b-a3b"})
-    >>> cfg.shape, cfg.repeats, [d.name for d in cfg.devices]
-    ('qwen3-30b-a3b', 3, ['H200', 'RTX PRO 6000', 'RTX 5090'])
+    >>> cfg.shape, cfg.generations, cfg.repeats, [d.name for d in cfg.devices]
+    ('qwen3-30b-a3b', 20, 1, ['H200', 'RTX PRO 6000', 'RTX 5090'])
+
+Sizes: `generations` prompts per task (one generation per prompt and variant; the intervals' unit), 20 by
+default so that a tiny-world recording of 20 offloaded prompts per task gives 80 prompts, at least
+`stats.MIN_UNITS` per task; a recording with fewer is replayed whole and its intervals say they rest on too
+few prompts. One round by default: the prompts are interleaved (each prompt's variants back to back), so the
+interval over prompts, not a median over rounds, carries the host's noise (and the placebo, where recorded,
+measures it); `repeats` adds rounds.
 """
 from __future__ import annotations
 
@@ -28,14 +35,14 @@ class ReplayConfig:
     phase: str | None = None
     model: str | None = None
     variants: tuple[str, ...] | None = None  # None: every recorded variant
-    generations: int | None = 4              # per variant, the first recorded in order (None: every one)
+    generations: int | None = 20             # prompts per task, the first recorded (None: every one)
     passes_per_generation: int | None = 16   # each generation's prefill and first step passes (None: all)
-    repeats: int = 3                         # rounds over every variant, order rotated by one per round
+    repeats: int = 1                         # rounds over every prompt and variant (order rotated)
     layers: int | None = None
     weight_sets: int = 2                     # distinct random weight sets; replayed layer j uses set j mod this
     memory_gib: float = 16.0                 # refuse to start when weights and pools would exceed this
     seed: int = 0
-    bootstrap_resamples: int = 2000          # intervals over generations (paired: the same prompts)
+    bootstrap_resamples: int = 2000          # intervals over prompts (paired: the same prompts, by task)
     devices: tuple[DeviceBound, ...] = GPUS     # the bound columns (default: spine.shapes.GPUS)
 
     def __post_init__(self) -> None:

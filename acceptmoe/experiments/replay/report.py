@@ -14,7 +14,10 @@ replayed generations, each pass's seconds the median over rounds:
   the store runs them), published numbers; `local` uses this machine's measured bandwidths and the bytes of
   the dtype it ran; `measured / local bound` says how far the measured time is from bytes / bandwidth.
 Speedups over the reference (Standard SD): per step pass and per output token, with paired bootstrap
-intervals over generations (the same prompts for every variant), and the H200 bound's ratio.
+intervals over prompts (the same prompts for every variant; stratified by task; `intervals`), each record
+saying its unit, n and whether n reaches `stats.MIN_UNITS` (`interval_*`; fewer: too few for a verdict,
+stated in the table and the figures' captions), set against the recorded placebo's interval where there is
+one (`beyond_placebo`), and the H200 bound's ratio.
 - `routes`: which routes a row replayed (what made them; whether they pruned against the recorded pool, which
   has no resident counterpart: resident AcceptMoE is the recording's AcceptMoE with pruning off);
 - whole-pass bound (`bounds`, `spine.passbytes`): per output token, the step's expert bytes plus its
@@ -24,7 +27,8 @@ intervals over generations (the same prompts for every variant), and the H200 bo
   run's rows say).
 
 Figures: replay.{png,pdf} (every store side by side), and per store the paper-shape panel of Figure 3
-(resident: fig3.{png,pdf}) or Figure 4 (offloaded: fig4.{png,pdf}), drawn beside the tiny engine's own ratio.
+(resident: fig3.{png,pdf}) or Figure 4 (offloaded: fig4.{png,pdf}), drawn beside the tiny engine's own ratio,
+each panel's caption naming what its intervals rest on.
 """
 from __future__ import annotations
 
@@ -34,14 +38,15 @@ from pathlib import Path
 import numpy as np
 
 from acceptmoe.errors import UserError
-from acceptmoe.evals.stats import paired_bootstrap_speedup
+from acceptmoe.evals.stats import MIN_UNITS
 from acceptmoe.methods import METHODS
 
 from ..spine import render
 from ..spine.runs import REPO, NothingToTabulate, SampleLog
 from ..spine.paper import PAPER_GPUS
+from . import intervals
 from .bounds import add_bounds, devices, model_for
-from .source import find_recording
+from .source import PLACEBO, find_recording
 
 
 def _load(run_dir: Path) -> tuple[dict, dict, dict, list[dict]]:
@@ -57,18 +62,35 @@ def _load(run_dir: Path) -> tuple[dict, dict, dict, list[dict]]:
     return cfg, plan, bw, rows
 
 
+def gen_order(gen: dict, position: int) -> tuple:
+    """A replayed generation's place: (repetition, prompt index, task) as the plan orders its keys; rows
+    without them (hand-made ones) by their position."""
+    return (gen["rep"], gen["index"], gen["task"]) if "task" in gen else (0, position, "")
+
+
+def generation_rounds(rows: list[dict], store: str, variant: str) -> list[list[dict]]:
+    """Each replayed generation of a store and variant with its replays by round, in the plan's key order. A
+    row holds one generation (or, in runs made before prompts were interleaved, a variant's whole sequence)."""
+    by_key: dict[tuple, list[dict]] = {}
+    for r in sorted((r for r in rows if r["store"] == store and r["variant"] == variant), key=lambda r: r["round"]):
+        for g, gen in enumerate(r["generations"]):
+            by_key.setdefault(gen_order(gen, g), []).append(gen)
+    return [by_key[k] for k in sorted(by_key)]
+
+
 def per_generation(rows: list[dict], store: str, variant: str) -> dict[str, np.ndarray] | None:
-    """Per generation totals over step passes (seconds: per pass the median over rounds)."""
-    mine = sorted((r for r in rows if r["store"] == store and r["variant"] == variant), key=lambda r: r["round"])
-    if not mine:
+    """Per generation totals over step passes (seconds: per pass the median over rounds), with each
+    generation's name and task (the interval's unit and stratum)."""
+    gens = generation_rounds(rows, store, variant)
+    if not gens:
         return None
-    gens0 = mine[0]["generations"]
     out = {k: [] for k in ("seconds", "passes", "output", "tokens", "used", "loads", "hits", "engine_s",
                            "after_eos")}
-    match, natural = [], []
-    for g, first in enumerate(gens0):
+    match, natural, names, tasks = [], [], [], []
+    for g, replays in enumerate(gens):
+        first = replays[0]
         step = np.array([k != "prefill" for k in first["kinds"]])
-        secs = np.median(np.array([r["generations"][g]["seconds"] for r in mine]), axis=0)
+        secs = np.median(np.array([r["seconds"] for r in replays]), axis=0)
         out["seconds"].append(secs[step].sum())
         out["passes"].append(step.sum())
         for name in ("output", "tokens", "used", "loads", "hits", "engine_s"):
@@ -76,9 +98,12 @@ def per_generation(rows: list[dict], store: str, variant: str) -> dict[str, np.n
         out["after_eos"].append(after_eos(first))
         match.append(first["counters_match"])
         natural.append("natural_tokens" in first)
+        names.append("/".join(map(str, gen_order(first, g))))
+        tasks.append(first.get("task", ""))
     arrays = {k: np.asarray(v, dtype=float) for k, v in out.items()}
     arrays["match"] = np.array([m for m in match if m is not None], dtype=bool)
     arrays["natural_recorded"] = np.array(natural, dtype=bool)
+    arrays["names"], arrays["tasks"] = np.array(names), np.array(tasks)
     return arrays
 
 
@@ -141,12 +166,8 @@ def records(run_dir: Path) -> list[dict]:
                  "counters_match": f"{int(g['match'].sum())}/{g['match'].size}" if g["match"].size else "n/a"}
             for d in devices:
                 r[f"bound_ms_{d['name']}"] = (read / (d["memory_gbps"] * 1e9) + moved / (d["h2d_gbps"] * 1e9)) * 1e3
-            if ref is not None and variant != rec["variants"][0] and ref["passes"].size == g["passes"].size:
-                n_res, seed = cfg["bootstrap_resamples"], cfg["seed"]
-                for unit, den in (("pass", "passes"), ("token", "output")):
-                    iv = paired_bootstrap_speedup(ref["seconds"], ref[den], g["seconds"], g[den], n_res, seed=seed)
-                    r[f"speedup_per_{unit}"], r[f"speedup_per_{unit}_low"], r[f"speedup_per_{unit}_high"] = \
-                        iv.estimate, iv.low, iv.high
+            if ref is not None and variant != rec["variants"][0]:
+                r.update(speedup_fields(ref, g, cfg))
             out.append(r)
     for r in out:                                         # bound ratio against the reference's bound, same store
         base = next(b for b in out if b["store"] == r["store"] and b["variant"] == rec["variants"][0])
@@ -155,9 +176,18 @@ def records(run_dir: Path) -> list[dict]:
             r[f"bound_speedup_{d0}"] = base[f"bound_ms_{d0}"] / r[f"bound_ms_{d0}"]
             r[f"bound_speedup_per_token_{d0}"] = r[f"bound_speedup_{d0}"] * r["tokens_per_pass"] / base["tokens_per_pass"]
     add_bounds(out, cfg, plan, routes_of(cfg, plan), rec["variants"][0])
+    intervals.add_placebo(out, PLACEBO)
     for r in out:
         r["routes"] = routes_label(r)
     return out
+
+
+def speedup_fields(ref: dict, g: dict, cfg: dict) -> dict:
+    """The paired speedups over the reference on the prompts both replayed (`intervals`); none without one."""
+    a, b = intervals.paired(ref, g)
+    if not a["names"].size:
+        return {}
+    return intervals.speedups(a, b, cfg["bootstrap_resamples"], cfg["seed"])
 
 
 def routes_label(r: dict) -> str:
@@ -184,9 +214,10 @@ def tables(run_dir: Path) -> str:
             f"layers) on {plan['device']} in {plan['dtype']}",
             f"- dtype: {plan['dtype_reason']}",
             f"- layers: {plan['rules']['layers']}", f"- pool: {plan['rules']['pool']}",
-            f"- generations: {len(plan['generations'])} per variant; rounds: {cfg['repeats']} (order rotated); "
-            f"bandwidth here: memory {bw['memory_gbps']:.1f} GB/s, copy {bw['copy_gbps']:.1f} GB/s "
-            f"({bw['how']['memory']}; {bw['how']['copy']})", ""]
+            f"- generations: {units_line(recs, plan, cfg)}",
+            f"- rounds: {cfg['repeats']} ({plan['rules'].get('order', OLD_ORDER)}); bandwidth here: memory "
+            f"{bw['memory_gbps']:.1f} GB/s, copy {bw['copy_gbps']:.1f} GB/s ({bw['how']['memory']}; "
+            f"{bw['how']['copy']})", ""]
     header = ["store", "variant", "passes", "experts/layer", "loads/layer", "hit rate", "ms/pass",
               "engine ms/pass", "read MB", "moved MB", "bound ms local", "measured / local bound",
               *[f"bound ms {d}" for d in devices], "counters = run"]
@@ -197,18 +228,62 @@ def tables(run_dir: Path) -> str:
              *[_f(r[f"bound_ms_{d}"], "{:.3f}") for d in devices], r["counters_match"]] for r in recs]
     ref = rec["variants"][0]
     d0 = devices[0] if devices else None
-    sp_header = ["store", "variant", f"{ref} / variant per pass [95% CI]", "per output token [95% CI]",
-                 f"{d0} bound per pass", f"{d0} bound per token", "tiny engine tokens/s ratio (recorded run)"]
-    sp_rows = [[r["store"], r["variant"],
-                f"{r['speedup_per_pass']:.3f} [{r['speedup_per_pass_low']:.3f}, {r['speedup_per_pass_high']:.3f}]",
-                f"{r['speedup_per_token']:.3f} [{r['speedup_per_token_low']:.3f}, {r['speedup_per_token_high']:.3f}]",
-                _f(r.get(f"bound_speedup_{d0}"), "{:.3f}"), _f(r.get(f"bound_speedup_per_token_{d0}"), "{:.3f}"),
-                _f(r["engine_ratio"], "{:.3f}")]
-               for r in recs if "speedup_per_pass" in r]
     return ("\n".join(head) + "\n" + render.markdown(header, rows, "Expert work per target step pass")
-            + "\n" + render.markdown(sp_header, sp_rows, f"Speedup of expert work over {ref} (paired bootstrap "
-                                                         f"over generations)")
-            + "\n" + whole_pass_md(recs, cfg, plan) + "\n" + regime_md(recs, ref, d0))
+            + "\n" + speedup_md(recs, ref, d0) + "\n" + whole_pass_md(recs, cfg, plan) + "\n"
+            + regime_md(recs, ref, d0))
+
+
+OLD_ORDER = "each variant's generations in sequence, variant order rotated by one per round"
+
+
+def units_line(recs: list[dict], plan: dict, cfg: dict) -> str:
+    """The intervals' unit, n, strata and resamples, and the fewest units a verdict rests on."""
+    r = next((r for r in recs if "interval_n" in r), None)
+    tasks = [name.split("/")[0] for name in plan["generations"]]
+    what = r["interval_per_task"] if r else intervals.units_text(len(tasks), intervals.per_task(tasks), False)
+    return (f"{len(plan['generations'])} per variant, one per prompt; the intervals resample {intervals.UNIT} "
+            f"({what}; percentile bootstrap, {cfg['bootstrap_resamples']} resamples); a verdict rests on at least "
+            f"{MIN_UNITS} {intervals.UNIT} (`stats.MIN_UNITS`)")
+
+
+def _ci(r: dict, key: str) -> str:
+    return f"{r[key]:.3f} [{r[key + '_low']:.3f}, {r[key + '_high']:.3f}]"
+
+
+def speedup_md(recs: list[dict], ref: str, d0: str | None) -> str:
+    mine = [r for r in recs if "speedup_per_pass" in r]
+    placebo = any("placebo_per_token" in r for r in mine)
+    header = ["store", "variant", f"{ref} / variant per pass [95% CI]", "per output token [95% CI]",
+              "n prompts", "verdict", *(["placebo per token [95% CI]", "beyond placebo"] if placebo else []),
+              f"{d0} bound per pass", f"{d0} bound per token", "tiny engine tokens/s ratio (recorded run)"]
+    rows = [[r["store"], r["variant"], _ci(r, "speedup_per_pass"), _ci(r, "speedup_per_token"),
+             str(r.get("interval_n", r["generations"])), verdict_units(r),
+             *([_ci(r, "placebo_per_token") if "placebo_per_token" in r else "-", BEYOND[r.get("beyond_placebo")]]
+               if placebo else []),
+             _f(r.get(f"bound_speedup_{d0}"), "{:.3f}"), _f(r.get(f"bound_speedup_per_token_{d0}"), "{:.3f}"),
+             _f(r["engine_ratio"], "{:.3f}")] for r in mine]
+    return render.markdown(header, rows, f"Speedup of expert work over {ref} (paired bootstrap over "
+                                         f"{intervals.UNIT})")
+
+
+BEYOND = {1: "above", -1: "below", 0: "no", None: "-"}
+
+
+def verdict_units(r: dict) -> str:
+    """Whether a record's interval rests on enough units for a verdict (`stats.enough_units`), in words."""
+    n = r.get("interval_n", r["generations"])
+    if r.get("interval_enough_units"):
+        return f"{n} >= {MIN_UNITS} {intervals.UNIT}: enough"
+    return f"{n} < {MIN_UNITS} {intervals.UNIT}: too few, no verdict"
+
+
+def caption(mine: list[dict]) -> str:
+    """A figure panel's second title line: what its intervals rest on."""
+    r = next((r for r in mine if "interval_n" in r), None)
+    if r is None:
+        return "no interval"
+    too_few = f"\ntoo few for a verdict ({r['interval_n']} < {MIN_UNITS} {intervals.UNIT})"
+    return f"95% CI over {r['interval_summary']}" + (too_few if not r["interval_enough_units"] else "")
 
 
 def paper_gpu(store: str) -> str:
@@ -308,7 +383,7 @@ def figure(recs: list[dict], stores: list[str], stem: Path, title: str) -> list[
         ax.axhline(1.0, color="black", lw=0.6)
         ax.set_xticks(xs, [r["variant"] for r in mine], rotation=15, fontsize=8)
         ax.set_ylabel("speedup over the reference, per token")
-        ax.set_title(f"{title}{store}", fontsize=9)
+        ax.set_title(f"{title}{store}\n{caption(mine)}", fontsize=8)
         if mine:
             ax.legend(fontsize=6)
     fig.tight_layout()

@@ -9,10 +9,15 @@ Rules (each stated in the run's `replay.json` and its report):
 - Weights: random, in the shape's storage format (`shapes.ExpertShape.stored_weights`); `weight_sets`
   distinct sets, replayed layer j uses set j mod weight_sets (consecutive layers never share weights; the
   sets keep memory within `memory_gib`).
+- Generations: per task the first `generations` recorded prompts (`source.select`), one generation per
+  prompt and variant: the prompt is the unit of the report's intervals (`intervals`).
+- Order: prompt by prompt, each prompt's variants back to back with their order rotated by one per prompt
+  and round, so host load that drifts over a long run reaches every variant of a prompt alike (`rounds`
+  repeat the whole schedule; a pass's time is its median over rounds).
 - Pool: when the recording was offloaded with the same X, every generation starts from the pool the run had
   at its start (`store.restore_pool`), so loads, hits and misses equal the run's counters exactly (checked per
-  generation and layer). Otherwise the pool starts empty for each variant's sequence of generations in each
-  round and carries over between them.
+  generation and layer). Otherwise each variant's pool starts empty in each round and carries over between
+  its generations (`Pools`; a resumed round starts them empty again).
 - Dtype: the shape's on CUDA; on CPU fp32, because bf16 matrix multiplication on a CPU without bf16 units is
   emulated and compute-bound (time would not follow bytes); bytes for the GPU bounds stay in the shape's dtype.
 - Inputs: one random hidden state [T, H] per pass length T (expert time does not depend on its values).
@@ -20,9 +25,10 @@ Rules (each stated in the run's `replay.json` and its report):
   prune (pruning acts against the recorded pool: those routes are not what a resident engine runs; resident
   AcceptMoE's routing is the recording's AcceptMoE with pruning off).
 
-One `samples.jsonl` row per (store, round, variant): per generation and pass the kind, tokens, output tokens,
-seconds, experts used, loads and hits (summed over replayed layers), the engine's recorded expert seconds,
-and whether the counters matched the run's; per generation where its reply ended by itself
+One `samples.jsonl` row per (store, round, prompt, variant), its one generation in `generations` (runs made
+before prompts were interleaved hold a variant's whole sequence in one row; the report reads both): per pass
+the kind, tokens, output tokens, seconds, experts used, loads and hits (summed over replayed layers), the
+engine's recorded expert seconds, and whether the counters matched the run's; where its reply ended by itself
 (`natural_tokens`, when the recording run's row says). An interrupted replay resumes at the first unfinished
 row.
 """
@@ -68,6 +74,7 @@ class ReplayPlan:
     steps: int | None                 # step passes per generation (None: all)
 
     routes: dict                      # variant -> {"method", "prune"} (`Recording.routes`)
+    wanted: int | None = None         # prompts per task asked for (`generations`; None: every recorded one)
 
     @property
     def stores(self) -> tuple[str, ...]:
@@ -102,7 +109,8 @@ class ReplayPlan:
                               "hidden_size": rec.meta.get("hidden_size"),
                               "intermediate_size": rec.meta.get("intermediate_size"),
                               "dtype": rec.meta.get("dtype"), "device": rec.meta.get("device")},
-                "generations": [k.name for k in self.keys], "layers": self.layers, "mapping": list(self.mapping),
+                "generations": [k.name for k in self.keys], "generations_per_task": rec.per_task(),
+                "wanted_per_task": self.wanted, "layers": self.layers, "mapping": list(self.mapping),
                 "steps_per_generation": self.steps, "scale": self.scale, "slots": self.slots, "exact_pool": self.exact_pool, "stores": list(self.stores),
                 "local_bytes": [self.shape.dense_bytes(self.dtype), self.shape.stored_bytes(self.dtype)],
                 "routes": self.routes, "store_variants": {s: list(self.variants(s)) for s in self.stores},
@@ -112,7 +120,8 @@ class ReplayPlan:
                                     f"target's {self.shape.num_layers} MoE layers",
                           "pool": ("the run's pool restored at every generation's start (counters exact)"
                                    if self.exact_pool else "empty at the start of each variant's generations in "
-                                                           "each round, carried over between them")}}
+                                                           "each round, carried over between them"),
+                          "order": ORDER}}
 
 
 def plan_replay(cfg: ReplayConfig) -> ReplayPlan:
@@ -140,7 +149,7 @@ def plan_replay(cfg: ReplayConfig) -> ReplayPlan:
     exact = rec.meta["store"] == "offloaded" and slots == rec.meta.get("slots")
     rec = select(rec, cfg.variants, cfg.generations)
     plan = ReplayPlan(shape, dtype, why, device, rec, rec.keys, n, tuple(j * L // n for j in range(n)), slots, exact,
-                      cfg.passes_per_generation, rec.routes())
+                      cfg.passes_per_generation, rec.routes(), cfg.generations)
     check_memory(plan, cfg)
     return plan
 
@@ -267,13 +276,41 @@ def counters_match(plan: ReplayPlan, store, routes: Routes, whole: bool, pool_ag
 
 
 # ----- the run -----
+ORDER = ("prompt by prompt: each prompt's variants back to back, their order rotated by one per prompt and "
+         "round")
+
+
 def rotated(items: tuple[str, ...], r: int) -> list[str]:
     r %= len(items)
     return list(items[r:] + items[:r])
 
 
+def unit_of(store: str, rnd: int, key: GenKey, variant: str) -> str:
+    return unit_key(store, rnd, key.name, variant)
+
+
+def schedule(plan: ReplayPlan, repeats: int) -> list[tuple[str, int, int, GenKey, str, int]]:
+    """Every (store, round, prompt position, key, variant, position among the prompt's variants) in run order."""
+    return [(s, r, i, key, v, pos) for s in plan.stores for r in range(repeats) for i, key in enumerate(plan.keys)
+            for pos, v in enumerate(rotated(plan.variants(s), r + i))]
+
+
+class Pools:
+    """Without the run's pool (`exact_pool` false): each variant's pool carries over between its generations in a
+    round, starting empty (kept in memory: a resumed round starts them empty again)."""
+
+    def __init__(self):
+        self.held: dict[tuple[int, str], object] = {}
+
+    def before(self, store, rnd: int, variant: str) -> None:
+        store.restore_pool(self.held.get((rnd, variant)))
+
+    def after(self, store, rnd: int, variant: str) -> None:
+        self.held[(rnd, variant)] = store.pool_state()
+
+
 def run_replay(cfg: ReplayConfig, run: Run, show_progress: bool = True) -> dict:
-    """Every (store, round, variant) of the plan into `run` (finished rows are skipped)."""
+    """Every (store, round, prompt, variant) of the plan into `run`, one row each (finished rows are skipped)."""
     set_threads(cfg.world)
     plan = plan_replay(cfg)
     samples = SampleLog(run.path / "samples.jsonl")
@@ -282,36 +319,40 @@ def run_replay(cfg: ReplayConfig, run: Run, show_progress: bool = True) -> dict:
     write_json(run.path / "replay.json", plan.describe())
     if not (run.path / "engine-ratios.json").is_file():
         write_json(run.path / "engine-ratios.json", engine_ratios(plan))
-    rec = plan.recording
-    todo = [(s, r, v) for s in plan.stores for r in range(cfg.repeats) for v in rotated(plan.variants(s), r)
-            if unit_key(s, r, v) not in samples]
-    total = sum(_step_passes(rec, v, plan.keys, plan.steps) for s, r, v in todo)
+    todo = [u for u in schedule(plan, cfg.repeats) if unit_of(u[0], u[1], u[3], u[4]) not in samples]
+    total = sum(_step_passes(plan.recording, v, (key,), plan.steps) for _, _, _, key, v, _ in todo)
     sets = weight_sets(plan, cfg) if todo else []
     with tqdm(total=total, disable=not show_progress, unit="pass", dynamic_ncols=True) as bar:
         for label in plan.stores:
-            units = [(r, v) for s, r, v in todo if s == label]
-            if not units:
-                continue
-            store = build_store(plan, "resident" if label == "resident" else "offloaded", sets)
-            xs = Inputs(plan, cfg.seed)
-            replay_generation(plan, store, rec.load(rec.variants[0], plan.keys[0]), xs)     # untimed warm-up
-            for r, v in units:
-                if store.kind == "offloaded" and not plan.exact_pool:
-                    store.restore_pool(None)
-                gens = []
-                for key in plan.keys:
-                    g = replay_generation(plan, store, rec.load(v, key), xs)
-                    recorded, natural = rec.natural_end(v, key)
-                    gens.append({"task": key.task, "rep": key.rep, "index": key.index, **g,
-                                 **({"natural_tokens": natural} if recorded else {})})
-                    bar.update(sum(k != "prefill" for k in g["kinds"]))
-                    bar.set_description(f"{label} r{r} {v}", refresh=False)
-                samples.append(unit_key(label, r, v), {"store": label, "round": r, "variant": v,
-                                                       "position": rotated(plan.variants(label), r).index(v),
-                                                       "generations": gens})
-            del store
-            gc.collect()
+            units = [u for u in todo if u[0] == label]
+            if units:
+                replay_store(plan, cfg, label, units, sets, samples, bar)
     return {"generations": len(plan.keys), "stores": list(plan.stores)}
+
+
+def replay_store(plan: ReplayPlan, cfg: ReplayConfig, label: str, units: list, sets: list, samples: SampleLog,
+                 bar) -> None:
+    """One store's units in order, after an untimed warm-up generation; each replayed generation is one row."""
+    rec = plan.recording
+    store = build_store(plan, "resident" if label == "resident" else "offloaded", sets)
+    xs, pools = Inputs(plan, cfg.seed), Pools()
+    replay_generation(plan, store, rec.load(rec.variants[0], plan.keys[0]), xs)     # untimed warm-up
+    carried = store.kind == "offloaded" and not plan.exact_pool
+    for _, rnd, _, key, v, pos in units:
+        if carried:
+            pools.before(store, rnd, v)
+        g = replay_generation(plan, store, rec.load(v, key), xs)
+        if carried:
+            pools.after(store, rnd, v)
+        recorded, natural = rec.natural_end(v, key)
+        gen = {"task": key.task, "rep": key.rep, "index": key.index, **g,
+               **({"natural_tokens": natural} if recorded else {})}
+        samples.append(unit_of(label, rnd, key, v), {"store": label, "round": rnd, "variant": v, "position": pos,
+                                                     "generations": [gen]})
+        bar.update(sum(k != "prefill" for k in g["kinds"]))
+        bar.set_description(f"{label} r{rnd} {key.name} {v}", refresh=False)
+    del store
+    gc.collect()
 
 
 ENGINE_TABLES = {"resident": "throughput-resident.csv", "offload-timed": "throughput-offload.csv"}
@@ -330,7 +371,7 @@ def engine_ratios(plan: ReplayPlan) -> dict:
     store = "resident" if rec.meta["store"] == "resident" else f"offloaded-{rec.meta.get('slots')}"
     out = {}
     for v in rec.variants:
-        vals = [float(r["ratio_vs_standard_sd"]) for r in rows if r["variant"] == v and r["ratio_vs_standard_sd"]]
+        vals = [float(r["ratio_vs_standard_sd"]) for r in rows if r["variant"] == v and r.get("ratio_vs_standard_sd")]
         if vals:
             out[v] = sum(vals) / len(vals)
     return {"store": store, "table": str(table.relative_to(rec.root.parents[2])), "tasks": sorted(tasks),

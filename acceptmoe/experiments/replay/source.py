@@ -1,8 +1,13 @@
 """The recorded routes of a run folder (`routes/<phase>/<model>/<task>/<variant>/r<rep>-<index>.npz`, written
 with `generation.record_routes`): which phase, model and variants a replay reads, and which generations.
 
-A replay compares variants on the same prompts: it takes the first generations every variant recorded, in
-order (repetition, prompt index, task order); the baseline's variant (`methods.BASELINE`, when recorded) comes first.
+A replay compares variants on the same prompts, and its unit is the prompt: it takes, per task, the first
+prompts every variant recorded (prompt index order), one generation per prompt and variant (the lowest
+recorded repetition: greedy decoding repeats a prompt's routes in the others, so a second repetition is not a
+second unit); the baseline's variant (`methods.BASELINE`, when recorded) comes first, and its placebo
+(`PLACEBO`: the baseline again under another name, as the timed runners record it), when recorded, is
+replayed as a variant like any other: identical routes, so its ratio to the baseline is the replay host's
+noise.
 Each variant's routes say which method made them and whether it pruned against the recorded pool (`routes`):
 pruned routes exist only under an offloaded store, so they have no resident counterpart. Where the recording
 run's row says where the reply ended by itself (`natural_end`), the replay can tell text from the forced
@@ -23,6 +28,7 @@ from acceptmoe.methods import BASELINE, METHODS, Variant
 from ..spine.runs import SampleLog
 
 FIRST = Variant(BASELINE).name     # the variant a replay lists first, when recorded (its ratios are against it)
+PLACEBO = Variant(BASELINE, tag="placebo").name   # the baseline recorded twice: identical routes, host noise only
 PHASE_ORDER = ("resident", "offload-timed", "offload-counters", "table1", "sweep")
 
 
@@ -43,7 +49,7 @@ class Recording:
     phase: str
     model: str
     variants: tuple[str, ...]         # the reference first, then by registry order
-    keys: tuple[GenKey, ...]          # generations every variant recorded, in order
+    keys: tuple[GenKey, ...]          # one generation per prompt, every variant recorded, in order
     meta: dict                        # the first file's meta (experts, layers, store, slots, shapes)
     cache: dict = dataclasses.field(default_factory=dict, compare=False, repr=False)   # the run's rows, read once
 
@@ -56,6 +62,10 @@ class Recording:
     @property
     def reference(self) -> str:
         return self.variants[0]
+
+    def per_task(self) -> dict[str, int]:
+        """task -> prompts (generations per variant) selected, in task order."""
+        return {t: sum(k.task == t for k in self.keys) for t in sorted({k.task for k in self.keys})}
 
     def methods(self) -> dict[str, str]:
         """variant -> method (from each variant's first file)."""
@@ -129,16 +139,32 @@ def find_recording(run_dir: Path, phase: str | None = None, model: str | None = 
     return Recording(root, phase, model, variants, tuple(keys), first[variants[0]])
 
 
+def one_per_prompt(keys) -> tuple[GenKey, ...]:
+    """The lowest recorded repetition of each (task, prompt index), in key order."""
+    first: dict[tuple[str, int], GenKey] = {}
+    for key in sorted(keys):
+        first.setdefault((key.task, key.index), key)
+    return tuple(sorted(first.values()))
+
+
+def first_per_task(keys: tuple[GenKey, ...], prompts: int | None) -> tuple[GenKey, ...]:
+    """The first `prompts` keys of each task (prompt index order; None: all), in key order."""
+    by_task: dict[str, list[GenKey]] = {}
+    for key in sorted(keys, key=lambda k: (k.task, k.index, k.rep)):
+        by_task.setdefault(key.task, []).append(key)
+    return tuple(sorted(k for ks in by_task.values() for k in ks[:prompts]))
+
+
 def select(rec: Recording, variants: tuple[str, ...] | None, generations: int | None) -> Recording:
-    """The recording narrowed to `variants` (None: all; the reference stays first when chosen) and its first
-    `generations` generations (None: all)."""
+    """The recording narrowed to `variants` (None: all; the reference stays first when chosen) and, per task,
+    its first `generations` prompts (None: all), one generation per prompt."""
     chosen = rec.variants
     if variants is not None:
         unknown = [v for v in variants if v not in rec.variants]
         if unknown:
             raise UserError(f"variants {unknown} have no routes in {rec.root}; recorded: {', '.join(rec.variants)}")
         chosen = tuple(v for v in rec.variants if v in variants)
-    return dataclasses.replace(rec, variants=chosen, keys=rec.keys[:generations])
+    return dataclasses.replace(rec, variants=chosen, keys=first_per_task(one_per_prompt(rec.keys), generations))
 
 
 def step_passes(kinds: np.ndarray) -> int:
