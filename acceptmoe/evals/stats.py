@@ -16,6 +16,16 @@ the placebo rule for timed ratios, and the B0 rule (docs/method.md, "B0"; docs/a
   with one disagreeing prompt than with none, and has a width at zero discordance. `paired_bootstrap_diff`
   and `mean_of_strata_diff` use it for every 0/1 difference whose strata are equally large (their mean over
   strata is then the pooled difference), and the bootstrap for anything else.
+- **Draws of prompts** (`subset_bootstrap`): a statistic of per-draw counts, each draw a set of B prompts of
+  one pool of N (the batch study's requests verified together), is an incomplete U-statistic over the
+  prompts: draws share prompts, so they are not independent units. Its variance is the prompts' part (the
+  pool's sampling) plus the draws' part (which sets of prompts were drawn from that pool). Each resample adds
+  the two: the statistic of resampled draws, and the mean over resampled prompts (within strata) of the
+  jackknife pseudo-values (N - 1) (estimate - statistic without prompt i), where "without prompt i" shifts
+  each count by the change in its expectation over draws when i leaves the pool, in closed form from
+  per-prompt recordings (`coverage_deletions` for a union, `sum_deletions` for a sum; `calibrated_deletions`
+  for a count the recordings do not determine, by its slope on one they do, over the draws). Checked against
+  the bootstrap that rebuilds every draw from resampled prompts and recounts its union (tests).
 - **Hierarchical bootstrap** (`timed_ratio`): timed cells indexed [prompt, repetition]; each resample draws
   prompts (within their strata), then for every drawn prompt its repetitions, keeping the two variants of a
   cell together; the statistic is the paper's pooled ratio (total tokens / total seconds of one variant over
@@ -32,6 +42,7 @@ the first 100 prompts are used instead.
 """
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -383,3 +394,93 @@ def choose_b0(size_totals, block_layer_counts, first: int = B0_PROMPTS, fallback
                          f"crosses a rounding boundary, so B0 needs the first {fallback} prompts; got {totals.size}")
     interval2, crossed2 = decide(fallback)
     return B0Choice(round_half_up(interval2.estimate), interval2, fallback, crossed2, True)
+
+
+# ----- draws of prompts (incomplete U-statistics) -----
+
+def coverage_deletions(sets, batch: int) -> np.ndarray:
+    """Per prompt of a pool, the change in the expected number of cells a draw of `batch` prompts covers (the
+    union of their sets; members drawn with replacement, as a resampled pool draws them) when that prompt
+    leaves the pool: `sets` bool [N, M], sets[i, c] whether prompt i covers cell c (e.g. a (pass, layer,
+    expert)). Closed form: a cell that n of the N prompts miss is missed by a draw with probability (n/N)^B."""
+    a = np.asarray(sets, dtype=bool)
+    if a.ndim != 2 or a.shape[0] < 2 or batch < 1:
+        raise ValueError(f"coverage needs sets [N >= 2, M] and a batch >= 1, got {a.shape} and {batch}")
+    n, misses = a.shape[0], (~a).sum(0).astype(np.float64)
+    whole = (1.0 - (misses / n) ** batch).sum()
+    covering = (misses / (n - 1)) ** batch               # a draw misses the cell, the pool less one that covers it
+    missing = np.where(misses > 0, (np.maximum(misses - 1, 0) / (n - 1)) ** batch, 0.0)   # ... less one that misses it
+    return (1.0 - missing).sum() + a @ (missing - covering) - whole
+
+
+def sum_deletions(values, batch: int) -> np.ndarray:
+    """Per prompt, the change in the expected sum of a per-prompt value over a draw of `batch` prompts (e.g. its
+    output tokens) when that prompt leaves the pool: batch * (mean of the others - mean of all)."""
+    x = _as_1d(values, "values")
+    if x.size < 2:
+        raise ValueError("a pool of one prompt has nothing to resample")
+    return batch * (x.mean() - x) / (x.size - 1)
+
+
+def calibrated_deletions(values, reference, reference_deletions) -> np.ndarray:
+    """Deletions of a per-draw count the pool's recordings do not determine (e.g. a run whose sets depend on the
+    whole draw), from a related count they do, measured on the same draws: slope * the reference's deletions,
+    the slope of values on reference over the draws (least squares), or their ratio where the reference does
+    not vary. The part of the count's dependence on prompts that the reference does not carry is left out."""
+    y, x = _as_1d(values, "values"), _as_1d(reference, "reference")
+    if x.shape != y.shape:
+        raise ValueError(f"values and reference need one entry per draw: {y.size} vs {x.size}")
+    dx = x - x.mean()
+    spread = float(dx @ dx)
+    if spread > 1e-12 * max(1.0, float(x @ x)):
+        slope = float(dx @ (y - y.mean())) / spread
+    else:
+        slope = y.sum() / x.sum() if x.sum() else 0.0
+    return slope * np.asarray(reference_deletions, dtype=np.float64)
+
+
+def _resamples(n: int, n_resamples: int, seed: int, strata=None):
+    """`index_chunks`, kept for the next call with the same arguments where they are one chunk (a study's
+    intervals resample the same pool and draws many times)."""
+    if n * n_resamples > _CHUNK_ELEMENTS:
+        yield from index_chunks(n, n_resamples, seed, strata)
+    else:
+        yield _one_chunk(n, n_resamples, seed, None if strata is None else tuple(strata))
+
+
+@functools.lru_cache(maxsize=8)
+def _one_chunk(n: int, n_resamples: int, seed: int, strata: tuple | None) -> np.ndarray:
+    (idx,) = index_chunks(n, n_resamples, seed, strata)
+    idx.flags.writeable = False
+    return idx
+
+
+def subset_bootstrap(columns, deletions, statistic: Callable[[np.ndarray], np.ndarray],
+                     n_resamples: int = RESAMPLES, confidence: float = CONFIDENCE, seed: int = SEED,
+                     strata=None) -> Interval:
+    """Interval for statistic(the per-draw columns' means), each draw a set of prompts of one pool (see the
+    module: draws of prompts). `columns` [D, k]: per draw its k counts; `deletions` [N, k]: per pool prompt the
+    change in each count's expectation over draws when it leaves the pool (`coverage_deletions`,
+    `sum_deletions`, `calibrated_deletions`); `statistic` maps [size, k] column means to [size] values. Each
+    resample adds a resample of the draws (the statistic of their means) to a resample of the prompts (the
+    mean of their jackknife pseudo-values, within `strata`: one label per pool prompt); n is the prompts."""
+    c = np.asarray(columns, dtype=np.float64)
+    dels = np.asarray(deletions, dtype=np.float64)
+    if c.ndim != 2 or dels.ndim != 2 or c.shape[1] != dels.shape[1] or c.shape[0] < 1 or dels.shape[0] < 2:
+        raise ValueError(f"columns [D, k] and deletions [N >= 2, k] must share k, got {c.shape} and {dels.shape}")
+    if not (np.all(np.isfinite(c)) and np.all(np.isfinite(dels))):
+        raise ValueError("columns and deletions must be finite")
+    _check(n_resamples, confidence)
+    n, mean = dels.shape[0], c.mean(0)
+    estimate = float(statistic(mean[None])[0])
+    pseudo = (n - 1) * (estimate - statistic(mean + dels))                # pseudo-values less the estimate
+    for g in _groups(strata, n):
+        pseudo[g] -= pseudo[g].mean()
+    drawn = np.concatenate([statistic(c[idx].mean(1)) for idx in _resamples(c.shape[0], n_resamples, seed)])
+    prompts = np.concatenate([pseudo[idx].mean(1) for idx in _resamples(n, n_resamples, seed + 1, strata)])
+    both = drawn + prompts
+    both = both[np.isfinite(both)]
+    if both.size == 0:
+        raise ValueError("every resample's statistic is undefined")
+    low, high = percentile(both, confidence)
+    return Interval(estimate, low, high, n, confidence, n_resamples, seed, "subset-bootstrap")

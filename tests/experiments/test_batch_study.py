@@ -1,11 +1,14 @@
 """The batch study: requests' recorded verify passes composed into batched passes (synthetic routes: the union per
 layer, output tokens, drop-out, the store's counts equal to the union and to the full concatenated rows, the
-X-slot pool's loads), and `batch-study --limit 1 --batch-sizes 1 4` end to end on the tiny world (a small draft
-shape, short replies): the table printed, every speculating method of the registry batched (the batch-crediting
-one run batched on every draw, each composed one checked against a real batched run), the claims rows."""
+X-slot pool's loads); its intervals over prompts (a pool of synthetic requests: the draws' counts checked against
+the pool's recordings, wider than resampling draws, a batch-crediting twin's ratio, per-prompt accuracy); and
+`batch-study --limit 1 --batch-sizes 1 4` end to end on the tiny world (a small draft shape, short replies): the
+table printed, every speculating method of the registry batched (the batch-crediting one run batched on every
+draw, each composed one checked against a real batched run), every interval's unit and n, the claims rows."""
 from __future__ import annotations
 
 import json
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -13,8 +16,13 @@ import torch
 import yaml
 
 from acceptmoe.engine.routes import FORMAT, KINDS, Routes
+from acceptmoe.evals.stats import paired_bootstrap_speedup
 from acceptmoe.experiments.batch.config import composable
 from acceptmoe.experiments.batch.compose import Request, StoreCounter, compact, compose, draw_requests
+from acceptmoe.experiments.batch.intervals import Cell, prompt_accuracy
+from acceptmoe.experiments.batch.prompts import PoolPrompts, Recording
+from acceptmoe.experiments.batch import records
+from acceptmoe.experiments.batch.records import load
 from acceptmoe.experiments.batch.report import write_outputs
 from acceptmoe.experiments.claims import table
 from acceptmoe.experiments.cli import main
@@ -68,6 +76,70 @@ def test_draws_are_distinct_seeded_and_independent_of_their_number():
         draw_requests(3, 4, 1, seed=0)
 
 
+def _cell_of(n: int = 24, batch: int = 12, draws: int = 16, shuffle: bool = False):
+    """A pool of n synthetic requests of two tasks per composed variant (Standard SD's sets larger than
+    AcceptMoE's, the same lengths), `draws` draws of `batch` counted by `compose`, and a batch-crediting variant
+    whose counts are AcceptMoE's; with `shuffle` the pool's recordings are not in the draws' order."""
+    gen = torch.Generator().manual_seed(1)
+    lengths = [1 + int(x) for x in torch.randint(0, 6, (n,), generator=gen)]
+    reqs = {"standard-sd": [Request.of(_routes(gen, p, T=6)) for p in lengths],
+            "acceptmoe": [Request.of(_routes(gen, p, T=2)) for p in lengths]}
+    rows = []
+    for chosen in draw_requests(n, batch, draws, seed=0):
+        per = {}
+        for v, rs in reqs.items():
+            passes = compose([rs[i] for i in chosen])
+            out = sum(p.output for p in passes)
+            per[v] = {"reads": sum(int(p.union().sum()) for p in passes), "output": out, "passes": len(passes),
+                      "active": sum(len(p.members) for p in passes),
+                      "quality": {"accepted": out, "steps": sum(rs[i].passes for i in chosen),
+                                  "correct_each": [int(i) % 3 > 0 for i in chosen]}}
+            per[v]["loads"] = per[v]["reads"]
+        per["acceptmoe-shared"] = json.loads(json.dumps(per["acceptmoe"]))
+        rows.append({"prompts": [int(i) for i in chosen], "methods": per})
+    order = np.random.default_rng(0).permutation(n) if shuffle else np.arange(n)
+    recs = {v: Recording.of([(rs[i].masks, np.array(rs[i].output, float)) for i in order],
+                            [{"accepted": sum(rs[i].output), "steps": rs[i].passes} for i in order])
+            for v, rs in reqs.items()}
+    pool = PoolPrompts([("tiny", "ab"[int(i) % 2], int(i)) for i in order], recs)
+    cfg = SimpleNamespace(world=SimpleNamespace(bootstrap=SimpleNamespace(confidence=0.95, seed=0)),
+                          bootstrap_resamples=2000)
+    return Cell(cfg, {"batch": batch, "draws": rows}, pool)
+
+
+def test_intervals_resample_the_pools_prompts_not_the_draws():
+    """Draws of half the pool share prompts: the interval over prompts is wider than the draws' bootstrap, on the
+    same estimate; a batch-crediting variant counted as its twin is 1 with no width; a pool whose recordings do
+    not give the counted draws is refused."""
+    cell = _cell_of()
+    iv = cell.ratio("acceptmoe", "reads", "output", "standard-sd")
+    counts = [cell.counts(v, k) for v, k in (("acceptmoe", "reads"), ("acceptmoe", "output"),
+                                             ("standard-sd", "reads"), ("standard-sd", "output"))]
+    old = paired_bootstrap_speedup(*counts, n_resamples=2000)
+    assert iv.method == "subset-bootstrap" and iv.n == cell.prompts == 24
+    assert iv.estimate == pytest.approx(old.estimate) and iv.low < iv.estimate < iv.high
+    assert iv.high - iv.low > 1.5 * (old.high - old.low)
+    twin = cell.ratio("acceptmoe-shared", "reads", "output", "acceptmoe")
+    assert twin.low == twin.estimate == twin.high == pytest.approx(1.0)
+    assert cell.ratio("acceptmoe-shared", "accepted", "steps", "standard-sd").n == 24
+    with pytest.raises(ValueError, match="do not give its counted draws"):
+        _cell_of(shuffle=True)
+
+
+def test_accuracy_is_per_prompt_with_the_paired_rule():
+    """Each drawn prompt once, its rate over the draws holding it: Newcombe's interval while every rate is 0 or 1
+    (none disagreeing still has a width), the bootstrap over prompts once one prompt's grade varies by draw."""
+    cell = _cell_of()
+    same = prompt_accuracy(cell, "acceptmoe-shared", "acceptmoe")
+    assert same.diff.method == "newcombe-paired-score" and same.discordant == 0
+    assert same.diff.low < 0 < same.diff.high and same.prompts == same.diff.n <= 24
+    first = cell.draws[0]["methods"]["acceptmoe-shared"]["quality"]["correct_each"]
+    first[0] = 1 - first[0]                                  # one request's grade differs in one draw only
+    varied = prompt_accuracy(cell, "acceptmoe-shared", "acceptmoe")
+    assert varied.diff.method == "percentile-bootstrap" and varied.discordant == 1
+    assert varied.accuracy != varied.versus == same.versus
+
+
 @pytest.fixture(scope="module")
 def study(tmp_path_factory):
     """`batch-study --limit 1 --batch-sizes 1 4` on the tiny world with a 2/2/3 draft and 16-token replies."""
@@ -110,6 +182,16 @@ def test_batch_study_end_to_end(study, capsys):
     assert write_outputs(run)[0].encode() == md                           # rebuilt from saved files alone
     csv = (run / "batch-study.csv").read_text()
     assert "reads_ratio_low" in csv and "whole_ratio_qwen3-30b-a3b_H200" in csv
+    assert "| 95% over" in text and "4 prompts" in text                 # every interval names its unit and n
+    cfg, loaded = load(run)
+    work = records.work_records(cfg, loaded)
+    assert {(r["unit"], r["n"]) for r in work} == {("prompts", 4)}
+    for r in (x for x in work if x["run"] == "batched" and x["batch"] == 1):   # its own twin at B = 1
+        (alone,) = [x for x in work if x["variant"] == r["versus"] and x["batch"] == 1 and x["tree"] == r["tree"]]
+        assert (r["reads_ratio_low"], r["reads_ratio_high"]) == (alone["reads_ratio_low"], alone["reads_ratio_high"])
+    for r in records.batched_quality(cfg, loaded):
+        assert r["unit"] == "prompts" and r["tau_ratio_n"] == 4 and r["accuracy_diff_n"] == r["prompts"] <= 4
+        assert r["accuracy_diff_rule"] in ("newcombe-paired-score", "percentile-bootstrap")
     recs = table.claim_rows(table.measured([run]))
     for c in BEYOND:
         (row,) = [r for r in recs if r["id"] == c.id]

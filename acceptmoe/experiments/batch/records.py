@@ -1,16 +1,18 @@
 """The batch study's records, from its saved files only (the report and the claims table read these).
 
-    cfg, rows = load(run_dir)
+    cfg, rows = load(run_dir)    # the counted rows, with each draft shape's pool of prompts (`prompts`)
     work_records(cfg, rows)      # per (draft shape, batch size, method): unions, reads and loads per output
-                                 #   token, paired ratios to Standard SD over draws, bytes and bounds per shape
+                                 #   token, paired ratios to Standard SD, bytes and bounds per shape
     quality_records(run_dir)     # per (draft shape, method): tau, accuracy, both vs Standard SD (paired)
     batched_quality(cfg, rows)   # per (draft shape, batch size, batch-crediting method): accuracy, tau and set
-                                 #   size vs the method it is at B = 1, paired over draws
+                                 #   size vs the method it is at B = 1, on the same draws
 
-Bytes are counts (experts read or loaded x a shape's bytes per expert), never measured times; the whole-pass
-bound adds what a batched step reads besides its experts (`spine.passbytes`: the non-expert target weights and
-the draft's weights once per step, the target's and the draft's KV cache once per active request) and divides
-by a GPU's published bandwidths (`spine.shapes.GPUS`).
+Every interval is over prompts, the units that are independent (`intervals`; docs/batch-study.md, "Intervals:
+prompts are the unit"); each record names its unit (`unit`) and how many of them (`n`, or per interval
+`<key>_n`). Bytes are counts (experts read or loaded x a shape's bytes per expert), never measured times; the
+whole-pass bound adds what a batched step reads besides its experts (`spine.passbytes`: the non-expert target
+weights and the draft's weights once per step, the target's and the draft's KV cache once per active request)
+and divides by a GPU's published bandwidths (`spine.shapes.GPUS`).
 """
 from __future__ import annotations
 
@@ -21,9 +23,8 @@ from pathlib import Path
 import numpy as np
 
 from acceptmoe.errors import UserError
-from acceptmoe.evals.stats import (Interval, bootstrap_mean, no_discordance_bound, paired_bootstrap_diff,
-                                  paired_bootstrap_speedup)
-from acceptmoe.methods import BASELINE, METHODS, Variant, alone_twin
+from acceptmoe.evals.stats import bootstrap_mean, paired_bootstrap_speedup
+from acceptmoe.methods import BASELINE, METHODS, Variant
 
 from ..spine.config import from_saved
 from ..spine.passbytes import CONTEXT, pass_model, step_bound
@@ -32,31 +33,50 @@ from ..spine.runs import NothingToTabulate, SampleLog
 from ..spine.shapes import GPUS, get_shape
 from .batched import SERVER_BUDGET
 from .config import PHASE, BatchStudyConfig, DraftShape, composable
+from .intervals import Cell, prompt_accuracy, twin_of, variant_method
+from .prompts import PoolPrompts
 
 BASE = Variant(BASELINE).name
+UNIT = "prompts"                 # what every interval of the study resamples
 
 
-def load(run_dir: Path) -> tuple[BatchStudyConfig, list[dict]]:
+class Rows(list):
+    """The run's counted rows (samples.jsonl); each draft shape's pool of prompts (`prompts.PoolPrompts`) is read
+    from the run folder when a row's intervals first need it."""
+
+    def __init__(self, rows: list[dict], cfg: BatchStudyConfig, run_dir: Path):
+        super().__init__(rows)
+        self.cfg, self.run_dir = cfg, Path(run_dir)
+        self._pools: dict[str, PoolPrompts] = {}
+        self._cells: dict[tuple[str, int], Cell] = {}
+
+    def pool(self, tree: str) -> PoolPrompts:
+        if tree not in self._pools:
+            self._pools[tree] = PoolPrompts.read(self.cfg, DraftShape.parse(tree).folder_in(self.run_dir))
+        return self._pools[tree]
+
+    def cell(self, row: dict) -> Cell:
+        """The row's draws over its shape's pool (`intervals.Cell`), made once per row."""
+        key = (row["tree"], row["batch"])
+        if key not in self._cells:
+            self._cells[key] = Cell(self.cfg, row, self.pool(row["tree"]))
+        return self._cells[key]
+
+
+def load(run_dir: Path) -> tuple[BatchStudyConfig, Rows]:
     saved = json.loads((Path(run_dir) / "config.json").read_text())["config"]
     rows = list(SampleLog(Path(run_dir) / "samples.jsonl"))
     if not rows:
         raise NothingToTabulate(f"{run_dir} holds no counted batch yet: finish it with --resume")
-    return from_saved(BatchStudyConfig, saved), rows
+    cfg = from_saved(BatchStudyConfig, saved)
+    return cfg, Rows(rows, cfg, run_dir)
 
 
-def _paired(cfg: BatchStudyConfig, draws: list[dict], v: str, num: str, per_draw=None, versus: str = BASE) -> dict:
-    """`v`'s num per output token over `versus`'s (Standard SD's), paired over draws: estimate, low, high (None if
-    undefined)."""
-    get = per_draw or (lambda c: c[num])
-    mine = np.array([get(d["methods"][v]) for d in draws], float)
-    base = np.array([get(d["methods"][versus]) for d in draws], float)
-    out_m = np.array([d["methods"][v]["output"] for d in draws], float)
-    out_b = np.array([d["methods"][versus]["output"] for d in draws], float)
-    if min(mine.sum(), base.sum(), out_m.sum(), out_b.sum()) <= 0:
-        return {"estimate": None, "low": None, "high": None}
-    bs = cfg.world.bootstrap
-    iv = paired_bootstrap_speedup(mine, out_m, base, out_b, cfg.bootstrap_resamples, bs.confidence, bs.seed)
-    return {"estimate": iv.estimate, "low": iv.low, "high": iv.high}
+def _interval(key: str, iv) -> dict:
+    """An interval's fields in a record: `key`, `key_low`, `key_high` (None where undefined)."""
+    if iv is None:
+        return {key: None, f"{key}_low": None, f"{key}_high": None}
+    return {key: iv.estimate, f"{key}_low": iv.low, f"{key}_high": iv.high}
 
 
 class Bytes:
@@ -89,10 +109,10 @@ class Bytes:
         return step_bound(read, self.experts(c["loads"]) if offloaded else 0.0, gpu)
 
 
-def work_records(cfg: BatchStudyConfig, rows: list[dict]) -> list[dict]:
+def work_records(cfg: BatchStudyConfig, rows: Rows) -> list[dict]:
     out = []
     for row in rows:
-        shape = DraftShape.parse(row["tree"])
+        shape, cell = DraftShape.parse(row["tree"]), rows.cell(row)
         draws, L = row["draws"], row["layers"]
         sizes = [Bytes(s, L, shape.tree.num_steps) for s in cfg.shapes_at]
         for v in draws[0]["methods"]:
@@ -104,21 +124,17 @@ def work_records(cfg: BatchStudyConfig, rows: list[dict]) -> list[dict]:
             method = variant_method(v) or v
             r = {"tree": row["tree"], "draft": shape.describe(), "batch": row["batch"], "variant": v,
                  "method": METHODS[method].label if method in METHODS else v, "draws": len(draws),
-                 "pool": row["pool"], "store_agrees": row["store_agrees"],
+                 "pool": row["pool"], "unit": UNIT, "n": cell.prompts, "store_agrees": row["store_agrees"],
                  "batched_agrees": row.get("batched_agrees"),
                  "run": "composed" if method not in METHODS or composable(method) else "batched",
                  "mean_active": tot["active"] / tot["passes"], "union_per_layer": tot["reads"] / tot["passes"] / L,
                  "sharing": tot["own"] / tot["reads"], "reads_per_token": tot["reads"] / tot["output"] / L,
                  "loads_per_token": tot["loads"] / tot["output"] / L, "tokens_per_pass": tot["output"] / tot["passes"]}
-            for key, num in (("reads", "reads"), ("loads", "loads")):
-                iv = _paired(cfg, draws, v, num)
-                r.update({f"{key}_ratio": iv["estimate"], f"{key}_ratio_low": iv["low"],
-                          f"{key}_ratio_high": iv["high"]})
-            other = alone_twin(method) if method in METHODS else None
-            if other is not None and Variant(other).name in draws[0]["methods"]:     # vs the method it is at B = 1
-                iv = _paired(cfg, draws, v, "reads", versus=Variant(other).name)
-                r.update({"versus": Variant(other).name, "reads_vs_alone": iv["estimate"],
-                          "reads_vs_alone_low": iv["low"], "reads_vs_alone_high": iv["high"]})
+            for key in ("reads", "loads"):
+                r.update(_interval(f"{key}_ratio", cell.ratio(v, key, "output", BASE)))
+            other = twin_of(v)
+            if other is not None and other in draws[0]["methods"]:                  # vs the method it is at B = 1
+                r.update(versus=other, **_interval("reads_vs_alone", cell.ratio(v, "reads", "output", other)))
             for b in sizes:
                 n = b.shape.name
                 r[f"read_mb_per_token_{n}"] = b.experts(tot["reads"]) / tot["output"] / 1e6
@@ -130,19 +146,19 @@ def work_records(cfg: BatchStudyConfig, rows: list[dict]) -> list[dict]:
                         r[key] = None if s is None else s / tot["output"] * 1e3
                 gpu = GPUS[0]
                 if b.model is not None:
-                    iv = _paired(cfg, draws, v, "", per_draw=lambda c, b=b, g=gpu: b.seconds(c, g, False))
-                    r.update({f"whole_ratio_{n}_{gpu.name}": iv["estimate"],
-                              f"whole_ratio_{n}_{gpu.name}_low": iv["low"],
-                              f"whole_ratio_{n}_{gpu.name}_high": iv["high"]})
+                    key = f"whole_ratio_{n}_{gpu.name}"
+                    seconds = (key, lambda c, b=b, g=gpu: b.seconds(c, g, False))
+                    r.update(_interval(key, cell.ratio(v, seconds, "output", BASE)))
             out.append(r)
     order = {t: i for i, t in enumerate(cfg.trees)}
     return sorted(out, key=lambda r: (order.get(r["tree"], 99), r["batch"]))
 
 
 def quality_records(run_dir: Path, cfg: BatchStudyConfig) -> list[dict]:
-    """Per (draft shape, variant): prompts, tau (pooled), its ratio to Standard SD's (paired over prompts),
-    accuracy with its interval and the paired difference vs Standard SD, the mean set size, the server B0."""
-    out = []
+    """Per (draft shape, variant): prompts, tau (pooled), its ratio to Standard SD's (paired over prompts, within
+    tasks), accuracy with its interval and the paired difference vs Standard SD (Newcombe's score interval over
+    prompts), the mean set size, the server B0."""
+    out, bs = [], cfg.world.bootstrap
     for shape in cfg.shapes():
         root = shape.folder_in(run_dir)
         path = root / "samples.jsonl"
@@ -162,65 +178,39 @@ def quality_records(run_dir: Path, cfg: BatchStudyConfig) -> list[dict]:
             rs = [got[i] for i in ids]
             col = lambda xs, k: np.array([x[k] for x in xs], float)      # noqa: E731
             tau = paired_bootstrap_speedup(col(rs, "accepted"), col(rs, "steps"), col(base, "accepted"),
-                                           col(base, "steps"), cfg.bootstrap_resamples)
+                                           col(base, "steps"), cfg.bootstrap_resamples, bs.confidence, bs.seed,
+                                           strata=[r["task"] for r in rs])
             acc = bootstrap_mean(col(rs, "correct"), n_resamples=cfg.bootstrap_resamples)
             out.append({"tree": str(shape), "draft": shape.describe(), "variant": v, "prompts": len(rs),
-                        "tau": rate(rs, "accepted", "steps"), "tau_ratio": tau.estimate, "tau_ratio_low": tau.low,
-                        "tau_ratio_high": tau.high, "accuracy_pooled": 100 * acc.estimate,
+                        "unit": UNIT, "n": len(rs), "tau": rate(rs, "accepted", "steps"), **_interval("tau_ratio", tau),
+                        "accuracy_pooled": 100 * acc.estimate,
                         "mean_set_size": rate(rs, "set_size_sum", "block_layers"),
                         "b0": "/".join(str(b0[m.name]) for m in cfg.world.models if m.name in b0),
                         **accuracy_fields(rs, None if v == BASE else base, cfg.bootstrap_resamples)})
     return out
 
 
-def variant_method(v: str) -> str | None:
-    return next((m for m in METHODS if Variant(m).name == v), None)
-
-
-def _accuracy_diff(cfg: BatchStudyConfig, draws: list[dict], v: str, other: str, acc, acc_base):
-    """(interval in pp, prompts where the two ever disagreed, distinct prompts drawn): paired over draws; when no
-    request of any draw disagreed, the exact bound on a discordance rate none of the drawn prompts showed
-    (`no_discordance_bound`), since resampling identical draws would give a zero-width interval."""
-    pairs = [(d["methods"][v]["quality"]["correct_each"], d["methods"][other]["quality"]["correct_each"],
-              d["prompts"]) for d in draws]
-    discordant = {p for a, b, ps in pairs for x, y, p in zip(a, b, ps) if x != y}
-    prompts = len({p for *_, ps in pairs for p in ps})
-    if discordant:
-        return paired_bootstrap_diff(acc, acc_base, cfg.bootstrap_resamples), len(discordant), prompts
-    bound = 100 * no_discordance_bound(prompts, cfg.world.bootstrap.confidence)
-    return Interval(0.0, -bound, bound, prompts, cfg.world.bootstrap.confidence, 0, 0,
-                    "clopper-pearson-discordant"), 0, prompts
-
-
-def batched_quality(cfg: BatchStudyConfig, rows: list[dict]) -> list[dict]:
+def batched_quality(cfg: BatchStudyConfig, rows: Rows) -> list[dict]:
     """Per (draft shape, batch size) and batch-crediting variant (run batched on every draw): accuracy, tau and
     mean set size against the composable method it is at B = 1 (`methods.alone_twin`), whose batch-1 replies the
-    same draws hold; differences and ratios paired over draws (95 %)."""
+    same draws hold. Accuracy per drawn prompt (its rate over the draws holding it) with the paired rule over those
+    prompts (`intervals.prompt_accuracy`); tau's ratio over the pool's prompts (`intervals.Cell.ratio`)."""
     out = []
     for row in rows:
-        draws = row["draws"]
+        draws, cell = row["draws"], rows.cell(row)
         for v in draws[0]["methods"]:
-            method = variant_method(v)
-            other = alone_twin(method) if method is not None else None
-            if other is None or Variant(other).name not in draws[0]["methods"]:
+            other = twin_of(v)
+            if other is None or other not in draws[0]["methods"]:
                 continue
+            acc, tau = prompt_accuracy(cell, v, other), cell.ratio(v, "accepted", "steps", other)
             q = [d["methods"][v]["quality"] for d in draws]
-            base = [d["methods"][Variant(other).name]["quality"] for d in draws]
-            n = row["batch"]
-            acc = np.array([x["correct"] / n * 100 for x in q])
-            acc_base = np.array([x["correct"] / n * 100 for x in base])
-            diff, discordant, prompts = _accuracy_diff(cfg, draws, v, Variant(other).name, acc, acc_base)
-            col = lambda xs, k: np.array([x[k] for x in xs], float)      # noqa: E731
-            tau = paired_bootstrap_speedup(col(q, "accepted"), col(q, "steps"), col(base, "accepted"),
-                                           col(base, "steps"), cfg.bootstrap_resamples)
+            base = [d["methods"][other]["quality"] for d in draws]
             size = lambda xs: sum(x["set_size_sum"] for x in xs) / max(1, sum(x["block_layers"] for x in xs))  # noqa: E731
-            shape = DraftShape.parse(row["tree"])
-            out.append({"tree": row["tree"], "draft": shape.describe(), "batch": n, "variant": v,
-                        "versus": Variant(other).name, "draws": len(draws), "prompts": prompts,
-                        "discordant": discordant, "accuracy": float(acc.mean()),
-                        "accuracy_versus": float(acc_base.mean()), "accuracy_diff": diff.estimate,
-                        "accuracy_diff_low": diff.low, "accuracy_diff_high": diff.high, "tau_ratio": tau.estimate,
-                        "tau_ratio_low": tau.low, "tau_ratio_high": tau.high, "set_size": size(q),
-                        "set_size_versus": size(base)})
+            out.append({"tree": row["tree"], "draft": DraftShape.parse(row["tree"]).describe(), "batch": row["batch"],
+                        "variant": v, "versus": other, "draws": len(draws), "prompts": acc.prompts, "unit": UNIT,
+                        "discordant": acc.discordant, "accuracy": acc.accuracy, "accuracy_versus": acc.versus,
+                        **_interval("accuracy_diff", acc.diff), "accuracy_diff_n": acc.diff.n,
+                        "accuracy_diff_rule": acc.diff.method, **_interval("tau_ratio", tau),
+                        "tau_ratio_n": cell.prompts, "set_size": size(q), "set_size_versus": size(base)})
     order = {t: i for i, t in enumerate(cfg.trees)}
     return sorted(out, key=lambda r: (order.get(r["tree"], 99), r["batch"]))

@@ -23,12 +23,21 @@ def _iv(r: dict, key: str) -> str:
     return f"{r[key]:.3f} [{r[key + '_low']:.3f}, {r[key + '_high']:.3f}]"
 
 
+def _over(n: int, unit: str = "prompts", rule: str | None = None) -> str:
+    """What an interval resampled: '128 prompts', with the rule where the row's intervals differ in it."""
+    return f"{n} {unit}" + (f" ({RULES.get(rule, rule)})" if rule else "")
+
+
+RULES = {"newcombe-paired-score": "Newcombe", "percentile-bootstrap": "bootstrap", "subset-bootstrap": "subset bootstrap"}
+
+
 def work_table(recs: list[dict], slots: int, whole_key: str) -> tuple[list[str], list[list[str]]]:
     header = ["draft", "B", "method", "passes", "active / pass", "union / layer", "sharing", "experts read / token",
-              "read vs SD [95%]", f"X={slots} loads vs SD [95%]", f"whole-pass bound vs SD [95%] ({whole_key})"]
+              "read vs SD [95%]", f"X={slots} loads vs SD [95%]", f"whole-pass bound vs SD [95%] ({whole_key})",
+              "95% over"]
     rows = [[r["draft"], str(r["batch"]), r["method"], r["run"], _f(r["mean_active"], 1), _f(r["union_per_layer"], 1),
              _f(r["sharing"]), _f(r["reads_per_token"]), _iv(r, "reads_ratio"), _iv(r, "loads_ratio"),
-             _iv(r, f"whole_ratio_{whole_key}")] for r in recs]
+             _iv(r, f"whole_ratio_{whole_key}"), _over(r["n"], r["unit"])] for r in recs]
     return header, rows
 
 
@@ -46,23 +55,24 @@ def bytes_table(recs: list[dict], shapes: tuple[str, ...], slots: int) -> tuple[
 
 
 def quality_table(recs: list[dict]) -> tuple[list[str], list[list[str]]]:
-    header = ["draft", "variant", "prompts", "B0", "tau", "tau vs SD [95%]", "accuracy (%)",
-              "vs SD (pp) [95%]", "set size"]
-    rows = [[r["draft"], r["variant"], str(r["prompts"]), r["b0"] or "-", _f(r["tau"]),
+    header = ["draft", "variant", "B0", "tau", "tau vs SD [95%]", "accuracy (%)", "vs SD (pp) [95%]", "95% over",
+              "set size"]
+    rows = [[r["draft"], r["variant"], r["b0"] or "-", _f(r["tau"]),
              _iv(r, "tau_ratio"), _f(r["accuracy"], 1),
              "-" if r.get("accuracy_diff") is None else
              f"{r['accuracy_diff']:+.1f} [{r['accuracy_diff_low']:+.1f}, {r['accuracy_diff_high']:+.1f}]",
-             _f(r["mean_set_size"], 1)] for r in recs]
+             _over(r["n"], r["unit"]), _f(r["mean_set_size"], 1)] for r in recs]
     return header, rows
 
 
 def batched_table(recs: list[dict]) -> tuple[list[str], list[list[str]]]:
-    header = ["draft", "B", "variant", "vs", "draws", "prompts drawn", "disagreeing", "accuracy (%)",
-              "vs (pp) [95%]", "tau vs [95%]", "set size", "set size (vs)"]
-    rows = [[r["draft"], str(r["batch"]), r["variant"], r["versus"], str(r["draws"]), str(r["prompts"]),
-             str(r["discordant"]), _f(r["accuracy"], 1),
+    header = ["draft", "B", "variant", "vs", "draws", "disagreeing", "accuracy (%)", "vs (pp) [95%]", "95% over",
+              "tau vs [95%]", "95% over", "set size", "set size (vs)"]
+    rows = [[r["draft"], str(r["batch"]), r["variant"], r["versus"], str(r["draws"]), str(r["discordant"]),
+             _f(r["accuracy"], 1),
              f"{r['accuracy_diff']:+.1f} [{r['accuracy_diff_low']:+.1f}, {r['accuracy_diff_high']:+.1f}]",
-             _iv(r, "tau_ratio"), _f(r["set_size"], 1), _f(r["set_size_versus"], 1)] for r in recs]
+             _over(r["accuracy_diff_n"], r["unit"], r["accuracy_diff_rule"]), _iv(r, "tau_ratio"),
+             _over(r["tau_ratio_n"], r["unit"]), _f(r["set_size"], 1), _f(r["set_size_versus"], 1)] for r in recs]
     return header, rows
 
 
@@ -72,20 +82,23 @@ NOTES = ("Requests: each draw is B distinct prompts of the pool, drawn without r
          "expert sets ('union / layer'; 'sharing' = the requests' own set sizes summed over the union's size). "
          "'experts read / token': experts read (the union) per MoE layer per output token; 'X loads': the X-slot "
          "pool's loads, counted by the engine's offloaded store (the pool empty at each draw's start). Ratios are "
-         "per output token vs Standard SD with 95 % paired bootstrap intervals over draws: they reflect which prompts are "
-         "batched together, not the sampling of the prompt pool itself. Bytes are counts (experts x a shape's "
+         "per output token vs Standard SD with 95 % intervals over prompts ('95% over': the pool's prompts, "
+         "resampled within tasks): draws share prompts, so each resample adds a resample of the draws to a "
+         "resample of the prompts, each prompt weighing by how the draws' expected counts move without it, from "
+         "its batch-1 recordings (docs/batch-study.md, 'Intervals'). Bytes are counts (experts x a shape's "
          "bytes per expert, scaled to its MoE layers), not measured times; the whole-pass bound adds the non-expert "
          "weights and the draft once per step and the KV cache once per request (context 512), at each GPU's "
          "published bandwidth. 'passes': 'composed' from batch-1 recordings, or 'batched' (the method's sets depend "
-         "on the pass, so every draw ran together through the engine's batched verify pass). "
+         "on the pass, so every draw ran together through the engine's batched verify pass; its counts' dependence "
+         "on prompts is read through the method it is alone, on the same draws). "
          "GPT-OSS-120B's rows apply its bytes per expert to the tiny world's top-8 unions: "
          "its own router picks 4 experts per token, so its unions would be smaller. No batched pass was timed.")
 
 
-BATCHED = ("'disagreeing': drawn prompts whose grade differed between the two in some draw. With none, the "
-           "interval is the exact 95 % bound on a disagreement rate none of the drawn prompts showed; otherwise a "
-           "bootstrap over draws of the per-draw accuracy difference. Draws share prompts, so the intervals are "
-           "over which prompts are batched together, not over the prompt pool.\n")
+BATCHED = ("'disagreeing': drawn prompts whose grade differed between the two in some draw. Accuracy is over the "
+           "prompts drawn, each once (its rate over the draws that held it); its difference has Newcombe's paired "
+           "score interval where every prompt's rates are 0 or 1, else a bootstrap over those prompts within tasks. "
+           "Tau's ratio is over the pool's prompts, as the work table's ratios are.\n")
 
 
 def batched_check(rows: list[dict]) -> str:
@@ -124,7 +137,7 @@ def tables(run_dir: Path) -> tuple[str, dict[str, list[dict]]]:
              f"batch-1 recording sent in every pass, and the batched passes read the composed union: {ran}.\n",
              render.markdown(*quality_table(quality), "Tau and accuracy per draft shape (the same generations)"),
              *([render.markdown(*batched_table(batched), "Batch-crediting methods run batched, against the method "
-                                "they are at one request per pass (the same draws; paired over draws)"), BATCHED]
+                                "they are at one request per pass (the same draws; intervals over prompts)"), BATCHED]
                if batched else []),
              render.markdown(*bytes_table(work, cfg.shapes_at, cfg.slots),
                              "Bytes per output token at each expert shape (counts) and the whole-pass bound")]
@@ -133,7 +146,7 @@ def tables(run_dir: Path) -> tuple[str, dict[str, list[dict]]]:
 
 def figure(work: list[dict], stem: Path) -> list[Path]:
     """Expert reads per output token vs Standard SD against batch size: one line per method and draft shape,
-    95 % paired intervals as bars (Standard SD itself, always 1, left out)."""
+    95 % intervals over prompts as bars (Standard SD itself, always 1, left out)."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt

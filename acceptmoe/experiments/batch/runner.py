@@ -34,6 +34,7 @@ from ..spine.runs import Run, SampleLog, unit_key
 from .batched import Pool, ServerBudget, quality_sums, run_draw, same_passes, server_budget
 from .compose import Request, StoreCounter, compose, draw_requests
 from .config import PHASE, BatchStudyConfig, DraftShape
+from .prompts import graded_rows, pool_keys
 
 
 def generate_shape(cfg: BatchStudyConfig, shape: DraftShape, root: Path) -> dict[str, ServerBudget]:
@@ -64,11 +65,9 @@ def generate_shape(cfg: BatchStudyConfig, shape: DraftShape, root: Path) -> dict
 def pool_of(cfg: BatchStudyConfig, root: Path) -> tuple[Pool, dict[str, list[Request]], dict[str, list[dict]]]:
     """The pool, and per composed variant its requests and quality rows, one per (model, task, prompt) every
     composed method recorded, in the same order."""
-    paths, rows = RunPaths(root), [r for r in SampleLog(root / "samples.jsonl") if r.get("phase") == PHASE]
+    paths, rows = RunPaths(root), graded_rows(root)
     names = [Variant(m).name for m in cfg.composed()]
-    keys = sorted({(r["model"], r["task"], r["index"]) for r in rows},
-                  key=lambda k: (k[0], cfg.world.tasks.index(k[1]), k[2]))
-    keys = [k for k in keys if all(paths.routes(PHASE, Pair(k[0], k[1]), v, 0, k[2]).is_file() for v in names)]
+    keys = pool_keys(cfg, root, rows)
     requests = {v: [Request.of(Routes.load(paths.routes(PHASE, Pair(m, t), v, 0, i))) for m, t, i in keys]
                 for v in names}
     by = {(r["variant"], r["model"], r["task"], r["index"]): r for r in rows}
