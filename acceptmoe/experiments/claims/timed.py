@@ -234,7 +234,8 @@ def _sweep_rows(got, base: dict) -> list[Measured]:
 
 # ----- the replay -----
 REPLAY_CLAIMS = {"resident": "resident-throughput"}   # any other (offloaded) store: offload-throughput
-REPLAY_HINT = ("./reproduce.sh replay --run <a fig4 run made with --record-routes> --shape qwen3-30b-a3b")
+REPLAY_HINT = ("./reproduce.sh replay --run <a fig4 run made with --record-routes --offload-prompts 20> "
+               "--shape qwen3-30b-a3b")
 
 
 def _store_kind(store: str) -> str:
@@ -274,10 +275,15 @@ def _replay_row(r: dict, store: str, shape: str, device: str, run: Path, cfg: di
     est, lo, hi = r["speedup_per_token"], r["speedup_per_token_low"], r["speedup_per_token_high"]
     measures = f"expert-work replay at {shape}'s shape ({'GPU run' if device.startswith('cuda') else 'CPU'}), " \
                f"routes: {r['routes']}"
+    placebo = ((r["placebo_per_token_low"], r["placebo_per_token_high"]) if r.get("placebo_per_token_low") is not None
+               else None)
+    if placebo:
+        extra.append(f"placebo [{placebo[0]:.3f}, {placebo[1]:.3f}]")
     return Measured(REPLAY_CLAIMS.get(store, "offload-throughput"), "",
                     f"{est:.3f}x per output token, {store} store ({'; '.join(extra)})", iv(lo, hi, 3, sign=False),
                     est, lo, hi, measures=measures, kind=REPLAY, run=where(run), world=world_of(cfg["world"]),
-                    bounds=CI)
+                    bounds=CI, unit=r.get("interval_unit", "generations"), n=r.get("interval_n", r["generations"]),
+                    placebo=placebo)
 
 
 def claims_with_replay() -> list[Claim]:

@@ -22,7 +22,8 @@ from .runs import Run, SampleLog, code_state, discard_if_empty, lock_run, open_r
 # ----- command line -----
 CONFIG_OPTIONS = {"limit": "limit", "methods": "methods", "budgets_from": "budgets_from",   # option -> config key
                   "engine": "world.engine", "record_routes": "world.generation.record_routes",
-                  "calibration_limit": "world.calibration.prompts"}
+                  "calibration_limit": "world.calibration.prompts",
+                  "resident_prompts": "resident.prompts", "offload_prompts": "offload.prompts"}
 
 
 def positive_int(text: str) -> int:

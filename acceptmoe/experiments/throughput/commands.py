@@ -9,12 +9,13 @@
 | `fig5`   | sweep, offload-timed, offload-counters       | all of the above for these phases, fig5.*     |
 
     ./reproduce.sh fig3 [--preset tiny|paper] [--limit N] [--budgets-from TABLE1_RUN] [--resume RUN_DIR]
+    ./reproduce.sh fig4 --record-routes --offload-prompts 20     # the replay's recording: 20 prompts per task
 """
 from __future__ import annotations
 
 from acceptmoe.commands import command, parser
 
-from ..spine.options import add_budgets_option, add_run_options, open_or_resume, run_and_report
+from ..spine.options import add_budgets_option, add_run_options, open_or_resume, positive_int, run_and_report
 from .config import load_throughput_config, throughput_config_from_saved
 from .report import write_outputs
 from .runner import run_experiment
@@ -24,7 +25,7 @@ COMMAND_PHASES = {"fig3": ("resident",), "fig4": ("offload-timed", "offload-coun
                   "fig5": ("sweep", "offload-timed", "offload-counters")}
 
 
-@command("fig3", "Figure 3: resident throughput vs Standard SD (3 repetitions, timed_tokens tokens, fresh engines)")
+@command("fig3", "Figure 3: resident throughput vs Standard SD (5 repetitions, variants interleaved, a placebo)")
 def fig3(argv: list[str] | None = None) -> int:
     return command_main("fig3", argv)
 
@@ -53,6 +54,14 @@ def command_main(command: str, argv: list[str] | None) -> int:
     p = parser(command)
     add_run_options(p, "cap on prompts per pair in every phase (quick runs)")
     add_budgets_option(p)
+    phases = COMMAND_PHASES[command]
+    if "resident" in phases:
+        p.add_argument("--resident-prompts", type=positive_int, default=None, metavar="N",
+                       help="prompts per pair the resident phase times (overrides the preset)")
+    if any(ph.startswith("offload") for ph in phases):
+        p.add_argument("--offload-prompts", type=positive_int, default=None, metavar="N",
+                       help="prompts per pair the offloaded phases run (overrides the preset; the replay reads "
+                            "routes of 20 per task)")
     args = p.parse_args(argv)
     cfg, run = open_or_resume(command, args, lambda o: load_throughput_config(args.preset, COMMAND_PHASES[command], o),
                               throughput_config_from_saved)
