@@ -92,6 +92,7 @@ EXPERIMENT_PACKAGES = ("table1", "throughput", "study", "replay", "batch", "benc
 # The one exception: `claims` reads other experiments' results, through their record builders only (the modules
 # below: tables, records, reports and the configs those load), never a runner or a command.
 READERS = {"claims": {"acceptmoe.experiments.table1.table", "acceptmoe.experiments.throughput.records",
+                      "acceptmoe.experiments.throughput.timing",
                       "acceptmoe.experiments.throughput.report", "acceptmoe.experiments.study.tables",
                       "acceptmoe.experiments.study.config", "acceptmoe.experiments.replay.report",
                       "acceptmoe.experiments.batch.records"}}

@@ -18,8 +18,14 @@ SELF = Variant(B0_METHOD).name          # AcceptMoE (the self-sized method whose
 
 
 def _cells(recs: list[dict], key: str, label) -> tuple[Evidence, ...]:
-    return tuple(Evidence(r[key], r[f"{key}_low"], r[f"{key}_high"], CI, label(r)) for r in recs
-                 if r.get(key) is not None)
+    return tuple(Evidence(r[key], r[f"{key}_low"], r[f"{key}_high"], CI, label(r), r["unit"], r.get(f"{key}_n", r.get("n", r.get("prompts"))))
+                 for r in recs if r.get(key) is not None)
+
+
+def _measured(claim_id: str, ours: str, span: str, cells: tuple[Evidence, ...], base: dict) -> Measured:
+    """A per-cell finding: every cell judged on its own interval, the row naming their unit and smallest n."""
+    return Measured(claim_id, "", ours, span, None, None, None, pairs=cells, unit=cells[0].unit,
+                    n=min(c.n for c in cells), **base)
 
 
 def _ours(cells: tuple[Evidence, ...]) -> str:
@@ -41,21 +47,21 @@ def batch_rows(run: Path) -> list[Measured]:
     for claim_id, key in (("batch-reads", "reads_ratio"), ("batch-pool-loads", "loads_ratio")):
         cells = _cells(work, key, lambda r: f"{r['draft']} B={r['batch']}")
         if cells:
-            out.append(Measured(claim_id, "", _ours(cells), _span(cells), None, None, None, pairs=cells, **base))
+            out.append(_measured(claim_id, _ours(cells), _span(cells), cells, base))
     cells = _cells(quality, "tau_ratio", lambda r: r["draft"])
     if cells:
-        out.append(Measured("batch-tau-parity", "", _ours(cells), _span(cells), None, None, None, pairs=cells, **base))
+        out.append(_measured("batch-tau-parity", _ours(cells), _span(cells), cells, base))
     ran = dict(base, measures=f"{engine_measures(world)}: every draw verified together (Engine.generate_batch)")
     label = lambda r: f"{r['draft']} B={r['batch']}"                     # noqa: E731
     shared = [r for r in batch_records.work_records(cfg, rows) if r.get("reads_vs_alone") is not None
               and r["batch"] > 1]
     cells = _cells(shared, "reads_vs_alone", label)
     if cells:
-        out.append(Measured("batch-shared-reads", "", _ours(cells), _span(cells), None, None, None, pairs=cells, **ran))
+        out.append(_measured("batch-shared-reads", _ours(cells), _span(cells), cells, ran))
     acc = [r for r in batch_records.batched_quality(cfg, rows) if r["batch"] > 1]
     cells = _cells(acc, "accuracy_diff", label)
     if cells:
-        out.append(Measured("batch-shared-accuracy", "", "; ".join(f"{c.label} {c.estimate:+.1f} pp" for c in cells),
-                            f"per cell {min(c.low for c in cells):+.1f} to {max(c.high for c in cells):+.1f} pp (95 %)",
-                            None, None, None, pairs=cells, **ran))
+        out.append(_measured("batch-shared-accuracy", "; ".join(f"{c.label} {c.estimate:+.1f} pp" for c in cells),
+                             f"per cell {min(c.low for c in cells):+.1f} to {max(c.high for c in cells):+.1f} pp (95 %)",
+                             cells, ran))
     return out
