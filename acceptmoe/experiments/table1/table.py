@@ -265,8 +265,9 @@ def render_markdown(t: Table1) -> str:
     h3, r3 = speed_rows(t)
     parts = [f"# Table 1 ({t.cfg.world.preset} preset)\n",
              render.markdown(h1, r1, "Accuracy (%), greedy; B0 = matched budget of the fixed-budget methods"),
-             render.markdown(h2, r2, f"Accuracy difference from Standard SD (pp) with paired bootstrap {conf} "
-                                     f"intervals over prompts (mean: stratified by pair)"),
+             render.markdown(h2, r2, f"Accuracy difference from Standard SD (pp) with paired {conf} intervals "
+                                     f"over prompts: Newcombe's paired score interval (mean: over the pooled "
+                                     f"prompts of equally large pairs, else the bootstrap stratified by pair)"),
              render.markdown(h3, r3, "Mean accepted length tau (tokens per target step) / mean set size "
                                      "(experts per layer, over every block and layer)")]
     if t.b0:
