@@ -72,7 +72,7 @@ register_backend("triton", SCORE_CODES, SIZING_CODES, ROUTER_MODES)
 GATE_MASS, VOTES, ROUTER_MASS, COMMITMENT, SHARED_COMMITMENT = (tl.constexpr(SCORE_CODES[s]) for s in (
     Score.GATE_MASS, Score.VOTES, Score.ROUTER_MASS, Score.COMMITMENT, Score.SHARED_COMMITMENT))
 ALL, FIXED, SELF = (tl.constexpr(SIZING_CODES[s]) for s in (Sizing.ALL, Sizing.FIXED, Sizing.SELF))
-NONRESIDENT = tl.constexpr(int(Prune.NONRESIDENT))
+OFF, NONRESIDENT = tl.constexpr(int(Prune.OFF)), tl.constexpr(int(Prune.NONRESIDENT))
 LOG2_BITS = tl.constexpr(16)    # acceptmoe.methods.fixed.LOG2_BITS
 
 
@@ -154,6 +154,15 @@ def _prune(eligible, utility, anchor, resident, offs_e, scale, rho_q, min_set):
 
 
 @triton.jit
+def known_codes(SCORE: tl.constexpr, SIZING: tl.constexpr, PRUNE: tl.constexpr):
+    """Every Score, Sizing and Prune code has a branch below; any other fails the compile by name."""
+    tl.static_assert(SCORE == GATE_MASS or SCORE == VOTES or SCORE == ROUTER_MASS or SCORE == COMMITMENT
+                     or SCORE == SHARED_COMMITMENT, "_verifier_kernel: unknown score code")
+    tl.static_assert(SIZING == ALL or SIZING == FIXED or SIZING == SELF, "_verifier_kernel: unknown sizing code")
+    tl.static_assert(PRUNE == OFF or PRUNE == NONRESIDENT, "_verifier_kernel: unknown prune code")
+
+
+@triton.jit
 def _verifier_kernel(
     logits_ptr, bias_ptr, alpha_ptr, ntok_ptr, resident_ptr, log2_ptr,
     eligible_ptr, utility_ptr, anchor_ptr, ids_ptr, weights_ptr,
@@ -165,6 +174,7 @@ def _verifier_kernel(
     DEMAND: tl.constexpr, PRUNE: tl.constexpr, ROUTE: tl.constexpr,
 ):
     known_router(ROUTER)
+    known_codes(SCORE, SIZING, PRUNE)
     LOGIT: tl.constexpr = logits_ptr.dtype.element_ty
     KEY64: tl.constexpr = (LOGIT == tl.float32) or (ROUTER == SIGMOID_RENORM) or (ROUTER == SIGMOID_RAW)
     NATURAL: tl.constexpr = ROUTE and (SIZING == ALL) and (PRUNE != NONRESIDENT)   # S = all: route in pass 1
@@ -197,9 +207,11 @@ def _verifier_kernel(
             secondary += _fixed(r_gate, valid, scale)
         elif SCORE == ROUTER_MASS:
             primary += _fixed(probs, valid, scale)
-        else:                        # COMMITMENT, SHARED_COMMITMENT
+        elif SCORE == COMMITMENT or SCORE == SHARED_COMMITMENT:
             alpha = tl.load(alpha_ptr + b * s_ab + rows * s_at, mask=valid, other=0.0)
             primary += _fixed(alpha[:, None] * r_demand, valid, scale)
+        else:
+            tl.static_assert(False, "_verifier_kernel: unknown score code")
         if ANCHOR:                   # A = K_root
             anchor = anchor | (tl.max(tl.where(member & (rows == 0)[:, None], 1, 0), axis=0) > 0)
     if SCORE == SHARED_COMMITMENT:   # the other blocks' root terms: TC roots per chunk (block stride as row stride)
@@ -229,7 +241,7 @@ def _verifier_kernel(
             key = _score_keys(utility, offs_e)
         if SIZING == FIXED:
             n = budget - tl.sum(anchor.to(tl.int32), axis=0)
-        else:
+        else:                        # SELF (known_codes admits no other sizing here)
             log2_n = tl.load(log2_ptr + offs_e, mask=e_in, other=0)                       # log2 of 1..E
             n = _effective_rank((utility * scale).to(tl.int64), e_in & ~anchor & (utility > 0), log2_n, e_in,
                                 guard)

@@ -134,3 +134,40 @@ def test_each_router_kind_compiles_its_own_variant_and_an_unknown_mode_none():
     assert len(set(modes)) == len(names) and len(set(codes)) == len(names), out
     assert "unknown router mode" in out["unknown"], out["unknown"]
 
+
+
+CODES_SCRIPT = """
+import hashlib, json, sys, traceback
+from acceptmoe.experiments.bench.kernel_table import KernelCase, launch_of
+from acceptmoe.kernels.offline import Launch, compile_launch
+out = {}
+for method in json.loads(sys.argv[1]):
+    launch = launch_of(KernelCase(method, "qwen3", "bf16", False, 16))
+    out[method] = [launch.kwargs["SCORE"], launch.kwargs["SIZING"],
+                   hashlib.sha256(compile_launch(launch, 90).asm["ttir"].encode()).hexdigest()]
+for key in ("SCORE", "SIZING", "PRUNE"):
+    try:
+        compile_launch(Launch(launch.kernel, launch.args, {**launch.kwargs, key: 99}), 90)
+        out[key] = "compiled"
+    except Exception as e:                            # CompilationError, from the static_assert
+        out[key] = "".join(traceback.format_exception(e))[-3000:]
+print(json.dumps(out))
+"""
+
+
+def test_each_score_and_sizing_compiles_its_own_variant_and_an_unknown_code_none():
+    """One launch per verification score (each registered method whose score is another, sizings among them)
+    compiled for sm_90: each carries its own codes and compiles to its own code; a score, sizing or prune code no
+    branch handles fails the compile by name (no default branch computes one method as another)."""
+    from acceptmoe.methods import METHODS, Score
+    by_score = {}
+    for name, spec in METHODS.items():
+        if spec.speculates:
+            by_score.setdefault(spec.score, name)
+    assert set(by_score) == set(Score)                                     # every score has a method here
+    out = _compiled(CODES_SCRIPT, list(by_score.values()))
+    rows = [out[m] for m in by_score.values()]
+    assert len({s for s, _, _ in rows}) == len(Score) and len({h for *_, h in rows}) == len(rows), out
+    assert {z for _, z, _ in rows} >= {1, 2}                                # fixed and self sizings both compiled
+    for key, what in (("SCORE", "score"), ("SIZING", "sizing"), ("PRUNE", "prune")):
+        assert f"unknown {what} code" in out[key], out[key]
