@@ -28,7 +28,7 @@ from .read import READERS, REPLAY_HINT, claims_with_replay
 from .verdict import verdict
 
 REFERENCE_RUNS = REPO / "results" / "reference"
-# fig5 holds fig4's phases with more prompts; the reference fig4 run is the replay's small routes source
+# fig5 holds fig4's phases at the same sizes (and the sweep); the reference fig4 run is the replay's routes source
 DEFAULT_EXPERIMENTS = ("table1", "worlds", "fig3", "fig5", "calibration-study", "replay", "batch-study")
 OUTPUTS = ("claims.md", "claims.csv", "claims.tex")
 HEADER = ["id", "claim", "paper", "ours", "95% interval / spread", "unit (n)", "direction holds",
