@@ -132,7 +132,7 @@ def test_a_draft_config_json_that_is_not_json_is_a_checkpoint_error(tmp_path):
 def test_more_offload_slots_than_experts_is_one_line_naming_the_key(tmp_path):
     """The tiny target has 128 experts per layer; X = 200 slots cannot be kept."""
     preset = tmp_path / "slots.yaml"
-    preset.write_text(TINY.replace("  offload: {prompts: 5}", "  offload: {prompts: 5, slots: 200}"))
+    preset.write_text(TINY.replace("  offload: {prompts: 20}", "  offload: {prompts: 20, slots: 200}"))
     assert "slots: 200" in preset.read_text()
     out, _ = cli("fig4", "--preset", preset, "--limit", "1", "--results", tmp_path / "r")
     one_error_line(out, "throughput.offload.slots = 200 exceeds the 128 experts per layer of model 'tiny'")
