@@ -16,9 +16,9 @@ from __future__ import annotations
 
 import argparse
 import ast
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Mapping
 
 from acceptmoe.registry import Registry
 

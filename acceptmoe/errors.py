@@ -7,7 +7,6 @@ imports nothing from the package, so every room can raise these errors without a
 """
 from __future__ import annotations
 
-
 import reprlib
 
 SHOWN_CHARS = 300      # a value quoted in a message, at most

@@ -31,7 +31,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "scripts"))
-from requirements import lines as requirements          # noqa: E402 - the one list, in pyproject.toml
+from requirements import lines as requirements  # noqa: E402 - the one list, in pyproject.toml
+
 SGLANG = "0.5.23"
 HELD = ("torch", "triton", "transformers")          # never moved by what is installed after SGLang
 TESTS = ("pytest",)                                 # what tests/sglang/run_live.sh needs beside the graders

@@ -13,8 +13,8 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from acceptmoe.engine import mxfp4
+from acceptmoe.experiments.gpucheck.parity import SMALL, random_checkpoint  # one definition, shared with
 
-from acceptmoe.experiments.gpucheck.parity import SMALL, random_checkpoint   # one definition, shared with
                                                                              # gpu-check's parity check
 
 

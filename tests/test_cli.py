@@ -62,8 +62,9 @@ def test_bad_model_folder_is_a_clear_error(tmp_path):
 
 
 def _preset(tmp_path, edit) -> str:
-    import yaml
     from pathlib import Path
+
+    import yaml
     data = yaml.safe_load((Path(__file__).parents[1] / "configs/presets/tiny.yaml").read_text())
     edit(data)
     path = tmp_path / "bad.yaml"

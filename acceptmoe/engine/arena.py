@@ -24,8 +24,8 @@ Layout rule (the one place): tensors in the order given, each starting at the ne
 from __future__ import annotations
 
 import weakref
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Iterable, Sequence
 
 import torch
 from torch import Tensor
@@ -56,7 +56,7 @@ class ArenaLayout:
     regions: tuple[Region, ...]
 
     @classmethod
-    def of(cls, tensors: Iterable[tuple[str, Sequence[int], torch.dtype]]) -> "ArenaLayout":
+    def of(cls, tensors: Iterable[tuple[str, Sequence[int], torch.dtype]]) -> ArenaLayout:
         """(name, shape, dtype) per tensor -> their places, in order, each aligned to ALIGN bytes."""
         regions, end = [], 0
         for name, shape, dtype in tensors:

@@ -17,7 +17,8 @@ after a generation and never change what it computes.
 """
 from __future__ import annotations
 
-from typing import Protocol, Sequence, runtime_checkable
+from collections.abc import Sequence
+from typing import Protocol, runtime_checkable
 
 from acceptmoe.methods import Fit, Plan
 

@@ -200,7 +200,7 @@ class ModelConfig:
         return self.num_heads if self.latent else self.num_kv_heads
 
     @classmethod
-    def from_dict(cls, raw: dict, extra_eos: tuple[int, ...] = ()) -> "ModelConfig":
+    def from_dict(cls, raw: dict, extra_eos: tuple[int, ...] = ()) -> ModelConfig:
         arch = raw.get("model_type")
         if not isinstance(arch, str) or arch not in FAMILIES:
             raise CheckpointError(f"unsupported model_type {arch!r} in config.json: no model family serves it; "
@@ -229,7 +229,7 @@ class ModelConfig:
         return cfg
 
     @classmethod
-    def from_folder(cls, path: str | Path) -> "ModelConfig":
+    def from_folder(cls, path: str | Path) -> ModelConfig:
         folder = Path(path)
         if not folder.is_dir():
             raise CheckpointError(f"model folder {folder} does not exist; pass a Hugging Face checkpoint folder")

@@ -20,19 +20,20 @@ layers 1, L//2 - 1, L - 4.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 import torch
 from safetensors.torch import load_file, save_file
 from torch import Tensor, nn
 
+from acceptmoe.errors import UserError, shown
+
 from .config import CheckpointError, read_json, rope_config
 from .kv import Prefixes, Start, visible_slots
 from .layers import Attention, DenseMLP, Linear, RMSNorm, Rope
 from .tree import DraftTree, TreeShape, eagle2_expand, select_tree
-from acceptmoe.errors import UserError, shown
 
 ARCHITECTURE = "LlamaForCausalLMEagle3"
 DRAFT_ROPE_KINDS = ("default", "linear", "llama3")
@@ -56,7 +57,7 @@ class DraftCache(Prefixes):
         self.slots = torch.arange(max_len, device=device)                 # [S]
         self._prefixes = {}
 
-    def _prefix(self, n: int) -> "DraftCache":
+    def _prefix(self, n: int) -> DraftCache:
         view = object.__new__(DraftCache)
         view.k, view.v, view.slots = self.k[:n], self.v[:n], self.slots[:n]   # [n, kv_heads, hd], [n]
         return view
@@ -127,7 +128,7 @@ class Eagle3Draft(nn.Module):
 
     # ----- checkpoint I/O -----
     @classmethod
-    def from_pretrained(cls, path: str | Path, device="cpu", dtype: torch.dtype | None = None) -> "Eagle3Draft":
+    def from_pretrained(cls, path: str | Path, device="cpu", dtype: torch.dtype | None = None) -> Eagle3Draft:
         """Load a SpecForge/SGLang EAGLE-3 checkpoint; dtype None keeps the stored dtype."""
         path = Path(path)
         if not (path / "config.json").is_file():
@@ -161,7 +162,7 @@ class Eagle3Draft(nn.Module):
         save_file(state, str(path / "model.safetensors"))
 
     # ----- pairing with a target -----
-    def bind(self, target) -> "Eagle3Draft":
+    def bind(self, target) -> Eagle3Draft:
         """Check the draft against target (a MoEModel) and share its embedding when the draft has none."""
         tc = target.config
         Ht, L = tc.hidden_size, tc.num_layers

@@ -34,9 +34,9 @@ import dataclasses
 import functools
 import gc
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Sequence
 
 import torch
 from torch import Tensor

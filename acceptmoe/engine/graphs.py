@@ -53,7 +53,6 @@ from torch import Tensor
 
 from acceptmoe.errors import UserError
 
-
 STEP_MODES = ("auto", "eager", "static", "graphs")
 
 

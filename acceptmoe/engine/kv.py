@@ -48,9 +48,9 @@ class Prefixes:
     the same storage): `upto(end)` is the one a pass reading slots [0, end) is given (`bucket`). A prefix is
     made once per length and shared with the cache's other prefixes, so a step holding it keeps one key."""
     max_len: int
-    _prefixes: dict[int, "Prefixes"]
+    _prefixes: dict[int, Prefixes]
 
-    def upto(self, end: int) -> "Prefixes":
+    def upto(self, end: int) -> Prefixes:
         n = bucket(end, self.max_len)
         if n >= self.max_len:
             return self
@@ -60,7 +60,7 @@ class Prefixes:
             view._prefixes = self._prefixes
         return view
 
-    def _prefix(self, n: int) -> "Prefixes":
+    def _prefix(self, n: int) -> Prefixes:
         raise NotImplementedError
 
 
@@ -81,7 +81,7 @@ class KVCache(Prefixes):
         self.batch_v = [v[None] for v in self.layer_v]
         self.max_len = pos.shape[0]
 
-    def _prefix(self, n: int) -> "KVCache":
+    def _prefix(self, n: int) -> KVCache:
         view = object.__new__(KVCache)
         view._hold(self.k[:, :, :n], self.v[:, :, :n], self.pos[:n], self.slots[:n])
         return view

@@ -168,7 +168,7 @@ class Attention(nn.Module):
         self.qk_norm: RMSNorm | None = None
 
     @classmethod
-    def of(cls, cfg: ModelConfig, layer: int) -> "Attention":
+    def of(cls, cfg: ModelConfig, layer: int) -> Attention:
         """Layer `layer` of a target."""
         return cls(cfg.hidden_size, cfg.hidden_size, cfg.num_heads, cfg.num_kv_heads, cfg.head_dim,
                    bias=cfg.attention_bias, o_bias=cfg.o_bias, qk_norm=cfg.qk_norm, eps=cfg.rms_norm_eps,

@@ -21,7 +21,7 @@ what is left (waiting for it) and `reset()` drops everything, unfinished loads i
 from __future__ import annotations
 
 from collections import deque
-from typing import Iterable
+from collections.abc import Iterable
 
 MAX_PENDING = 64       # outstanding CUDA loads per store before the oldest is waited for
 

@@ -30,8 +30,8 @@ are defined. The stores allocate by these rules (`store.open_store`) and a test 
 """
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Mapping
 
 import torch
 from torch import Tensor

@@ -25,9 +25,9 @@ from torch import Tensor, nn
 
 from ..kernels import natural
 from ..methods import Router
-from .layers import Attention, DenseMLP, Linear, RMSNorm, Rope, block_masks
 from .config import DTYPES, ModelConfig
 from .kv import KVCache, Start
+from .layers import Attention, DenseMLP, Linear, RMSNorm, Rope, block_masks
 from .loading import Checkpoint, expert_weights, module_state, packed_experts
 from .memory import stored_form
 from .mla import LatentAttentionLayer
@@ -99,7 +99,7 @@ class MoEModel(nn.Module):
     @classmethod
     def from_pretrained(cls, path: str | Path, device: torch.device | str = "cpu",
                         dtype: torch.dtype | str | None = None, store: str = "resident",
-                        slots: int | None = None) -> "MoEModel":
+                        slots: int | None = None) -> MoEModel:
         """Load a Hugging Face checkpoint folder (config.json + safetensors, single or sharded).
 
         dtype None = the checkpoint's dtype; store "resident" (all experts on `device`) or "offloaded"

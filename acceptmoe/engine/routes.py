@@ -82,7 +82,7 @@ class RouteLog:
     passes: list[tuple] = field(default_factory=list)
 
     @classmethod
-    def begin(cls, store) -> "RouteLog":
+    def begin(cls, store) -> RouteLog:
         """Start recording: the pool at generation start and the store's counters (device copies)."""
         state = store.pool_state() if store.kind == "offloaded" else None
         return cls(store, store.device.type == "cpu", state, store.tally.clone())
@@ -97,7 +97,7 @@ class RouteLog:
                             None if resident is None else resident.clone(),
                             seconds if self.timed else math.nan, int(output_tokens)))
 
-    def finish(self, meta: dict) -> "Routes":
+    def finish(self, meta: dict) -> Routes:
         store = self.store
         E = store.num_experts
         ids = torch.cat([p[1] for p in self.passes], dim=1).transpose(0, 1).cpu()      # [N, L, k]
@@ -186,7 +186,7 @@ class Routes:
         tmp.replace(p)
 
     @classmethod
-    def load(cls, path: str | Path) -> "Routes":
+    def load(cls, path: str | Path) -> Routes:
         with np.load(Path(path)) as z:
             arrays = {k: z[k] for k in z.files if k != "meta"}
             meta = json.loads(z["meta"].tobytes().decode())

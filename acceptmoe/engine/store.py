@@ -35,9 +35,21 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from .expert_math import (EXPERT_PATHS, GATHER_BYTES, PACKED, ExpertMath, combine, expert_bytes, expert_path,
-                          experts_by_group, group_counts, grouped_mm, grouped_weights, native_grouped_mm)
-from .expert_math import _NATIVE  # noqa: F401  (gpu-check reads which dtypes fell back)
+from .expert_math import (
+    _NATIVE,  # noqa: F401  (gpu-check reads which dtypes fell back)
+    EXPERT_PATHS,
+    GATHER_BYTES,
+    PACKED,
+    ExpertMath,
+    combine,
+    expert_bytes,
+    expert_path,
+    experts_by_group,
+    group_counts,
+    grouped_mm,
+    grouped_weights,
+    native_grouped_mm,
+)
 from .memory import as_form, kept_form
 from .offload import OffloadedStore, PoolState
 from .store_base import COUNTERS, HITS, PASSES, ExpertStore

@@ -8,7 +8,7 @@
 """
 from __future__ import annotations
 
-from typing import Iterable, Mapping
+from collections.abc import Iterable, Mapping
 
 import torch
 from torch import Tensor

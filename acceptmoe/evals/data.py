@@ -11,7 +11,7 @@ import hashlib
 import json
 import os
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 
 from acceptmoe.errors import UserError
@@ -114,7 +114,7 @@ def read_text(path: Path) -> str:
     return raw.decode("utf-8")
 
 
-@lru_cache(maxsize=None)
+@cache
 def _read_cached(name: str, root: str) -> tuple[dict, ...]:
     entry = FILES[name]
     path = Path(root) / entry.path

@@ -38,9 +38,9 @@ import json
 import re
 import subprocess
 import sys
+from collections.abc import Callable
 from functools import lru_cache
 from pathlib import Path
-from typing import Callable
 
 from acceptmoe.evals import codec, readback
 from acceptmoe.evals.pump import Stop, Watch

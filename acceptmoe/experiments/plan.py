@@ -89,7 +89,7 @@ def eval_count(world, task: str, limit: int | None) -> int:
     return examples(task, world.eval_split, limit)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def examples(task: str, split: str, limit: int | None) -> int:
     return len(get_task(task).load(split, limit))
 
@@ -172,7 +172,7 @@ class Target:
     draft: int
 
     @classmethod
-    def of(cls, entry, world, target: dict, draft: dict) -> "Target":
+    def of(cls, entry, world, target: dict, draft: dict) -> Target:
         cfg = ModelConfig.from_dict(target)
         dtype = DTYPES.get(world.dtype, cfg.dtype)
         size = torch.empty((), dtype=dtype).element_size()

@@ -6,8 +6,8 @@ is reported and skipped.
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 from acceptmoe.commands import command, parser
 from acceptmoe.registry import Registry

@@ -10,7 +10,7 @@ each imported on first use (triton only when asked for); a backend module declar
 """
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 

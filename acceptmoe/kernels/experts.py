@@ -118,7 +118,7 @@ def _experts_kernel(
     pos = tile * BLOCK_M + tl.arange(0, BLOCK_M)                        # [BM] tile rows
     pair = tl.load(rows_ptr + pos)
     valid = pair < P
-    if STAGE == 1:
+    if STAGE == 1:  # noqa: SIM108 (Triton: constexpr branch)
         a_row = pair // TOPK                                            # x rows by token
     else:
         a_row = pos                                                     # h rows by tile row

@@ -18,9 +18,10 @@ import os
 import re
 import subprocess
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import triton
 
@@ -37,7 +38,7 @@ class Launch:
     args: tuple
     kwargs: dict           # constexprs and launch options (num_warps, ...)
 
-    def with_warps(self, num_warps: int) -> "Launch":
+    def with_warps(self, num_warps: int) -> Launch:
         return Launch(self.kernel, self.args, {**self.kwargs, "num_warps": num_warps})
 
 

@@ -12,6 +12,7 @@ ranking is the project's one rule (`acceptmoe.methods.topk`).
 from __future__ import annotations
 
 import functools
+
 import torch
 from torch import Tensor
 
@@ -117,7 +118,7 @@ def select_batched(plan: Plan, logits: Tensor, step: StepBuffers, order: Tensor 
     return Selection(SIZES[plan.spec.sizing](plan, primary, secondary, anchor), primary, anchor)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def log2_sizes(num: int, device: torch.device) -> Tensor:
     """int64 [num]: log2_fixed(n) for the set sizes n = 1..num (a constant per width and device)."""
     return log2_fixed(torch.arange(1, num + 1, device=device))

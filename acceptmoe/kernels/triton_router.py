@@ -56,14 +56,14 @@ NORM_EPS = tl.constexpr(1e-20)  # acceptmoe.methods.routing.NORM_EPS
 @triton.jit
 def known_router(ROUTER: tl.constexpr):
     """Fails the compile for a mode no branch handles (the kernel calls it first)."""
-    tl.static_assert(ROUTER == SOFTMAX_TOPK_RENORM or ROUTER == SOFTMAX_TOPK_RAW or ROUTER == TOPK_SOFTMAX
+    tl.static_assert(ROUTER == SOFTMAX_TOPK_RENORM or ROUTER == SOFTMAX_TOPK_RAW or ROUTER == TOPK_SOFTMAX  # noqa: SIM109 (Triton: no `in` on tuples)
                      or ROUTER == SIGMOID_RENORM or ROUTER == SIGMOID_RAW, "unknown router mode")
 
 
 @triton.jit
 def _lowest(KEY64: tl.constexpr):
     """The smallest key (never selected)."""
-    if KEY64:
+    if KEY64:  # noqa: SIM108 (Triton: constexpr branch)
         low = tl.full((), 1, tl.int64) << 63
     else:
         low = tl.full((), 1, tl.int32) << 31
@@ -116,7 +116,7 @@ def _slot_weights(vals, row_max, row_sum, ROUTER: tl.constexpr):
     """Gating weights [TC, BK] of the chosen logits vals [TC, BK] (unused places hold -inf), softmax kinds."""
     if ROUTER == SOFTMAX_TOPK_RAW:   # the unmasked softmax probability
         weights = tl.exp(vals - row_max[:, None]) / row_sum[:, None]
-    elif ROUTER == SOFTMAX_TOPK_RENORM or ROUTER == TOPK_SOFTMAX:
+    elif ROUTER == SOFTMAX_TOPK_RENORM or ROUTER == TOPK_SOFTMAX:  # noqa: SIM109 (Triton: no `in` on tuples)
         ex = tl.exp(vals - tl.max(vals, axis=1)[:, None])   # renormalised over the chosen k (masking before or
         weights = ex / tl.sum(ex, axis=1)[:, None]          # after the softmax gives the same), [TC, BK]
     else:
@@ -178,12 +178,12 @@ def _chunk(logits_ptr, bias_ptr, b, rows, e_in, offs_e, T, E, s_lb, s_lt, s_le, 
     ptrs = logits_ptr + b * s_lb + rows[:, None].to(tl.int64) * s_lt + offs_e[None, :] * s_le
     raw = tl.load(ptrs, mask=t_in[:, None] & e_in[None, :], other=0.0)
     z = tl.where(e_in[None, :], raw.to(tl.float32), float("-inf"))                       # [TC, BE]
-    if ROUTER == SIGMOID_RENORM or ROUTER == SIGMOID_RAW:                 # sigmoid(z) + bias, groups first
+    if ROUTER == SIGMOID_RENORM or ROUTER == SIGMOID_RAW:                 # sigmoid(z) + bias, groups first # noqa: SIM109 (Triton: no `in` on tuples)
         bias = tl.load(bias_ptr + offs_e, mask=e_in, other=0.0)                          # [BE]
         keys = _logit_keys(tl.sigmoid(z) + bias[None, :], e_in[None, :], offs_e, True)
         if GROUP_TOP < GROUPS:
             keys = _groups_first(keys, e_in, offs_e, E, TC, GROUPS, GROUP_TOP, BLOCK_G)
-    elif ROUTER == SOFTMAX_TOPK_RENORM or ROUTER == SOFTMAX_TOPK_RAW or ROUTER == TOPK_SOFTMAX:   # softmax: monotone
+    elif ROUTER == SOFTMAX_TOPK_RENORM or ROUTER == SOFTMAX_TOPK_RAW or ROUTER == TOPK_SOFTMAX:   # softmax: monotone # noqa: SIM109 (Triton: no `in` on tuples)
         keys = _logit_keys(raw, e_in[None, :], offs_e, KEY64)
     else:
         tl.static_assert(False, "_chunk: unknown router mode")
@@ -198,7 +198,7 @@ def _route_chunk(keys, z, row_max, row_sum, ids_ptr, weights_ptr, b, rows, offs_
     """Top-K of the (already masked) keys of one chunk, stored as ids [TC, K] and weights [TC, K]."""
     _, slots = _topk(keys, offs_k, K, True)                                      # [TC, BK]
     ids = 65535 - (slots & 65535).to(tl.int64)
-    if ROUTER == SIGMOID_RENORM or ROUTER == SIGMOID_RAW:   # the chosen experts' unbiased sigmoids, gathered
+    if ROUTER == SIGMOID_RENORM or ROUTER == SIGMOID_RAW:   # the chosen experts' unbiased sigmoids, gathered # noqa: SIM109 (Triton: no `in` on tuples)
         sig = tl.sigmoid(z)                                                              # [TC, BE]
         chosen = tl.zeros_like(slots).to(tl.float32)                                     # [TC, BK]
         for i in tl.static_range(K):
@@ -206,7 +206,7 @@ def _route_chunk(keys, z, row_max, row_sum, ids_ptr, weights_ptr, b, rows, offs_
             sig_i = tl.sum(tl.where(offs_e[None, :] == id_i[:, None], sig, 0.0), axis=1)
             chosen = tl.where(offs_k[None, :] == i, sig_i[:, None], chosen)
         weights = _sigmoid_weights(chosen, ROUTER) * route_scale
-    elif ROUTER == SOFTMAX_TOPK_RENORM or ROUTER == SOFTMAX_TOPK_RAW or ROUTER == TOPK_SOFTMAX:
+    elif ROUTER == SOFTMAX_TOPK_RENORM or ROUTER == SOFTMAX_TOPK_RAW or ROUTER == TOPK_SOFTMAX:  # noqa: SIM109 (Triton: no `in` on tuples)
         vals = tl.where(offs_k[None, :] < K, _key_logit(slots, LOGIT, KEY64), float("-inf"))  # past K: none
         weights = _slot_weights(vals, row_max, row_sum, ROUTER)
     else:
@@ -221,7 +221,7 @@ def _route_chunk(keys, z, row_max, row_sum, ids_ptr, weights_ptr, b, rows, offs_
 def _gates(z, member, row_max, row_sum, ROUTER: tl.constexpr, DEMAND: tl.constexpr):
     """Natural gates r [TC, BE] (zero outside K_t): the model's own (r_gate, `Router.gates`) and the demand
     score's (r_demand), and the router's probabilities over every expert (`Router.probs`)."""
-    if ROUTER == SIGMOID_RENORM or ROUTER == SIGMOID_RAW:
+    if ROUTER == SIGMOID_RENORM or ROUTER == SIGMOID_RAW:  # noqa: SIM109 (Triton: no `in` on tuples)
         sig = tl.sigmoid(z)                                                              # [TC, BE], 0 outside E
         probs = sig / tl.sum(sig, axis=1)[:, None]
         r_gate = _sigmoid_weights(tl.where(member, sig, 0.0), ROUTER)
@@ -237,7 +237,7 @@ def _gates(z, member, row_max, row_sum, ROUTER: tl.constexpr, DEMAND: tl.constex
             r_gate = chosen / tl.sum(chosen, axis=1)[:, None]
         else:
             tl.static_assert(False, "_gates: unknown router mode")
-    if DEMAND == SOFTMAX:
+    if DEMAND == SOFTMAX:  # noqa: SIM108 (Triton: constexpr branch)
         r_demand = tl.where(member, probs, 0.0)
     else:
         r_demand = r_gate

@@ -40,8 +40,9 @@ bench-kernel and the compile test apply the same function to the same launch com
 from __future__ import annotations
 
 import subprocess
+from collections.abc import Callable
 from enum import IntEnum
-from typing import Callable, NamedTuple
+from typing import NamedTuple
 
 import torch
 import triton
@@ -51,8 +52,20 @@ from torch import Tensor
 from acceptmoe.methods import Plan, Score, Sizing, register_backend
 from acceptmoe.methods.fixed import log2_fixed, rank_guard, rho_fixed
 
-from .triton_router import (IDX_BITS, ROUTER_MODES, SIGMOID_RAW, SIGMOID_RENORM, Demand, _chunk, _gates, _lowest,
-                            _route_chunk, _topk, known_router, router_mode)
+from .triton_router import (
+    IDX_BITS,
+    ROUTER_MODES,
+    SIGMOID_RAW,
+    SIGMOID_RENORM,
+    Demand,
+    _chunk,
+    _gates,
+    _lowest,
+    _route_chunk,
+    _topk,
+    known_router,
+    router_mode,
+)
 from .verifier import Verifier, VerifierInputError, VerifierOutput
 
 
@@ -156,10 +169,10 @@ def _prune(eligible, utility, anchor, resident, offs_e, scale, rho_q, min_set):
 @triton.jit
 def known_codes(SCORE: tl.constexpr, SIZING: tl.constexpr, PRUNE: tl.constexpr):
     """Every Score, Sizing and Prune code has a branch below; any other fails the compile by name."""
-    tl.static_assert(SCORE == GATE_MASS or SCORE == VOTES or SCORE == ROUTER_MASS or SCORE == COMMITMENT
+    tl.static_assert(SCORE == GATE_MASS or SCORE == VOTES or SCORE == ROUTER_MASS or SCORE == COMMITMENT  # noqa: SIM109 (Triton: no `in` on tuples)
                      or SCORE == SHARED_COMMITMENT, "_verifier_kernel: unknown score code")
-    tl.static_assert(SIZING == ALL or SIZING == FIXED or SIZING == SELF, "_verifier_kernel: unknown sizing code")
-    tl.static_assert(PRUNE == OFF or PRUNE == NONRESIDENT, "_verifier_kernel: unknown prune code")
+    tl.static_assert(SIZING == ALL or SIZING == FIXED or SIZING == SELF, "_verifier_kernel: unknown sizing code")  # noqa: SIM109 (Triton: no `in` on tuples)
+    tl.static_assert(PRUNE == OFF or PRUNE == NONRESIDENT, "_verifier_kernel: unknown prune code")  # noqa: SIM109 (Triton: no `in` on tuples)
 
 
 @triton.jit
@@ -176,7 +189,7 @@ def _verifier_kernel(
     known_router(ROUTER)
     known_codes(SCORE, SIZING, PRUNE)
     LOGIT: tl.constexpr = logits_ptr.dtype.element_ty
-    KEY64: tl.constexpr = (LOGIT == tl.float32) or (ROUTER == SIGMOID_RENORM) or (ROUTER == SIGMOID_RAW)
+    KEY64: tl.constexpr = (LOGIT == tl.float32) or (ROUTER == SIGMOID_RENORM) or (ROUTER == SIGMOID_RAW)  # noqa: SIM109 (Triton: no `in` on tuples)
     NATURAL: tl.constexpr = ROUTE and (SIZING == ALL) and (PRUNE != NONRESIDENT)   # S = all: route in pass 1
     b = tl.program_id(0).to(tl.int64)
     offs_c = tl.arange(0, TC)
@@ -207,7 +220,7 @@ def _verifier_kernel(
             secondary += _fixed(r_gate, valid, scale)
         elif SCORE == ROUTER_MASS:
             primary += _fixed(probs, valid, scale)
-        elif SCORE == COMMITMENT or SCORE == SHARED_COMMITMENT:
+        elif SCORE == COMMITMENT or SCORE == SHARED_COMMITMENT:  # noqa: SIM109 (Triton: no `in` on tuples)
             alpha = tl.load(alpha_ptr + b * s_ab + rows * s_at, mask=valid, other=0.0)
             primary += _fixed(alpha[:, None] * r_demand, valid, scale)
         else:
@@ -227,7 +240,7 @@ def _verifier_kernel(
             primary += _fixed(alpha[:, None] * r_demand, other, scale)
 
     # the set S on [E] vectors
-    if SCORE == VOTES:
+    if SCORE == VOTES:  # noqa: SIM108 (Triton: constexpr branch)
         utility = primary.to(tl.float32)
     else:
         utility = primary.to(tl.float32) * unit

@@ -22,8 +22,9 @@ Triton interpreter for the kernel. No host synchronisation and fixed shapes insi
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import NamedTuple, Sequence
+from typing import NamedTuple
 
 import torch
 from torch import Tensor

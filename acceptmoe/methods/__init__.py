@@ -18,12 +18,29 @@ plan, device)`; it agrees exactly with `select`, `prune` and `route`.
 """
 from .commitment import CommitmentTable
 from .config import ConfigError, SelectorConfig
-from .reference import (Selection, best_first, commitment_weight, effective_rank, prune, route, select,
-                        select_pass)
-from .registry import (B0_METHOD, BASELINE, CALIBRATION, DEFAULT_METHOD, METHODS, PAPER_METHODS, REFERENCE,
-                       BackendCoverageError, MethodSpec, RouterKind, Score, Sizing, UnknownMethodError, UnknownRouterError, alone_twin, fixed_twin,
-                       get_method,
-                       register_backend, register_method, unregister_method)
+from .reference import Selection, best_first, commitment_weight, effective_rank, prune, route, select, select_pass
+from .registry import (
+    B0_METHOD,
+    BASELINE,
+    CALIBRATION,
+    DEFAULT_METHOD,
+    METHODS,
+    PAPER_METHODS,
+    REFERENCE,
+    BackendCoverageError,
+    MethodSpec,
+    RouterKind,
+    Score,
+    Sizing,
+    UnknownMethodError,
+    UnknownRouterError,
+    alone_twin,
+    fixed_twin,
+    get_method,
+    register_backend,
+    register_method,
+    unregister_method,
+)
 from .routing import ROUTER_KINDS, Router, route_in
 from .topk import first_k_in, order_desc, rank_desc, topk, topk_ids
 from .tree import BlockInfo, TreeError

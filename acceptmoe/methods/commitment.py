@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable, Sequence
 
 from .tree import BlockInfo
 
@@ -52,7 +52,7 @@ class CommitmentTable:
 
     @classmethod
     def from_records(cls, records: Iterable[tuple[Sequence[int], Sequence[int]]], max_depth: int,
-                     provenance: dict | None = None) -> "CommitmentTable":
+                     provenance: dict | None = None) -> CommitmentTable:
         """records: (parents, accepted path) per verification block."""
         table = cls(max_depth=max_depth, provenance=dict(provenance or {}))
         for parents, accepted in records:
@@ -83,7 +83,7 @@ class CommitmentTable:
         os.replace(tmp, path)
 
     @classmethod
-    def load(cls, path: str | Path) -> "CommitmentTable":
+    def load(cls, path: str | Path) -> CommitmentTable:
         p = Path(path)
         if not p.is_file():
             raise FileNotFoundError(f"commitment table {p} not found: run the calibrate step first")

@@ -18,9 +18,10 @@ Fields where the paper is silent are our choices and are documented here:
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
+
 from acceptmoe.errors import UserError
-from typing import Sequence
 
 DEMAND_SCORES = ("gate", "softmax")
 

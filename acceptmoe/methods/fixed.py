@@ -79,7 +79,7 @@ def log2_fixed_int(x: int) -> int:
     return out
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _log2_constants(device: torch.device) -> tuple[Tensor, Tensor]:
     """int64 [31] 2^1..2^31 (the top-bit test) and [17] 2^16, 2^15, ..., 1 (the places of e and the 16
     fraction bits), made once per device."""

@@ -53,7 +53,7 @@ class Score(enum.Enum):
         return self is Score.SHARED_COMMITMENT
 
     @property
-    def alone(self) -> "Score":
+    def alone(self) -> Score:
         """The score without the batch's terms (itself unless it credits the batch): what it is at B = 1."""
         return Score.COMMITMENT if self is Score.SHARED_COMMITMENT else self
 
@@ -78,7 +78,7 @@ class RouterKind(enum.Enum):
     SIGMOID_GROUPED = "sigmoid_grouped"   # sigmoid, + a selection bias, group-limited top-k, scaled (DeepSeek-V3)
 
     @classmethod
-    def parse(cls, name: "str | RouterKind") -> "RouterKind":
+    def parse(cls, name: str | RouterKind) -> RouterKind:
         """The kind called `name` (its value, e.g. "softmax_topk"); an unknown name is refused by name."""
         return name if isinstance(name, cls) else ROUTER_KIND_NAMES[name]
 

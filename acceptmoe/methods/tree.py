@@ -6,12 +6,13 @@ the d-th draft step. `N_d` (level_sizes[d]) is the number of nodes at depth d.
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from acceptmoe.errors import UserError
-from typing import Sequence
 
 import torch
 from torch import Tensor
+
+from acceptmoe.errors import UserError
 
 
 class TreeError(UserError, ValueError):
@@ -33,7 +34,7 @@ class BlockInfo:
         return int(self.level_sizes.numel()) - 1
 
     @classmethod
-    def from_parents(cls, parents: Sequence[int] | Tensor) -> "BlockInfo":
+    def from_parents(cls, parents: Sequence[int] | Tensor) -> BlockInfo:
         plist = [int(p) for p in (parents.tolist() if isinstance(parents, Tensor) else parents)]
         depth = _depths(plist)
         level_sizes = torch.bincount(torch.tensor(depth, dtype=torch.long))

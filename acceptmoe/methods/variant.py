@@ -24,8 +24,9 @@ variant is checked when it is declared. `Variant.name` identifies it in result r
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 from .config import ConfigError, SelectorConfig
 from .registry import METHODS, MethodSpec, get_method
@@ -62,7 +63,7 @@ class Variant:
             raise ConfigError(f"variant {self.method}: residency pruning applies to restricting methods only")
 
     @classmethod
-    def from_mapping(cls, data: Mapping[str, Any]) -> "Variant":
+    def from_mapping(cls, data: Mapping[str, Any]) -> Variant:
         """A variant from plain data ({"method": ..., "budget": ..., "overrides": {...}}), the one parser
         configs, the lm-eval backend and the SGLang plugin share; unknown keys are errors."""
         unknown = sorted(set(data) - set(VARIANT_KEYS))
@@ -111,8 +112,8 @@ class Variant:
                 "overrides": {k: v for k, v in self.overrides}, "tag": self.tag}
 
     # ----- run time -----
-    def bind(self, fit: "Fit", *, commitment: Sequence[float] | None = None, b0: int | None = None,
-             selector: SelectorConfig = SelectorConfig()) -> "Plan":
+    def bind(self, fit: Fit, *, commitment: Sequence[float] | None = None, b0: int | None = None,
+             selector: SelectorConfig = SelectorConfig()) -> Plan:
         """This variant fitted to an engine: `selector` with the overrides, the budget (pinned, else `b0`) and
         p_hat (`commitment`), each used only if the method needs it; checked once (see `Plan`)."""
         spec, fields = self.spec, dict(self.overrides)

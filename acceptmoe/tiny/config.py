@@ -11,8 +11,8 @@ import typing
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from acceptmoe.evals import generators as tasks
 from acceptmoe.errors import UserError
+from acceptmoe.evals import generators as tasks
 from acceptmoe.paths import REPO
 from acceptmoe.yamlfile import read_mapping
 

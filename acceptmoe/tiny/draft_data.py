@@ -16,8 +16,8 @@ and including the EOS; elsewhere -100 (no loss).
 from __future__ import annotations
 
 import random
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import Iterator, Sequence
 
 import torch
 from torch import Tensor
@@ -41,7 +41,7 @@ class DraftBatch:
     feats: Tensor     # [B, N, 3 * Ht] fp32, zero-padded
     labels: Tensor    # [B, N] long, IGNORE on padding
 
-    def to(self, device) -> "DraftBatch":
+    def to(self, device) -> DraftBatch:
         return DraftBatch(self.ids.to(device), self.feats.to(device), self.labels.to(device))
 
     @property

@@ -7,7 +7,6 @@ check for training; the project's scorers in acceptmoe.evals are the reference f
 """
 from __future__ import annotations
 
-
 import json
 import time
 from pathlib import Path
@@ -15,9 +14,9 @@ from pathlib import Path
 import torch
 
 from acceptmoe.commands import command, parser
+from acceptmoe.evals.generators import FAMILIES, generate
 
 from . import checks
-from acceptmoe.evals.generators import FAMILIES, generate
 from .tokenizer import chat_text
 
 

@@ -7,8 +7,8 @@ is saved as a `PreTrainedTokenizerFast` folder that `AutoTokenizer.from_pretrain
 """
 from __future__ import annotations
 
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Iterable
 
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 

@@ -31,7 +31,6 @@ import torch
 
 from acceptmoe.engine.eagle3 import ARCHITECTURE, Eagle3Draft
 from acceptmoe.engine.tree import TreeShape
-
 from acceptmoe.evals.generators import FAMILIES, generate
 from acceptmoe.methods import BASELINE, REFERENCE, Variant
 

@@ -17,13 +17,14 @@ import logging
 import math
 import random
 import time
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import torch
 
-from . import config as tiny_config
 from acceptmoe.evals.generators import mixed_stream
+
+from . import config as tiny_config
 from .tokenizer import IM_END, chat_text
 
 log = logging.getLogger("acceptmoe.tiny")

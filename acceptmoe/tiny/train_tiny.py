@@ -10,7 +10,6 @@ Writes into one output folder (default models/tiny/):
 """
 from __future__ import annotations
 
-
 import dataclasses
 import hashlib
 import json
@@ -19,11 +18,10 @@ import time
 from pathlib import Path
 
 from acceptmoe.commands import command, parser
-
-from . import card
-from . import config as tiny_config
 from acceptmoe.evals import generators as tasks
-from . import tokenizer, train_draft, train_target
+
+from . import card, tokenizer, train_draft, train_target
+from . import config as tiny_config
 
 log = logging.getLogger("acceptmoe.tiny")
 STAGES = ("data", "tokenizer", "target", "draft", "card")

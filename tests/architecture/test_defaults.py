@@ -12,8 +12,7 @@ import pytest
 
 from acceptmoe.evals import stats
 from acceptmoe.experiments.replay.config import ReplayConfig
-from acceptmoe.experiments.spine.config import (B0Config, BootstrapConfig, CONFIGS, WORLD_YAML, WorldConfig,
-                                                read_yaml)
+from acceptmoe.experiments.spine.config import CONFIGS, WORLD_YAML, B0Config, BootstrapConfig, WorldConfig, read_yaml
 from acceptmoe.experiments.study.config import CalibrationStudyConfig
 from acceptmoe.experiments.table1.config import Table1Config
 from acceptmoe.experiments.throughput.config import ThroughputConfig

@@ -11,6 +11,7 @@ from safetensors.torch import load_file
 
 from acceptmoe.engine import DraftMismatchError, Eagle3Draft, Eagle3Drafter, TreeShape
 from acceptmoe.engine.model import MoEModel
+
 from spec_checkpoints import HIDDEN, VOCAB, cached_target, draft_config, draft_state, make_draft, one_thread
 
 

@@ -7,15 +7,16 @@ import json
 import pytest
 import torch
 
-from variants import plan
 from acceptmoe.engine import DraftTree, Eagle3Drafter, Engine, Trace, TreeShape, load_engine
-from acceptmoe.kernels import VERIFIERS
-from acceptmoe.kernels.torch_verifier import TorchVerifier
 from acceptmoe.engine.trace import commitment_table, load_traces, save_traces
 from acceptmoe.errors import UserError
+from acceptmoe.kernels import VERIFIERS
+from acceptmoe.kernels.torch_verifier import TorchVerifier
 from acceptmoe.methods import METHODS, CommitmentTable, ConfigError, Variant
+
 from fixtures import FAMILIES
 from spec_checkpoints import EXPERTS, TOP_K, cached_target, draft_config, make_draft, one_thread
+from variants import plan
 
 SMALL = TreeShape(3, 4, 12)
 P_HAT = (1.0, 0.6, 0.3, 0.1)

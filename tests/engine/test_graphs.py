@@ -8,7 +8,6 @@ from dataclasses import dataclass
 
 import pytest
 import torch
-from fixtures import tiny_gpt_oss, tiny_qwen3_moe
 
 from acceptmoe.engine import Engine, TreeShape, load_engine
 from acceptmoe.engine.eagle3 import DraftExtend, DraftLevel
@@ -19,6 +18,8 @@ from acceptmoe.engine.model import MoEModel
 from acceptmoe.engine.passes import TargetPass
 from acceptmoe.errors import UserError
 from acceptmoe.methods import METHODS, Variant
+
+from fixtures import tiny_gpt_oss, tiny_qwen3_moe
 
 TINY = "models/tiny"
 P_HAT = (1.0, 0.8, 0.64, 0.512, 0.41, 0.33)

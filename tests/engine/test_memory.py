@@ -10,11 +10,12 @@ from pathlib import Path
 
 import pytest
 import torch
-from fixtures import FAMILIES
 
 from acceptmoe.engine.config import ModelConfig
 from acceptmoe.engine.memory import expert_bytes, mxfp4_in_config, store_bytes, stored_form, weight_bytes
 from acceptmoe.experiments.spine.shapes import get_shape
+
+from fixtures import FAMILIES
 
 GiB = 1 << 30
 CFG = ModelConfig.from_dict(json.loads((Path(__file__).parent / "configs/gpt-oss-120b.json").read_text()))

@@ -9,8 +9,9 @@ import torch
 
 from acceptmoe.engine import mxfp4
 from acceptmoe.engine.config import CheckpointError
-from fixtures import FAMILIES, tiny_gpt_oss, tiny_qwen3_moe, write_mxfp4_experts
 from acceptmoe.engine.model import MoEModel
+
+from fixtures import FAMILIES, tiny_gpt_oss, tiny_qwen3_moe, write_mxfp4_experts
 
 VARIANTS = {
     **{family: None for family in FAMILIES},                   # the shared checkpoints (`family_checkpoint`)

@@ -4,9 +4,10 @@ import pytest
 import torch
 
 from acceptmoe.engine import mxfp4
-from fixtures import FAMILIES, tiny_qwen3_moe
 from acceptmoe.engine.model import MoEModel
 from acceptmoe.engine.store import ExpertMath, expert_bytes, make_store
+
+from fixtures import FAMILIES, tiny_qwen3_moe
 
 E, H, I, K, T = 8, 64, 32, 2, 6
 LAYERS = (0, 2)

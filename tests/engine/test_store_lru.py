@@ -10,10 +10,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from acceptmoe.methods import Variant
-
 from acceptmoe.engine import load_engine
 from acceptmoe.engine.store import ExpertMath, make_store
+from acceptmoe.methods import Variant
 
 DATA = Path(__file__).parent / "data" / "offloaded_counters.json"
 ROOT = Path(__file__).parents[2]

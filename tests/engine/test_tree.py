@@ -8,6 +8,7 @@ import torch
 
 from acceptmoe.engine.tree import DraftTree, TreeShape, ancestor_mask, eagle2_expand, select_tree
 from acceptmoe.methods import TreeError
+
 from spec_checkpoints import one_thread
 
 VD = 40

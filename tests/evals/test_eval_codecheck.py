@@ -7,8 +7,15 @@ import textwrap
 import pytest
 
 from acceptmoe.evals import codec
-from acceptmoe.evals.codecheck import (RESULT_MARK, CodeProblem, assert_inputs, compare, expected_outputs,
-                                       grade_many, sanitize)
+from acceptmoe.evals.codecheck import (
+    RESULT_MARK,
+    CodeProblem,
+    assert_inputs,
+    compare,
+    expected_outputs,
+    grade_many,
+    sanitize,
+)
 from acceptmoe.evals.tasks import get_task
 
 # ---------------------------------------------------------------------------------------------- codec

@@ -16,6 +16,7 @@ from evalplus.gen.util import trusted_exec
 
 from acceptmoe.evals.codecheck import expected_outputs, grade_many
 from acceptmoe.evals.tasks import get_task
+
 from evalplus_replies import COMPLETIONS, Case, graded_on_a_loaded_machine, replies
 from evalplus_replies import PROBLEMS as PARITY_PROBLEMS
 

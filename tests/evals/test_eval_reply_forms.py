@@ -6,6 +6,7 @@ has right and wrong replies; our call (`Task.score_many`, default rules, respons
 import pytest
 
 from acceptmoe.evals.tasks import get_task
+
 from evalplus_replies import Case, graded_on_a_loaded_machine
 
 # task id -> (right, wrong): HumanEval bodies (the prompt's signature and docstring precede them), MBPP functions

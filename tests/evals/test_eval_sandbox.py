@@ -389,6 +389,7 @@ def test_a_package_folder_below_tmp_is_importable_over_the_private_tmp(tmp_path)
     """A virtual environment under /tmp (a fresh clone in a temporary folder): its packages are bound on
     top of the program's private /tmp, not covered by it."""
     import subprocess
+
     from acceptmoe.evals.confine import bwrap_args, python_runtime
     assert str(tmp_path).startswith("/tmp/")
     (tmp_path / "planted_pkg.py").write_text("VALUE = 7\n")

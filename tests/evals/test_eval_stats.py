@@ -9,8 +9,15 @@ from scipy import stats as sps
 from statsmodels.stats.proportion import proportion_confint
 
 from acceptmoe.evals import stats
-from acceptmoe.evals.stats import (bootstrap_mean, bootstrap_ratio, choose_b0, crosses_rounding_boundary,
-                                   paired_bootstrap_diff, round_half_up, totals_and_counts)
+from acceptmoe.evals.stats import (
+    bootstrap_mean,
+    bootstrap_ratio,
+    choose_b0,
+    crosses_rounding_boundary,
+    paired_bootstrap_diff,
+    round_half_up,
+    totals_and_counts,
+)
 
 
 def _scipy(data, statistic, n_resamples, seed, paired=False):

@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from acceptmoe.evals.tasks.from_file import TaskFileError, load_file
+
 from fixtures import write_task_file as _write_task
 
 

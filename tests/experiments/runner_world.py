@@ -9,9 +9,10 @@ import torch
 import yaml
 
 from acceptmoe.engine.eagle3 import Eagle3Draft
-from fixtures import tiny_qwen3_moe
 from acceptmoe.evals import generators as tasks
 from acceptmoe.tiny import tokenizer
+
+from fixtures import tiny_qwen3_moe
 
 TASKS = ("tiny-gsm", "tiny-mbpp")
 

@@ -17,11 +17,11 @@ import yaml
 
 from acceptmoe.engine.routes import FORMAT, KINDS, Routes
 from acceptmoe.evals.stats import paired_bootstrap_speedup
-from acceptmoe.experiments.batch.config import composable
+from acceptmoe.experiments.batch import records
 from acceptmoe.experiments.batch.compose import Request, StoreCounter, compact, compose, draw_requests
+from acceptmoe.experiments.batch.config import composable
 from acceptmoe.experiments.batch.intervals import Cell, prompt_accuracy
 from acceptmoe.experiments.batch.prompts import PoolPrompts, Recording
-from acceptmoe.experiments.batch import records
 from acceptmoe.experiments.batch.records import load
 from acceptmoe.experiments.batch.report import write_outputs
 from acceptmoe.experiments.claims import table

@@ -7,10 +7,11 @@ import shutil
 
 import pytest
 import torch
-from fixtures import FAMILIES
 from safetensors.torch import load_file, save_file
 
 from acceptmoe.experiments.cli import main
+
+from fixtures import FAMILIES
 
 
 @pytest.mark.parametrize("family", FAMILIES)

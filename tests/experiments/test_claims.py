@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 
 from acceptmoe.errors import UserError
+from acceptmoe.evals.stats import MIN_UNITS
 from acceptmoe.experiments.claims import table
 from acceptmoe.experiments.claims.measured import Measured
-from acceptmoe.evals.stats import MIN_UNITS
 from acceptmoe.experiments.claims.verdict import CI, Evidence, judge, verdict
 from acceptmoe.experiments.cli import main
 from acceptmoe.experiments.spine.paper import BEYOND, CLAIMS, Expect, docs_table, margins_table

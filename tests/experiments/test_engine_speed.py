@@ -2,11 +2,15 @@
 per-step count does not depend on the generation lengths it is measured between) and its profile components."""
 from pathlib import Path
 
-from acceptmoe.engine import load_engine
+from acceptmoe.engine import TreeShape, load_engine
+from acceptmoe.experiments.bench.engine_speed import (
+    AtenCounter,
+    aten_ops_per_step,
+    profile_components,
+    time_ours,
+    time_pair,
+)
 from acceptmoe.methods import Variant
-from acceptmoe.engine import TreeShape
-from acceptmoe.experiments.bench.engine_speed import (AtenCounter, aten_ops_per_step, profile_components, time_ours,
-                                                     time_pair)
 
 TINY = Path(__file__).parents[2] / "models" / "tiny"
 

@@ -155,7 +155,7 @@ def test_graphs_check_runs_its_cpu_side():
 
 def test_graphs_check_fails_when_a_static_pass_differs(monkeypatch):
     """A static pass that lets tree nodes see every other node differs from eager: FAIL even without CUDA."""
-    from acceptmoe.engine import layers, kv
+    from acceptmoe.engine import kv, layers
 
     def leaky(slots, start, block):
         return kv.visible_slots(slots, start, torch.ones_like(block))

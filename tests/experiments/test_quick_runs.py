@@ -73,6 +73,7 @@ def test_a_file_task_runs_in_table1_with_every_method(preset, tmp_path):
 
     from acceptmoe.evals.tasks import TASKS, get_task
     from acceptmoe.evals.tasks.from_file import register_file
+
     from fixtures import write_task_file
 
     task_file = write_task_file(tmp_path / "task", name="my-arith-t1")

@@ -18,9 +18,9 @@ import torch
 
 from acceptmoe.errors import UserError
 from acceptmoe.experiments.replay import report
-from acceptmoe.experiments.spine import shapes
 from acceptmoe.experiments.replay.config import load_replay_config
 from acceptmoe.experiments.replay.runner import run_replay
+from acceptmoe.experiments.spine import shapes
 from acceptmoe.experiments.spine.runs import REPO, SampleLog, open_run
 from acceptmoe.experiments.throughput.config import load_throughput_config
 from acceptmoe.experiments.throughput.runner import run_experiment
@@ -175,6 +175,7 @@ def _transformers_nonexpert(ref: str) -> int:
     """Parameters of the real transformers model a pass reads besides its experts (the input embedding left out),
     built on the meta device from the shipped config.json."""
     import transformers
+
     from acceptmoe.experiments.spine.passbytes import config_json
     raw = {k: v for k, v in config_json(ref).items() if k not in ("architectures", "quantization_config")}
     cls = {"qwen3_moe": (transformers.Qwen3MoeConfig, transformers.Qwen3MoeForCausalLM),

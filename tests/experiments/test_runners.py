@@ -292,10 +292,11 @@ def test_grading_in_worker_processes_gives_the_inline_rows(setup, full_run):
 
 
 def test_replies_are_saved_in_unit_order_as_their_grades_arrive():
+    from collections import deque
     from concurrent.futures import Future
+
     from acceptmoe.evals.tasks import Grade
     from acceptmoe.experiments.spine.grading import Reply, _save_ready
-    from collections import deque
     futures = [Future() for _ in range(3)]
     waiting, saved = deque(Reply(i, f"k{i}", [], None, "", f) for i, f in enumerate(futures)), []
     save = lambda reply: saved.append(reply.key)                                           # noqa: E731

@@ -9,11 +9,10 @@ import shutil
 from pathlib import Path
 
 import pytest
-
-from acceptmoe.methods import UnknownMethodError
 import torch
 import yaml
 
+from acceptmoe.engine.store import ExpertMath, make_store
 from acceptmoe.experiments import tables
 from acceptmoe.experiments.spine.config import ConfigKeyError
 from acceptmoe.experiments.spine.runs import SampleLog
@@ -22,7 +21,7 @@ from acceptmoe.experiments.throughput import commands as perf
 from acceptmoe.experiments.throughput.config import ThroughputConfigError, load_throughput_config
 from acceptmoe.experiments.throughput.records import counter_metrics
 from acceptmoe.experiments.throughput.timing import PLACEBO, POOLED, Boot, timed_records
-from acceptmoe.engine.store import ExpertMath, make_store
+from acceptmoe.methods import UnknownMethodError
 
 import runner_world as world
 
@@ -248,8 +247,8 @@ def test_counter_arithmetic_matches_the_store_on_a_hand_computed_case():
 @pytest.fixture(scope="module")
 def tiny_engine():
     from acceptmoe.engine import TreeShape, load_engine
-    from acceptmoe.experiments.spine.prompts import load_tokenizer, prompt_ids
     from acceptmoe.evals.tasks import get_task
+    from acceptmoe.experiments.spine.prompts import load_tokenizer, prompt_ids
     root = Path(__file__).parents[2] / "models" / "tiny"
     engine = load_engine(root, tree=TreeShape(5, 10, 64))
     task, tok = get_task("tiny-gsm"), load_tokenizer(root / "target")
@@ -283,9 +282,9 @@ def test_longest_reply_prompts_are_the_longest_greedy_replies(tiny_engine, tmp_p
     """The timed prompts are the candidates whose greedy replies (measured here by a stop-at-EOS generation of the
     real tiny target) are longest, ties to the lower index, then the warm-up; the lengths are measured once per
     run folder, and a file of other candidates is refused."""
-    from acceptmoe.experiments.throughput import prompts
     from acceptmoe.evals.tasks import get_task
     from acceptmoe.experiments.spine.prompts import load_tokenizer, prompt_ids
+    from acceptmoe.experiments.throughput import prompts
     from acceptmoe.methods import Variant
     cfg = load_throughput_config("tiny", ("resident",), {"prompt_set.order": "longest_reply",
                                                          "prompt_set.candidates": 12, "resident.prompts": 3,

@@ -9,7 +9,7 @@ import torch
 
 from acceptmoe.kernels import VERIFIERS, make_verifier
 from acceptmoe.kernels.cpu_verifier import available
-from acceptmoe.methods import BlockInfo, Fit, Router, SelectorConfig, Selection, Variant, prune, select
+from acceptmoe.methods import BlockInfo, Fit, Router, Selection, SelectorConfig, Variant, prune, select
 
 E = 8
 PARENTS = [-1, 0, 0, 0, 0, 0, 0, 0]        # the root and seven children

@@ -56,7 +56,8 @@ def test_natural_routing_is_router_natural_bit_for_bit(router, dtype):
 def test_every_output_is_the_torch_backends_bit_for_bit():
     """The verifier cases of test_verifier_kernel (ties, padding, resident masks, every method): ids, sets
     and anchors equal, and weights and utilities with identical bits, not merely close."""
-    from test_verifier_kernel import CASES, ROUTERS as KINDS, SPECULATING, make_inputs, plan_for
+    from test_verifier_kernel import CASES, SPECULATING, make_inputs, plan_for
+    from test_verifier_kernel import ROUTERS as KINDS
     for case in CASES:
         blocks, p_hat, logits, resident = make_inputs(case)
         router = Router(KINDS[case.router].kind, case.k, KINDS[case.router].renormalize)

@@ -21,8 +21,18 @@ import torch
 
 from acceptmoe.kernels import VerifierInputError, VerifierOutput, make_verifier
 from acceptmoe.methods import (
-    METHODS, BlockInfo, Fit, Plan, Router, SelectorConfig, Variant, commitment_weight, prune, route,
-    select, select_pass,
+    METHODS,
+    BlockInfo,
+    Fit,
+    Plan,
+    Router,
+    SelectorConfig,
+    Variant,
+    commitment_weight,
+    prune,
+    route,
+    select,
+    select_pass,
 )
 
 SPECULATING = tuple(name for name, spec in METHODS.items() if spec.speculates)
@@ -41,7 +51,7 @@ def router_for(name: str, k: int, E: int) -> Router:
     return dataclasses.replace(router, top_k=k, group_top=group_top)
 
 
-def bias_for(case: "Case", seed: int = 0) -> torch.Tensor | None:
+def bias_for(case: Case, seed: int = 0) -> torch.Tensor | None:
     """The layer's selection bias [E] of a biased router (none where the logits tie, so the scores tie too)."""
     if not ROUTERS[case.router].biased:
         return None

@@ -8,7 +8,7 @@ import torch
 
 from acceptmoe.kernels.torch_verifier import effective_rank as batched_rank
 from acceptmoe.kernels.torch_verifier import prune_batched
-from acceptmoe.methods import Fit, Router, SelectorConfig, Selection, Variant, effective_rank, prune
+from acceptmoe.methods import Fit, Router, Selection, SelectorConfig, Variant, effective_rank, prune
 from acceptmoe.methods.fixed import LOG2_BITS, log2_fixed_int
 
 # probabilities 1/2, 1/8, 1/8, 1/8, 1/8: H = 2 bits exactly, exp(H) = 4; every log2 below is exact in fixed

@@ -8,9 +8,25 @@ import math
 import pytest
 import torch
 
-from acceptmoe.methods import (BlockInfo, CommitmentTable, ConfigError, Fit, Router, SelectorConfig, Selection,
-                               Sizing, TreeError, UnknownMethodError, Variant, commitment_weight, effective_rank,
-                               get_method, prune, route, select)
+from acceptmoe.methods import (
+    BlockInfo,
+    CommitmentTable,
+    ConfigError,
+    Fit,
+    Router,
+    Selection,
+    SelectorConfig,
+    Sizing,
+    TreeError,
+    UnknownMethodError,
+    Variant,
+    commitment_weight,
+    effective_rank,
+    get_method,
+    prune,
+    route,
+    select,
+)
 from acceptmoe.methods.fixed import rank_guard, to_fixed
 
 TOP2 = Router("softmax_topk", top_k=2, renormalize=True)

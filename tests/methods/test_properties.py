@@ -6,8 +6,26 @@ from hypothesis import strategies as st
 
 from acceptmoe.kernels import make_verifier
 from acceptmoe.kernels.torch_verifier import prune_batched
-from acceptmoe.methods import (METHODS, BlockInfo, Fit, Plan, Router, RouterKind, SelectorConfig, Selection, Sizing,
-                               Variant, effective_rank, order_desc, prune, rank_desc, route, select, select_pass, topk)
+from acceptmoe.methods import (
+    METHODS,
+    BlockInfo,
+    Fit,
+    Plan,
+    Router,
+    RouterKind,
+    Selection,
+    SelectorConfig,
+    Sizing,
+    Variant,
+    effective_rank,
+    order_desc,
+    prune,
+    rank_desc,
+    route,
+    select,
+    select_pass,
+    topk,
+)
 from acceptmoe.methods.fixed import rank_guard, to_fixed
 from acceptmoe.methods.topk import first_k_in, topk_ids
 

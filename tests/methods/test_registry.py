@@ -8,9 +8,24 @@ import pytest
 import torch
 
 from acceptmoe.kernels import make_verifier
-from acceptmoe.methods import (METHODS, BackendCoverageError, BlockInfo, Fit, MethodSpec, Router, RouterKind, Score,
-                               Sizing, Variant, register_backend, register_method, route, select, unregister_method)
-from acceptmoe.methods import registry
+from acceptmoe.methods import (
+    METHODS,
+    BackendCoverageError,
+    BlockInfo,
+    Fit,
+    MethodSpec,
+    Router,
+    RouterKind,
+    Score,
+    Sizing,
+    Variant,
+    register_backend,
+    register_method,
+    registry,
+    route,
+    select,
+    unregister_method,
+)
 from acceptmoe.registry import Registry
 
 ROOT = Path(__file__).resolve().parents[2]

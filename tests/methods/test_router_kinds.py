@@ -6,9 +6,19 @@ import pytest
 import torch
 
 from acceptmoe.errors import UserError
-from acceptmoe.methods import (BackendCoverageError, ConfigError, Fit, Router, RouterKind, Score, Sizing,
-                               UnknownRouterError, register_backend, route)
-from acceptmoe.methods import registry
+from acceptmoe.methods import (
+    BackendCoverageError,
+    ConfigError,
+    Fit,
+    Router,
+    RouterKind,
+    Score,
+    Sizing,
+    UnknownRouterError,
+    register_backend,
+    registry,
+    route,
+)
 
 
 def test_a_kind_is_parsed_by_name_and_an_unknown_one_refused_with_the_closest():

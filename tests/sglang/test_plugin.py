@@ -13,11 +13,18 @@ import pytest
 import torch
 
 from acceptmoe.errors import UserError
+from acceptmoe.experiments.bench.plugin_host import count_host_reads
 from acceptmoe.kernels import make_verifier
 from acceptmoe.methods import BlockInfo, CommitmentTable, Fit, Router, RouterKind, Variant, select
-from acceptmoe.serving.sglang.config import (PluginConfigError, Watched, for_plan, load_config, restart_reason,
-                                             settings, to_env)
-from acceptmoe.experiments.bench.plugin_host import count_host_reads
+from acceptmoe.serving.sglang.config import (
+    PluginConfigError,
+    Watched,
+    for_plan,
+    load_config,
+    restart_reason,
+    settings,
+    to_env,
+)
 from acceptmoe.serving.sglang.runtime import Limits, Runtime
 from acceptmoe.serving.sglang.tree import links_from_parents, parents_from_links
 

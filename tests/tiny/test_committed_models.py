@@ -1,13 +1,14 @@
 """The committed tiny world (models/tiny): it loads in transformers and in the engine, fixed prompts give the
 recorded greedy outputs in both, and speculative decoding with the committed draft is lossless on them."""
 import json
-from variants import plan
 from pathlib import Path
 
 import pytest
 import torch
 
 from acceptmoe.engine import load_engine
+
+from variants import plan
 
 ROOT = Path(__file__).resolve().parents[2]
 MODELS = ROOT / "models" / "tiny"

@@ -2,8 +2,8 @@
 import pytest
 
 from acceptmoe.evals import generators as tasks
-from acceptmoe.tiny import checks
 from acceptmoe.evals.generators import FAMILIES, generate
+from acceptmoe.tiny import checks
 
 N_TEST = 120
 

@@ -8,12 +8,13 @@ import pytest
 import torch
 
 from acceptmoe.engine import Eagle3Draft, Eagle3Drafter, TreeShape
-from fixtures import tiny_qwen3_moe
 from acceptmoe.engine.model import MoEModel
-from acceptmoe.tiny import config as tiny_config
 from acceptmoe.evals import generators as tasks
+from acceptmoe.tiny import config as tiny_config
 from acceptmoe.tiny import draft_data, tokenizer, train_draft
 from acceptmoe.tiny.draft_ttt import step_logits, ttt_loss, unroll
+
+from fixtures import tiny_qwen3_moe
 
 SMALL = tiny_config.DraftConfig(prompts_per_family=6, max_new_tokens=10, gen_batch_size=12, intermediate_size=96,
                                 num_heads=4, num_kv_heads=2, head_dim=16, ttt_steps=3, batch_size=6, epochs=12,

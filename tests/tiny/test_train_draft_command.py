@@ -13,6 +13,7 @@ from acceptmoe.errors import UserError
 from acceptmoe.evals import generators as tasks
 from acceptmoe.methods import Variant
 from acceptmoe.tiny import own_draft, tokenizer
+
 from fixtures import tiny_qwen3_moe
 
 

@@ -21,10 +21,11 @@ from __future__ import annotations
 import hashlib
 import itertools
 import random
-from typing import Callable, Iterator
+from collections.abc import Callable, Iterator
+
+from acceptmoe.errors import UserError
 
 from . import algebra, code, gsm
-from acceptmoe.errors import UserError
 
 FAMILIES = ("tiny-gsm", "tiny-math", "tiny-humaneval", "tiny-mbpp")
 SPLITS = ("train", "test")

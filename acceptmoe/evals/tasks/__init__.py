@@ -24,8 +24,8 @@ batch's. Raw GPT-OSS outputs are graded with `response_format="harmony"` (final 
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 from acceptmoe.errors import UserError
 from acceptmoe.evals import contained
@@ -35,13 +35,13 @@ from acceptmoe.evals.rules import DEFAULT, CodeRules
 from acceptmoe.registry import Registry
 
 
-def _declares_its_name(name: str, task: "Task") -> None:
+def _declares_its_name(name: str, task: Task) -> None:
     if task.name != name:
         raise RuntimeError(f"task {task.name!r} is registered as {name!r}")
 
 
 # task name -> Task, each module imported on first lookup (its `TASK = Task.of_module(__name__)` line)
-TASKS: "Registry[Task]" = Registry("task", check=_declares_its_name)
+TASKS: Registry[Task] = Registry("task", check=_declares_its_name)
 for _name in ("gsm8k", "math500", "humaneval", "mbpp", "tiny-gsm", "tiny-math", "tiny-humaneval", "tiny-mbpp"):
     TASKS.lazy(_name, f"{__name__}.{_name.replace('-', '_')}:TASK")
 
@@ -68,7 +68,7 @@ class Task:
     test_sets: tuple[str, ...] = ()  # code tasks: ("base",) or ("base", "plus"); "base" is also `correct`
 
     @classmethod
-    def of_module(cls, module: str) -> "Task":
+    def of_module(cls, module: str) -> Task:
         """The task a task module defines by its constants and functions (the module's last line)."""
         m = sys.modules[module]
         return cls(name=m.NAME, version=m.VERSION, splits=tuple(m.SPLITS), load=m.load, messages=m.messages,

@@ -2,8 +2,8 @@
 one-turn chat prompt (the question exactly as the tiny target was trained on it)."""
 from __future__ import annotations
 
-from acceptmoe.evals.tasks import check_split, user_message
 from acceptmoe.evals import generators as tiny
+from acceptmoe.evals.tasks import check_split, user_message
 
 
 def version(grading: int) -> str:

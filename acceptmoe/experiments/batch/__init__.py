@@ -13,8 +13,8 @@ the paper's trees (docs/batch-study.md).
 | `report`   | tables (Markdown, CSV, LaTeX) and the figure from saved files only                         |
 | `commands` | `batch-study`                                                                              |
 """
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 
 def _report(run: Path) -> str:

@@ -44,12 +44,12 @@ class Request:
     masks: np.ndarray                 # bool [P, L, E]: the experts each pass sent rows to, per layer
 
     @classmethod
-    def of(cls, routes: Routes) -> "Request":
+    def of(cls, routes: Routes) -> Request:
         verify = [p for p in routes.passes() if p.kind == "verify"]
         return cls.from_ids([p.ids for p in verify], [p.output_tokens for p in verify], routes.meta["num_experts"])
 
     @classmethod
-    def from_ids(cls, ids: list[torch.Tensor], output: list[int], num_experts: int) -> "Request":
+    def from_ids(cls, ids: list[torch.Tensor], output: list[int], num_experts: int) -> Request:
         L = ids[0].shape[0] if ids else 0
         masks = np.zeros((len(ids), L, num_experts), dtype=bool)
         for p, pass_ids in enumerate(ids):

@@ -28,7 +28,7 @@ class DraftShape:
     tree: TreeShape
 
     @classmethod
-    def parse(cls, text: str) -> "DraftShape":
+    def parse(cls, text: str) -> DraftShape:
         """"num_steps/topk/num_draft_tokens", e.g. "5/10/64" (the paper's tree) or "3/1/4" (a chain)."""
         parts = str(text).split("/")
         if len(parts) != 3 or not all(p.strip().isdigit() for p in parts):

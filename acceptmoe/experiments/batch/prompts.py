@@ -72,11 +72,11 @@ class Recording:
     sums: dict[str, np.ndarray]
 
     @classmethod
-    def read(cls, files: list[Path], graded: list[dict]) -> "Recording":
+    def read(cls, files: list[Path], graded: list[dict]) -> Recording:
         return cls.of([verify_sets(f) for f in files], graded)
 
     @classmethod
-    def of(cls, got: list[tuple[np.ndarray, np.ndarray]], graded: list[dict]) -> "Recording":
+    def of(cls, got: list[tuple[np.ndarray, np.ndarray]], graded: list[dict]) -> Recording:
         """From each prompt's (sets [P, L, E], output [P]) of its verify passes and its graded row."""
         longest = max(s.shape[0] for s, _ in got)
         cells = np.zeros((len(got), longest) + got[0][0].shape[1:], dtype=bool)
@@ -102,7 +102,7 @@ class PoolPrompts:
     _cache: dict = field(default_factory=dict, repr=False)
 
     @classmethod
-    def read(cls, cfg: BatchStudyConfig, root: Path) -> "PoolPrompts":
+    def read(cls, cfg: BatchStudyConfig, root: Path) -> PoolPrompts:
         rows = graded_rows(root)
         keys, paths = pool_keys(cfg, root, rows), RunPaths(root)
         by = {(r["variant"], r["model"], r["task"], r["index"]): r for r in rows}

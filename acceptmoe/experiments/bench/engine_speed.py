@@ -28,7 +28,6 @@ import time
 from pathlib import Path
 
 import torch
-
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from acceptmoe.commands import command, parser

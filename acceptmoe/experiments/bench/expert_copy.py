@@ -17,8 +17,8 @@ import time
 
 import torch
 
-from acceptmoe.engine.store import ExpertMath
 from acceptmoe.commands import command, parser
+from acceptmoe.engine.store import ExpertMath
 
 SHAPES = {"tiny (H128, I32, fp32)": (128, 32, torch.float32),
           "qwen3-30b-a3b (H2048, I768, bf16)": (2048, 768, torch.bfloat16),

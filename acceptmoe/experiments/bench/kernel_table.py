@@ -131,8 +131,15 @@ def format_table(rows: list[dict]) -> str:
 @command("bench-kernel", "the verifier and experts kernels compiled offline for sm_90 and sm_120: registers, "
                          "spills, SASS, fp64; the experts' bytes and memory-bound time per GPU")
 def main(argv: list[str] | None = None) -> int:
-    from .experts_table import SHAPES, WEIGHTS, bandwidths, expert_cases, format_experts_row, format_experts_table, \
-        measure_experts
+    from .experts_table import (
+        SHAPES,
+        WEIGHTS,
+        bandwidths,
+        expert_cases,
+        format_experts_row,
+        format_experts_table,
+        measure_experts,
+    )
     p = parser("bench-kernel")
     p.add_argument("--archs", type=int, nargs="+", default=[90, 120], choices=[90, 120])
     p.add_argument("--kernels", nargs="+", default=["verifier", "experts"], choices=["verifier", "experts"])

@@ -11,8 +11,8 @@ from __future__ import annotations
 import statistics
 import time
 
-from acceptmoe.evals.sandbox import Limits, isolation, run_many
 from acceptmoe.commands import command, parser
+from acceptmoe.evals.sandbox import Limits, isolation, run_many
 
 PROGRAM = "def add(a, b):\n    return a + b\nassert add(2, 3) == 5\n"
 

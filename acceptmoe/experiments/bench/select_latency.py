@@ -19,8 +19,7 @@ import torch
 
 from acceptmoe.commands import command, parser
 from acceptmoe.kernels import make_verifier
-from acceptmoe.methods import METHODS
-from acceptmoe.methods import BlockInfo, Fit, Router, Variant, route, select
+from acceptmoe.methods import METHODS, BlockInfo, Fit, Router, Variant, route, select
 
 SPECULATING = tuple(name for name, spec in METHODS.items() if spec.speculates)
 POOL = 64                         # distinct router-logit tensors the timed calls cycle through

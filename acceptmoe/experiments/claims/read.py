@@ -9,8 +9,8 @@ picks the values and formats them.
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 import numpy as np
 
@@ -23,7 +23,7 @@ from ..study import tables as study_tables
 from ..study.config import CalibrationStudyConfig
 from ..table1 import table as table1_table
 from .beyond import batch_rows
-from .measured import (CI, Measured, engine_measures, iv, meta, pp, where, world_of)
+from .measured import CI, Measured, engine_measures, iv, meta, pp, where, world_of
 from .timed import REPLAY_CLAIMS, REPLAY_HINT, claims_with_replay, replay_rows, throughput_rows
 from .verdict import Evidence
 

@@ -27,10 +27,11 @@ QWEN3_30B_LAYERS = dict(hidden_size=2048, moe_intermediate_size=768, num_experts
 
 def random_model(shape: dict, device, dtype=torch.bfloat16, seed: int = 0):
     """A MoEModel with random weights built in memory (no checkpoint): Qwen3-MoE config `shape`."""
+    from torch import nn
+
     from acceptmoe.engine.config import ModelConfig
     from acceptmoe.engine.model import MoEModel, _build_skeleton
     from acceptmoe.engine.store import ExpertMath, make_store
-    from torch import nn
     raw = dict(model_type="qwen3_moe", architectures=["Qwen3MoeForCausalLM"], rms_norm_eps=1e-6,
                rope_theta=1e6, max_position_embeddings=4096, norm_topk_prob=True, eos_token_id=2,
                torch_dtype="bfloat16", **shape)

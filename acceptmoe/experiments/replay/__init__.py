@@ -9,8 +9,8 @@ small enough that a CPU pays per multiplied row, not per byte; the replay runs t
 the target's expert sizes, where a verification pass is bandwidth-bound, and measures what the paper's
 claims are about: expert bytes read and moved per verification pass.
 """
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 
 def _report(run: Path) -> str:

@@ -42,8 +42,8 @@ from acceptmoe.evals.stats import MIN_UNITS
 from acceptmoe.methods import METHODS
 
 from ..spine import render
-from ..spine.runs import REPO, NothingToTabulate, SampleLog
 from ..spine.paper import PAPER_GPUS
+from ..spine.runs import REPO, NothingToTabulate, SampleLog
 from . import intervals
 from .bounds import add_bounds, devices, model_for
 from .source import PLACEBO, find_recording

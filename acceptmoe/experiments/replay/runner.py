@@ -49,9 +49,9 @@ from acceptmoe.errors import UserError
 
 from ..spine.engines import set_threads
 from ..spine.runs import Run, SampleLog, unit_key, write_json
+from ..spine.shapes import ExpertShape, get_shape, parse_dtype
 from . import bandwidth
 from .config import ReplayConfig
-from ..spine.shapes import ExpertShape, get_shape, parse_dtype
 from .source import GenKey, Recording, find_recording, select, step_passes
 
 CPU_DTYPE_REASON = ("CPU: fp32, because bf16 matrix multiplication on a CPU without bf16 units is emulated and "

@@ -23,9 +23,9 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
 
 from acceptmoe.engine.trace import Trace
 from acceptmoe.evals.stats import choose_b0, totals_and_counts
@@ -54,11 +54,11 @@ class B0Decision:
         return out if self.source is not None else {k: v for k, v in out.items() if k != "source"}
 
     @classmethod
-    def from_json(cls, data: dict, where: str = "b0 decision") -> "B0Decision":
+    def from_json(cls, data: dict, where: str = "b0 decision") -> B0Decision:
         return build(cls, data, where)
 
     @classmethod
-    def load(cls, path: Path) -> "B0Decision":
+    def load(cls, path: Path) -> B0Decision:
         try:
             return cls.from_json(json.loads(path.read_text()), str(path))
         except json.JSONDecodeError as exc:

@@ -9,7 +9,7 @@ are kept next to the table, one per prompt, so an interrupted calibration resume
 """
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 from acceptmoe.engine.trace import commitment_table
 from acceptmoe.evals.tasks import get_task

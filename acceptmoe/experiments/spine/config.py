@@ -28,17 +28,18 @@ import functools
 import re
 import types
 import typing
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Literal, NamedTuple
+from typing import Any, Literal, NamedTuple
 
 from acceptmoe.engine.tree import TreeShape
 from acceptmoe.errors import UserError, shown
 from acceptmoe.evals import stats
-from acceptmoe.serving.sglang.memory import MEMORY_CAP
 from acceptmoe.evals.tasks import TASKS
 from acceptmoe.evals.tasks.from_file import register_file
 from acceptmoe.methods import ConfigError, SelectorConfig, UnknownMethodError, Variant
+from acceptmoe.serving.sglang.memory import MEMORY_CAP
 from acceptmoe.yamlfile import read_mapping
 
 from .engines import check_engine
@@ -267,7 +268,7 @@ class ServingConfig:
         if self.prompt_tokens < 1 or not 0 < self.memory_cap <= 1:
             raise ConfigKeyError(f"serving.prompt_tokens must be >= 1 and serving.memory_cap in (0, 1], got {self}")
 
-    def settings(self, world: "WorldConfig", model: ModelEntry) -> dict:
+    def settings(self, world: WorldConfig, model: ModelEntry) -> dict:
         """Keyword settings for the engine's opener: parallelism, graphs and overlap, and its pools: the most
         requests any phase keeps in flight (`generation.batch`), each up to `prompt_tokens` plus the longest
         generation of `model` (graded or timed)."""

@@ -17,10 +17,10 @@ native engine (SGLang has no X-slot expert cache), so offload phases refuse any 
 from __future__ import annotations
 
 import json
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterator, Sequence
 
 import torch
 

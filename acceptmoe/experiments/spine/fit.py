@@ -25,8 +25,7 @@ from pathlib import Path
 import torch
 
 from acceptmoe.engine.config import DTYPES, ModelConfig, read_json
-from acceptmoe.engine.memory import (draft_bytes, expert_bytes, kv_bytes, mxfp4_in_config, other_params,
-                                     store_bytes)
+from acceptmoe.engine.memory import draft_bytes, expert_bytes, kv_bytes, mxfp4_in_config, other_params, store_bytes
 from acceptmoe.errors import UserError
 
 from .runs import REPO

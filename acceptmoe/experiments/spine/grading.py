@@ -23,18 +23,18 @@ from __future__ import annotations
 import multiprocessing
 import os
 from collections import deque
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ProcessPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Callable, Iterator, Sequence
 
 from acceptmoe.evals.tasks import Grade, Task, get_task
 from acceptmoe.evals.tasks.from_file import file_of, register_file
 from acceptmoe.methods import Plan
 
 from .config import Pair
-from .layout import RunPaths
 from .engines import Loaded
+from .layout import RunPaths
 from .prompts import decode, prompt_ids
 from .rows import Generated, Graded, GradedRow, TraceStats
 from .runs import SampleLog

@@ -9,8 +9,8 @@ from __future__ import annotations
 import argparse
 import json
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 from acceptmoe.engine.engine import check_device
 from acceptmoe.errors import UserError

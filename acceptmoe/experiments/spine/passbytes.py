@@ -71,7 +71,7 @@ class DraftShape:
     dtype_bytes: int
 
     @classmethod
-    def from_config(cls, raw: dict, target_hidden: int) -> "DraftShape":
+    def from_config(cls, raw: dict, target_hidden: int) -> DraftShape:
         H, heads = raw["hidden_size"], raw["num_attention_heads"]
         dtype = raw.get("torch_dtype") or raw.get("dtype") or "bfloat16"
         return cls(H, raw["intermediate_size"], heads, raw.get("num_key_value_heads") or heads,

@@ -8,8 +8,8 @@
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 from acceptmoe.engine.text import decode, load_tokenizer, prompt_ids, template_date
 

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import csv
 import io
-from typing import Sequence
+from collections.abc import Sequence
 
 Row = Sequence[str]
 

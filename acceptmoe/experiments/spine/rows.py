@@ -14,9 +14,8 @@ mappings and rows written before these types existed read the same way.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 from dataclasses import dataclass
-
-from typing import Sequence
 
 from acceptmoe.engine.trace import LAYER_FIELDS, Trace
 
@@ -39,7 +38,7 @@ class TraceStats:
     mean_utility_kept: float | None
 
     @classmethod
-    def of(cls, trace: Trace) -> "TraceStats":
+    def of(cls, trace: Trace) -> TraceStats:
         layered = [b.layers for b in trace.blocks if b.layers is not None]
         count = sum(len(layers["set_size"]) for layers in layered)
         out: dict = {"blocks": len(trace.blocks), "block_layers": count}
@@ -65,7 +64,7 @@ class Generated:
     decode_s: float
 
     @classmethod
-    def of(cls, gen, prompt_ids: Sequence[int]) -> "Generated":
+    def of(cls, gen, prompt_ids: Sequence[int]) -> Generated:
         return cls(list(gen.tokens), len(gen.tokens), gen.stop_reason, len(prompt_ids), prompt_hash(prompt_ids),
                    len(gen.accept_lengths), sum(gen.accept_lengths), gen.mean_accept_length, gen.prefill_time,
                    sum(gen.step_times))
@@ -82,7 +81,7 @@ class NaturalEnd:
     natural_s: float
 
     @classmethod
-    def of(cls, gen, eos: set[int]) -> "NaturalEnd":
+    def of(cls, gen, eos: set[int]) -> NaturalEnd:
         n = next((i + 1 for i, t in enumerate(gen.tokens) if t in eos), None)
         steps, out = len(gen.accept_lengths), len(gen.tokens)
         if n is not None:

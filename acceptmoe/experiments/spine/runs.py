@@ -31,10 +31,10 @@ import subprocess
 import sys
 import tempfile
 import warnings
+from collections.abc import Iterator
 from importlib import metadata
 from pathlib import Path
-from typing import Any, Iterator
-
+from typing import Any
 
 from acceptmoe.errors import UserError
 from acceptmoe.paths import REPO
@@ -99,7 +99,7 @@ def release_run(path: Path) -> None:
         os.close(fd)
 
 
-def discard_if_empty(run: "Run") -> bool:
+def discard_if_empty(run: Run) -> bool:
     """Remove a new run's folder if it holds nothing but its config (the run failed before its first
     result); True if removed."""
     if run.resumed:
@@ -177,7 +177,7 @@ class Run:
     resumed: bool
 
     @property
-    def samples(self) -> "SampleLog":
+    def samples(self) -> SampleLog:
         return SampleLog(self.path / "samples.jsonl")
 
     def finish(self, summary: dict) -> None:
@@ -268,7 +268,7 @@ def code_state() -> dict:
     return {"git_commit": _git("rev-parse", "HEAD"), "git_dirty": bool(_git("status", "--porcelain"))}
 
 
-def record_resume(run: "Run", state: dict) -> None:
+def record_resume(run: Run, state: dict) -> None:
     """Append the resuming code's state (`code_state()`) to the run's `resumes.jsonl` (every resumed part
     says what made it)."""
     line = {**state, "time": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")}

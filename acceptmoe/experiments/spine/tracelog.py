@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Callable, Container, Iterator
 from pathlib import Path
-from typing import Callable, Container, Iterator
 
 from acceptmoe.engine.trace import FORMAT_VERSION, BlockRecord, Trace
 

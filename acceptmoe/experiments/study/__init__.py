@@ -8,8 +8,8 @@ traces (the referee's calibration requests).
 | `tables`   | the study's tables from saved files only                              |
 | `commands` | `calibration-study`                                                   |
 """
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 
 def _study(run: Path) -> str:

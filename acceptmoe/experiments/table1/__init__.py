@@ -8,8 +8,8 @@
 | `commands` | `table1`, `calibrate`, `b0`                                              |
 | `worlds`   | `worlds`: Table 1 on independently trained tiny worlds, the spread across |
 """
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 
 def _table1(run: Path) -> str:

@@ -13,7 +13,7 @@ set-size and union statistics from the trace (sums and means over every block an
 """
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 from tqdm import tqdm
 

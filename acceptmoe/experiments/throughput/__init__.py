@@ -11,8 +11,8 @@ fixed-budget sweep (Figure 5).
 | `figures`  | Figures 3, 4, 5 (matplotlib, Agg backend)                                        |
 | `commands` | `fig3`, `fig4`, `table2`, `sweep`, `fig5`                                        |
 """
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 
 def _report(run: Path) -> str:

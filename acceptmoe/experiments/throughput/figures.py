@@ -67,7 +67,7 @@ def figure_throughput(records: list[dict], variants, title: str, stem: Path, lab
     return _save(fig, stem)
 
 
-def sweep_panel(ax, records: list[dict], roles: "SweepRoles") -> None:
+def sweep_panel(ax, records: list[dict], roles: SweepRoles) -> None:
     for model, task in _pairs(records):
         recs = [r for r in records if (r["model"], r["task"]) == (model, task)]
         fixed = sorted((r for r in recs if r["variant"] in roles.fixed), key=lambda r: r["budget"])
@@ -87,13 +87,13 @@ def sweep_panel(ax, records: list[dict], roles: "SweepRoles") -> None:
     ax.legend(fontsize=6)
 
 
-def figure_sweep(records: list[dict], stem: Path, roles: "SweepRoles") -> list[Path]:
+def figure_sweep(records: list[dict], stem: Path, roles: SweepRoles) -> list[Path]:
     fig, ax = plt.subplots(figsize=(6, 4))
     sweep_panel(ax, records, roles)
     return _save(fig, stem)
 
 
-def figure5(sweep: list[dict], counters: list[dict], timed: list[dict], stem: Path, roles: "SweepRoles",
+def figure5(sweep: list[dict], counters: list[dict], timed: list[dict], stem: Path, roles: SweepRoles,
             prune: tuple[str, str] | tuple[()], labels: Labels) -> list[Path]:
     """prune: the (pruning on, pruning off) variant names, or () when the run has no such pair."""
     fig, axes = plt.subplots(2, 3, figsize=(14, 7.5))

@@ -18,9 +18,8 @@ functions, no models).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from collections import defaultdict
+from dataclasses import dataclass
 
 import numpy as np
 

@@ -35,8 +35,8 @@ from __future__ import annotations
 
 import dataclasses
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 from tqdm import tqdm
 

@@ -33,9 +33,9 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Mapping
 
 from acceptmoe.errors import UserError
 from acceptmoe.kernels.verifier import same_calls

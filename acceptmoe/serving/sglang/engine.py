@@ -36,8 +36,8 @@ import os
 import shutil
 import tempfile
 import time
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 import torch
 
@@ -83,7 +83,7 @@ if not installed():                 # checked when the runners import the opener
 def open_engine(target, draft, device: str = "cuda", dtype=None, store: str = "resident", slots=None,
                 tree=None, tp: int = 1, dp: int = 1, dump: str | None = None, requests: int = 1,
                 request_tokens: int = 4096, memory_cap: float = MEMORY_CAP, overlap: bool = False,
-                **settings) -> "SGLangBackend":
+                **settings) -> SGLangBackend:
     """An `EngineBackend` serving `target` with its EAGLE-3 `draft` in SGLang (resident experts only), its pools
     sized for `requests` in flight of up to `request_tokens` tokens (prompt and generation); `settings` are
     SGLang server arguments and win over the computed ones."""
@@ -116,6 +116,7 @@ class SGLangBackend:
     def __init__(self, target: Path, draft: Path, dtype=None, tree=None, dump: str | None = None,
                  memory: dict | None = None, **server_args):
         import sglang
+
         from acceptmoe.engine.tree import TreeShape
 
         self.target, self.draft, self.tree = target, draft, tree or TreeShape()

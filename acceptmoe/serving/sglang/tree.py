@@ -14,7 +14,7 @@ accepted, so the plugin's blocks stay well formed instead of failing inside the 
 from __future__ import annotations
 
 import math
-from typing import Sequence
+from collections.abc import Sequence
 
 import torch
 from torch import Tensor

@@ -28,7 +28,7 @@ MODELS = ("tiny", "tiny-again")
 
 @pytest.fixture(scope="module")
 def run(tmp_path_factory):
-    from sglang.srt.entrypoints.engine import Engine          # `sglang.Engine` is a lazy import of it
+    from sglang.srt.entrypoints.engine import Engine  # `sglang.Engine` is a lazy import of it
 
     tmp = tmp_path_factory.mktemp("table1")
     preset = yaml.safe_load((ROOT / "configs/presets/tiny.yaml").read_text())

@@ -8,9 +8,9 @@ draft layers must pass through, and the records must be usable by calibration. T
 fused Triton kernel) runs the same pass under this environment's Triton interpreter, and its launch compiles
 for sm_90 and sm_120 with this environment's Triton (SGLang's pin, not the project's)."""
 import os
+import random
 import subprocess
 import sys
-import random
 from types import SimpleNamespace
 
 import pytest
