@@ -93,7 +93,7 @@ class Registry(Generic[T]):
         raise self.unknown(name)
 
     def get(self, name: str, default: T | None = None) -> T | None:
-        return self[name] if name in self else default
+        return self[name] if name in self else default  # noqa: SIM401 (this is get; self[name] resolves lazy ones)
 
     def items(self) -> list[tuple[str, T]]:
         """Every (name, entry), importing the lazy ones."""

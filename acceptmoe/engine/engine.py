@@ -198,21 +198,21 @@ class Engine:
         starts = [self._start(p, plan, max_new_tokens, ignore_eos, trace_layers, record_routes, eager=True)
                   for p in prompts]
         gens = [Generation([], [], [], run.trace) for _, run, _ in starts]
-        for (req, run, drafter), gen in zip(starts, gens):
+        for (req, run, drafter), gen in zip(starts, gens, strict=True):
             t0 = self._clock()
             root = self._prefill(run.prompt, run, drafter)
             gen.prefill_time = self._clock() - t0
             self._commit(req, run, [root])
         step = 0
-        while active := [(s, g) for s, g in zip(starts, gens) if not s[1].done]:
+        while active := [(s, g) for s, g in zip(starts, gens, strict=True) if not s[1].done]:
             t0 = self._clock()
             outputs = self._batch_step([s for s, _ in active], step)
             seconds = self._clock() - t0
-            for (_, gen), n in zip(active, outputs):
+            for (_, gen), n in zip(active, outputs, strict=True):
                 gen.step_times.append(seconds)
                 gen.accept_lengths.append(n)
             step += 1
-        return [self._finish(gen, run) for (_, run, _), gen in zip(starts, gens)]
+        return [self._finish(gen, run) for (_, run, _), gen in zip(starts, gens, strict=True)]
 
     # ----- the rest of the EngineBackend contract -----
     def reset_counters(self) -> None:
@@ -302,7 +302,7 @@ class Engine:
         done, offsets = [], [0]
         for tree in trees:
             offsets.append(offsets[-1] + tree.num_tokens)
-        for b, ((r, run, drafter), tree, (logits, aux)) in enumerate(zip(active, trees, outs)):
+        for b, ((r, run, drafter), tree, (logits, aux)) in enumerate(zip(active, trees, outs, strict=True)):
             mine = None
             if routes is not None:
                 ids, weights, resident, seconds = routes

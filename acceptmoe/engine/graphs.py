@@ -174,7 +174,7 @@ class StepGraphs:
         with torch.cuda.stream(side):
             run()
         torch.cuda.current_stream(self.device).wait_stream(side)
-        for t, s in zip(self.state, saved):
+        for t, s in zip(self.state, saved, strict=True):
             t.copy_(s)
         graph = torch.cuda.CUDAGraph()
         if self.pool is None:
@@ -184,7 +184,7 @@ class StepGraphs:
                 outputs = run()
         except RuntimeError as exc:                     # e.g. an operation that syncs with the host
             torch.cuda.synchronize(self.device)
-            for t, s in zip(self.state, saved):
+            for t, s in zip(self.state, saved, strict=True):
                 t.copy_(s)
             self.fall_back(key, entry, f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}")
             return None

@@ -38,7 +38,7 @@ class Checkpoint:
             self.file_of = {name: folder / f for name, f in weight_map.items()}
         elif single.is_file():
             with _open(single) as f:
-                self.file_of = {name: single for name in f.keys()}
+                self.file_of = {name: single for name in f.keys()}  # noqa: SIM118 (a safe_open handle has no __iter__)
         else:
             raise CheckpointError(f"{folder} has no model.safetensors or model.safetensors.index.json; "
                                   "save the weights in safetensors format (save_pretrained does by default)")

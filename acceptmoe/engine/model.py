@@ -161,7 +161,7 @@ class MoEModel(nn.Module):
         for i, layer in enumerate(self.layers):
             attn = layer.self_attn
             parts = [attn(h, cos, sin, s.cache, s.start, masks[attn.window]) for s, (masks, cos, sin), h in
-                     zip(segments, views, _rows(layer.input_layernorm(x), bounds))]
+                     zip(segments, views, _rows(layer.input_layernorm(x), bounds), strict=True)]
             x = x + _joined(parts)
             x = x + self._mlp(i, layer.mlp, layer.post_attention_layernorm(x), policy, routes)
             if i in wanted:
@@ -172,7 +172,7 @@ class MoEModel(nn.Module):
             raise ValueError(f"aux_layers {missing} out of range; the model has {len(self.layers)} layers")
         aux = torch.cat([wanted[l] for l in aux_layers], dim=-1) if aux_layers else None
         auxes = _rows(aux, bounds) if aux is not None else [None] * len(segments)
-        return list(zip(_rows(logits, bounds), auxes))
+        return list(zip(_rows(logits, bounds), auxes, strict=True))
 
     def _attention_view(self, s: Segment) -> tuple[dict, Tensor, Tensor]:
         """A segment's masks per window and RoPE tables, after checking its shapes and placing its positions."""
@@ -204,7 +204,7 @@ def _rows(t: Tensor, bounds: list[int]) -> list[Tensor]:
     one-sequence pass (`forward`) dispatches no slicing op at all."""
     if len(bounds) == 2:
         return [t]
-    return [t[a:b] for a, b in zip(bounds, bounds[1:])]
+    return [t[a:b] for a, b in zip(bounds, bounds[1:], strict=False)]
 
 
 def _joined(parts: list[Tensor]) -> Tensor:

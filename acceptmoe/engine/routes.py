@@ -117,7 +117,7 @@ class RouteLog:
             arrays["pool_last_use"] = self.start.last_use.cpu().numpy().astype(np.int64)
             arrays["pool_clock"] = np.array(self.start.clock, dtype=np.int64)
         counted = (store.tally - self.tally).tolist()                                     # [L, 4]
-        counters = {str(l): dict(zip(("hits", "misses", "loads", "passes"), counted[store.row[l]]))
+        counters = {str(l): dict(zip(("hits", "misses", "loads", "passes"), counted[store.row[l]], strict=True))
                     for l in store.layer_ids}
         meta = {"format": FORMAT, "layers": list(store.layer_ids), "num_experts": E, "top_k": int(ids.shape[-1]),
                 "store": store.kind, "slots": getattr(store, "slots", None), "dtype": str(store.math.dtype),

@@ -118,8 +118,8 @@ def trace_meta(engine: str, plan: Plan, tree, store: str, prompt_len: int, max_n
 def layer_columns(layer_rows: Sequence[Sequence[float]]) -> dict[str, list]:
     """Rows per MoE layer (LAYER_FIELDS order, e.g. `layer_stats` read back) -> the trace's columns: counts
     as ints, utility_kept rounded to 6 decimals."""
-    cols = list(zip(*layer_rows)) if layer_rows else [() for _ in LAYER_FIELDS]
-    return {name: [_compact(name, v) for v in col] for name, col in zip(LAYER_FIELDS, cols)}
+    cols = list(zip(*layer_rows, strict=False)) if layer_rows else [() for _ in LAYER_FIELDS]
+    return {name: [_compact(name, v) for v in col] for name, col in zip(LAYER_FIELDS, cols, strict=False)}
 
 
 def _compact(name: str, v: float) -> int | float:

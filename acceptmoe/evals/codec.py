@@ -364,7 +364,7 @@ def decode(data, depth=0, names=SHARED):
             raise DecodeError("dict entries must be [key, value] pairs")
         keys = distinct_members([decode(k, depth + 1, names) for k, _ in pairs])
         mapping = {"d": dict, "C": collections.Counter, "O": collections.OrderedDict}[tag]()
-        for k, (_, v) in zip(keys, pairs):
+        for k, (_, v) in zip(keys, pairs, strict=True):
             mapping[k] = decode(v, depth + 1, names)
         return mapping
     if tag == "q":

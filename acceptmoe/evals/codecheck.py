@@ -190,7 +190,7 @@ def _load_cached(path: Path) -> Expected | None:
 def _encoded(values: list) -> tuple[list, list[int]]:
     encoded = [codec.encode_result(v) for v in values]
     sizes = [v.weight if type(v) is codec.Digest else len(json.dumps(e, separators=(",", ":"), allow_nan=False))
-             for v, e in zip(values, encoded)]
+             for v, e in zip(values, encoded, strict=True)]
     return encoded, sizes
 
 
@@ -246,7 +246,7 @@ def expected_outputs(problems: list[CodeProblem], workers: int = 2) -> list[dict
         return watch, result
 
     with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
-        for (p, name, inputs, path), (watch, result) in zip(missing, pool.map(run, missing)):
+        for (p, name, _, path), (watch, result) in zip(missing, pool.map(run, missing), strict=True):
             if not watch.passed():
                 status = result.status if result is not None else "not run"
                 raise CanonicalFailed(f"{problems[p].task_id} ({name}): the canonical solution failed: "
@@ -307,7 +307,7 @@ def compare(dataset: str, entry_point: str, inputs: list, outputs: list, expecte
             find_zero_fix: bool = True) -> list[bool]:
     """Per-input verdicts of `outputs` against `expected` by EvalPlus's rules."""
     same = Comparer(dataset, entry_point, atol, find_zero_fix)
-    return [same(inp, out, exp) for inp, out, exp in zip(inputs, outputs, expected)]
+    return [same(inp, out, exp) for inp, out, exp in zip(inputs, outputs, expected, strict=False)]
 
 
 def time_limits(reference_seconds: list[float]) -> list[float]:
@@ -353,7 +353,7 @@ def grade_many(problems: list[CodeProblem], codes: list[str], workers: int = 2,
     expected = expected_outputs(problems, workers)
     not_none = evalplus()[3].MBPP_OUTPUT_NOT_NONE_TASKS
     jobs = []
-    for p, (problem, code) in enumerate(zip(problems, codes)):
+    for p, problem in enumerate(problems):
         for name, inputs in problem.test_sets:
             exp = expected[p][name]
             wanted = exp.values
@@ -384,7 +384,7 @@ def grade_many(problems: list[CodeProblem], codes: list[str], workers: int = 2,
 
     sets: list[dict[str, SetVerdict]] = [{} for _ in problems]
     with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
-        for (p, name, *_), verdict in zip(jobs, pool.map(run, jobs)):
+        for (p, name, *_), verdict in zip(jobs, pool.map(run, jobs), strict=True):
             sets[p][name] = verdict
     verdicts = []
     for p, code in enumerate(codes):

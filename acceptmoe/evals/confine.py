@@ -24,6 +24,7 @@ program ends, so nothing a program writes there has to be cleaned up by the harn
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import secrets
@@ -314,10 +315,8 @@ class MemoryCgroups:
                 time.sleep(0.01)
 
     def close(self) -> None:
-        try:
+        with contextlib.suppress(OSError):
             os.rmdir(self.base)
-        except OSError:
-            pass
 
 
 # ----------------------------------------------------------------------------------- removing leftovers

@@ -10,6 +10,7 @@ program's process group when `Pumped.timed_out` or `Pumped.stopped` is set.
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import selectors
 import subprocess
@@ -109,8 +110,6 @@ def pump(proc: subprocess.Popen, payload: bytes, timeout_s: float, keep: int, wa
     finally:
         sel.close()
         if writing:
-            try:
+            with contextlib.suppress(OSError):
                 stdin.close()
-            except OSError:
-                pass
     return Pumped(bytes(head), bytes(tail[-keep:]) if keep else b"", total, timed_out, stopped)

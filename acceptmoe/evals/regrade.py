@@ -60,7 +60,7 @@ def regrade(rows: list[dict], split: str = "test", response_format: str = "plain
         scores = task.score_many([examples[r["index"]] for r in task_rows], [r["response"] for r in task_rows],
                                  response_format=response_format, workers=workers)
         groups: dict[str, list] = defaultdict(list)
-        for r, s in zip(task_rows, scores):
+        for r, s in zip(task_rows, scores, strict=True):
             groups[r["method"]].append((bool(r["correct"]), s))
         for method, pairs in groups.items():
             n = len(pairs)

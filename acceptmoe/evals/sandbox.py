@@ -62,6 +62,7 @@ of scope here.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import math
 import os
 import secrets
@@ -420,7 +421,8 @@ def _run(payload: bytes, limits: Limits, iso: Isolation, uid: int, watch: Watch 
                 confine.remove_tree(outer)
             except OSError as exc:  # the program's leftovers: its failure, not the run's
                 notes.append(f"its files could not be removed: {exc!r}")
-                warnings.warn(f"sandbox folder {outer} could not be removed fully: {exc}", RuntimeWarning)
+                warnings.warn(f"sandbox folder {outer} could not be removed fully: {exc}", RuntimeWarning,
+                              stacklevel=1)
     returncode = proc.returncode
     if not ready and not (out.timed_out or out.stopped):
         raise SandboxError(f"the sandbox could not start a program (exit status {returncode}, isolation "
@@ -444,10 +446,8 @@ def _run(payload: bytes, limits: Limits, iso: Isolation, uid: int, watch: Watch 
 
 
 def _kill_group(pgid: int) -> None:
-    try:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pgid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
 
 
 def run_many(sources: list[str], limits: Limits = Limits(), workers: int = 2,

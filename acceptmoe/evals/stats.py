@@ -253,13 +253,13 @@ def mean_of_strata_diff(a: Sequence, b: Sequence, n_resamples: int = RESAMPLES, 
         raise ValueError("paired strata need one entry per prompt for both methods, stratum by stratum")
     if _binary(*a, *b) and len({x.size for x in a}) == 1:
         return paired_proportions(np.concatenate(a), np.concatenate(b), confidence)
-    diffs = [x - y for x, y in zip(a, b)]
+    diffs = [x - y for x, y in zip(a, b, strict=True)]
     labels = [s for s, d in enumerate(diffs) for _ in range(d.size)]
     flat = np.concatenate(diffs)
     bounds = np.cumsum([0] + [d.size for d in diffs])
 
     def stat(idx):              # idx keeps each stratum's columns in place: the mean of its columns' values
-        return np.mean([flat[idx[:, lo:hi]].mean(1) for lo, hi in zip(bounds, bounds[1:])], axis=0)
+        return np.mean([flat[idx[:, lo:hi]].mean(1) for lo, hi in zip(bounds, bounds[1:], strict=False)], axis=0)
     return bootstrap(flat.size, stat, n_resamples, confidence, seed, labels)
 
 

@@ -32,7 +32,8 @@ class CommitmentTable:
         if len(self.proposed) != n or len(self.committed) != n:
             raise ValueError(f"counts must have max_depth + 1 = {n} entries, got "
                              f"{len(self.proposed)} proposed and {len(self.committed)} committed")
-        if any(c > m for c, m in zip(self.committed, self.proposed)) or min(self.committed + self.proposed) < 0:
+        if (any(c > m for c, m in zip(self.committed, self.proposed, strict=True))
+                or min(self.committed + self.proposed) < 0):
             raise ValueError("committed counts must satisfy 0 <= c_d <= m_d")
 
     def add_block(self, block: BlockInfo, accepted: Sequence[int]) -> None:
@@ -42,7 +43,7 @@ class CommitmentTable:
         if block.max_depth > self.max_depth:
             raise ValueError(f"block reaches depth {block.max_depth} but the table has max_depth "
                              f"{self.max_depth}: build the table for the tree shape that produced the traces")
-        for prev, node in zip(accepted, accepted[1:]):
+        for prev, node in zip(accepted, accepted[1:], strict=False):
             if not 0 < node < block.num_tokens or int(block.parents[node]) != prev:
                 raise ValueError(f"accepted path {list(accepted)} is not a root-to-node path of the tree")
         for d, n in enumerate(block.level_sizes.tolist()):
@@ -65,7 +66,7 @@ class CommitmentTable:
         if self.proposed[0] == 0:
             raise ValueError("the commitment table holds no blocks: calibrate on Standard SD traces first")
         return tuple(1.0 if d == 0 else (c / m if m else 0.0)
-                     for d, (c, m) in enumerate(zip(self.committed, self.proposed)))
+                     for d, (c, m) in enumerate(zip(self.committed, self.proposed, strict=True)))
 
     def to_dict(self) -> dict:
         return {"format_version": FORMAT_VERSION, "max_depth": self.max_depth, "proposed": self.proposed,

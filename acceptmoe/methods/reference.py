@@ -95,7 +95,7 @@ def select(plan: Plan, logits: Tensor, block: BlockInfo, bias: Tensor | None = N
     z = logits.float()
     natural, gate, probs, demand = _natural(plan, z, bias)
     alpha = [commitment_weight(cfg.p_hat[d], n, cfg) if spec.needs_commitment else 1.0
-             for d, n in zip(block.depth.tolist(), block.level_sizes[block.depth].tolist())]
+             for d, n in zip(block.depth.tolist(), block.level_sizes[block.depth].tolist(), strict=True)]
     roots = ([], [])                                    # the other roots' K and demand weights
     if spec.score.credits_batch and others is not None and len(others) > 0:
         other_natural, _, _, other_demand = _natural(plan, others.float(), bias)
@@ -118,7 +118,7 @@ def _natural(plan: Plan, z: Tensor, bias: Tensor | None) -> tuple[list[list[int]
     probabilities [T, E] and the demand score's weights on K_t."""
     router = plan.router
     natural = [choice_order(router, row, s)[:router.top_k]                        # K_t, best first
-               for row, s in zip(z.tolist(), router.scores(z, bias).tolist())]
+               for row, s in zip(z.tolist(), router.scores(z, bias).tolist(), strict=True)]
     ids = torch.tensor(natural, dtype=torch.long)                                 # [T, k]
     gate = router.gates(z, ids).tolist()                                          # the model's own r[t, K_t]
     probs = router.probs(z)                                                       # [T, E]
@@ -167,7 +167,7 @@ def _votes(x: _Tokens) -> tuple[list[int], list[int]]:
 
 def _router_mass(x: _Tokens) -> tuple[list[int], list[int]]:
     rows = truncate(x.probs, x.bits).tolist()                                       # every expert, every token
-    return [sum(col) for col in zip(*rows)], [0] * x.probs.shape[1]
+    return [sum(col) for col in zip(*rows, strict=True)], [0] * x.probs.shape[1]
 
 
 def _commitment(x: _Tokens) -> tuple[list[int], list[int]]:
@@ -179,8 +179,8 @@ def _shared_commitment(x: _Tokens) -> tuple[list[int], list[int]]:
     """The block's commitment score plus, per other root of the pass, its terms alpha_root r[root, e] (a root's
     weight is every root's: depth 0, a level of one, this block's alpha[0]; 1 for p_hat[0] = 1)."""
     own, zeros = _commitment(x)
-    for members, demand in zip(x.root_natural, x.root_demand):
-        for e, r in zip(members, demand):
+    for members, demand in zip(x.root_natural, x.root_demand, strict=True):
+        for e, r in zip(members, demand, strict=True):
             own[e] += _fixed(float(np.float32(x.alpha[0]) * np.float32(r)), x.bits)
     return own, zeros
 
@@ -215,7 +215,7 @@ def prune(sel: Selection, resident: Tensor, plan: Plan) -> Tensor:
     cfg = plan.selector
     eligible, anchor, held = sel.eligible.tolist(), sel.anchor.tolist(), resident.tolist()
     U = [int(u * 2 ** cfg.score_bits) for u in sel.utility.tolist()]
-    budget = rho_fixed(cfg.prune_rho) * sum(u for u, s in zip(U, eligible) if s)
+    budget = rho_fixed(cfg.prune_rho) * sum(u for u, s in zip(U, eligible, strict=True) if s)
     size, removed = sum(eligible), 0
     walk = [e for e in reversed(best_first(sel.utility.tolist())) if eligible[e] and not held[e] and not anchor[e]]
     out = list(eligible)
@@ -236,7 +236,7 @@ def route(logits: Tensor, eligible: Tensor | None, router: Router,
     allowed = torch.ones(T, E, dtype=torch.bool) if eligible is None else eligible.cpu().expand(T, E)
     k = router.top_k
     ids = []
-    for row, s, ok in zip(z.tolist(), router.scores(z, bias).tolist(), allowed.tolist()):
+    for row, s, ok in zip(z.tolist(), router.scores(z, bias).tolist(), allowed.tolist(), strict=True):
         members = [e for e in choice_order(router, row, s) if ok[e]]
         if len(members) < k:
             raise ValueError(f"eligible set has {len(members)} experts, fewer than top_k={k}")

@@ -54,7 +54,7 @@ def score(family: str, examples: list[dict], replies: list[str]) -> list[bool]:
     """One verdict per (example, reply) pair; code families run their programs in the sandbox."""
     if len(examples) != len(replies):
         raise ValueError(f"{len(examples)} examples but {len(replies)} replies: pass one reply per example")
-    pairs = list(zip(examples, replies))
+    pairs = list(zip(examples, replies, strict=True))
     if family == "tiny-gsm":
         return [gsm_correct(r, e["answer"]) for e, r in pairs]
     if family == "tiny-math":

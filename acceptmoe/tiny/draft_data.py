@@ -108,10 +108,10 @@ def build_from_ids(model, tok, prompts: list[list[int]], aux_ids: Sequence[int],
     """Greedy replies of the target to tokenised prompts (rendered with any chat template), with features
     and labels."""
     replies = greedy_replies(model, tok, prompts, max_new_tokens, batch_size)
-    full = [p + r for p, r in zip(prompts, replies)]
+    full = [p + r for p, r in zip(prompts, replies, strict=True)]
     feats = target_features(model, full, aux_ids, batch_size)
     seqs = []
-    for p, ids, (f, argmax) in zip(prompts, full, feats):
+    for p, ids, (f, argmax) in zip(prompts, full, feats, strict=True):
         seqs.append(DraftSequence(torch.tensor(ids), f, reply_labels(argmax, len(p), tok.eos_token_id, ids),
                                   len(p)))
     return seqs

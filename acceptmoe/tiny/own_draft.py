@@ -71,7 +71,7 @@ def read_prompts(path: Path) -> list[list[dict]]:
 def task_prompts(tasks: list[str], limit: int) -> list[list[dict]]:
     """The train split's chat messages of each task, interleaved, `limit` in all."""
     per = [[get_task(t).messages(ex) for ex in get_task(t).load("train", limit)] for t in tasks]
-    mixed = [m for group in zip(*per) for m in group] if per else []
+    mixed = [m for group in zip(*per, strict=False) for m in group] if per else []
     return mixed[:limit]
 
 

@@ -51,7 +51,7 @@ def evaluate(model_dir: str | Path, n: int = 300, families: tuple[str, ...] = FA
         result[family] = {"accuracy": sum(verdicts) / max(1, len(verdicts)), "n": len(verdicts),
                           "seconds": round(time.perf_counter() - start, 1),
                           "samples": [{"question": e["question"], "reply": r, "correct": v}
-                                      for e, r, v in list(zip(examples, replies, verdicts))[:3]]}
+                                      for e, r, v in list(zip(examples, replies, verdicts, strict=True))[:3]]}
     return result
 
 

@@ -151,7 +151,7 @@ def train(draft: Eagle3Draft, seqs: list[draft_data.DraftSequence], cfg: tiny_co
             loss = float(loss.detach())
             step += 1
             accs = [s.accuracy for s in stats]
-            ema = accs if ema is None else [0.9 * e + 0.1 * a for e, a in zip(ema, accs)]
+            ema = accs if ema is None else [0.9 * e + 0.1 * a for e, a in zip(ema, accs, strict=False)]
             bar.update(1)
             bar.set_postfix(loss=f"{loss:.3f}", acc0=f"{ema[0]:.3f}", accL=f"{ema[-1]:.3f}")
             if step % cfg.log_every == 0 or step == total:

@@ -57,7 +57,7 @@ def use_oracle(monkeypatch, prompt_len: int, continuation: list[int]) -> None:
         tree = propose(self, root_token)
         future = continuation[self.length - prompt_len + 1:]
         tokens = tree.tokens.clone()
-        for n, t in zip(tree.block.path_to(int(tree.depths.argmax()))[1:], future):
+        for n, t in zip(tree.block.path_to(int(tree.depths.argmax()))[1:], future, strict=False):
             tokens[n] = t
         return DraftTree.from_parents(tokens, tree.parents, int(tree.positions[0]), tree.scores)
     monkeypatch.setattr(Eagle3Drafter, "propose", oracle)
@@ -143,8 +143,8 @@ def test_acceptmoe_sets_hold_the_anchor(engine, reference, monkeypatch):
         assert bool(out.eligible[0][out.ids[0]].all()) and int(out.eligible.sum()) >= TOP_K
     for b in gen.trace.blocks:
         assert all(a == TOP_K <= s <= n for a, s, n in zip(b.layers["anchor_size"], b.layers["set_size"],
-                                                             b.layers["natural_union"]))
-        assert all(r <= s for r, s in zip(b.layers["routed_union"], b.layers["set_size"]))
+                                                             b.layers["natural_union"], strict=True))
+        assert all(r <= s for r, s in zip(b.layers["routed_union"], b.layers["set_size"], strict=True))
         assert all(0 < u <= 1 for u in b.layers["utility_kept"])
 
 
@@ -311,7 +311,7 @@ def test_tracing_standard_sd_does_not_change_its_routing(engine, reference):
     assert traced.tokens == untraced.tokens == reference[1][:9]
     assert all(s == EXPERTS for b in traced.trace.blocks for s in b.layers["set_size"])
     assert all(r == n for b in traced.trace.blocks
-               for r, n in zip(b.layers["routed_union"], b.layers["natural_union"]))
+               for r, n in zip(b.layers["routed_union"], b.layers["natural_union"], strict=True))
 
 
 def test_layer_stats_count_only_each_blocks_valid_tokens():
@@ -328,7 +328,7 @@ def test_layer_stats_count_only_each_blocks_valid_tokens():
     anchor[:, [0, 1]] = True
     valid = torch.tensor([[True, True, True], [True, True, False]])                      # block 1: 2 tokens
     rows = layer_stats(3, natural, routed, VerifierOutput(None, None, eligible, utility, anchor), valid)
-    got = [dict(zip(LAYER_FIELDS, r)) for r in rows.tolist()]
+    got = [dict(zip(LAYER_FIELDS, r, strict=True)) for r in rows.tolist()]
     assert got[0] == {"layer": 3, "set_size": 3, "anchor_size": 2, "natural_union": 6, "routed_union": 3,
                       "utility_kept": 0.5}
     assert got[1] == {"layer": 3, "set_size": 4, "anchor_size": 2, "natural_union": 4, "routed_union": 3,

@@ -42,10 +42,10 @@ def test_a_per_request_method_batched_is_each_request_alone(engine, method):
     assert [g.tokens for g in together] == [g.tokens for g in alone]
     assert [g.accept_lengths for g in together] == [g.accept_lengths for g in alone]
     assert [_set_sizes(g) for g in together] == [_set_sizes(g) for g in alone]
-    for a, b in zip(alone, together):                 # what each request sent the experts, pass by pass
+    for a, b in zip(alone, together, strict=True):                 # what each request sent the experts, pass by pass
         va = [p.ids for p in a.routes.passes() if p.kind == "verify"]
         vb = [p.ids for p in b.routes.passes() if p.kind == "verify"]
-        assert len(va) == len(vb) and all(torch.equal(x, y) for x, y in zip(va, vb))
+        assert len(va) == len(vb) and all(torch.equal(x, y) for x, y in zip(va, vb, strict=True))
 
 
 def test_a_one_prompt_batch_is_generate(engine):

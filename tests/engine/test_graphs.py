@@ -42,7 +42,7 @@ def test_static_passes_equal_eager_for_every_method(engines):
         for ids in PROMPTS:
             static, eager = (engines[m].generate(ids, variant, 40, ignore_eos=True) for m in ("static", "eager"))
             assert static.tokens == eager.tokens, name
-            for a, b in zip(static.trace.blocks, eager.trace.blocks):
+            for a, b in zip(static.trace.blocks, eager.trace.blocks, strict=False):
                 if a.parents != b.parents:
                     continue
                 same_trees += 1
@@ -107,7 +107,7 @@ def test_trees_of_one_depth_share_a_verifier_that_never_replaces_a_shapes_buffer
     again = wide.generate(PROMPTS[0], variant, 8, ignore_eos=True)
     assert verifier.buffers[(1, 12)] is held and verifier.step is held
     assert all(t is u and t.data_ptr() == ptr for (t, ptr), u in zip(tensors, (held.alpha, held.num_tokens,
-                                                                               held.valid)))
+                                                                               held.valid), strict=True))
     assert again.tokens == first.tokens
     assert [b.layers for b in again.trace.blocks] == [b.layers for b in first.trace.blocks]
 

@@ -51,6 +51,6 @@ def test_two_segments_give_each_its_one_sequence_pass(model):
     alone = [model.forward(i, p, c, 0, mask=m, aux_layers=(0, 1)) for i, p, c, m in (a, b)]
     a, b = pass_inputs(model, 20, False), pass_inputs(model, 64, True)
     together = model.forward_batch([Segment(i, p, c, 0, m) for i, p, c, m in (a, b)], aux_layers=(0, 1))
-    for (logits, aux), (want_logits, want_aux) in zip(together, alone):
+    for (logits, aux), (want_logits, want_aux) in zip(together, alone, strict=True):
         torch.testing.assert_close(logits, want_logits, rtol=1e-5, atol=1e-5)
         torch.testing.assert_close(aux, want_aux, rtol=1e-5, atol=1e-5)

@@ -52,7 +52,7 @@ def test_device_lru_equals_the_plain_lru(E, X, k, seed):
     layers = {0: {"w1": torch.randn(E, 2 * I, H, generator=g), "w2": torch.randn(E, H, I, generator=g)}}
     store = make_store("offloaded", ExpertMath("swiglu", torch.float32), layers, E, "cpu", slots=X)
     plain = PlainLRU(E, X)
-    for p in range(40):
+    for _ in range(40):
         T = int(torch.randint(1, 7, (1,), generator=g))
         hot = torch.randint(0, E, (1,), generator=g)                     # skewed routing: some reuse
         logits = torch.randn(T, E, generator=g)
@@ -106,7 +106,7 @@ def test_cuda_admission_rule_computes_exact_waves_after_one_read(E, X, k, seed, 
     bound._read = lambda *a: reads.append(1) or read(*a)
     monkeypatch.setattr(offload, "experts_by_group", lambda *a, **kw: waves.append(1) or compute(*a, **kw))
     plain = PlainLRU(E, X)
-    for p in range(30):
+    for _ in range(30):
         T = int(torch.randint(1, 9, (1,), generator=g))
         ids = torch.randn(T, E, generator=g).topk(k, dim=-1).indices
         x, w = torch.randn(T, H, generator=g), torch.full((T, k), 1.0 / k)

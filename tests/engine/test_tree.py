@@ -36,7 +36,7 @@ class PathStep:
     def __call__(self, level: int, fed_tok: torch.Tensor, parent_row: torch.Tensor) -> torch.Tensor:
         self.calls += 1
         prev = self.paths
-        self.paths = [prev[max(int(r), 0)] + (int(t),) for t, r in zip(fed_tok, parent_row)]
+        self.paths = [prev[max(int(r), 0)] + (int(t),) for t, r in zip(fed_tok, parent_row, strict=False)]
         assert all(len(p) == level for p in self.paths)
         return torch.stack([path_logp(p) for p in self.paths])
 
@@ -99,7 +99,7 @@ def test_tree_properties(shape):
     for i in range(1, T):                                                    # a child never outscores its parent
         assert float(tree.scores[i]) <= float(tree.scores[int(tree.parents[i])])
     for d in range(2, int(tree.depths.max()) + 1):                           # only topk nodes per level expand
-        assert len({int(p) for p, dd in zip(tree.parents, tree.depths) if dd == d}) <= shape.topk
+        assert len({int(p) for p, dd in zip(tree.parents, tree.depths, strict=True) if dd == d}) <= shape.topk
     for i in range(T):                                                       # mask = ancestors and self
         anc = set(tree.block.path_to(i))
         assert {j for j in range(T) if tree.mask[i, j]} == anc

@@ -202,11 +202,11 @@ def graded_on_a_loaded_machine(dataset: str, cases: list[Case], folder: Path) ->
     the program waits for a core. The second grading stands for those replies; a disagreement that repeats
     alone is a real one. find_zero's replies are not graded again (evalplus 0.3.1 fails them all)."""
     ours, theirs = _both(dataset, cases, folder, workers=2)
-    again = [i for i, (grade, their) in enumerate(zip(ours, theirs))
+    again = [i for i, (grade, their) in enumerate(zip(ours, theirs, strict=False))
              if (grade.correct, grade.details["plus"]) != their and cases[i].example["entry_point"] != "find_zero"]
     if again:
         print(f"graded again alone after a disagreement: {[(cases[i].example['id'], cases[i].name) for i in again]}")
         ours_again, theirs_again = _both(dataset, [cases[i] for i in again], folder / "again", workers=1)
-        for i, grade, their in zip(again, ours_again, theirs_again):
+        for i, grade, their in zip(again, ours_again, theirs_again, strict=False):
             ours[i], theirs[i] = grade, their
     return ours, theirs

@@ -80,7 +80,7 @@ def test_codec_numbers_of_other_types_keep_their_type():
     values = [fractions.Fraction(1, 3), decimal.Decimal("1.10"), np.float64(0.5), np.int32(7), np.bool_(True),
               np.array([[1.5, 2.0]], dtype=np.float32), np.zeros((0, 3))]
     back = codec.loads(codec.dumps(values))
-    for old, new in zip(values, back):
+    for old, new in zip(values, back, strict=False):
         assert type(new) is type(old)
         assert (np.array_equal(new, old) and new.shape == old.shape) if isinstance(old, np.ndarray) else new == old
     assert str(back[1]) == "1.10" and back[5].dtype == np.float32

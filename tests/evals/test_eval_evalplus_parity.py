@@ -60,7 +60,7 @@ def cases():
 
 def test_expected_outputs_equal_evalplus_trusted_exec(cases):
     problems, expected = cases
-    for (dataset, problem), exp in zip(problems, expected):
+    for (dataset, problem), exp in zip(problems, expected, strict=True):
         not_none = dataset == "mbpp" and problem.entry_point in MBPP_OUTPUT_NOT_NONE_TASKS
         for name, inputs in problem.test_sets:
             theirs = trusted_exec(problem.canonical, inputs, problem.entry_point, output_not_none=not_none)
@@ -72,10 +72,11 @@ def test_expected_outputs_equal_evalplus_trusted_exec(cases):
 
 def test_verdicts_equal_evalplus_untrusted_check(cases):
     problems, expected = cases
-    jobs = [(dataset, problem, exp, change) for (dataset, problem), exp in zip(problems, expected) for change in CHANGES]
+    jobs = [(dataset, problem, exp, change) for (dataset, problem), exp in zip(problems, expected, strict=True)
+            for change in CHANGES]
     ours = grade_many([p for _, p, _, _ in jobs], [_candidate(p, c) for _, p, _, c in jobs])
     mismatches, outcomes, find_zero = [], set(), {}
-    for (dataset, problem, exp, change), verdict in zip(jobs, ours):
+    for (dataset, problem, exp, change), verdict in zip(jobs, ours, strict=True):
         not_none = dataset == "mbpp" and problem.entry_point in MBPP_OUTPUT_NOT_NONE_TASKS
         theirs = {}
         for name, inputs in problem.test_sets:
@@ -130,7 +131,7 @@ def test_chat_replies_get_evalplus_evaluates_verdicts(tmp_path):
     for dataset in PARITY_PROBLEMS:
         mine = [c for c in cases if c.dataset == dataset]
         ours, theirs = graded_on_a_loaded_machine(dataset, mine, tmp_path / dataset)
-        for case, grade, their in zip(mine, ours, theirs):
+        for case, grade, their in zip(mine, ours, theirs, strict=False):
             ex, name = case.example, case.name
             our = (grade.correct, grade.details["plus"])
             outcomes.add(our)

@@ -16,7 +16,8 @@ def _reference_responses(task_name, examples):
 
 def _failures(task_name, examples, responses, workers=2):
     scores = get_task(task_name).score_many(examples, responses, workers=workers)
-    return [(ex["id"], s.details) for ex, s in zip(examples, scores) if not (s.correct and s.details["plus"])]
+    return [(ex["id"], s.details) for ex, s in zip(examples, scores, strict=True)
+            if not (s.correct and s.details["plus"])]
 
 
 def _timed_out(details: dict) -> bool:

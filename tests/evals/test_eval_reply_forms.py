@@ -39,7 +39,7 @@ def _cases() -> list[Case]:
         for ex in get_task(dataset).load():
             if ex["id"] not in replies:
                 continue
-            for verdict, code in zip(("right", "wrong"), replies[ex["id"]]):
+            for verdict, code in zip(("right", "wrong"), replies[ex["id"]], strict=False):
                 whole = ex["prompt"] + code if dataset == "humaneval" else code
                 cases += [Case(dataset, ex, f"whole solution, {verdict}", whole),
                           Case(dataset, ex, f"completion, {verdict}", code, completion=True),
@@ -58,7 +58,7 @@ def graded(tmp_path_factory):
     for dataset in ("humaneval", "mbpp"):
         mine = [c for c in cases if c.dataset == dataset]
         ours, theirs = graded_on_a_loaded_machine(dataset, mine, tmp_path_factory.mktemp(dataset))
-        out += [(c, (g.correct, g.details["plus"]), their, g) for c, g, their in zip(mine, ours, theirs)]
+        out += [(c, (g.correct, g.details["plus"]), their, g) for c, g, their in zip(mine, ours, theirs, strict=False)]
     return out
 
 

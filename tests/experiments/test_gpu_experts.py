@@ -57,7 +57,7 @@ def test_timing_rows_at_tiny_shapes_and_their_table():
         rows += gpu_experts.time_shape("cpu", shape, tokens=(1, 4), repeats=1, warmup=1, peak=(50.0, "given"),
                                        distinct=4)
     assert [(r["shape"], r["T"]) for r in rows] == [(s.name, T) for s in TINY_SHAPES for T in (1, 4)]
-    for r, shape in zip(rows, [s for s in TINY_SHAPES for _ in (1, 4)]):
+    for r, shape in zip(rows, [s for s in TINY_SHAPES for _ in (1, 4)], strict=True):
         io = 2 * (r["T"] + r["T"] * shape.top_k) * shape.hidden_size                     # bf16 x + pair outputs
         assert r["experts_used"] == shape.top_k if r["T"] == 1 else 1 <= r["experts_used"] <= shape.num_experts
         assert r["kernel_bytes"] == r["experts_used"] * shape.stored_bytes() + io

@@ -72,7 +72,7 @@ def test_tiny_shape_counters_equal_the_run(recorded, tmp_path):
     for r in recs:                     # the recording's rows say where each reply ended: passes after it, counted
         gens = [g for row in rows if (row["store"], row["variant"], row["round"]) == (r["store"], r["variant"], 0)
                 for g in row["generations"]]
-        after = sum(sum(1 for k, before in zip(g["kinds"], [0, *itertools.accumulate(g["output"])])
+        after = sum(sum(1 for k, before in zip(g["kinds"], [0, *itertools.accumulate(g["output"])], strict=False)
                         if k != "prefill" and before >= g["natural_tokens"]) for g in gens)
         assert r["after_eos_share"] == pytest.approx(after / r["passes"]) and r["after_eos_share"] > 0
     off = {r["variant"]: r for r in recs if r["store"] == f"offloaded-{SLOTS}"}

@@ -68,7 +68,7 @@ def test_every_output_is_the_torch_backends_bit_for_bit():
                 verifier = make_verifier(backend, plan)
                 verifier.prepare(blocks, pad_to=case.T)
                 outs.append(verifier(logits, resident))
-            for name, x, y in zip(outs[0]._fields, *outs):
+            for name, x, y in zip(outs[0]._fields, *outs, strict=True):
                 assert torch.equal(x, y), f"{method} {case}: {name}"
 
 
@@ -123,5 +123,5 @@ def test_natural_routing_through_the_library_is_the_routers_for_every_kind():
     assert set(routers) == set(RouterKind)
     for router in routers.values():
         b = bias if router.biased else None
-        for got, want in zip(natural(router, logits, b), router.natural(logits, bias=b)):
+        for got, want in zip(natural(router, logits, b), router.natural(logits, bias=b), strict=True):
             assert torch.equal(got, want), router.kind

@@ -42,7 +42,7 @@ def test_prepare_tree_equals_prepare(method):
     host.prepare([BlockInfo.from_parents(p) for p in ts], pad_to=T, rows=5)
     dev.prepare_tree(torch.tensor(ts), rows=5)
     for a, b in zip((host.step.alpha, host.step.num_tokens, host.step.valid),
-                    (dev.step.alpha, dev.step.num_tokens, dev.step.valid)):
+                    (dev.step.alpha, dev.step.num_tokens, dev.step.valid), strict=True):
         assert torch.equal(a, b)
     z = torch.randn(3, T, E, generator=torch.Generator().manual_seed(2))
     assert torch.equal(host(z, route=False).eligible, dev(z, route=False).eligible)

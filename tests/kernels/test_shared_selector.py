@@ -35,7 +35,7 @@ def test_one_block_is_acceptmoe_and_other_roots_are_credited(backend):
         verifier.prepare([TREE] * 4)
         outs[plan.spec.name] = alone, verifier(z)
     (plain_one, plain_four), (shared_one, shared_four) = outs["acceptmoe"], outs["acceptmoe-shared"]
-    for a, b in zip(plain_one, shared_one):                      # B = 1: AcceptMoE exactly, every field
+    for a, b in zip(plain_one, shared_one, strict=True):                      # B = 1: AcceptMoE exactly, every field
         assert torch.equal(a, b)
     ids, gates = router.natural(z[:, 0])                          # the roots' K and gates, [4, k]
     roots = torch.zeros(4, E).scatter(-1, ids, gates)

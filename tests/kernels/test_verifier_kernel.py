@@ -162,21 +162,21 @@ def reference(plan, blocks, logits, resident, bias=None):
     """Per-block reference (each block beside the pass's other roots, `select_pass`): ids [B, T, k], weights
     [B, T, k], eligible [B, E], utility [B, E], anchor [B, E]."""
     out = []
-    for b, (block, sel) in enumerate(zip(blocks, select_pass(plan, logits, blocks, bias))):
+    for b, sel in enumerate(select_pass(plan, logits, blocks, bias)):             # one selection per block
         eligible = sel.eligible
         if resident is not None:
             eligible = prune(sel, resident if resident.dim() == 1 else resident[b], plan)
         ids, weights = route(logits[b], eligible, plan.router, bias)
         out.append((ids, weights, eligible, sel.utility, sel.anchor))
-    return [torch.stack(x) for x in zip(*out)]
+    return [torch.stack(x) for x in zip(*out, strict=True)]
 
 
 def assert_matches(got, want, what: str) -> None:
-    for name, g, w in zip(("ids", "weights", "eligible", "utility", "anchor"), got, want):
+    for name, g, w in zip(("ids", "weights", "eligible", "utility", "anchor"), got, want, strict=True):
         if g.dtype in (torch.bool, torch.int64):
             assert torch.equal(g, w), f"{what}: {name} differs\n got {g}\nwant {w}"
         else:
-            torch.testing.assert_close(g, w, rtol=1e-6, atol=1e-6, msg=lambda m: f"{what}: {name}: {m}")
+            torch.testing.assert_close(g, w, rtol=1e-6, atol=1e-6, msg=lambda m: f"{what}: {name}: {m}")  # noqa: B023 (called in this iteration)
 
 
 @pytest.mark.parametrize("backend", ["triton", "torch", "cpu"])
@@ -280,7 +280,7 @@ def test_prepare_pads_alpha_and_counts_tokens():
     alpha, num_tokens = verifier.step.alpha, verifier.step.num_tokens
     assert num_tokens.tolist() == [7, 3, 0] and alpha.shape == (3, 7)
     want = [commitment_weight(plan.selector.p_hat[d], n, plan.selector)
-            for d, n in zip(blocks[1].depth.tolist(), blocks[1].level_sizes[blocks[1].depth].tolist())]
+            for d, n in zip(blocks[1].depth.tolist(), blocks[1].level_sizes[blocks[1].depth].tolist(), strict=True)]
     assert alpha[1, :3].tolist() == want and not alpha[1, 3:].any() and not alpha[2].any()
 
 
@@ -303,7 +303,7 @@ def test_steps_of_one_shape_reuse_buffers_and_match_a_fresh_verifier(backend, me
             assert reused.step.alpha is first[0] and reused.step.num_tokens is first[1]   # the shape's buffers
         fresh = make_verifier(backend, plan, "cpu")
         fresh.prepare(blocks, pad_to=T)
-        for got, want in zip(reused(logits), fresh(logits)):
+        for got, want in zip(reused(logits), fresh(logits), strict=True):
             assert torch.equal(got, want), sizes
         assert reused.step.num_tokens.tolist() == list(sizes)
     assert set(reused.buffers) == {(2, T), (1, T)}                         # one buffer set per shape, kept

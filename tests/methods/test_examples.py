@@ -128,7 +128,7 @@ def test_commitment_weights_by_hand():
     block, cfg = BlockInfo.from_parents(ACCEPT_BLOCK), SelectorConfig(beta=0.5)
     p_hat = ACCEPT_CFG["p_hat"]
     alpha = [commitment_weight(p_hat[d], n, cfg) for d, n in zip(block.depth.tolist(),
-                                                                  block.level_sizes[block.depth].tolist())]
+                                                                  block.level_sizes[block.depth].tolist(), strict=True)]
     assert alpha == pytest.approx([1.0, 0.9, 0.05, 0.05, 0.05, 0.05], abs=1e-7)
 
 

@@ -39,7 +39,7 @@ def test_log2_fixed_is_the_integer_rule():
     xs = list(range(1, 2049)) + edges + torch.randint(1, 2 ** 31, (3000,), generator=gen).tolist()
     got = log2_fixed(torch.tensor(xs)).tolist()
     assert got == [python_log2_fixed(x) for x in xs] == [log2_fixed_int(x) for x in xs]
-    assert all(abs(g - math.log2(x) * 2 ** 16) < 2 for g, x in zip(got, xs))
+    assert all(abs(g - math.log2(x) * 2 ** 16) < 2 for g, x in zip(got, xs, strict=True))
     assert log2_fixed(torch.tensor([[5, 6], [7, 8]])).shape == (2, 2)      # any shape
 
 

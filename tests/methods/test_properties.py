@@ -93,7 +93,7 @@ def test_topk_and_rank_follow_the_one_rule(n, k, seed, coarse):
     gen, k, x = tied_rows(5, n, k, seed, coarse)
     x[0, : n // 2] = float("-inf")
     y = torch.randint(0, 2, (5, n), generator=gen).float()
-    for row, sec in zip(x.tolist(), y.tolist()):
+    for row, sec in zip(x.tolist(), y.tolist(), strict=True):
         want = python_order(row)
         vals, ids = topk(torch.tensor(row), k)
         assert ids.tolist() == want[:k] and vals.tolist() == [row[i] for i in want[:k]]
@@ -131,7 +131,7 @@ def test_route_breaks_ties_to_the_lower_index(problem):
         ids, _ = route(z, mask, router)
         allowed = torch.ones(E, dtype=torch.bool) if mask is None else mask
         assert ids.tolist() == [[e for e in python_order(p, s) if allowed[e]][:k]
-                                for p, s in zip(first.tolist(), scores.tolist())]
+                                for p, s in zip(first.tolist(), scores.tolist(), strict=True)]
 
 
 def torch_verifier(plan, blocks):

@@ -182,15 +182,15 @@ def test_in_forward_work_is_one_graph_reading_static_buffers(method, budget, tmp
     eager = rt.restrict(topk, _natural_topk, hidden, z)                 # the warm-up pass allocates the buffers
     compiled = torch.compile(lambda h, x: rt.restrict(topk, _natural_topk, h, x), backend="eager", fullgraph=True)
     plan = cfg.bind(Fit(Router("softmax_topk", 4), 32, 7))
-    for step, trees in enumerate([trees[:3], trees[1:]]):
+    for step, step_trees in enumerate([trees[:3], trees[1:]]):
         if step:                                                         # next step: new trees, same buffers
-            assert begin(trees) == 0
+            assert begin(step_trees) == 0
         want = rt.restrict(topk, _natural_topk, hidden, z)
         rec = rt.records[0, :3].clone()
         rt.records.zero_()
         got = compiled(hidden, z)
         assert torch.equal(got.topk_ids, want.topk_ids) and torch.equal(rt.records[0, :3], rec)
-        for b, tree in enumerate(trees):
+        for b, tree in enumerate(step_trees):
             ref = select(plan, z.view(4, 8, 32)[b], BlockInfo.from_parents(tree))
             assert ref.eligible[got.topk_ids.view(4, 8, 4)[b]].all()
             assert int(rec[b, 1]) == int(ref.eligible.sum())             # LAYER_FIELDS[1]: set_size
@@ -333,7 +333,7 @@ def test_a_replaced_settings_file_is_served_from_the_next_pass(tmp_path):
         rt.refresh()                                             # what plugin._around_forward does first
         assert rt.cfg == for_plan(plan) and watched.poll() is None
         served.append(_served_sets(rt))
-    for plan, sets in zip(plans, served):
+    for plan, sets in zip(plans, served, strict=True):
         assert torch.equal(sets, _reference_sets(plan)), plan.name
     assert not torch.equal(served[0], served[1]) and not torch.equal(served[1], served[2])   # each change mattered
 
@@ -420,7 +420,7 @@ def test_the_plugin_routes_as_the_served_models_config_says():
         seen = {}
 
         def orig(topk, hidden, logits):
-            seen["logits"] = logits
+            seen["logits"] = logits  # noqa: B023 (called in this iteration)
             return _natural_topk(topk, hidden, logits)
         rt.begin_verify(_verify_input([parents]), 1)
         rt.restrict(_topk_module(), orig, z[:, :0], z)

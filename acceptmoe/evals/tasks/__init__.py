@@ -85,7 +85,8 @@ class Task:
         if len(examples) != len(responses):
             raise ValueError(f"{len(examples)} examples but {len(responses)} responses")
         if self.problem is None:
-            return [_scored(self.score, ex, response_text(r, response_format)) for ex, r in zip(examples, responses)]
+            return [_scored(self.score, ex, response_text(r, response_format))
+                    for ex, r in zip(examples, responses, strict=True)]
         return grade_code(self.name, self.problem, examples, responses, response_format, workers, rules)
 
 
@@ -119,10 +120,11 @@ def grade_code(task: str, problem: Callable[[dict], CodeProblem], examples: list
     source = TASK_FILES.get(task)                 # a task from a file: the worker reads it first
     reader, first = (f"{__name__}.from_file:read_file_reply", [source]) if source else (f"{__name__}:read_reply", [])
     read = contained.call_each(reader, [[*first, task, _slim(ex), r, response_format, rules.reading]
-                                        for ex, r in zip(examples, responses)],
+                                        for ex, r in zip(examples, responses, strict=True)],
                                contained.Limits(call_s=rules.sanitize_s))
     ok = [i for i, out in enumerate(read) if out.ok and isinstance(out.value, str)]
-    graded = dict(zip(ok, grade_many([problems[i] for i in ok], [read[i].value for i in ok], workers, rules)))
+    graded = dict(zip(ok, grade_many([problems[i] for i in ok], [read[i].value for i in ok], workers, rules),
+                      strict=True))
     verdicts = [graded.get(i) or CodeVerdict.failed([n for n, _ in problems[i].test_sets], "",
                                                     f"reading the reply failed: {read[i].error or 'not text'}")
                 for i in range(len(examples))]

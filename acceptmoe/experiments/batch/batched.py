@@ -49,8 +49,9 @@ def server_budget(world, budgets: dict[Pair, PairBudget], root: Path) -> dict[st
     for model in world.models:
         tables = {world.calibration.source(p.task): budgets[p].table for p in world.pairs() if p.model == model.name}
         first = next(iter(tables.values()))
-        pooled = CommitmentTable(first.max_depth, [sum(x) for x in zip(*(t.proposed for t in tables.values()))],
-                                 [sum(x) for x in zip(*(t.committed for t in tables.values()))],
+        pooled = CommitmentTable(first.max_depth,
+                                 [sum(x) for x in zip(*(t.proposed for t in tables.values()), strict=False)],
+                                 [sum(x) for x in zip(*(t.committed for t in tables.values()), strict=False)],
                                  {"pooled_sources": sources(world)})
         per_task = [sorted(TraceLog(paths.traces(Pair(model.name, t), B0_METHOD)).read(),
                         key=lambda tr: tr.meta["index"]) for t in world.tasks]
@@ -100,10 +101,10 @@ def run_draw(loaded, plan: Plan, pool: Pool, chosen) -> BatchedDraw:
     model = loaded.model
     tasks = [get_task(pool.keys[i][1]) for i in chosen]
     examples = [pool.example(i) for i in chosen]
-    prompts = [prompt_ids(loaded.tokenizer, t.messages(ex), model) for t, ex in zip(tasks, examples)]
+    prompts = [prompt_ids(loaded.tokenizer, t.messages(ex), model) for t, ex in zip(tasks, examples, strict=True)]
     gens = loaded.engine.generate_batch(prompts, plan, loaded.world.max_new_tokens(model), record_routes=True)
     members = []
-    for task, ex, gen in zip(tasks, examples, gens):
+    for task, ex, gen in zip(tasks, examples, gens, strict=True):
         reply = decode(loaded.tokenizer, gen.tokens, model.response_format)
         grade = task.score_many([ex], [reply], response_format=model.response_format)[0]
         sizes = [s for b in gen.trace.blocks for s in b.layers["set_size"]]

@@ -121,7 +121,7 @@ def prompt_accuracy(cell: Cell, v: str, versus: str) -> AccuracyDiff:
     got: dict[int, list[tuple[int, int]]] = defaultdict(list)
     for d in cell.draws:
         pairs = zip(d["prompts"], d["methods"][v]["quality"]["correct_each"],
-                    d["methods"][versus]["quality"]["correct_each"])
+                    d["methods"][versus]["quality"]["correct_each"], strict=False)
         for p, a, b in pairs:
             got[p].append((a, b))
     drawn = sorted(got)

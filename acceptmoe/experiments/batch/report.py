@@ -164,8 +164,8 @@ def figure(work: list[dict], stem: Path) -> list[Path]:
                 if not mine or variant == BASE:
                     continue
                 ys = [r[key] for r in mine]
-                err = [[y - r[key + "_low"] for y, r in zip(ys, mine)],
-                       [r[key + "_high"] - y for y, r in zip(ys, mine)]]
+                err = [[y - r[key + "_low"] for y, r in zip(ys, mine, strict=True)],
+                       [r[key + "_high"] - y for y, r in zip(ys, mine, strict=True)]]
                 ax.errorbar([r["batch"] for r in mine], ys, yerr=err, capsize=2, color=colours[j % len(colours)],
                             linestyle=styles[i % len(styles)], marker=markers[i % len(markers)],
                             label=f"{mine[0]['method']}, {draft}")

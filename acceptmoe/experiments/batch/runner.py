@@ -121,7 +121,8 @@ def batched_entries(cfg: BatchStudyConfig, cell: Cell, batch: int, d: int, chose
         entry = {**counts_of(compose(draw.requests), cell.counter, d == 0), "quality": draw.quality()}
         if v in cell.requests:
             entry = {"batched_reads": entry["reads"],
-                     "batched_same": sum(same_passes(a, cell.requests[v][i]) for a, i in zip(draw.requests, chosen))}
+                     "batched_same": sum(same_passes(a, cell.requests[v][i])
+                                         for a, i in zip(draw.requests, chosen, strict=True))}
         out[v] = entry
     cell.log.append(key, {"batch": batch, "draw": d, "methods": out})
     return out

@@ -184,7 +184,7 @@ def profile_components(fn, store_cls: type) -> tuple[float, dict[str, float], di
             owner = getattr(owner, name)
         if owner.__name__ == "ExpertStore":
             owner = store_cls
-        patched.append((owner, attr, owner.__dict__[attr] if attr in owner.__dict__ else None))
+        patched.append((owner, attr, owner.__dict__.get(attr)))
         setattr(owner, attr, timed(label, getattr(owner, attr)))
     t0 = time.perf_counter()
     try:
@@ -249,7 +249,7 @@ def main(argv: list[str] | None = None) -> int:
         tps, taus[k_ar] = time_ours(engine, prompts, ar, a.tokens)
         rows[k_ar].append(tps)
         totals, ratios = time_pair(engine, prompts, (sd, am), a.tokens, flip=bool(r % 2))
-        for key, (tps, tau) in zip((k_sd, k_am), totals):
+        for key, (tps, tau) in zip((k_sd, k_am), totals, strict=True):
             rows[key].append(tps)
             taus[key] = tau
         paired += ratios
@@ -264,7 +264,7 @@ def main(argv: list[str] | None = None) -> int:
           "so vanilla AR is the only method it matches.\naten ops per step: per decode step (AR), per verify "
           "step including its drafting (SD), prefill excluded.")
     med = {name: statistics.median(vals) for name, vals in rows.items()}
-    profiles = {v.name: profile_components(lambda: time_ours(engine, prompts, v, a.tokens),
+    profiles = {v.name: profile_components(lambda: time_ours(engine, prompts, v, a.tokens),  # noqa: B023 (called in this iteration)
                                            type(engine.model.store)) for v in (sd, am)}
     total, parts, inside = profiles[am.name]
     within = inside.get((VERIFIER, NATURAL), 0.0)          # the call's natural top-k and gates

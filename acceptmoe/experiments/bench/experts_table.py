@@ -82,7 +82,7 @@ def measure_experts(args: tuple[ExpertsCase, int]) -> list[dict]:
     case, arch = args
     t0 = time.perf_counter()
     rows = []
-    for stage, (launch, nbytes) in enumerate(zip(launches_of(case), stage_bytes(case)), start=1):
+    for stage, (launch, nbytes) in enumerate(zip(launches_of(case), stage_bytes(case), strict=False), start=1):
         rows.append({"case": case, "arch": arch, "stage": stage, "num_warps": launch.kwargs.get("num_warps"),
                      "stats": compile_stats(launch, arch), "bytes": nbytes})
     for r in rows:

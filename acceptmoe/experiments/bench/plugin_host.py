@@ -111,7 +111,7 @@ def time_steps(settings: dict, bs: int, layers: int, repeats: int, trace_path: s
         batch, logits, accept, reqs = steps[r % len(steps)]
 
         def forward(runner, batch):
-            return [plugin._around_topk(routing, topks[i], None, logits[i]) for i in range(layers)]
+            return [plugin._around_topk(routing, topks[i], None, logits[i]) for i in range(layers)]  # noqa: B023 (called in this iteration)
         for name, runtime in runtimes.items():
             plugin.RUNTIME = runtime
             t0 = time.perf_counter()
@@ -123,7 +123,7 @@ def time_steps(settings: dict, bs: int, layers: int, repeats: int, trace_path: s
                 routing(None, None, logits[i])
             t2 = time.perf_counter()
             if r >= 3:
-                for out, value in zip(seen[name], (t1 - t0, t2 - t1, c["n"])):
+                for out, value in zip(seen[name], (t1 - t0, t2 - t1, c["n"]), strict=True):
                     out.append(value)
     rows_out = []
     for name, (total, bare, reads) in seen.items():

@@ -92,4 +92,4 @@ def pair_range(vals: list[float], unit: str) -> tuple[str, str]:
 
 def points(labels: list[str], vals: list[float]) -> tuple[Evidence, ...]:
     """Per-pair point estimates (no interval) of an every-pair claim."""
-    return tuple(Evidence(v, label=label) for label, v in zip(labels, vals))
+    return tuple(Evidence(v, label=label) for label, v in zip(labels, vals, strict=False))

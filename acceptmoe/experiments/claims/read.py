@@ -110,7 +110,7 @@ def _table1_measured(t: table1_table.Table1, base: dict) -> list[Measured]:
     if len(fixed) > 1:
         accs = tuple(t.means[f]["accuracy"] for f in fixed)
         steps = tuple(Evidence(*table1_table.mean_diff(t, hi_, lo_), CI, f"{METHODS[hi_].label} - {METHODS[lo_].label}",
-                               PROMPTS, prompts_of(t, hi_)) for lo_, hi_ in zip(fixed, fixed[1:]))
+                               PROMPTS, prompts_of(t, hi_)) for lo_, hi_ in zip(fixed, fixed[1:], strict=False))
         out.append(Measured("matched-budget", "", " / ".join(f"{a:.1f}" for a in accs) + " % ("
                             + " / ".join(METHODS[f].label for f in fixed) + ")",
                             "steps " + ", ".join(iv(s.low, s.high) for s in steps), None, None, None, accs,
@@ -170,7 +170,7 @@ def _across(first: Measured, group: dict[str, Measured], views: dict, bs, base: 
     ms = list(group.values())
     est = [m.estimate for m in ms]
     mean = sum(est) / W if None not in est else None
-    values = tuple(sum(v) / W for v in zip(*(m.values for m in ms))) if all(m.values for m in ms) else ()
+    values = tuple(sum(v) / W for v in zip(*(m.values for m in ms), strict=False)) if all(m.values for m in ms) else ()
     lo = hi = None
     pair = _paired(first.claim)
     if pair is not None:
@@ -179,13 +179,14 @@ def _across(first: Measured, group: dict[str, Measured], views: dict, bs, base: 
     if first.steps:
         fixed = [f for f in METHODS if METHODS[f].needs_budget and all(f in v.means for v in views.values())]
         steps = tuple(Evidence(sum(s.estimate for s in col) / W, *_worlds_iv(views, (b, a), bs), CI, col[0].label,
-                               WORLDS, W) for a, b, col in zip(fixed, fixed[1:], zip(*(m.steps for m in ms))))
+                               WORLDS, W)
+                      for a, b, col in zip(fixed, fixed[1:], zip(*(m.steps for m in ms), strict=False), strict=False))
     pairs = tuple(Evidence(p.estimate, p.low, p.high, p.bounds, f"{name}/{p.label}", p.unit, p.n)
                   for name, m in group.items() for p in m.pairs)
     if pair is not None:
         ours = f"{pp(mean)} pp mean over {W} worlds"
     elif values:
-        ordered = sum(all(a < b for a, b in zip(m.values, m.values[1:])) for m in ms)
+        ordered = sum(all(a < b for a, b in zip(m.values, m.values[1:], strict=False)) for m in ms)
         ours = " / ".join(f"{x:.1f}" for x in values) + f" % mean over {W} worlds (ordered so in {ordered} of {W})"
     elif mean is not None:
         ours = f"{mean:.3f} mean over {W} worlds"

@@ -140,7 +140,7 @@ def _change_row(claim_id: str, part: str, pooled: dict, field: str, per_pair: li
     est, lo, hi, n = pooled[field], pooled[f"{field}_low"], pooled[f"{field}_high"], pooled[f"{field}_n"]
     if invert:
         est, lo, hi = _inverse(field, est), _inverse(field, hi), _inverse(field, lo)   # decreasing: ends swap
-    pairs = tuple(Evidence(v, label=label, unit="prompts") for label, v in zip(labels, per_pair))
+    pairs = tuple(Evidence(v, label=label, unit="prompts") for label, v in zip(labels, per_pair, strict=False))
     ours = (f"{est:+.1f} {unit} pooled over {n} prompts; per pair {min(per_pair):+.1f} to {max(per_pair):+.1f}"
             if per_pair else f"{est:+.1f} {unit} pooled over {n} prompts")
     return Measured(claim_id, part, ours, iv(lo, hi), est, lo, hi, bounds=CI, pairs=pairs, unit=PROMPTS, n=n,
@@ -218,7 +218,7 @@ def _sweep_rows(got, base: dict) -> list[Measured]:
             str(b["best_budget"]) for b in pairs)), ("small-budget-loss", "small_diff", "at B = " + ", ".join(
             str(b["small_budget"]) for b in pairs))):
         ev = tuple(Evidence(b[f"{key}_pp"], b[f"{key}_low"], b[f"{key}_high"], CI, label, "held-out prompts",
-                            b["judged_on"]) for label, b in zip(labels, pairs))
+                            b["judged_on"]) for label, b in zip(labels, pairs, strict=True))
         vals = [e.estimate for e in ev]
         ours = f"{pp(sum(vals) / len(vals))} pp mean, {pp(min(vals))} worst ({len(vals)} pairs; {words})"
         if overall is None:

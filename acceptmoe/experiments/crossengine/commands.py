@@ -97,7 +97,7 @@ def credited_rows(method: str, plan, served, runs: dict, native, sglang, prompts
         sglang.dump = root
     (twin_ours, twin_theirs) = runs[twin]
     same = sum(a.tokens == t.tokens and b.tokens == u.tokens
-               for a, b, t, u in zip(ours, alone, twin_ours, twin_theirs))
+               for a, b, t, u in zip(ours, alone, twin_ours, twin_theirs, strict=False))
     batched = native.engine.generate_batch(prompts, plan, tokens, ignore_eos=True)
     return [agreement(method, plan, ours, alone, dumps / "one-at-a-time" / plan.name, in_flight=1, twin=twin,
                       twin_equal=same),

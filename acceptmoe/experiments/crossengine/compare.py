@@ -57,7 +57,7 @@ def paired_steps(native, sglang) -> tuple[int, int, int]:
     """(paired, trees equal, paths equal) over the two engines' steps in order, up to the first step whose trees
     or accepted paths differ (after it the contexts may differ)."""
     paired = trees = paths = 0
-    for a, b in zip(native, sglang):
+    for a, b in zip(native, sglang, strict=False):
         paired, trees, paths = paired + 1, trees + (a.parents == b.parents), paths + (a.path == b.path)
         if a.parents != b.parents or a.path != b.path:
             break
@@ -69,7 +69,7 @@ def agreement(method: str, plan: Plan, native: Sequence, sglang: Sequence, dumps
     """native, sglang: one `Generation` per prompt, in prompt order; dumps: the plugin's pass files, if any;
     context: how the engines ran them (`Agreement.in_flight`, `native_mode`, `twin`, `twin_equal`)."""
     paired = trees = paths = 0
-    for a, b in zip(native, sglang):
+    for a, b in zip(native, sglang, strict=False):
         p, t, q = paired_steps(a.trace.blocks, b.trace.blocks)
         paired, trees, paths = paired + p, trees + t, paths + q
     tau = lambda gens: sum(g.mean_accept_length for g in gens) / max(1, len(gens))   # noqa: E731
@@ -91,8 +91,8 @@ def agreement(method: str, plan: Plan, native: Sequence, sglang: Sequence, dumps
             for b, want in enumerate(select_pass(plan, z, blocks)):
                 checked += 1
                 equal += bool(torch.equal(layer["eligible"][b], want.eligible))
-    return Agreement(method, len(native), sum(a.tokens == b.tokens for a, b in zip(native, sglang)), paired,
-                     trees, paths, tau(native), tau(sglang), passes, recorded, recovered, checked, equal,
+    return Agreement(method, len(native), sum(a.tokens == b.tokens for a, b in zip(native, sglang, strict=False)),
+                     paired, trees, paths, tau(native), tau(sglang), passes, recorded, recovered, checked, equal,
                      lossless=not plan.spec.restricts, restricts=plan.spec.restricts, **context)
 
 

@@ -74,7 +74,8 @@ def check_layer_graphs(device, shape: dict = QWEN3_30B_LAYERS, dtype=torch.bfloa
     state = (work.model.store.tally,)
     static, graphs = StepGraphs(device, "static", state=state), StepGraphs(device, "graphs", state=state)
     rows = []
-    for (name, (want_step, inputs)), (_, (step, _)) in zip(work.passes(static).items(), work.passes(graphs).items()):
+    for (name, (want_step, inputs)), (_, (step, _)) in zip(work.passes(static).items(), work.passes(graphs).items(),
+                                                           strict=True):
         for i, x in enumerate(inputs):
             want = static.run(want_step, x)[0].float()                                 # [T, V]
             got = graphs.run(step, x)[0].float()

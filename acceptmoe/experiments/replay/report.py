@@ -359,7 +359,7 @@ def figure(recs: list[dict], stores: list[str], stem: Path, title: str) -> list[
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     fig, axes = plt.subplots(1, len(stores), figsize=(5.5 * len(stores), 3.6), squeeze=False)
-    for ax, store in zip(axes[0], stores):
+    for ax, store in zip(axes[0], stores, strict=True):
         mine = [r for r in recs if r["store"] == store and "speedup_per_token" in r
                 and not (r["prune"] and store == "resident")]
         bound = next((k for k in (mine[0] if mine else {}) if k.startswith("bound_speedup_per_token_")), None)
@@ -373,7 +373,7 @@ def figure(recs: list[dict], stores: list[str], stem: Path, title: str) -> list[
         xs, width = np.arange(len(mine)), 0.8 / len(series)
         for i, (label, key, ci) in enumerate(series):
             ys = [r.get(key) if key else None for r in mine]
-            pos = [x - 0.4 + width * (i + 0.5) for x, y in zip(xs, ys) if y is not None]
+            pos = [x - 0.4 + width * (i + 0.5) for x, y in zip(xs, ys, strict=True) if y is not None]
             vals = [y for y in ys if y is not None]
             err = None
             if ci:

@@ -142,7 +142,7 @@ def _coerce(hint, value, where: str):
             return tuple(_coerce(item, v, f"{where}[{i}]") for i, v in enumerate(value))
         if len(value) != len(args):                                               # tuple[X, Y]
             raise ConfigKeyError(f"{where}: expected {len(args)} items, got {shown(value)}")
-        return tuple(_coerce(a, v, f"{where}[{i}]") for i, (a, v) in enumerate(zip(args, value)))
+        return tuple(_coerce(a, v, f"{where}[{i}]") for i, (a, v) in enumerate(zip(args, value, strict=True)))
     if hint is dict or origin is dict:
         if not isinstance(value, dict):
             raise ConfigKeyError(f"{where}: expected a mapping, got {shown(value)} ({type(value).__name__})")

@@ -65,7 +65,7 @@ def generated(pair: PairRun, indices: Sequence[int], plan: Plan, trace_layers: b
     extra = {"record_routes": True} if record_routes else {}
     gens = pair.loaded.engine.generate_many(prompts, plan, world.max_new_tokens(model), trace_layers=trace_layers,
                                             **extra)
-    return list(zip(prompts, gens))
+    return list(zip(prompts, gens, strict=True))
 
 
 def grading_workers(world) -> int:
@@ -156,7 +156,7 @@ def run_graded(pair: PairRun, plan: Plan, units: Sequence[tuple[int, str]], *, t
             for start in range(0, len(todo), step):
                 batch = todo[start:start + step]
                 for (index, key), (ids, gen) in zip(batch, generated(pair, [i for i, _ in batch], plan,
-                                                                     trace_layers, record)):
+                                                                     trace_layers, record), strict=True):
                     waiting.append(_reply(pair, index, key, ids, gen, pool))
                     _save_ready(waiting, save, wait=False)
             _save_ready(waiting, save, wait=True)

@@ -9,8 +9,8 @@ Row = Sequence[str]
 
 
 def markdown(header: Row, rows: Sequence[Row], title: str | None = None) -> str:
-    widths = [max(len(str(c)) for c in col) for col in zip(header, *rows)]
-    line = lambda cells: "| " + " | ".join(str(c).ljust(w) for c, w in zip(cells, widths)) + " |"
+    widths = [max(len(str(c)) for c in col) for col in zip(header, *rows, strict=False)]
+    line = lambda cells: "| " + " | ".join(str(c).ljust(w) for c, w in zip(cells, widths, strict=False)) + " |"
     out = [f"**{title}**", ""] if title else []
     out += [line(header), "|" + "|".join("-" * (w + 2) for w in widths) + "|"]
     out += [line(r) for r in rows]

@@ -19,6 +19,7 @@
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import datetime as dt
 import fcntl
@@ -249,10 +250,8 @@ def atomic_write(path: Path, data: bytes) -> None:
             os.fsync(f.fileno())
         os.replace(tmp, path)
     except BaseException:
-        try:
+        with contextlib.suppress(OSError):
             os.unlink(tmp)
-        except OSError:
-            pass
         raise
 
 

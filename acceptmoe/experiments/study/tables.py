@@ -52,7 +52,7 @@ def phat_md(run_dir: Path, cfg: CalibrationStudyConfig) -> tuple[str, list[dict]
                              "onpolicy": list(on.p_hat), "onpolicy_prompts": on.provenance["prompts"]})
     header = ["Model", "Source", "depth", "p_hat natural (Standard SD)", "p_hat on-policy (AcceptMoE)"]
     rows = [[r["model"], r["source"], str(d), _f(a, 3), _f(b, 3)]
-            for r in recs for d, (a, b) in enumerate(zip(r["natural"], r["onpolicy"]))]
+            for r in recs for d, (a, b) in enumerate(zip(r["natural"], r["onpolicy"], strict=False))]
     return render.markdown(header, rows, "Commitment probabilities: natural-routing calibration vs AcceptMoE's "
                                          "own (masked) routing on the same training prompts"), recs
 
@@ -97,7 +97,7 @@ def write_study(run_dir: str | Path) -> str:
     (run_dir / "calibration-study-b0.csv").write_text(render.csv_text(b_recs))
     (run_dir / "calibration-study-phat.csv").write_text(render.csv_text(
         [{"model": r["model"], "source": r["source"], "depth": d, "natural": a, "onpolicy": b}
-         for r in p_recs for d, (a, b) in enumerate(zip(r["natural"], r["onpolicy"]))]))
+         for r in p_recs for d, (a, b) in enumerate(zip(r["natural"], r["onpolicy"], strict=False))]))
     return md
 
 

@@ -97,7 +97,7 @@ def spread(run_dir: Path) -> tuple[list[list], list[list], str]:
             if BASELINE in methods and m != BASELINE:
                 a = [np.array([r["correct"] for r in rows[m]], float) for rows in pairs.values()]
                 b = [np.array([r["correct"] for r in rows[BASELINE]], float) for rows in pairs.values()]
-                diffs[m][world] = [x - y for x, y in zip(a, b)]
+                diffs[m][world] = [x - y for x, y in zip(a, b, strict=True)]
                 est, lo, hi = strata_diff(a, b, bs)
                 diff = f"{est:+.1f} [{lo:+.1f}, {hi:+.1f}]"
             per_world.append([world, m, len(pairs), f"{acc:.1f}", diff])

@@ -223,7 +223,7 @@ class SGLangBackend:
         wall = time.perf_counter() - start
         steps = self._new_steps()
         gens = []
-        for prompt, out in zip(prompts, outs):
+        for prompt, out in zip(prompts, outs, strict=False):
             meta = out["meta_info"]
             blocks = steps.get(str(meta["id"]), [])
             trace = Trace(meta=trace_meta(self.name, plan, self.tree, "resident", len(prompt), max_new_tokens,

@@ -71,7 +71,7 @@ def test_batch_shared_sets_equal_the_reference_on_each_live_pass(served):
         bs, widest = len(blocks), max(widest, len(blocks))
         for layer, rec in p["layers"].items():
             z = rec["logits"][: bs * n].view(bs, n, -1)
-            for b, (block, want) in enumerate(zip(blocks, select_pass(plan, z, blocks))):
+            for b, (block, want) in enumerate(zip(blocks, select_pass(plan, z, blocks), strict=True)):
                 assert torch.equal(rec["eligible"][b], want.eligible), (layer, b)
                 ids, weights = route(z[b], want.eligible, plan.router)                      # Eq. 2
                 got = rec["topk_ids"][b * n:(b + 1) * n].long()

@@ -129,7 +129,7 @@ def test_native_engine_builds_sglang_trees_and_accepts_the_same_paths(standard, 
     """The native drafter follows SGLang's draft rule (beam slots), so on the same prompts both engines verify
     the same trees step by step and accept the same paths, hence the same accept lengths."""
     steps = 0
-    for meta, gen in zip(standard.meta, native):
+    for meta, gen in zip(standard.meta, native, strict=False):
         ours = [(b.parents, b.path) for b in standard.steps[str(meta["id"])]]
         theirs = [(b.parents, b.path) for b in gen.trace.blocks]
         assert ours == theirs, meta["id"]
@@ -165,7 +165,7 @@ def test_restricted_tokens_and_sets_equal_the_native_engine(restricted, prompts,
     plan = restricted.plan.variant.bind(eng.fit, commitment=p_hat)
     gens = [eng.generate(p, plan, NEW, ignore_eos=True) for p in prompts[:6]]
     assert restricted.tokens == [g.tokens for g in gens]
-    for meta, gen in zip(restricted.meta, gens):
+    for meta, gen in zip(restricted.meta, gens, strict=False):
         ours = restricted.steps[str(meta["id"])]
         assert [b.layers["set_size"] for b in ours] == [b.layers["set_size"] for b in gen.trace.blocks]
 
@@ -193,7 +193,7 @@ def test_every_restricting_method_through_the_runtime_on_real_passes(method, sta
             z = rec["logits"][: bs * n]
             topk = SimpleNamespace(topk_config=TopKConfig(top_k=8, renormalize=True), layer_id=layer, is_draft=False)
             out = runtime.restrict(topk, lambda t, h, g: select_experts(
-                h, g, TopKConfig(top_k=8, renormalize=True, torch_native=True), layer_id=layer), z[:, :0], z)
+                h, g, TopKConfig(top_k=8, renormalize=True, torch_native=True), layer_id=layer), z[:, :0], z)  # noqa: B023 (called in this iteration)
             blocks = [BlockInfo.from_parents(parents) for parents in p["parents"]]
             for b, want in enumerate(select_pass(plan, z.view(bs, n, -1), blocks)):      # beside the pass's roots
                 ref_ids, _ = route(z[b * n:(b + 1) * n], want.eligible, ROUTER)

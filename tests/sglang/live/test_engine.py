@@ -87,7 +87,7 @@ def test_hooks_restrict_decode_in_the_scheduler_process(restricted):
     for block in steps:
         assert block.layers["set_size"] == [8] * layers
         assert all(r <= 8 for r in block.layers["routed_union"])
-        assert all(n >= r for n, r in zip(block.layers["natural_union"], block.layers["routed_union"]))
+        assert all(n >= r for n, r in zip(block.layers["natural_union"], block.layers["routed_union"], strict=True))
 
 
 def test_no_method_outputs_equal_plain_sglang_and_transformers(recorded, plain):
@@ -98,7 +98,7 @@ def test_no_method_outputs_equal_plain_sglang_and_transformers(recorded, plain):
     from transformers import AutoModelForCausalLM
 
     model = AutoModelForCausalLM.from_pretrained(TARGET, dtype=torch.float32).eval()
-    for prompt, got in zip(PROMPTS, tokens):
+    for prompt, got in zip(PROMPTS, tokens, strict=False):
         ids = torch.tensor([prompt])
         with torch.no_grad():
             for _ in range(NEW):

@@ -34,6 +34,6 @@ def test_dp2_serves_like_dp1_and_records_each_step_once(open_engine):
     two, described = generate(open_engine, prompts, dp=2)
     assert described["server_args"].get("dp_size") == "2"
     assert [g.tokens for g in two] == [g.tokens for g in one]
-    for a, b in zip(one, two):
+    for a, b in zip(one, two, strict=True):
         assert [(x.parents, x.path) for x in b.trace.blocks] == [(x.parents, x.path) for x in a.trace.blocks]
         assert sum(b.accept_lengths) == NEW - 1

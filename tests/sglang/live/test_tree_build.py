@@ -91,7 +91,7 @@ def test_cpu_tree_op_equals_sglangs_triton_tree_kernel(mode):
         build(parent_list, selected, seq_lens, mask, positions, retrieve[0], retrieve[1], retrieve[2], TOPK, DEPTH, n,
               int(mode))
         outs.append((mask, positions, retrieve))
-    for a, b in zip(*outs):
+    for a, b in zip(*outs, strict=True):
         assert torch.equal(a, b)
 
 
@@ -119,6 +119,6 @@ def test_cpu_greedy_verify_equals_sglangs_triton_kernel():
         accept_num = torch.zeros(bs, dtype=torch.int32)
         verify(predicts, accept_index, accept_num, candidates, retrieve[0], retrieve[1], retrieve[2], target)
         outs.append((predicts, accept_index, accept_num))
-    for a, b in zip(*outs):
+    for a, b in zip(*outs, strict=True):
         assert torch.equal(a, b)
     assert int(outs[1][2].max()) >= 1                                      # some drafts accepted

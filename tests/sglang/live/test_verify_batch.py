@@ -38,7 +38,7 @@ def draft_trees(bs, seed=0):
 def verify_input(trees, seq_lens):
     links = [links_from_parents(p) for p in trees]
     depth = [BlockInfo.from_parents(p).depth for p in trees]
-    positions = torch.cat([d + s for d, s in zip(depth, seq_lens)])
+    positions = torch.cat([d + s for d, s in zip(depth, seq_lens, strict=False)])
     bs = len(trees)
     return EagleVerifyInput(
         draft_token=torch.arange(bs * N), custom_mask=torch.ones(bs * N * N, dtype=torch.bool), positions=positions,
@@ -122,7 +122,7 @@ def test_verify_pass_sets_routing_and_records(tmp_path, method, budget, verifier
         assert block.layers["layer"] == list(range(LAYERS))
         sizes = [int(dump["layers"][layer]["eligible"][b].sum()) for layer in range(LAYERS)]
         assert block.layers["set_size"] == sizes
-        assert all(r <= s for r, s in zip(block.layers["routed_union"], sizes))
+        assert all(r <= s for r, s in zip(block.layers["routed_union"], sizes, strict=True))
     trace = Trace(meta={"method": method, "tree": {"num_steps": N - 1}}, blocks=steps["r0"])
     trace.save(tmp_path / "trace.jsonl")
     CommitmentTable.from_records([(b.parents, b.path) for b in Trace.load(tmp_path / "trace.jsonl").blocks],

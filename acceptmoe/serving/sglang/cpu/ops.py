@@ -149,7 +149,8 @@ def build_tree_kernel_efficient_cpu(parent_list, selected_index, verified_seq_le
             if parent_tb > 0:
                 found = _find(sel, parents[b][parent_tb])
                 if found < 0:
-                    warnings.warn(f"build_tree_kernel_efficient_cpu: invalid eagle tree, parent of node {i} not found")
+                    warnings.warn(f"build_tree_kernel_efficient_cpu: invalid eagle tree, parent of node {i} not found",
+                                  stacklevel=1)
                     continue
                 parent_pos = found + 1
             if first[parent_pos] != -1:
@@ -276,7 +277,7 @@ def copy_all_layer_kv_cache_cpu(data_ptrs, strides, tgt_loc, src_loc) -> None:
         return
     src, tgt = src_loc.long(), tgt_loc.long()
     rows = int(torch.maximum(src.max(), tgt.max())) + 1
-    for ptr, stride in zip(data_ptrs.tolist(), strides.tolist()):
+    for ptr, stride in zip(data_ptrs.tolist(), strides.tolist(), strict=False):
         raw = (ctypes.c_uint8 * (rows * stride)).from_address(ptr)
         buf = torch.frombuffer(raw, dtype=torch.uint8).view(rows, stride)
         buf[tgt] = buf[src]
