@@ -1,5 +1,5 @@
 """Every interval rule of the project, defined once: bootstrap intervals over prompts (plain, stratified by
-task, hierarchical over prompts and repetitions or over worlds and prompts), the paired-proportion interval,
+task, two-way over prompts and repetitions, hierarchical over worlds and prompts), the paired-proportion interval,
 the placebo rule for timed ratios, and the B0 rule (docs/method.md, "B0"; docs/architecture.md, "Evaluations").
 
 - **Percentile bootstrap** (`bootstrap`, and `bootstrap_mean`, `bootstrap_ratio`, `paired_bootstrap_speedup`,
@@ -26,10 +26,12 @@ the placebo rule for timed ratios, and the B0 rule (docs/method.md, "B0"; docs/a
   per-prompt recordings (`coverage_deletions` for a union, `sum_deletions` for a sum; `calibrated_deletions`
   for a count the recordings do not determine, by its slope on one they do, over the draws). Checked against
   the bootstrap that rebuilds every draw from resampled prompts and recounts its union (tests).
-- **Hierarchical bootstrap** (`timed_ratio`): timed cells indexed [prompt, repetition]; each resample draws
-  prompts (within their strata), then for every drawn prompt its repetitions, keeping the two variants of a
-  cell together; the statistic is the paper's pooled ratio (total tokens / total seconds of one variant over
-  the other's). `clustered_mean_diff` draws worlds, then prompts within each drawn world's pairs.
+- **Two-way bootstrap** (`timed_ratio`): timed cells indexed [prompt, repetition], the two factors crossed (a
+  repetition is one fresh engine that times every prompt); each resample draws prompts (within their strata)
+  and, once for all of them, repetitions, keeping the two variants of a cell together, so what a repetition
+  shares across its prompts (the engine, the host's load at the time) varies between resamples; the statistic
+  is the paper's pooled ratio (total tokens / total seconds of one variant over the other's).
+  `clustered_mean_diff` draws worlds, then prompts within each drawn world's pairs.
 - **Placebo rule** (`beyond_placebo`): a timed effect counts only where its interval lies wholly beyond the
   interval of a placebo pair timed in the same run (the same variant twice), so host drift that a run
   cannot cancel reads as "not resolved".
@@ -295,8 +297,8 @@ def timed_ratio(tokens_a, seconds_a, tokens_b, seconds_b, n_resamples: int = RES
                 confidence: float = CONFIDENCE, seed: int = SEED, strata=None) -> Interval:
     """How many times variant a's throughput is b's, pooled (total tokens / total seconds of each, the paper's
     protocol), from cells [prompt, repetition] timed side by side (a cell's two variants ran on the same
-    engine, one after the other); the hierarchical bootstrap draws prompts (within `strata`: one label per
-    prompt), then each drawn prompt's repetitions. n is the number of prompts."""
+    engine, one after the other); the two-way bootstrap draws prompts (within `strata`: one label per prompt)
+    and repetitions, the same repetitions for every drawn prompt. n is the number of prompts."""
     ta, sa, tb, sb = (np.asarray(x, dtype=np.float64) for x in (tokens_a, seconds_a, tokens_b, seconds_b))
     if ta.ndim != 2 or len({x.shape for x in (ta, sa, tb, sb)}) != 1 or ta.size == 0:
         raise ValueError(f"timed cells must be four equal [prompts, repetitions] arrays, got "
@@ -307,12 +309,12 @@ def timed_ratio(tokens_a, seconds_a, tokens_b, seconds_b, n_resamples: int = RES
     _check(n_resamples, confidence)
     rng = np.random.default_rng(seed + 1)          # the repetitions' draws, beside the prompts' (seed)
 
-    def stat(idx):                                 # idx [size, P] prompts; then R repetitions per drawn prompt
-        reps = rng.integers(0, R, size=idx.shape + (R,))
+    def stat(idx):                                 # idx [size, P] prompts; R repetitions drawn for all of them
+        reps = rng.integers(0, R, size=(idx.shape[0], 1, R))
         cell = (idx[..., None], reps)
         return (ta[cell].sum((1, 2)) / sa[cell].sum((1, 2))) / (tb[cell].sum((1, 2)) / sb[cell].sum((1, 2)))
 
-    iv = bootstrap(P, stat, n_resamples, confidence, seed, strata, "hierarchical-bootstrap")
+    iv = bootstrap(P, stat, n_resamples, confidence, seed, strata, "two-way-bootstrap")
     return Interval((ta.sum() / sa.sum()) / (tb.sum() / sb.sum()), iv.low, iv.high, P, confidence,
                     n_resamples, seed, iv.method)
 

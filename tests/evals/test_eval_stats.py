@@ -1,6 +1,6 @@
 """Every interval rule of `evals.stats` against a reference: the percentile bootstrap draw for draw against
 scipy.stats.bootstrap, the paired proportions' score interval against a published value and statsmodels' Wilson
-limits, the stratified and hierarchical bootstraps against their definitions, the subset bootstrap of draws of
+limits, the stratified, two-way and hierarchical bootstraps against their definitions, the subset bootstrap of draws of
 prompts against the bootstrap that rebuilds every draw from resampled prompts (and its deletions against
 enumerated draws); and the B0 rounding rule."""
 import numpy as np
@@ -155,7 +155,7 @@ def test_one_repetition_is_the_prompts_bootstrap_of_the_pooled_ratio():
     ta, sa, tb, sb = _cells(24, 1)
     iv = stats.timed_ratio(ta, sa, tb, sb, n_resamples=3000, seed=5)
     ref = stats.paired_bootstrap_speedup(sb[:, 0], tb[:, 0], sa[:, 0], ta[:, 0], n_resamples=3000, seed=5)
-    assert iv.method == "hierarchical-bootstrap" and iv.n == 24
+    assert iv.method == "two-way-bootstrap" and iv.n == 24
     assert (iv.estimate, iv.low, iv.high) == pytest.approx((ref.estimate, ref.low, ref.high), rel=1e-12)
 
 
@@ -171,6 +171,17 @@ def test_drift_shared_by_a_cells_two_variants_cancels():
     calm, drifting = _cells(20, 5, effect=1.2), _cells(20, 5, effect=1.2, drift=3.0)
     a, b = stats.timed_ratio(*calm, n_resamples=1000), stats.timed_ratio(*drifting, n_resamples=1000)
     assert abs(a.estimate - b.estimate) < 0.02 and b.low < 1.2 < b.high
+
+
+def test_a_repetitions_shared_slowdown_widens_the_interval():
+    """A repetition is one engine timing every prompt: when one variant runs slower in a whole repetition (its
+    engine, the host's load then), the prompts of that repetition move together, which resampling repetitions
+    once for all prompts carries and resampling them within each prompt would average away."""
+    ta, sa, tb, sb = _cells(40, 5, seed=3)
+    calm = stats.timed_ratio(ta, sa, tb, sb, n_resamples=2000)
+    shifted = sa * np.array([1.0, 1.0, 1.25, 1.0, 0.8])[None, :]        # variant a's repetitions drift
+    wide = stats.timed_ratio(ta, shifted, tb, sb, n_resamples=2000)
+    assert (wide.high - wide.low) > 10 * (calm.high - calm.low)       # within-prompt draws: about 3.6x
 
 
 def test_an_effect_counts_only_beyond_its_placebo():

@@ -138,7 +138,7 @@ def test_fig5_offload_counters_sweep_and_figures(setup, fig3_run):
         assert _nonempty(run / name), name
     rows = list(SampleLog(run / "samples.jsonl"))
     counters = [r for r in rows if r["phase"] == "offload-counters"]
-    assert len(counters) == 2 * 4 * 2 and all(r["store"] == "offloaded" for r in counters)
+    assert len(counters) == 2 * 5 * 2 and all(r["store"] == "offloaded" for r in counters)   # with the placebo
     expert = counters[0]["bytes"] // max(1, counters[0]["loads"])
     assert all(r["bytes"] == r["loads"] * expert and r["loads"] == r["misses"] for r in counters)
     assert all("correct" in r and r["wait_s"] <= r["wall_s"] for r in counters)
@@ -153,7 +153,14 @@ def test_fig5_offload_counters_sweep_and_figures(setup, fig3_run):
     sweep_rows = [r for r in rows if r["phase"] == "sweep"]
     assert {r["variant"] for r in sweep_rows} == {"acceptmoe-b@2", "acceptmoe-b@4", "standard-sd", "acceptmoe"}
     assert {r["budget"] for r in sweep_rows if r["variant"] == "acceptmoe-b@4"} == {4}
-    assert len([r for r in rows if r["phase"] == "offload-timed"]) == 2 * 2 * 5 * 2    # with the placebo
+    timed = [r for r in rows if r["phase"] == "offload-timed"]
+    assert len(timed) == 2 * 2 * 5 * 2                                          # with the placebo
+    counts = {}                                     # each variant continues from its own pool, whatever ran before
+    for r in timed:
+        counts.setdefault((r["variant"], r["task"], r["index"]), set()).add((r["loads"], r["hits"], r["misses"]))
+    assert all(len(c) == 1 for c in counts.values()), counts                   # the same in both repetitions
+    sd, placebo = ({k[1:]: c for k, c in counts.items() if k[0] == v} for v in ("standard-sd", "standard-sd@placebo"))
+    assert sd == placebo                                                       # the placebo is Standard SD
 
 
 def _csv(path: Path) -> list[dict]:

@@ -85,6 +85,12 @@ class Loaded:
             raise no_draft(self.model.name, [variant.name])
         return variant.bind(self.engine.fit, commitment=commitment, b0=b0, selector=self.world.selector)
 
+    def expert_pool(self):
+        """The engine's offloaded expert store (`pool_state`, `restore_pool`: its X-slot pool saved and put back
+        without counting anything), or None where the engine keeps every expert resident or hides its store."""
+        store = getattr(getattr(self.engine, "model", None), "store", None)
+        return store if getattr(store, "kind", None) == "offloaded" else None
+
 
 def no_draft(model: str, methods) -> UserError:
     """The error of a speculative method asked of a model without a draft: it names the way to get one."""

@@ -14,7 +14,9 @@ X slots per MoE layer); per task one untimed warm-up generation of every variant
 the phase's prompts in order (`prompts`: evaluation examples 0..n-1, or those with the longest replies first),
 every variant on a prompt back to back, in an order rotated by one from prompt to prompt and from repetition to
 repetition (a Latin square: `cell_order`), so load that drifts over a run lands on every variant alike and
-cancels in the paired ratios of a cell (prompt, repetition). The phase's variants include a placebo
+cancels in the paired ratios of a cell (prompt, repetition); with an offloaded store every variant keeps its
+own X-slot pool across the interleaving (`OwnPools`), so its generations, pruning included, run as they would
+one after another on their own. The phase's variants include a placebo
 (`config.PLACEBO`: the baseline timed twice), whose ratio measures what the host's noise alone gives. An
 engine that cannot switch plans freely (`switches_plans_freely` false: an SGLang server restarts for a plan a
 captured graph holds) runs each variant over every prompt of the task instead, in an order rotated per
@@ -166,20 +168,42 @@ def run_timed_variant(u: Unit, variant: Variant, progress: Progress) -> None:
         run_one(u, variant, plan, index, ex, progress)
 
 
-def run_interleaved(u: Unit, variants: tuple[Variant, ...], progress: Progress) -> None:
+class OwnPools:
+    """Each variant's own X-slot expert pool across the interleaving (offloaded store; resident: nothing): a
+    variant's generation starts from the pool its previous generation left, as when it runs alone in sequence,
+    never from another variant's. Putting a pool back copies its experts before the clock starts and counts
+    nothing (`ExpertStore.restore_pool`)."""
+
+    def __init__(self, loaded: Loaded):
+        self.store, self.held = loaded.expert_pool(), {}
+
+    def enter(self, variant: Variant) -> None:
+        if self.store is not None:
+            self.store.restore_pool(self.held.get(variant.name))       # None: empty, as a fresh engine's
+
+    def leave(self, variant: Variant) -> None:
+        if self.store is not None:
+            self.held[variant.name] = self.store.pool_state()
+
+
+def run_interleaved(u: Unit, variants: tuple[Variant, ...], pools: OwnPools, progress: Progress) -> None:
     """Every variant's warm-up, then prompt by prompt every variant back to back in the cell's order (finished
-    generations skipped)."""
+    generations skipped), each from its own expert pool (`OwnPools`)."""
     todo = {v.name: dict(_todo(u, v)) for v in variants}
     if not any(todo.values()):
         return
     plans = {v.name: bound(u.loaded, v, u.budget) for v in variants}
     warm = u.cfg.warmup_index(u.phase)
     for v in rotated(variants, u.rep):
+        pools.enter(v)
         generate_timed(u, warm, u.examples[warm], plans[v.name], warmup=True)  # untimed warm-ups
+        pools.leave(v)
     for index, ex in enumerate(u.examples[:u.cfg.prompts(u.phase)]):
         for v in cell_order(variants, index, u.rep):
             if index in todo[v.name]:
+                pools.enter(v)
                 run_one(u, v, plans[v.name], index, ex, progress)
+                pools.leave(v)
 
 
 def pending(cfg: ThroughputConfig, phase: str, rep: int, model: str, samples: SampleLog,
@@ -199,8 +223,9 @@ def run_timed_phase(cfg: ThroughputConfig, phase: str, samples: SampleLog, budge
                 units = [Unit(cfg, phase, rep, loaded, get_task(task), examples[task],
                               budgets.get(Pair(model.name, task)), samples) for task in cfg.world.tasks]
                 if loaded.engine.switches_plans_freely:
+                    pools = OwnPools(loaded)                            # one per variant, across the tasks
                     for u in units:
-                        run_interleaved(u, cfg.variants(phase), progress)
+                        run_interleaved(u, cfg.variants(phase), pools, progress)
                     continue
                 for variant in rotated(cfg.variants(phase), rep):
                     for u in units:
