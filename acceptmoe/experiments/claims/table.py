@@ -150,8 +150,8 @@ def render_markdown(records: list[dict], runs: list[Path]) -> str:
                                       f"paper, {len(records)} rows, {measured_n} measured"),
         f"Intervals: 95 %, each over the unit the row names with how many of them (`evals.stats`, one module for "
         f"every rule): paired 0/1 differences by Newcombe's paired score interval; other paired quantities by the "
-        f"bootstrap over prompts, stratified by task where a row pools tasks; timed ratios by the hierarchical "
-        f"bootstrap over prompts and then their repetitions, the paper's pooled ratio (total tokens over total "
+        f"bootstrap over prompts, stratified by task where a row pools tasks; timed ratios by the two-way "
+        f"bootstrap over prompts and repetitions (crossed), the paper's pooled ratio (total tokens over total "
         f"seconds) as the estimate, and judged only beyond the placebo timed in the same run (Standard SD timed "
         f"twice); a worlds row over worlds, then prompts within each. Direction: \"yes\" only when the interval "
         f"excludes the opposite of the paper's direction, \"no\" only when it excludes the paper's direction, "

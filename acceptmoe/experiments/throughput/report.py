@@ -57,8 +57,8 @@ def throughput_md(records: list[dict], title: str, labels: dict, pooled_eos: dic
     return render.markdown(header, rows, f"{title}: throughput = total tokens / total timed seconds; ratio vs SD = the "
                                          f"paper's pooled ratio (total tokens / total seconds of each) over cells "
                                          f"(prompt, repetition) whose variants ran back to back in a rotated order, "
-                                         f"with its 95 % hierarchical interval (prompts, stratified by task in a pooled "
-                                         f"row, then each prompt's repetitions) and the mean of the per-repetition "
+                                         f"with its 95 % two-way interval (prompts, stratified by task in a pooled "
+                                         f"row, and the repetitions, drawn once for all prompts) and the mean of the per-repetition "
                                          f"ratios; beyond placebo: whether the interval clears the placebo's (Standard "
                                          f"SD timed twice); host load = mean 1-minute load average; after EOS = "
                                          f"share of timed tokens generated after the reply's own EOS (EOS ignored)")

@@ -5,7 +5,7 @@ protocol").
 - `timed_records(rows, phase, variants, prompts, boot)`: per (pair, variant), then per (model, variant) pooled
   over the model's tasks (task `POOLED`): throughput = total tokens / total timed seconds, its per-repetition
   range, tau, ms per step, host load, the after-EOS share, and against Standard SD the paper's pooled ratio
-  (total tokens / total seconds of each) with its hierarchical interval over prompts and repetitions
+  (total tokens / total seconds of each) with its two-way interval over prompts and repetitions
   (`stats.timed_ratio`, prompts stratified by task in a pooled record), the mean of the per-repetition
   ratios beside it, and on a pooled record whether the ratio lies beyond the placebo's (`stats.beyond_placebo`;
   the placebo's own record carries its ratio). `natural=True`: the natural-text protocol, each generation timed
@@ -37,7 +37,7 @@ BASELINE = Variant(BASELINE_METHOD).name     # ratios and changes are taken agai
 PLACEBO = Variant(BASELINE_METHOD, tag="placebo")
 NO_TAU = {Variant(n).name for n, s in METHODS.items() if not s.speculates}    # one token per step, no tree
 POOLED = "pooled"                            # the task label of a model's records pooled over its tasks
-UNIT = "prompts"                             # what a timed interval resamples (then each prompt's repetitions)
+UNIT = "prompts"                             # what a timed interval resamples (with the repetitions, crossed)
 
 
 class Boot(NamedTuple):
