@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The user's entry point. `./reproduce.sh --help` lists the subcommands.
 #   ./reproduce.sh test            create .venv if needed, install the project with test extras, run the linter
-#                                  (ruff) and pytest (a worker per core, up to 4),
+#                                  (ruff), the type checker (mypy) and pytest (a worker per core, up to 4),
 #                                  then the SGLang plugin's live tests in their own environment (.venv-sglang)
 #   ./reproduce.sh <sub> [args]    run an experiment subcommand (python -m acceptmoe <sub> [args])
 #   ./reproduce.sh cross-engine    native engine against SGLang; it and `--engine sglang` run in the SGLang
@@ -58,6 +58,7 @@ case "$sub" in
     ensure_bwrap
     if [ $# -gt 0 ]; then exec "$PY" -m pytest -q "$@"; fi
     "$PY" -m ruff check --no-cache acceptmoe tests scripts   # the linter (pyproject.toml [tool.ruff])
+    "$PY" -m mypy                   # the type checker: methods, kernels, engine (pyproject.toml [tool.mypy])
     # one test file per worker process (module fixtures are built once), a worker per core up to 4;
     # ACCEPTMOE_TEST_WORKERS overrides (1: in this process, no workers)
     workers="${ACCEPTMOE_TEST_WORKERS:-$(nproc)}"

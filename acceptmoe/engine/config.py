@@ -11,6 +11,7 @@ import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -176,9 +177,9 @@ class ModelConfig:
     def router(self) -> Router:
         """The model's routing function (`acceptmoe.methods.Router`)."""
         grouped = self.router_kind is RouterKind.SIGMOID_GROUPED
-        return Router(kind=self.router_kind, top_k=self.top_k, renormalize=self.norm_topk_prob,
-                      **(dict(groups=self.router_groups, group_top=self.router_group_top, scale=self.routed_scale)
-                         if grouped else {}))
+        extra: dict[str, Any] = (dict(groups=self.router_groups, group_top=self.router_group_top,
+                                      scale=self.routed_scale) if grouped else {})
+        return Router(kind=self.router_kind, top_k=self.top_k, renormalize=self.norm_topk_prob, **extra)
 
     @property
     def selection_bias(self) -> bool:

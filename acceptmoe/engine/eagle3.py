@@ -20,7 +20,7 @@ layers 1, L//2 - 1, L - 4.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -77,7 +77,7 @@ class DraftCache(Prefixes):
         return self.k[None, :end].transpose(1, 2), self.v[None, :end].transpose(1, 2)
 
     @property
-    def max_len(self) -> int:
+    def max_len(self) -> int:  # type: ignore[override]  # read-only here; KVCache assigns its own
         return self.k.shape[0]
 
 
@@ -106,6 +106,8 @@ class MidLayer(nn.Module):
 
 class Eagle3Draft(nn.Module):
     """EAGLE-3 draft head. `bind(target)` checks it against the target and shares its embedding if needed."""
+    d2t: Tensor                           # the buffers `__init__` registers
+    t2d: Tensor
 
     def __init__(self, config: dict, own_embedding: bool = False):
         super().__init__()
@@ -307,7 +309,7 @@ class DraftExtend:
     draft: Eagle3Draft
     cache: DraftCache
 
-    def __call__(self, inputs: dict) -> tuple[Tensor, Tensor]:
+    def __call__(self, inputs: Mapping) -> tuple[Tensor, Tensor]:
         """-> (the root's draft state [H], its log-probs [Vd]); causal over the prefix and the new tokens."""
         tokens, start = inputs["tokens"], inputs["start"]
         T = tokens.shape[0]
@@ -330,7 +332,7 @@ class DraftLevel:
     cache: DraftCache
     level: int
 
-    def __call__(self, inputs: dict) -> tuple[Tensor, Tensor]:
+    def __call__(self, inputs: Mapping) -> tuple[Tensor, Tensor]:
         """-> (hidden [k, H], log-probs [k, Vd])."""
         L, tree_mask = inputs["L"], inputs["tree_mask"]
         k = tree_mask.shape[0]
@@ -375,6 +377,7 @@ class Eagle3Drafter:
         mask = self._tree_masks.get(level)
         if mask is None:
             k = self.shape.topk
+            assert self.root_logp is not None                          # propose() runs after extend()
             eye = torch.eye(k, dtype=torch.bool, device=self.root_logp.device)
             mask = self._tree_masks[level] = eye.repeat(1, level)
         return mask
@@ -398,7 +401,7 @@ class Eagle3Drafter:
 
     def propose(self, root_token: int) -> DraftTree:
         """The draft tree rooted at the committed token x_L (target position L)."""
-        if self.root_logp is None:
+        if self.root_logp is None or self.root_hidden is None:
             raise RuntimeError("call extend() with the prompt's target features before propose()")
         L, k, dev = self.length, self.shape.topk, self.root_logp.device
         state = {"hidden": self.root_hidden[None]}

@@ -46,7 +46,7 @@ from acceptmoe.kernels import Verifier, make_verifier, resolve_backend
 from acceptmoe.methods import Fit, Plan, Router
 
 from .eagle3 import Eagle3Draft, Eagle3Drafter
-from .graphs import StepGraphs, resolve_steps
+from .graphs import Inputs, StepGraphs, resolve_steps
 from .kv import KVCache
 from .passes import TargetPass
 from .restriction import LayerRecord, Restriction
@@ -206,7 +206,7 @@ class Engine:
         step = 0
         while active := [(s, g) for s, g in zip(starts, gens, strict=True) if not s[1].done]:
             t0 = self._clock()
-            outputs = self._batch_step([s for s, _ in active], step)
+            outputs = self._batch_step([s for s, _ in active], step)  # type: ignore[misc]  # speculating: drafters
             seconds = self._clock() - t0
             for (_, gen), n in zip(active, outputs, strict=True):
                 gen.step_times.append(seconds)
@@ -243,14 +243,21 @@ class Engine:
                 "tree": dataclasses.asdict(self.tree)}
 
     # ----- the loop -----
-    def _prefill(self, prompt: Tensor, run: Progress, drafter: Eagle3Drafter | None) -> int:
+    def _aux_layers(self) -> tuple[int, ...]:
+        """The target layers whose outputs the draft reads (`Eagle3Draft.bind` set them)."""
+        assert self.draft is not None and self.draft.aux_layer_ids is not None
+        return tuple(self.draft.aux_layer_ids)
+
+    def _prefill(self, prompt: Tensor | None, run: Progress, drafter: Eagle3Drafter | None) -> int:
+        assert prompt is not None                                       # run.prompt: `_start` sets it
         n = prompt.numel()
-        aux_layers = self.draft.aux_layer_ids if drafter is not None else ()
+        aux_layers = self._aux_layers() if drafter is not None else ()
         recorder = run.routes.recorder() if run.routes is not None else None
         logits, aux = self.model.forward(prompt, torch.arange(n, device=self.device), run.cache, 0,
                                          aux_layers=aux_layers, routes=recorder)
         root = int(logits[-1].argmax())
         if recorder is not None:
+            assert run.routes is not None
             run.routes.add("prefill", recorder.outputs(), 1)
         run.length = n
         if drafter is not None:
@@ -260,19 +267,21 @@ class Engine:
 
     def _ar_step(self, req: Request, run: Progress) -> int:
         root = torch.tensor([run.tokens[-1]], device=self.device)
-        inputs = {"ids": root, "positions": torch.tensor([run.length], device=self.device), "start": run.length}
+        inputs: Inputs = {"ids": root, "positions": torch.tensor([run.length], device=self.device),
+                          "start": run.length}
         step = TargetPass(self.model, run.cache.upto(run.length + 1), routes=req.record_routes)
         logits, _, _, routes = self.steps.run(step, inputs)
         run.length += 1
         output = self._commit(req, run, [int(logits.argmax())])                # [1, V]: the one row
         if routes is not None:
+            assert run.routes is not None                                      # routes recorded: a log holds them
             run.routes.add("decode", routes, output)
         return output
 
     def _sd_step(self, req: Request, run: Progress, drafter: Eagle3Drafter, step: int) -> int:
         tree = drafter.propose(run.tokens[-1])
         run.cache.check(run.length, tree.num_tokens)
-        inputs = {"ids": tree.tokens, "positions": tree.positions, "start": run.length, "mask": tree.mask}
+        inputs: Inputs = {"ids": tree.tokens, "positions": tree.positions, "start": run.length, "mask": tree.mask}
         logits, aux, stats, routes = self.steps.run(self._verify_pass(tree, req, run), inputs)
         return self._accept(req, run, drafter, step, tree, logits, aux, None if stats is None else stats[:, 0],
                             routes)
@@ -281,7 +290,7 @@ class Engine:
         """One batched verification pass over every active request's tree (`generate_batch`); their outputs."""
         from .model import Segment
         req = active[0][0]
-        plan, aux_layers = req.plan, tuple(self.draft.aux_layer_ids)
+        plan, aux_layers = req.plan, self._aux_layers()
         trees, segments = [], []
         for _, run, drafter in active:
             tree = drafter.propose(run.tokens[-1])
@@ -322,6 +331,7 @@ class Engine:
         run.trace.add_block(step, tree.parents.tolist(), path, layer_rows)
         output = self._commit(req, run, new)
         if routes is not None:
+            assert run.routes is not None
             run.routes.add("verify", routes, output)
         if not run.done:
             idx = torch.tensor(path, device=self.device)
@@ -334,7 +344,7 @@ class Engine:
         """The verification pass of this step over the cache's prefix it reads (`KVCache.upto`): natural
         routing without a verifier when nothing restricts or records; otherwise the plan's verifier, prepared
         with this step's tree (its buffers are refilled in place, so a captured pass sees each step's tree)."""
-        plan, aux = req.plan, tuple(self.draft.aux_layer_ids)
+        plan, aux = req.plan, self._aux_layers()
         cache = run.cache.upto(run.length + tree.num_tokens)
         if not plan.spec.restricts and not req.trace_layers:
             return TargetPass(self.model, cache, aux_layers=aux, routes=req.record_routes)
@@ -378,6 +388,7 @@ class Engine:
                        prompt=prompt)
         drafter = None
         if speculates:
+            assert self.draft is not None                                      # refused above otherwise
             drafter = Eagle3Drafter(self.draft, cache_len, self.tree, None if eager else self.steps)
         return req, run, drafter
 

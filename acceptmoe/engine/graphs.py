@@ -45,8 +45,9 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any, Protocol, TypeVar
 
 import torch
 from torch import Tensor
@@ -73,7 +74,7 @@ def resolve_steps(mode: str, device: torch.device, store_kind: str) -> str:
 
 @dataclass
 class _Captured:
-    graph: object                     # torch.cuda.CUDAGraph
+    graph: torch.cuda.CUDAGraph
     outputs: tuple                    # static output tensors, refreshed by every replay
     step: object                      # the step it runs: holds what the graph reads (the verifier's buffers)
 
@@ -86,9 +87,22 @@ class Entry:
     fallback: str | None = None
 
 
-Inputs = dict[str, "Tensor | int"]
-Step = Callable[[Inputs], tuple]      # a frozen dataclass with __call__(inputs) (see the module docstring)
+Inputs = Mapping[str, "Tensor | int"]
 Key = tuple                           # (step, ((input name, shape, dtype) | (input name, int), ...))
+
+
+class Step(Protocol):
+    """A frozen dataclass with __call__(inputs) (see the module docstring)."""
+    def __call__(self, inputs: Inputs, /) -> tuple: ...
+
+
+class _Cache(Protocol):
+    """What `StepGraphs.cache` holds: anything with a length (a `KVCache`, a `DraftCache`)."""
+    @property
+    def max_len(self) -> int: ...
+
+
+C = TypeVar("C", bound=_Cache)
 
 
 class StepGraphs:
@@ -103,13 +117,13 @@ class StepGraphs:
     def __init__(self, device: torch.device | str, mode: str, state: Sequence[Tensor] = ()):
         """state: tensors a pass updates in place that a warm-up must leave as it found them (counters)."""
         self.device, self.mode, self.state = torch.device(device), mode, tuple(state)
-        self.caches: dict[str, object] = {}
+        self.caches: dict[str, Any] = {}
         self.entries: dict[Key, Entry] = {}
         self.fallbacks: dict[str, str] = {}           # a fallen-back key as text (`label`) -> why it runs static
         self.replays = 0
-        self.pool = None
+        self.pool: Any = None                         # the graphs' memory pool, made with the first capture
 
-    def cache(self, name: str, max_len: int, make: Callable[[int], object]):
+    def cache(self, name: str, max_len: int, make: Callable[[int], C]) -> C:
         """A cache (`make(n)`, with a `max_len`) of at least max_len slots: a new one per generation when
         eager; otherwise one persistent cache per name (graphs hold its addresses), regrown to the next
         power of two when too short (dropping every key, with its graph and buffers; they are made again)."""
@@ -199,7 +213,7 @@ class StepGraphs:
 @functools.cache
 def _is_step(cls: type) -> bool:
     """Whether instances of `cls` are steps: frozen dataclasses (asked once per class)."""
-    return dataclasses.is_dataclass(cls) and cls.__dataclass_params__.frozen
+    return dataclasses.is_dataclass(cls) and cls.__dataclass_params__.frozen  # type: ignore[attr-defined]  # untyped
 
 
 def label(key: Key) -> str:

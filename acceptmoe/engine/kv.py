@@ -21,6 +21,8 @@ length of the ladder.
 """
 from __future__ import annotations
 
+from typing import TypeVar, cast
+
 import torch
 from torch import Tensor
 
@@ -43,6 +45,9 @@ def visible_slots(slots: Tensor, start: Tensor, block: Tensor) -> Tensor:
     return (rel < 0)[None, :] | ((rel >= 0) & (rel < W))[None, :] & inside
 
 
+P = TypeVar("P", bound="Prefixes")
+
+
 class Prefixes:
     """A cache with `max_len` slots whose first n slots can be a cache of their own (`_prefix(n)`, views of
     the same storage): `upto(end)` is the one a pass reading slots [0, end) is given (`bucket`). A prefix is
@@ -50,7 +55,7 @@ class Prefixes:
     max_len: int
     _prefixes: dict[int, Prefixes]
 
-    def upto(self, end: int) -> Prefixes:
+    def upto(self: P, end: int) -> P:
         n = bucket(end, self.max_len)
         if n >= self.max_len:
             return self
@@ -58,7 +63,7 @@ class Prefixes:
         if view is None:
             view = self._prefixes[n] = self._prefix(n)
             view._prefixes = self._prefixes
-        return view
+        return cast(P, view)                 # made by this cache's `_prefix`: its own class
 
     def _prefix(self, n: int) -> Prefixes:
         raise NotImplementedError

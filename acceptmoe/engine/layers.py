@@ -57,6 +57,8 @@ class Rope(nn.Module):
     so that `apply_rope` is x * cos + roll(x, D/2) * sin. When every position is known to lie below
     `max_positions` (`bound`, the cache length), they are looked up in tables built once; otherwise
     computed. The buffers are fp32 and kept out of the module's dtype casts."""
+    inv_freq: Tensor                      # the buffers `__init__` registers
+    sin_scale: Tensor
 
     def __init__(self, rope: RopeConfig, head_dim: int, max_positions: int):
         super().__init__()
@@ -106,7 +108,7 @@ def block_masks(cfg: ModelConfig, cache: KVCache, start: Start, positions: Tenso
     static pass is given, `KVCache.upto`) and slots past the block are masked, so the masks' shapes do not
     depend on where the block sits."""
     T, dev = positions.shape[0], positions.device
-    windows = set(cfg.windows) - {None}
+    windows = {w for w in cfg.windows if w is not None}
     if mask is not None and (mask.shape != (T, T) or mask.dtype != torch.bool):
         raise ValueError(f"mask must be bool [T, T] = [{T}, {T}], got {mask.dtype} {tuple(mask.shape)}")
     if isinstance(start, Tensor):
@@ -118,7 +120,7 @@ def block_masks(cfg: ModelConfig, cache: KVCache, start: Start, positions: Tenso
         base = torch.ones(T, start + T, dtype=torch.bool, device=dev).tril(start)          # [T, S']
     else:
         base = torch.cat((torch.ones(T, start, dtype=torch.bool, device=dev), mask.to(dev)), dim=1)  # [T, S']
-    out = {None: base}
+    out: dict[int | None, Tensor] = {None: base}
     key_pos = cache.pos[:base.shape[1]]                                  # [S']
     for w in windows:
         out[w] = base & ((positions[:, None] - key_pos[None, :]) < w)
@@ -186,6 +188,7 @@ class Attention(nn.Module):
         if self.qkv.bias is not None:
             self.qkv.bias.copy_(torch.cat([p.bias for p in projs]))
         if self.norm_mode == "head":
+            assert self.q_norm is not None and self.k_norm is not None         # per-head norms: both built
             self.qk_norm = RMSNorm(self.D, self.q_norm.eps)
             self.qk_norm.weight = nn.Parameter(torch.cat((self.q_norm.weight.expand(self.nq, self.D),
                                                           self.k_norm.weight.expand(self.nkv, self.D))),
@@ -202,7 +205,7 @@ class Attention(nn.Module):
             qkv = self.qkv(x)                                                # [T, (Hq + 2 Hkv) D]
             if self.q_norm is not None:                                      # projection-wide norms
                 q, k, v = qkv.split((self.nq * self.D, self.nkv * self.D, self.nkv * self.D), -1)
-                qkv = torch.cat((self.q_norm(q), self.k_norm(k), v), -1)
+                qkv = torch.cat((self.q_norm(q), self.k_norm(k), v), -1)  # type: ignore[misc]  # with q_norm
             qkv = qkv.view(T, nqk + self.nkv, self.D)                        # [T, Hq + 2 Hkv, D]
             qk, v = qkv[:, :nqk], qkv[:, nqk:]
             return (self.qk_norm(qk) if self.qk_norm is not None else qk), v

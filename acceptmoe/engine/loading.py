@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
 from safetensors import SafetensorError, safe_open
@@ -45,7 +46,7 @@ class Checkpoint:
         missing = sorted({str(p) for p in self.file_of.values() if not p.is_file()})
         if missing:
             raise CheckpointError(f"shard files listed in the index are missing: {', '.join(missing)}")
-        self._handles: dict[Path, object] = {}
+        self._handles: dict[Path, Any] = {}            # safetensors' safe_open handles
 
     def __contains__(self, name: str) -> bool:
         return name in self.file_of

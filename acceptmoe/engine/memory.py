@@ -142,6 +142,7 @@ def store_bytes(cfg: ModelConfig, dtype: torch.dtype, store: str, slots: int | N
         dev = L * sum(nbytes(t) for t in kept_form(form, dtype, device).values())
         host = arena = experts = 0
     else:
+        assert slots is not None                    # an offloaded store has slots
         dev = L * sum(nbytes(t) for t in pool_form(form, dtype, device, slots).values())
         layout, _ = host_layout(dict.fromkeys(cfg.moe_layer_ids, form), cfg.num_experts)
         arena, experts = layout.nbytes, L * layer

@@ -25,6 +25,7 @@ class LatentAttentionLayer(nn.Module):
     def __init__(self, cfg: ModelConfig, layer: int):
         super().__init__()
         a, H, n, bias = cfg.latent, cfg.hidden_size, cfg.num_heads, cfg.attention_bias
+        assert a is not None                            # `Attention.of` builds this layer for an MLA config only
         self.layer, self.window, self.a, self.n = layer, cfg.windows[layer], a, n
         if a.q_lora_rank is None:
             self.q_proj = Linear(H, n * (a.nope + a.rope), bias=False)

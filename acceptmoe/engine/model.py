@@ -81,6 +81,11 @@ class DecoderLayer(nn.Module):
 
 
 class MoEModel(nn.Module):
+    embed_tokens: nn.Embedding            # the modules `_build_skeleton` attaches
+    layers: Sequence[DecoderLayer]        # an nn.ModuleList of them
+    norm: RMSNorm
+    lm_head: Linear
+
     def __init__(self, cfg: ModelConfig, store: ExpertStore, state: dict[str, Tensor],
                  device: torch.device | str, dtype: torch.dtype):
         super().__init__()
@@ -107,7 +112,7 @@ class MoEModel(nn.Module):
         MoE layer at a time (`load_experts`), then the other weights load."""
         cfg = ModelConfig.from_folder(path)
         dtype = DTYPES.get(dtype, dtype) if isinstance(dtype, str) else (dtype or cfg.dtype)
-        if dtype not in DTYPES.values():
+        if not isinstance(dtype, torch.dtype) or dtype not in DTYPES.values():
             raise ValueError(f"dtype {dtype!r} not supported; valid: {', '.join(DTYPES)}")
         validate_store_args(store, slots, cfg.num_experts)
         ckpt = Checkpoint(path)
@@ -156,7 +161,7 @@ class MoEModel(nn.Module):
         bounds = [0]
         for s in segments:
             bounds.append(bounds[-1] + s.ids.shape[0])
-        wanted = {l: None for l in aux_layers}
+        wanted: dict[int, Tensor | None] = {l: None for l in aux_layers}
         x = self.embed_tokens(_joined([s.ids for s in segments]))
         for i, layer in enumerate(self.layers):
             attn = layer.self_attn
@@ -170,7 +175,8 @@ class MoEModel(nn.Module):
         missing = [l for l, h in wanted.items() if h is None]
         if missing:
             raise ValueError(f"aux_layers {missing} out of range; the model has {len(self.layers)} layers")
-        aux = torch.cat([wanted[l] for l in aux_layers], dim=-1) if aux_layers else None
+        # none is missing here, so every entry is a tensor (the checker cannot see it)
+        aux = torch.cat([wanted[l] for l in aux_layers], dim=-1) if aux_layers else None  # type: ignore[misc]
         auxes = _rows(aux, bounds) if aux is not None else [None] * len(segments)
         return list(zip(_rows(logits, bounds), auxes, strict=True))
 
@@ -186,7 +192,7 @@ class MoEModel(nn.Module):
         cos, sin = self.rope(s.positions, self.dtype, s.cache.max_len)   # [T, 1, D] each
         return masks, cos, sin
 
-    def _mlp(self, layer: int, mlp: nn.Module, x: Tensor, policy: Policy | None,
+    def _mlp(self, layer: int, mlp: MoEBlock | DenseMLP, x: Tensor, policy: Policy | None,
              routes: PassRoutes | None) -> Tensor:
         """x [T, H] -> [T, H]: a dense MLP, or router -> policy -> ExpertStore (via the recorder, if any)."""
         if isinstance(mlp, DenseMLP):

@@ -33,6 +33,7 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -86,7 +87,7 @@ class OffloadedStore(ExpertStore):
             self.stage[l] = {n: bufs[n] for n in self.forms[l]}                              # what loads write
             self.operands[l] = grouped_weights(self.pool[l])
             self.dequantized[l] = [p for p in PACKED if p[1] in self.stage[l] and p[0] in self.pool[l]]
-        long = dict(dtype=torch.long, device=dev)
+        long: dict[str, Any] = dict(dtype=torch.long, device=dev)
         self.slot_of = {l: torch.full((E + 1,), -1, **long) for l in self.layer_ids}     # expert -> slot | -1
         self.expert_in = {l: torch.full((X + 1,), -1, **long) for l in self.layer_ids}   # slot -> expert | -1
         self.last_use = {l: torch.full((X + 1,), -1, **long) for l in self.layer_ids}    # slot -> LRU clock
@@ -237,8 +238,8 @@ class OffloadedStore(ExpertStore):
             done.record()
             done.synchronize()
             values = self.reads
-        values = values.tolist()
-        n_used, slots, ranks = values[0], values[1:E + 1], values[E + 1:]
+        got = values.tolist()
+        n_used, slots, ranks = got[0], got[1:E + 1], got[E + 1:]
         waves: list[list[tuple[int, int]]] = [[] for _ in range(waves_needed(n_used, X))]
         for e, s in enumerate(slots):
             if s >= 0:
@@ -267,6 +268,7 @@ class OffloadedStore(ExpertStore):
                 stall_start = torch.cuda.Event(enable_timing=True)
                 stall_start.record(main)                                 # the compute stream idles from here
             stall_end, copy_start, copy_end = (torch.cuda.Event(enable_timing=True) for _ in range(3))
+            assert self.copy_stream is not None                          # made with the store on CUDA
             self.copy_stream.wait_stream(main)
             with torch.cuda.stream(self.copy_stream):
                 copy_start.record()

@@ -22,7 +22,9 @@ residency [L, E] of the offloaded store, expert seconds on CPU). Recording never
 """
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from torch import Tensor
 
@@ -32,10 +34,13 @@ from .kv import KVCache
 from .restriction import LayerRecord, Restriction
 from .routes import PassRoutes
 
+if TYPE_CHECKING:
+    from .model import MoEModel
+
 
 @dataclass(frozen=True)
 class TargetPass:
-    model: object                        # MoEModel
+    model: MoEModel
     cache: KVCache
     verifier: Verifier | None = None
     prune: bool = False
@@ -43,7 +48,7 @@ class TargetPass:
     aux_layers: tuple[int, ...] = ()
     routes: bool = False
 
-    def __call__(self, inputs: dict) -> tuple[Tensor, Tensor | None, Tensor | None, tuple | None]:
+    def __call__(self, inputs: Mapping) -> tuple[Tensor, Tensor | None, Tensor | None, tuple | None]:
         """inputs ids [T], positions [T], start, mask [T, T] (optional) -> (logits [T, V], aux, stats [L, 6],
         routes)."""
         store, router = self.model.store, self.model.router

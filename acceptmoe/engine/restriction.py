@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import torch
 from torch import Tensor
@@ -26,6 +27,9 @@ from acceptmoe.kernels import Verifier, VerifierOutput, natural
 from acceptmoe.methods import Router
 
 from .trace import layer_stats
+
+if TYPE_CHECKING:
+    from .store_base import ExpertStore
 
 
 @dataclass
@@ -52,7 +56,7 @@ class LayerRecord:
 class Restriction:
     """Per-layer verification routing for one pass of `blocks` blocks of equal size."""
     verifier: Verifier
-    store: object                     # ExpertStore: its residency, when pruning
+    store: ExpertStore                # its residency, when pruning
     router: Router
     prune: bool = False
     record: LayerRecord | None = None
@@ -67,6 +71,7 @@ class Restriction:
         z = logits.view(self.blocks, -1, logits.shape[-1])                             # [B, T, E]
         out = self.verifier(z, resident, route=restricts, bias=bias)
         if restricts:
+            assert out.ids is not None and out.weights is not None                     # routed: route=True
             ids, weights = out.ids.flatten(0, 1), out.weights.flatten(0, 1)
         else:
             ids, weights = natural(self.router, logits, bias)

@@ -33,12 +33,16 @@ import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 import torch
 from torch import Tensor
 
 from .store import PoolState
+
+if TYPE_CHECKING:
+    from .store_base import ExpertStore
 
 FORMAT = 1
 KINDS = ("prefill", "decode", "verify")
@@ -75,7 +79,7 @@ class PassRoutes:
 @dataclass
 class RouteLog:
     """A generation's routes while it runs: device tensors per pass, moved to the host by `finish`."""
-    store: object
+    store: ExpertStore
     timed: bool
     start: PoolState | None = None
     tally: Tensor | None = None
@@ -102,7 +106,7 @@ class RouteLog:
         E = store.num_experts
         ids = torch.cat([p[1] for p in self.passes], dim=1).transpose(0, 1).cpu()      # [N, L, k]
         weights = torch.cat([p[2] for p in self.passes], dim=1).transpose(0, 1).cpu()
-        arrays = {
+        arrays: dict[str, np.ndarray] = {
             "kind": np.array([p[0] for p in self.passes], dtype=np.uint8),
             "tokens": np.array([p[1].shape[1] for p in self.passes], dtype=np.int32),
             "output": np.array([p[5] for p in self.passes], dtype=np.int32),
@@ -116,6 +120,7 @@ class RouteLog:
             arrays["pool_expert_in"] = self.start.expert_in.cpu().numpy().astype(np.int16)
             arrays["pool_last_use"] = self.start.last_use.cpu().numpy().astype(np.int64)
             arrays["pool_clock"] = np.array(self.start.clock, dtype=np.int64)
+        assert self.tally is not None                                                     # `begin` copied it
         counted = (store.tally - self.tally).tolist()                                     # [L, 4]
         counters = {str(l): dict(zip(("hits", "misses", "loads", "passes"), counted[store.row[l]], strict=True))
                     for l in store.layer_ids}
@@ -177,7 +182,7 @@ class Routes:
         p.parent.mkdir(parents=True, exist_ok=True)
         buf = io.BytesIO()
         np.savez_compressed(buf, meta=np.frombuffer(json.dumps(self.meta, sort_keys=True).encode(), dtype=np.uint8),
-                            **self.arrays)
+                            **cast("dict[str, Any]", self.arrays))       # Any: numpy's stub types **kwds as bool
         tmp = p.with_name(p.name + ".tmp")
         with tmp.open("wb") as f:
             f.write(buf.getvalue())

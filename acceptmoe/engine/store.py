@@ -122,6 +122,7 @@ def open_store(kind: str, math: ExpertMath, forms: dict[int, dict[str, Tensor]],
     validate_store_args(kind, slots, num_experts)
     if kind == "resident":
         return ResidentStore(math, forms, num_experts, torch.device(device))
+    assert slots is not None                        # validate_store_args: an offloaded store has slots
     return OffloadedStore(math, forms, num_experts, torch.device(device), slots, same_as)
 
 

@@ -85,11 +85,11 @@ def template_date(date: str | None):
         def now(cls, tz=None):
             return fixed
     with _DATE_LOCK:
-        saved, ctu.datetime = ctu.datetime, FixedClock
+        saved, ctu.datetime = ctu.datetime, FixedClock  # type: ignore[misc]  # the template module's clock
         try:
             yield
         finally:
-            ctu.datetime = saved
+            ctu.datetime = saved  # type: ignore[misc]
 
 
 def decode(tokenizer, tokens: Sequence[int], response_format: str) -> str:

@@ -180,7 +180,7 @@ def commitment_table(traces: Sequence[Trace], max_depth: int | None = None,
         if not tree:
             raise ValueError("max_depth not given and the traces record no tree shape")
         max_depth = tree["num_steps"]
-    methods = sorted({t.meta.get("method") for t in traces})
+    methods: list[str] = sorted({t.meta.get("method") for t in traces})  # type: ignore[misc]  # trace_meta names it
     natural = bool(methods) and all(m in METHODS and METHODS[m].routes_naturally for m in methods)
     prov = {"methods": methods, "policy": "natural" if natural else "masked",
             "tree": traces[0].meta.get("tree") if traces else None, **(provenance or {})}

@@ -189,6 +189,7 @@ class CpuVerifier(Verifier):
         else:
             ids, gate = natural_gates(router, z, ranked)                      # K_t and the model's r[t, K_t]
             demand = gate if plan.selector.demand_score == "gate" else router.probs(z).gather(-1, ids)
+        assert plan.spec.score is not None                                # a verifier's method speculates
         term, dense, tie, factor, roots = SCORES[plan.spec.score](router, z, ids, gate, demand, self.rows(B))
         # every array the call reads is held in a local until it returns
         term, tie, factor = _flat(term), _flat(tie), factor.float().contiguous()
@@ -208,6 +209,7 @@ class CpuVerifier(Verifier):
         if short >= 0:
             raise VerifierInputError(f"block {short}'s set holds fewer than top_k={k} experts: raise prune_min_set "
                                      f"or the budget")
+        assert routed is not None and masked is not None                      # allocated above when routing
         return VerifierOutput(routed, router.weights(masked, routed, z), eligible, utility, anchor)
 
 

@@ -123,7 +123,9 @@ def ptxas_spill_bytes(ptx: str, arch: int) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "kernel.ptx"
         path.write_text(ptx)
-        target = re.search(r"^\.target\s+(\w+)", ptx, re.M).group(1)
+        found = re.search(r"^\.target\s+(\w+)", ptx, re.M)
+        assert found is not None                                  # every PTX module names its .target
+        target = found.group(1)
         cmd = [get_ptxas(arch).path, "-lineinfo", "-v", "--regAllocOptLevel=2", f"--gpu-name={target}", str(path),
                "-o", str(Path(tmp) / "k.cubin")]
         log = subprocess.run(cmd, capture_output=True, text=True, check=True).stderr

@@ -37,7 +37,11 @@ class Gates:
 
     def __init__(self, plan: Plan, z: Tensor, order: Tensor):
         self.plan, self.z, self.order = plan, z, order        # fp32 logits [B, T, E] and the router's order
-        self._ids = self._weights = self._member = self._gate = self._demand = None
+        self._ids: Tensor | None = None
+        self._weights: Tensor | None = None
+        self._member: Tensor | None = None
+        self._gate: Tensor | None = None
+        self._demand: Tensor | None = None
 
     def _natural(self) -> Tensor:
         if self._ids is None:
@@ -59,6 +63,7 @@ class Gates:
     def gate(self) -> Tensor:
         if self._gate is None:
             self._natural()
+            assert self._weights is not None                                            # set by _natural
             self._gate = self._dense(self._weights)
         return self._gate
 
@@ -110,6 +115,7 @@ def select_batched(plan: Plan, logits: Tensor, step: StepBuffers, order: Tensor 
     router's order `Router.order` [B, T, E] when the caller has it (shared with the routing that follows)."""
     z = logits.float()
     g = Gates(plan, z, plan.router.order(z, bias) if order is None else order)
+    assert plan.spec.score is not None                              # a verifier's method speculates: it has one
     primary, secondary = SCORES[plan.spec.score](g, step, plan.selector.score_bits)
     if plan.spec.anchor:
         anchor = g.member[..., 0, :]                                                     # [B, E]: K_root

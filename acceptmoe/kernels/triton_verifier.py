@@ -340,6 +340,7 @@ class TritonVerifier(Verifier):
     def __init__(self, plan: Plan, device: torch.device | str = "cuda"):
         super().__init__(plan, device)
         cfg, spec, E = plan.selector, plan.spec, plan.num_experts
+        assert spec.score is not None                # the base class refused a method without a verify pass
         if E > MAX_EXPERTS:
             raise VerifierInputError(f"E={E} experts exceed the kernel's {MAX_EXPERTS}; use the torch backend")
         # log2_fixed(n) for the set sizes n = 1..E the effective rank compares against
@@ -358,7 +359,9 @@ class TritonVerifier(Verifier):
         super()._check(logits, resident)
         max_tokens = (1 << (31 - self.plan.selector.score_bits)) - 1       # int32 fixed-point block sums
         B, T = logits.shape[:2]
-        summed = T + (B - 1 if self.plan.spec.score.credits_batch else 0)   # the other roots' terms too
+        score = self.plan.spec.score
+        assert score is not None                                            # a verifier's method speculates
+        summed = T + (B - 1 if score.credits_batch else 0)                  # the other roots' terms too
         if summed > max_tokens:
             raise VerifierInputError(f"a block score sums {summed} tokens' terms (T={T}"
                                      f"{f' and {B - 1} other roots' if summed > T else ''}), more than {max_tokens} "

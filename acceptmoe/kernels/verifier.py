@@ -256,6 +256,7 @@ class Verifier:
     def rows(self, B: int) -> StepBuffers:
         """The prepared buffers' first B rows (what a call over B blocks reads)."""
         s = self.step
+        assert s is not None                          # prepared (`_check` refuses a call before `prepare`)
         if B == len(s.counts):
             return s
         return StepBuffers(s.alpha[:B], s.num_tokens[:B], s.valid[:B], s.counts[:B])

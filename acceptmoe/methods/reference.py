@@ -20,6 +20,7 @@ loads, like every backend); the router's choice order (groups included) is its o
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -86,6 +87,7 @@ def select(plan: Plan, logits: Tensor, block: BlockInfo, bias: Tensor | None = N
     spec, cfg = plan.spec, plan.selector
     if not spec.speculates:
         raise ValueError(f"method {spec.name!r} does not speculate, so it selects no set")
+    assert spec.score is not None                       # a verification pass has a score (MethodSpec)
     T, E = block.num_tokens, plan.num_experts
     if tuple(logits.shape) != (T, E):
         raise ValueError(f"logits must be [T, E] = [{T}, {E}] (the block's tokens, the plan's experts), "
@@ -94,9 +96,10 @@ def select(plan: Plan, logits: Tensor, block: BlockInfo, bias: Tensor | None = N
         raise ValueError(f"the block reaches depth {block.max_depth}, deeper than the plan's {plan.fit.max_depth}")
     z = logits.float()
     natural, gate, probs, demand = _natural(plan, z, bias)
-    alpha = [commitment_weight(cfg.p_hat[d], n, cfg) if spec.needs_commitment else 1.0
+    p_hat = cfg.p_hat or ()                             # Plan binds it for a method that needs commitment
+    alpha = [commitment_weight(p_hat[d], n, cfg) if spec.needs_commitment else 1.0
              for d, n in zip(block.depth.tolist(), block.level_sizes[block.depth].tolist(), strict=True)]
-    roots = ([], [])                                    # the other roots' K and demand weights
+    roots: tuple[list[list[int]], list] = ([], [])     # the other roots' K and demand weights
     if spec.score.credits_batch and others is not None and len(others) > 0:
         other_natural, _, _, other_demand = _natural(plan, others.float(), bias)
         roots = (other_natural, other_demand)
@@ -145,8 +148,8 @@ class _Tokens:
     demand: list[list[float]]
     alpha: list[float]
     bits: int
-    root_natural: list[list[int]] = ()
-    root_demand: list[list[float]] = ()
+    root_natural: Sequence[list[int]] = ()
+    root_demand: Sequence[list[float]] = ()
 
     def on_members(self, term) -> list[int]:
         """Per expert: the sum over tokens t and their members e in K_t (rank j) of term(t, j), truncated."""

@@ -80,7 +80,7 @@ class RouterKind(enum.Enum):
     @classmethod
     def parse(cls, name: str | RouterKind) -> RouterKind:
         """The kind called `name` (its value, e.g. "softmax_topk"); an unknown name is refused by name."""
-        return name if isinstance(name, cls) else ROUTER_KIND_NAMES[name]
+        return name if isinstance(name, RouterKind) else ROUTER_KIND_NAMES[name]
 
 
 ROUTER_KIND_NAMES: Registry[RouterKind] = Registry("router kind", error=UnknownRouterError)
@@ -159,6 +159,7 @@ class Coverage:
         """What this backend lacks for `spec` (nothing for a method without a verification pass)."""
         if not spec.speculates:
             return []
+        assert spec.score is not None                 # a verification pass has a score (MethodSpec.__post_init__)
         out = [] if spec.score in self.scores else [f"score {spec.score.name}"]
         return out + ([] if spec.sizing in self.sizings else [f"sizing {spec.sizing.name}"])
 
