@@ -98,15 +98,18 @@ def test_accuracy_vs_sd_is_table1s_own_number(reference):
 
 
 def test_throughput_rows_equal_the_runs_paper_comparison(reference):
+    """The resident row is the fig3 run's own pooled ratio and interval (its paper comparison), judged beyond the
+    placebo the run timed: "yes" only where the interval excludes 1 and clears the placebo's."""
     out, _ = reference
     recs = _records(out)
     (fig3,) = sorted((REFERENCE / "fig3").glob("*/paper-comparison.md"))[-1:]
-    mean = re.search(r"\| (\d\.\d{3})x mean", fig3.read_text()).group(1)
+    est, low, high = re.search(r"\| (\d\.\d{3})x \[(\d\.\d{3}), (\d\.\d{3})\]", fig3.read_text()).groups()
     res = next(r for r in recs if r["id"] == "resident-throughput" and r["measures"] == "tiny engine on CPU")
-    assert res["ours"].startswith(f"{mean}x mean")
-    low, high = (float(x) for x in re.match(r"repetitions (\d\.\d+)-(\d\.\d+)", res["95% interval / spread"]).groups())
-    want = "yes" if low > 1 else "no" if high <= 1 else "not resolved"     # the rule: the spread against 1
-    assert res["direction holds"].split(" (")[0] == want
+    assert res["ours"].startswith(f"{est}x pooled ratio") and res["95% interval / spread"] == f"[{low}, {high}]"
+    placebo = [float(x) for x in re.search(r"placebo \[(\d\.\d{3}), (\d\.\d{3})\]", res["ours"]).groups()]
+    lo, hi = float(low), float(high)
+    want = ("yes" if lo > max(1, placebo[1]) else "no" if hi <= 1 and hi < placebo[0] else "not resolved")
+    assert res["direction holds"].split(" (")[0] == want and res["unit (n)"].endswith("(80)")
     replay_rows = [r for r in recs if r["id"] == "resident-throughput" and "replay" in r["measures"]]
     assert len(replay_rows) == 1
     if not list((REFERENCE / "replay").glob("*/config.json")):

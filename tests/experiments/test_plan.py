@@ -29,8 +29,8 @@ def plan(*args):
 
 def test_paper_fig4_pins_the_experts_bytes_and_counts_the_protocol():
     """Offloaded at X = 48 every target pins its experts' bytes (the arena `engine.memory` sizes, within 1.1x);
-    with budgets from a Table 1 run, fig4 is 3 timed repetitions plus the counters run, each 4 tasks x 4
-    variants x (20 prompts + the warm-up) of exactly 256 tokens; without, calibration (2 sources x 128 training
+    with budgets from a Table 1 run, fig4 is 5 timed repetitions plus the counters run, each 4 tasks x 5
+    variants (the placebo among them) x (20 prompts + the warm-up) of exactly 256 tokens; without, calibration (2 sources x 128 training
     prompts) and B0's 100 prompts per task come first, with every expert on the device."""
     out = plan("--preset", "paper", "--experiment", "fig4", "--json", "--budgets-from", "results/table1/paper/x")
     assert out.returncode == 0, out.stderr
@@ -40,7 +40,7 @@ def test_paper_fig4_pins_the_experts_bytes_and_counts_the_protocol():
     for r in rows:
         assert KEYS <= set(r) and r["experiment"] == "fig4" and r["est_hours_sglang"] is None
         assert r["expert_gb"] <= r["pinned_host_gb"] <= 1.1 * r["expert_gb"] and r["host_peak_gb"] > r["pinned_host_gb"]
-        assert r["generations"] == (3 + 1) * 4 * 4 * 21 and r["tokens"] == r["generations"] * 256
+        assert r["generations"] == (5 + 1) * 4 * 5 * 21 and r["tokens"] == r["generations"] * 256
         assert r["fits"] and r["est_hours_native"] > 0
         entry = next(m for m in world.models if m.name == r["model"])
         target = json.loads((SHIPPED / entry.target / "config.json").read_text())
@@ -50,7 +50,7 @@ def test_paper_fig4_pins_the_experts_bytes_and_counts_the_protocol():
         need = model_need(entry, dataclasses.replace(world, device="cuda"), "offloaded", 48)
         assert r["device_gb"] == round(need.device / 1e9, 2) < 32
     full = json.loads(plan("--preset", "paper", "--experiment", "fig4", "--json").stdout)
-    assert {r["generations"] for r in full} == {(3 + 1) * 4 * 4 * 21 + 2 * 128 + 4 * 100}
+    assert {r["generations"] for r in full} == {(5 + 1) * 4 * 5 * 21 + 2 * 128 + 4 * 100}
     assert not any(r["fits"] for r in full if r["gpu"] == "RTX 5090")         # B0's resident engine: > 32 GiB
     assert all(r["device_gb_by_store"]["offloaded"] < 32 < r["device_gb_by_store"]["resident"] for r in full)
 

@@ -294,7 +294,7 @@ def test_longest_reply_prompts_are_the_longest_greedy_replies(tiny_engine, tmp_p
     from acceptmoe.experiments.throughput import prompts
     from acceptmoe.methods import Variant
     cfg = load_throughput_config("tiny", ("resident",), {"prompt_set.order": "longest_reply",
-                                                         "prompt_set.candidates": 12, "resident.prompts": 3,
+                                                         "prompt_set.candidates": 12, "resident.prompts": 3, "offload.prompts": 3,
                                                          "world.tasks": ["tiny-humaneval"], "world.threads": 1})
     model = cfg.world.models[0]
     chosen = prompts.examples_for(cfg, "resident", "tiny-humaneval", model, tmp_path)
@@ -311,11 +311,11 @@ def test_longest_reply_prompts_are_the_longest_greedy_replies(tiny_engine, tmp_p
     monkeypatch.setattr(prompts, "opened", lambda *a, **k: pytest.fail("measured twice"))
     assert prompts.examples_for(cfg, "resident", "tiny-humaneval", model, tmp_path) == chosen
     other = load_throughput_config("tiny", ("resident",), {"prompt_set.order": "longest_reply",
-                                                           "prompt_set.candidates": 10, "resident.prompts": 3,
+                                                           "prompt_set.candidates": 10, "resident.prompts": 3, "offload.prompts": 3,
                                                            "world.tasks": ["tiny-humaneval"]})
     with pytest.raises(ValueError, match="lists other tiny-humaneval candidates"):
         prompts.examples_for(other, "resident", "tiny-humaneval", model, tmp_path)
-    with pytest.raises(ThroughputConfigError, match="prompt_set.candidates 3 < 9"):
+    with pytest.raises(ThroughputConfigError, match="prompt_set.candidates 3 < 21"):
         load_throughput_config("tiny", ("resident",), {"prompt_set.order": "longest_reply", "prompt_set.candidates": 3})
 
 

@@ -108,6 +108,8 @@ def _ratio_rows(got, phase: str, claim_id: str, base: dict) -> list[Measured]:
 def _versus_rows(got, claim_id: str, a: str, b: str, base: dict, every_pair: bool) -> list[Measured]:
     """a's offloaded throughput over b's, pooled per model (and per pair where the claim is of every pair)."""
     cfg = got.cfg
+    if not {a, b} <= set(cfg.names("offload-timed")):
+        return []                               # the run did not time both
     found = timing.versus(got.rows, "offload-timed", a, b, cfg.names("offload-timed"), cfg.prompts("offload-timed"),
                           got.boot)
     recs, out = got.timed["offload-timed"], []

@@ -3,7 +3,7 @@
     >>> from acceptmoe.experiments.throughput.config import load_throughput_config
     >>> cfg = load_throughput_config("tiny", phases=("resident",), overrides={"limit": 3})
     >>> cfg.prompts("resident"), cfg.names("resident"), cfg.world.generation.timed_tokens, cfg.prompt_set.order
-    (3, ('vanilla-ar', 'standard-sd', 'moe-spec', 'acceptmoe-b', 'acceptmoe'), 30, 'longest_reply')
+    (3, ('vanilla-ar', 'standard-sd', 'moe-spec', 'acceptmoe-b', 'acceptmoe', 'standard-sd@placebo'), 30, 'longest_reply')
 
 Sources: the world of the preset, then `configs/experiments/throughput.yaml` (the paper's protocol: methods,
 repetitions, X = 48, sweep budgets), the preset's `throughput:` section (its sizes), overrides (dotted keys).
