@@ -32,15 +32,14 @@ PACKED = (("w1", "w1_blocks", "w1_scales"), ("w2", "w2_blocks", "w2_scales"))   
 def grouped_mm(x: Tensor, w: Tensor, offs: Tensor) -> Tensor:
     """x [M, K] with rows grouped, w [G, K, N], offs [G] int32 cumulative row ends -> [M, N].
 
-    Rows past offs[-1] are left undefined. `torch.nn.functional.grouped_mm` where the device and dtype
-    support it (CPU: any float dtype; CUDA: bf16 on sm90+); elsewhere one matmul per group after reading
-    offs on the host (a reference path with one host sync)."""
-    key = (x.device.type, x.dtype)
-    if _NATIVE.get(key, True):
-        try:
-            return F.grouped_mm(x, w, offs=offs)
-        except (RuntimeError, NotImplementedError, ValueError, TypeError):
-            _NATIVE[key] = False
+    Rows past offs[-1] are left undefined. `torch.nn.functional.grouped_mm` where torch has the kernel for
+    the device and dtype (`native_grouped_mm`) and both operands meet its layout rule (`kernel_layout`);
+    elsewhere one matmul per group after reading offs on the host (a reference path with one host sync),
+    counted in `FELL_BACK`. The choice depends on these operands alone: one odd-shaped call never changes
+    the path of the next."""
+    if native_grouped_mm(x.device, x.dtype) and kernel_layout(x) and kernel_layout(w):
+        return F.grouped_mm(x, w, offs=offs)
+    FELL_BACK[(x.device.type, x.dtype)] = FELL_BACK.get((x.device.type, x.dtype), 0) + 1
     out = x.new_zeros(x.shape[0], w.shape[-1])
     lo = 0
     for g, hi in enumerate(offs.tolist()):
@@ -50,7 +49,19 @@ def grouped_mm(x: Tensor, w: Tensor, offs: Tensor) -> Tensor:
     return out
 
 
-_NATIVE: dict[tuple[str, torch.dtype], bool] = {}
+FELL_BACK: dict[tuple[str, torch.dtype], int] = {}   # (device type, dtype) -> calls that took the per-group loop
+
+
+def kernel_layout(mat: Tensor) -> bool:
+    """Whether torch's grouped-matmul kernel takes `mat` as it lies in memory: one of its last two dimensions
+    contiguous with the other's stride a multiple of 16 bytes, and on CUDA its data 16-byte aligned (torch's
+    `check_valid_strides_and_return_transposed`; a hidden or intermediate size that is not a multiple of
+    16 bytes fails it). tests/engine/test_grouped_mm.py holds it to the kernel's own verdict."""
+    align = 16 // mat.element_size()
+    inner, outer = mat.stride(-1), mat.stride(-2)
+    rows_ok = inner == 1 and outer % align == 0 and outer >= mat.shape[-1]
+    cols_ok = outer == 1 and inner % align == 0 and inner >= mat.shape[-2]
+    return (rows_ok or cols_ok) and (mat.device.type != "cuda" or mat.data_ptr() % 16 == 0)
 
 
 def keeps_packed(device: torch.device | str) -> bool:
@@ -133,11 +144,11 @@ def grouped_weights(kept: dict[str, Tensor]) -> dict[str, Tensor]:
 
 
 def native_grouped_mm(device: torch.device, dtype: torch.dtype) -> bool:
-    """Whether torch has a grouped-matmul kernel here that keeps `offs` on the device: CPU (any float dtype)
+    """Whether torch has a grouped-matmul kernel here that keeps `offs` on the device: CPU (fp32, bf16, fp16)
     and CUDA bf16 on compute capability 9.x / 10.x. Elsewhere torch's own fallback reads `offs` on the host,
     a sync that a CUDA graph cannot hold."""
     if device.type == "cpu":
-        return True
+        return dtype in (torch.float32, torch.bfloat16, torch.float16)
     if device.type == "cuda":
         return dtype == torch.bfloat16 and torch.cuda.get_device_capability(device)[0] in (9, 10)
     return False

@@ -36,8 +36,8 @@ import torch
 from torch import Tensor
 
 from .expert_math import (
-    _NATIVE,  # noqa: F401  (gpu-check reads which dtypes fell back)
     EXPERT_PATHS,
+    FELL_BACK,
     GATHER_BYTES,
     PACKED,
     ExpertMath,
@@ -56,7 +56,7 @@ from .store_base import COUNTERS, HITS, PASSES, ExpertStore
 
 STORE_KINDS = ("resident", "offloaded")
 
-__all__ = ["COUNTERS", "EXPERT_PATHS", "GATHER_BYTES", "PACKED", "STORE_KINDS", "ExpertMath", "ExpertStore",
+__all__ = ["COUNTERS", "EXPERT_PATHS", "FELL_BACK", "GATHER_BYTES", "PACKED", "STORE_KINDS", "ExpertMath", "ExpertStore",
            "OffloadedStore", "PoolState", "ResidentStore", "combine", "expert_bytes", "expert_path",
            "experts_by_group", "group_counts", "grouped_mm", "grouped_weights", "make_store", "native_grouped_mm",
            "open_store", "validate_store_args"]

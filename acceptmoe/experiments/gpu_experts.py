@@ -172,7 +172,7 @@ def time_shape(device, shape, tokens=(1, 16, 64), repeats: int = 20, peak: tuple
     """One MoE layer of ExpertShape `shape` on `device` at each T of `tokens`: see the module docstring.
     `distinct` random experts in the stored format are copied to all E (each its own memory). Any device;
     on CPU the kernel runs under the interpreter, so only tiny shapes there (the tests)."""
-    from acceptmoe.engine.store import _NATIVE, grouped_weights, native_grouped_mm
+    from acceptmoe.engine.store import FELL_BACK, grouped_weights, native_grouped_mm
     from acceptmoe.kernels.experts import experts
     device = torch.device(device)
     E, H, k, dtype, packed = shape.num_experts, shape.hidden_size, shape.top_k, shape.dtype, shape.format == "mxfp4"
@@ -193,6 +193,7 @@ def time_shape(device, shape, tokens=(1, 16, 64), repeats: int = 20, peak: tuple
         rw = top.softmax(-1).to(device)                                         # [T, k] fp32
         group = ids.reshape(-1).to(device)                                      # [P]
         used, P = int(ids.unique().numel()), T * k
+        before = FELL_BACK.get((device.type, dtype), 0)
         paths = {"kernel": lambda: experts(x, stored, group, k, E, shape.activation, weights=rw),   # [P, H] # noqa: B023 (called in this iteration)
                  "grouped": _store_path(math, x, group, rw, E, w, per_pair=False),                 # [P, H]
                  "per_pair": _store_path(math, x, group, rw, E, w, per_pair=True)}                 # [P, H]
@@ -205,13 +206,13 @@ def time_shape(device, shape, tokens=(1, 16, 64), repeats: int = 20, peak: tuple
         io = (T * H + P * H) * elt                                              # x in, pair outputs out
         kernel_bytes = used * shape.stored_bytes(dtype) + io                    # packed on MXFP4
         gbps = kernel_bytes / ms["kernel"] / 1e6 if ms["kernel"] else None
-        fell_back = native and not _NATIVE.get((device.type, dtype), True)
+        fell_back = native and FELL_BACK.get((device.type, dtype), 0) > before
         rows.append({"shape": shape.name, "format": "mxfp4" if packed else f"dense {str(dtype)[6:]}", "T": T,
                      "k": k, "experts_used": used, "kernel_bytes": kernel_bytes,
                      "torch_bytes": used * shape.dense_bytes(dtype) + io,
                      "torch_weights": "bf16, dequantised before timing" if packed else "bf16 as stored",
                      "grouped": ("n/a: no native grouped_mm" if not native else
-                                 "per-group loop (F.grouped_mm failed)" if fell_back else "F.grouped_mm"),
+                                 "per-group loop (operands outside F.grouped_mm's layout)" if fell_back else "F.grouped_mm"),
                      "kernel_ms": ms["kernel"], "grouped_ms": ms["grouped"], "per_pair_ms": ms["per_pair"],
                      "kernel_gbps": gbps, "peak_gbps": peak[0] if peak else None, "peak": peak[1] if peak else None,
                      "peak_fraction": _ratio(gbps, peak[0] if peak else None),

@@ -75,7 +75,7 @@ def run_all(device, model_dir: Path, out: Path, prompts: int = 4, tokens: int = 
     from transformers import AutoTokenizer
 
     from acceptmoe.engine import load_engine
-    from acceptmoe.engine.store import _NATIVE
+    from acceptmoe.engine.store import FELL_BACK
     from acceptmoe.experiments.bench.engine_speed import tiny_prompts
     from acceptmoe.experiments.gpu_experts import check_experts, time_experts
 
@@ -128,7 +128,7 @@ def run_all(device, model_dir: Path, out: Path, prompts: int = 4, tokens: int = 
         results["timing"][shape_name] = stages.run(shape_name, lambda: time_layer_shape(device, layer_shape))
     paper_shapes = device.type == "cuda" and stages.due("experts timing")                # paper shapes: CUDA only
     results["experts_timing"] = stages.run("experts timing", lambda: time_experts(device)) if paper_shapes else []
-    results["grouped_mm_native"] = {f"{d}/{str(t)[6:]}": v for (d, t), v in _NATIVE.items()}
+    results["grouped_mm_fell_back"] = {f"{d}/{str(t)[6:]}": n for (d, t), n in FELL_BACK.items()}   # calls
     (out / "gpu_check.json").write_text(json.dumps(results, indent=1) + "\n")
     (out / "gpu_check.md").write_text(table(results) + "\n")
     return results
