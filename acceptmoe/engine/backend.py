@@ -18,29 +18,53 @@ after a generation and never change what it computes.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Protocol, runtime_checkable
+from dataclasses import dataclass
+from typing import ClassVar, Protocol, runtime_checkable
 
 from acceptmoe.methods import Fit, Plan
+
+
+@dataclass(frozen=True)
+class GenerationOptions:
+    """How one generation runs besides its plan and length: the one record every backend takes (the sampling
+    fields join it here). Recording fields never change what a generation computes."""
+    ignore_eos: bool = False       # generate max_new_tokens past any EOS (timed runs)
+    trace_layers: bool = True      # the trace's per-layer fields (blocks are always traced)
+    record_routes: bool = False    # keep what every target pass sent to the experts (`Generation.routes`)
+
+
+@dataclass(frozen=True)
+class Capabilities:
+    """What a backend can do, declared on its class (read before one is opened: a run that needs what its engine
+    lacks stops before any work)."""
+    records_routes: bool           # GenerationOptions.record_routes
+    offloads: bool                 # an offloaded (X-slot) expert store
+    switches_plans_freely: bool    # one generation's plan may differ from the last at no cost (a timed run can
+                                   # interleave variants prompt by prompt)
+    verifies_batched: bool         # `generate_batch`: several requests' trees in one verify pass
 
 
 @runtime_checkable
 class EngineBackend(Protocol):
     name: str                                   # "native", "sglang", ...
+    capabilities: ClassVar[Capabilities]
     eos_token_ids: set[int]
-    switches_plans_freely: bool                 # one generation's plan may differ from the last at no cost (a
-                                                # timed run can interleave variants prompt by prompt)
+
+    @classmethod
+    def open(cls, **settings) -> EngineBackend:
+        """A backend from settings (target, draft, device, dtype, store, slots, tree)."""
 
     @property
     def fit(self) -> Fit:
         """What plans for this backend are bound to: router, experts, tree depth, expert store."""
 
     def generate(self, prompt_ids: Sequence[int], plan: Plan, max_new_tokens: int,
-                 ignore_eos: bool = False, *, trace_layers: bool = True, record_routes: bool = False):
+                 options: GenerationOptions = GenerationOptions()):
         """One greedy generation -> `Generation` (tokens, accept_lengths, step_times, trace, prefill_time,
-        stop_reason, routes when record_routes; a backend that cannot record routes refuses)."""
+        stop_reason, routes when options.record_routes; a backend without `records_routes` refuses)."""
 
     def generate_many(self, prompts: Sequence[Sequence[int]], plan: Plan, max_new_tokens: int,
-                      ignore_eos: bool = False, *, trace_layers: bool = True, record_routes: bool = False) -> list:
+                      options: GenerationOptions = GenerationOptions()) -> list:
         """One `Generation` per prompt, in prompt order (a backend may run them concurrently)."""
 
     def clock(self) -> float:

@@ -1,9 +1,10 @@
 """The speculative decoding engine: prefill, draft tree, one verification pass, greedy acceptance.
 
-    >>> from acceptmoe.engine import TreeShape, load_engine
+    >>> from acceptmoe.engine import GenerationOptions, TreeShape, load_engine
     >>> from acceptmoe.methods import Variant
     >>> engine = load_engine("models/tiny", tree=TreeShape(3, 4, 12))    # holds target/ and draft/
-    >>> ar, sd = (engine.generate([5, 17, 300], Variant(m).bind(engine.fit), 12, ignore_eos=True)
+    >>> options = GenerationOptions(ignore_eos=True)
+    >>> ar, sd = (engine.generate([5, 17, 300], Variant(m).bind(engine.fit), 12, options)
     ...           for m in ("vanilla-ar", "standard-sd"))
     >>> ar.tokens == sd.tokens, len(sd.trace.blocks) == len(sd.accept_lengths)   # lossless; one block per step
     (True, True)
@@ -19,8 +20,8 @@ KV cache keeps the accepted path and the drafter is fed the accepted tokens with
 `generate_batch` runs several speculative generations in step, verifying all their trees in one target pass
 (`MoEModel.forward_batch`), as a serving engine's batch does; every other part of the loop is shared.
 
-A generation's settings (`Request`: the plan, the token cap, EOS handling, tracing) never change while it
-runs; its state is a `Progress` (cache, tokens, trace). Passes are `StepGraphs` steps (`passes.TargetPass`
+A generation's settings (`Request`: the plan, the token cap, its `GenerationOptions`) never change while it
+runs; its state is a `GenerationState` (cache, tokens, trace). Passes are `StepGraphs` steps (`passes.TargetPass`
 and the drafter's `DraftLevel` / `DraftExtend`): eager, or at fixed shapes over persistent caches (each pass
 over the prefix of the cache its sequence reaches, `kv.bucket`), captured as CUDA graphs on CUDA with the
 resident store (see `graphs`).
@@ -37,6 +38,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import ClassVar
 
 import torch
 from torch import Tensor
@@ -45,6 +47,7 @@ from acceptmoe.errors import UserError
 from acceptmoe.kernels import Verifier, make_verifier, resolve_backend
 from acceptmoe.methods import Fit, Plan, Router
 
+from .backend import Capabilities, GenerationOptions
 from .eagle3 import Eagle3Draft, Eagle3Drafter
 from .graphs import Inputs, StepGraphs, resolve_steps
 from .kv import KVCache
@@ -75,7 +78,7 @@ class Generation:
     trace: Trace
     prefill_time: float = 0.0         # seconds of the prefill pass (it yields tokens[0])
     stop_reason: str = "length"       # "eos" | "length"
-    routes: Routes | None = None      # what every target pass sent to the experts (record_routes=True)
+    routes: Routes | None = None      # what every target pass sent to the experts (options.record_routes)
     text: str | None = None           # the reply decoded (special tokens dropped) when the prompt was text
 
     @property
@@ -89,13 +92,11 @@ class Request:
     """What one generation was asked for (never changes while it runs)."""
     plan: Plan
     max_new_tokens: int
-    ignore_eos: bool
-    trace_layers: bool
-    record_routes: bool = False
+    options: GenerationOptions
 
 
 @dataclass
-class Progress:
+class GenerationState:
     """Where one generation is: its cache, the tokens so far, the trace."""
     cache: KVCache
     trace: Trace
@@ -109,7 +110,8 @@ class Progress:
 
 class Engine:
     name = "native"
-    switches_plans_freely = True          # a plan is an argument of every generation
+    capabilities: ClassVar[Capabilities] = Capabilities(records_routes=True, offloads=True,
+                                                        switches_plans_freely=True, verifies_batched=True)
 
     def __init__(self, model, draft: Eagle3Draft | None = None, backend: str = "auto", tree: TreeShape = TreeShape(),
                  steps: str = "auto"):
@@ -149,18 +151,21 @@ class Engine:
         self._tokenizer = tokenizer
 
     # ----- public -----
-    def generate(self, prompt, plan: Plan, max_new_tokens: int, ignore_eos: bool = False, *,
-                 trace_layers: bool = True, record_routes: bool = False) -> Generation:
+    @classmethod
+    def open(cls, **settings) -> Engine:
+        """`load_engine(**settings)`: the `EngineBackend` opener."""
+        return load_engine(**settings)
+
+    def generate(self, prompt, plan: Plan, max_new_tokens: int,
+                 options: GenerationOptions = GenerationOptions()) -> Generation:
         """Greedy generation of `plan` (`Variant.bind(engine.fit, ...)`) from `prompt`: text, chat messages
-        (the model's chat template) or token ids (`text`); trace_layers False skips the per-layer trace fields
-        (blocks are always traced); record_routes keeps what every target pass sent to the experts
-        (`Generation.routes`, see `routes`). Recording never changes the computation."""
+        (the model's chat template) or token ids (`text`); `options`: EOS, the per-layer trace fields, route
+        recording (`Generation.routes`, see `routes`). Recording never changes the computation."""
         if is_text(prompt):
-            gen = self.generate(encode(self.tokenizer, prompt), plan, max_new_tokens, ignore_eos,
-                                trace_layers=trace_layers, record_routes=record_routes)
+            gen = self.generate(encode(self.tokenizer, prompt), plan, max_new_tokens, options)
             gen.text = self.tokenizer.decode(gen.tokens, skip_special_tokens=True)
             return gen
-        req, run, drafter = self._start(prompt, plan, max_new_tokens, ignore_eos, trace_layers, record_routes)
+        req, run, drafter = self._start(prompt, plan, max_new_tokens, options)
         gen = Generation([], [], [], run.trace)
         t0 = self._clock()
         root = self._prefill(run.prompt, run, drafter)
@@ -176,26 +181,24 @@ class Engine:
         return self._finish(gen, run)
 
     def generate_many(self, prompts: Sequence[Sequence[int]], plan: Plan, max_new_tokens: int,
-                      ignore_eos: bool = False, *, trace_layers: bool = True,
-                      record_routes: bool = False) -> list[Generation]:
+                      options: GenerationOptions = GenerationOptions()) -> list[Generation]:
         """One generation per prompt, in order, each alone (batch 1; `generate_batch` verifies them together)."""
-        return [self.generate(p, plan, max_new_tokens, ignore_eos, trace_layers=trace_layers,
-                              record_routes=record_routes) for p in prompts]
+        return [self.generate(p, plan, max_new_tokens, options) for p in prompts]
 
-    def generate_batch(self, prompts: Sequence, plan: Plan, max_new_tokens: int, ignore_eos: bool = False, *,
-                       trace_layers: bool = True, record_routes: bool = False) -> list[Generation]:
+    def generate_batch(self, prompts: Sequence, plan: Plan, max_new_tokens: int,
+                       options: GenerationOptions = GenerationOptions()) -> list[Generation]:
         """Speculative generations that verify together, as a serving engine's batch: the requests start
         together; each step every unfinished one drafts its own tree, and one target pass verifies all their
         trees (`MoEModel.forward_batch`: attention per request, each MoE layer's routing and experts over the
         whole pass, so a method whose sets depend on the pass sees every block). A finished request leaves
         the batch and none joins. Per request: its Generation, as `generate` returns it; a step's time is the
-        batched step's; with record_routes its verify passes hold the rows it sent in each batched pass (and
-        the store counters in `routes.meta` are the whole batch's). Every pass runs eagerly, each request
+        batched step's; with options.record_routes its verify passes hold the rows it sent in each batched pass
+        (and the store counters in `routes.meta` are the whole batch's). Every pass runs eagerly, each request
         over caches of its own. A one-prompt batch is `generate` in eager mode."""
         if not isinstance(plan, Plan) or not plan.spec.speculates:
             raise UserError("generate_batch verifies draft trees together: give a speculating plan "
                             "(Vanilla AR has no verify pass to batch; use generate_many)")
-        starts = [self._start(p, plan, max_new_tokens, ignore_eos, trace_layers, record_routes, eager=True)
+        starts = [self._start(p, plan, max_new_tokens, options, eager=True)
                   for p in prompts]
         gens = [Generation([], [], [], run.trace) for _, run, _ in starts]
         for (req, run, drafter), gen in zip(starts, gens, strict=True):
@@ -248,7 +251,7 @@ class Engine:
         assert self.draft is not None and self.draft.aux_layer_ids is not None
         return tuple(self.draft.aux_layer_ids)
 
-    def _prefill(self, prompt: Tensor | None, run: Progress, drafter: Eagle3Drafter | None) -> int:
+    def _prefill(self, prompt: Tensor | None, run: GenerationState, drafter: Eagle3Drafter | None) -> int:
         assert prompt is not None                                       # run.prompt: `_start` sets it
         n = prompt.numel()
         aux_layers = self._aux_layers() if drafter is not None else ()
@@ -265,11 +268,11 @@ class Engine:
             drafter.extend(nxt, aux, 0)
         return root
 
-    def _ar_step(self, req: Request, run: Progress) -> int:
+    def _ar_step(self, req: Request, run: GenerationState) -> int:
         root = torch.tensor([run.tokens[-1]], device=self.device)
         inputs: Inputs = {"ids": root, "positions": torch.tensor([run.length], device=self.device),
                           "start": run.length}
-        step = TargetPass(self.model, run.cache.upto(run.length + 1), routes=req.record_routes)
+        step = TargetPass(self.model, run.cache.upto(run.length + 1), routes=req.options.record_routes)
         logits, _, _, routes = self.steps.run(step, inputs)
         run.length += 1
         output = self._commit(req, run, [int(logits.argmax())])                # [1, V]: the one row
@@ -278,7 +281,7 @@ class Engine:
             run.routes.add("decode", routes, output)
         return output
 
-    def _sd_step(self, req: Request, run: Progress, drafter: Eagle3Drafter, step: int) -> int:
+    def _sd_step(self, req: Request, run: GenerationState, drafter: Eagle3Drafter, step: int) -> int:
         tree = drafter.propose(run.tokens[-1])
         run.cache.check(run.length, tree.num_tokens)
         inputs: Inputs = {"ids": tree.tokens, "positions": tree.positions, "start": run.length, "mask": tree.mask}
@@ -286,7 +289,7 @@ class Engine:
         return self._accept(req, run, drafter, step, tree, logits, aux, None if stats is None else stats[:, 0],
                             routes)
 
-    def _batch_step(self, active: list[tuple[Request, Progress, Eagle3Drafter]], step: int) -> list[int]:
+    def _batch_step(self, active: list[tuple[Request, GenerationState, Eagle3Drafter]], step: int) -> list[int]:
         """One batched verification pass over every active request's tree (`generate_batch`); their outputs."""
         from .model import Segment
         req = active[0][0]
@@ -297,14 +300,15 @@ class Engine:
             run.cache.check(run.length, tree.num_tokens)
             trees.append(tree)
             segments.append(Segment(tree.tokens, tree.positions, run.cache, run.length, tree.mask))
-        record = LayerRecord(self.router) if req.trace_layers else None
+        record = LayerRecord(self.router) if req.options.trace_layers else None
         policy = None
         if plan.spec.restricts or record is not None:
             verifier = _verifier(self.backend, plan, self.device)
             verifier.prepare([t.block for t in trees])
             policy = Restriction(verifier, self.model.store, self.router, plan.prune, record,
                                  self.model.selection_bias, blocks=len(trees))
-        recorder = PassRoutes(self.model.store, timed=self.device.type == "cpu") if req.record_routes else None
+        recording = req.options.record_routes
+        recorder = PassRoutes(self.model.store, timed=self.device.type == "cpu") if recording else None
         outs = self.model.forward_batch(segments, policy, aux_layers, recorder)
         stats = record.stacked() if record is not None else None                       # [L, B, 6]
         routes = recorder.outputs() if recorder is not None else None
@@ -321,13 +325,13 @@ class Engine:
                                      None if stats is None else stats[:, b], mine))
         return done
 
-    def _accept(self, req: Request, run: Progress, drafter: Eagle3Drafter, step: int, tree, logits: Tensor,
+    def _accept(self, req: Request, run: GenerationState, drafter: Eagle3Drafter, step: int, tree, logits: Tensor,
                 aux: Tensor, stats: Tensor | None, routes: tuple | None) -> int:
         """Greedy acceptance of one verified tree: trace its block, commit the accepted path and the bonus, keep
         their cache slots and feed them to the drafter; the tokens output."""
         path, bonus = tree.accept(logits.argmax(-1))
         new = tree.tokens[path[1:]].tolist() + [bonus]
-        layer_rows = stats.tolist() if stats is not None else ([] if req.trace_layers else None)
+        layer_rows = stats.tolist() if stats is not None else ([] if req.options.trace_layers else None)
         run.trace.add_block(step, tree.parents.tolist(), path, layer_rows)
         output = self._commit(req, run, new)
         if routes is not None:
@@ -340,20 +344,21 @@ class Engine:
             run.length += len(path)
         return output
 
-    def _verify_pass(self, tree, req: Request, run: Progress) -> TargetPass:
+    def _verify_pass(self, tree, req: Request, run: GenerationState) -> TargetPass:
         """The verification pass of this step over the cache's prefix it reads (`KVCache.upto`): natural
         routing without a verifier when nothing restricts or records; otherwise the plan's verifier, prepared
         with this step's tree (its buffers are refilled in place, so a captured pass sees each step's tree)."""
         plan, aux = req.plan, self._aux_layers()
         cache = run.cache.upto(run.length + tree.num_tokens)
-        if not plan.spec.restricts and not req.trace_layers:
-            return TargetPass(self.model, cache, aux_layers=aux, routes=req.record_routes)
+        if not plan.spec.restricts and not req.options.trace_layers:
+            return TargetPass(self.model, cache, aux_layers=aux, routes=req.options.record_routes)
         verifier = _verifier(self.backend, plan, self.device)
         verifier.prepare([tree.block])
-        return TargetPass(self.model, cache, verifier, plan.prune, req.trace_layers, aux, req.record_routes)
+        return TargetPass(self.model, cache, verifier, plan.prune, req.options.trace_layers, aux,
+                          req.options.record_routes)
 
-    def _start(self, prompt, plan: Plan, max_new_tokens: int, ignore_eos: bool, trace_layers: bool,
-               record_routes: bool, eager: bool = False) -> tuple[Request, Progress, Eagle3Drafter | None]:
+    def _start(self, prompt, plan: Plan, max_new_tokens: int, options: GenerationOptions,
+               eager: bool = False) -> tuple[Request, GenerationState, Eagle3Drafter | None]:
         """A generation's checked request, its fresh state and its drafter (None for Vanilla AR); `eager` gives
         it caches of its own rather than the step graphs' persistent ones."""
         prompt_ids = as_ids(prompt)
@@ -378,21 +383,23 @@ class Engine:
         if speculates and self.draft is None:
             raise UserError(f"method {plan.spec.name!r} speculates and needs an EAGLE-3 draft: load the engine with one "
                             f"(`./reproduce.sh train-draft` trains one for your target)")
-        req = Request(plan, max_new_tokens, ignore_eos, trace_layers, record_routes)
+        if not isinstance(options, GenerationOptions):
+            raise TypeError(f"options is a GenerationOptions, got {type(options).__name__}")
+        req = Request(plan, max_new_tokens, options)
         meta = trace_meta(self.name, plan, self.tree, self.model.store.kind, prompt.numel(), max_new_tokens,
-                          ignore_eos)
+                          options.ignore_eos)
         cache_len = prompt.numel() + max_new_tokens + self.tree.num_draft_tokens
         cache = self.model.new_cache(cache_len) if eager else self.steps.cache("target", cache_len,
                                                                                 self.model.new_cache)
-        run = Progress(cache, Trace(meta=meta), RouteLog.begin(self.model.store) if record_routes else None,
-                       prompt=prompt)
+        routes = RouteLog.begin(self.model.store) if options.record_routes else None
+        run = GenerationState(cache, Trace(meta=meta), routes, prompt=prompt)
         drafter = None
         if speculates:
             assert self.draft is not None                                      # refused above otherwise
             drafter = Eagle3Drafter(self.draft, cache_len, self.tree, None if eager else self.steps)
         return req, run, drafter
 
-    def _finish(self, gen: Generation, run: Progress) -> Generation:
+    def _finish(self, gen: Generation, run: GenerationState) -> Generation:
         gen.tokens, gen.stop_reason = run.tokens, run.stop_reason
         if run.routes is not None:
             gen.routes = run.routes.finish(self._route_meta(run.trace.meta))
@@ -406,12 +413,12 @@ class Engine:
                 "prompt_len": meta["prompt_len"],
                 **{k: meta[k] for k in ("method", "variant", "prune", "selector") if k in meta}}
 
-    def _commit(self, req: Request, run: Progress, new: list[int]) -> int:
+    def _commit(self, req: Request, run: GenerationState, new: list[int]) -> int:
         """Append tokens, stopping at EOS (kept) unless ignored, and at max_new_tokens; returns how many were
         output (an accepted path past EOS or the cap outputs fewer tokens than it accepted)."""
         for i, t in enumerate(new):
             run.tokens.append(int(t))
-            if not req.ignore_eos and int(t) in self.eos_token_ids:
+            if not req.options.ignore_eos and int(t) in self.eos_token_ids:
                 run.done, run.stop_reason = True, "eos"
                 return i + 1
             if len(run.tokens) >= req.max_new_tokens:

@@ -1,7 +1,7 @@
 """Routes: what every target pass of a generation sent to the experts, per MoE layer, for replaying its
 expert work elsewhere (`acceptmoe.experiments.replay`).
 
-    gen = engine.generate(ids, plan, 64, record_routes=True)
+    gen = engine.generate(ids, plan, 64, GenerationOptions(record_routes=True))
     gen.routes.save("r0-0003.npz"); routes = Routes.load("r0-0003.npz")
     for p in routes.passes(): p.kind, p.ids, p.weights      # "prefill" | "decode" | "verify", [L, T, k] each
 

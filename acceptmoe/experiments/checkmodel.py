@@ -29,6 +29,7 @@ import torch
 
 from acceptmoe.commands import command, parser
 from acceptmoe.engine import Engine, TreeShape
+from acceptmoe.engine.backend import GenerationOptions
 from acceptmoe.engine.config import CheckpointError, ModelConfig
 from acceptmoe.engine.eagle3 import Eagle3Draft
 from acceptmoe.engine.engine import check_device
@@ -182,8 +183,8 @@ def draft_row(engine: Engine, ids_list: list[list[int]], tokens: int) -> dict:
     vanilla, sd = Variant(REFERENCE).bind(engine.fit), Variant(BASELINE).bind(engine.fit)
     out, steps, same = 0, 0, True
     for ids in ids_list:
-        truth = engine.generate(ids, vanilla, tokens, ignore_eos=True).tokens
-        gen = engine.generate(ids, sd, tokens, ignore_eos=True)
+        truth = engine.generate(ids, vanilla, tokens, GenerationOptions(ignore_eos=True)).tokens
+        gen = engine.generate(ids, sd, tokens, GenerationOptions(ignore_eos=True))
         out, steps, same = out + len(gen.tokens), steps + len(gen.accept_lengths), same and gen.tokens == truth
     return {"format": "EAGLE-3 (LlamaForCausalLMEagle3, SpecForge / SGLang layout)",
             "hidden_size": d.hidden_size,

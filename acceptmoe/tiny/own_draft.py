@@ -30,6 +30,7 @@ from pathlib import Path
 import torch
 
 from acceptmoe.commands import command, parser
+from acceptmoe.engine.backend import GenerationOptions
 from acceptmoe.engine.engine import check_device, load_engine
 from acceptmoe.engine.text import load_tokenizer, prompt_ids
 from acceptmoe.engine.tree import TreeShape
@@ -115,8 +116,8 @@ def measure(target_dir: Path, out: Path, held_out: list[list[int]], dc: DraftCon
         sd_plan, ar_plan = Variant(BASELINE).bind(engine.fit), Variant(REFERENCE).bind(engine.fit)
         accepted = steps = equal = 0
         for ids in held_out:
-            sd = engine.generate(ids, sd_plan, dc.max_new_tokens, trace_layers=False)
-            ar = engine.generate(ids, ar_plan, dc.max_new_tokens, trace_layers=False)
+            sd = engine.generate(ids, sd_plan, dc.max_new_tokens, GenerationOptions(trace_layers=False))
+            ar = engine.generate(ids, ar_plan, dc.max_new_tokens, GenerationOptions(trace_layers=False))
             accepted, steps, equal = accepted + sum(sd.accept_lengths), steps + len(sd.accept_lengths), \
                 equal + (ar.tokens == sd.tokens)
     finally:

@@ -29,6 +29,7 @@ from pathlib import Path
 
 import torch
 
+from acceptmoe.engine.backend import GenerationOptions
 from acceptmoe.engine.eagle3 import ARCHITECTURE, Eagle3Draft
 from acceptmoe.engine.tree import TreeShape
 from acceptmoe.evals.generators import FAMILIES, generate
@@ -186,7 +187,8 @@ def measure(target_dir: Path, draft_dir: Path, tok, cfg: tiny_config.DraftConfig
         accepted = steps = 0
         for k, ex in enumerate(generate(family, "test", cfg.eval_prompts, seed)):
             prompt = tok(chat_text(ex["question"]), add_special_tokens=False)["input_ids"]
-            sd = engine.generate(prompt, Variant(BASELINE).bind(engine.fit), cfg.max_new_tokens, trace_layers=False)
+            sd = engine.generate(prompt, Variant(BASELINE).bind(engine.fit), cfg.max_new_tokens,
+                                 GenerationOptions(trace_layers=False))
             accepted, steps = accepted + sum(sd.accept_lengths), steps + len(sd.accept_lengths)
             if k < cfg.lossless_prompts:
                 ar = engine.generate(prompt, Variant(REFERENCE).bind(engine.fit), cfg.max_new_tokens)

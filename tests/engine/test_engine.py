@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from acceptmoe.engine import DraftTree, Eagle3Drafter, Engine, Trace, TreeShape, load_engine
+from acceptmoe.engine.backend import GenerationOptions
 from acceptmoe.engine.trace import commitment_table, load_traces, save_traces
 from acceptmoe.errors import UserError
 from acceptmoe.kernels import VERIFIERS
@@ -17,6 +18,8 @@ from acceptmoe.methods import METHODS, CommitmentTable, ConfigError, Variant
 from fixtures import FAMILIES
 from spec_checkpoints import EXPERTS, TOP_K, cached_target, draft_config, make_draft, one_thread
 from variants import plan
+
+IGNORE_EOS = GenerationOptions(ignore_eos=True)        # every generation runs to its max_new_tokens
 
 SMALL = TreeShape(3, 4, 12)
 P_HAT = (1.0, 0.6, 0.3, 0.1)
@@ -46,7 +49,7 @@ def offloaded(draft_dir):
 @pytest.fixture(scope="module")
 def reference(engine):
     """Vanilla AR tokens per prompt (EOS ignored), the ground truth of every lossless check."""
-    return [engine.generate(p, plan(engine, "vanilla-ar"), max_new_tokens=24, ignore_eos=True).tokens for p in PROMPTS]
+    return [engine.generate(p, plan(engine, "vanilla-ar"), 24, IGNORE_EOS).tokens for p in PROMPTS]
 
 
 def use_oracle(monkeypatch, prompt_len: int, continuation: list[int]) -> None:
@@ -65,7 +68,7 @@ def use_oracle(monkeypatch, prompt_len: int, continuation: list[int]) -> None:
 
 @pytest.mark.parametrize("i, n", [(0, 1), (1, 9), (2, 24)])
 def test_standard_sd_is_lossless(engine, reference, i, n):
-    gen = engine.generate(PROMPTS[i], plan(engine, "standard-sd"), max_new_tokens=n, ignore_eos=True)
+    gen = engine.generate(PROMPTS[i], plan(engine, "standard-sd"), max_new_tokens=n, options=IGNORE_EOS)
     assert gen.tokens == reference[i][:n]
     assert len(gen.step_times) == len(gen.accept_lengths) == len(gen.trace.blocks)
     assert all(t > 0 for t in gen.step_times) and gen.prefill_time > 0
@@ -73,19 +76,19 @@ def test_standard_sd_is_lossless(engine, reference, i, n):
 
 def test_standard_sd_is_lossless_with_the_paper_tree(engine, reference):
     paper = Engine(engine.model, engine.draft, tree=TreeShape(5, 10, 64))
-    gen = paper.generate(PROMPTS[1], plan(paper, "standard-sd"), max_new_tokens=8, ignore_eos=True)
+    gen = paper.generate(PROMPTS[1], plan(paper, "standard-sd"), max_new_tokens=8, options=IGNORE_EOS)
     assert gen.tokens == reference[1][:8]
     assert all(len(b.parents) == 64 for b in gen.trace.blocks)
 
 
 def test_long_acceptances_stay_lossless_and_truncate(engine, reference, monkeypatch):
     use_oracle(monkeypatch, len(PROMPTS[2]), reference[2])
-    gen = engine.generate(PROMPTS[2], plan(engine, "standard-sd"), max_new_tokens=24, ignore_eos=True)
+    gen = engine.generate(PROMPTS[2], plan(engine, "standard-sd"), max_new_tokens=24, options=IGNORE_EOS)
     assert gen.tokens == reference[2]
     assert max(gen.accept_lengths) == SMALL.num_steps + 1
     blocks = [b.accept_length for b in gen.trace.blocks]
     assert blocks[:-1] == gen.accept_lengths[:-1] and blocks[-1] >= gen.accept_lengths[-1]
-    short = engine.generate(PROMPTS[2], plan(engine, "standard-sd"), max_new_tokens=6, ignore_eos=True)
+    short = engine.generate(PROMPTS[2], plan(engine, "standard-sd"), max_new_tokens=6, options=IGNORE_EOS)
     assert short.tokens == reference[2][:6] and short.stop_reason == "length"
     assert sum(short.accept_lengths) + 1 == 6                     # tau counts output tokens only ...
     assert sum(b.accept_length for b in short.trace.blocks) + 1 > 6   # ... the trace keeps the cut path
@@ -101,7 +104,7 @@ def test_drafter_state_equals_a_fresh_prefill(engine, reference, monkeypatch):
         seen.append((self.length, root_token, self.root_logp.clone()))
         return propose(self, root_token)
     monkeypatch.setattr(Eagle3Drafter, "propose", record)
-    gen = engine.generate(PROMPTS[1], plan(engine, "standard-sd"), max_new_tokens=16, ignore_eos=True)
+    gen = engine.generate(PROMPTS[1], plan(engine, "standard-sd"), max_new_tokens=16, options=IGNORE_EOS)
     assert max(gen.accept_lengths) > 1
     text = PROMPTS[1] + gen.tokens
     for L, root, logp in seen[1:]:
@@ -117,7 +120,7 @@ def test_drafter_state_equals_a_fresh_prefill(engine, reference, monkeypatch):
 @pytest.mark.parametrize("method", ["count-b", "moe-spec", "acceptmoe-b"])
 def test_full_budget_methods_equal_standard_sd(engine, reference, monkeypatch, method):
     use_oracle(monkeypatch, len(PROMPTS[1]), reference[1])
-    gen = engine.generate(PROMPTS[1], plan(engine, method, budget=EXPERTS, commitment=P_HAT), max_new_tokens=16, ignore_eos=True)
+    gen = engine.generate(PROMPTS[1], plan(engine, method, budget=EXPERTS, commitment=P_HAT), 16, IGNORE_EOS)
     assert gen.tokens == reference[1][:16]
     assert all(s == EXPERTS for b in gen.trace.blocks for s in b.layers["set_size"])
 
@@ -134,7 +137,7 @@ def test_acceptmoe_sets_hold_the_anchor(engine, reference, monkeypatch):
     try:
         eng = Engine(engine.model, engine.draft, backend="capture-test", tree=SMALL)
         use_oracle(monkeypatch, len(PROMPTS[1]), reference[1])
-        gen = eng.generate(PROMPTS[1], plan(eng, "acceptmoe", commitment=P_HAT), max_new_tokens=12, ignore_eos=True)
+        gen = eng.generate(PROMPTS[1], plan(eng, "acceptmoe", commitment=P_HAT), max_new_tokens=12, options=IGNORE_EOS)
     finally:
         VERIFIERS.remove("capture-test")
     assert len(gen.tokens) == 12 and seen
@@ -157,7 +160,7 @@ def test_eos_stops_and_ignore_eos_runs_past(engine, reference, monkeypatch):
         assert gen.tokens == ref[: j + 1] and gen.stop_reason == "eos"
         exact = engine.generate(PROMPTS[1], plan(engine, method), max_new_tokens=j + 1)   # EOS is the last allowed token
         assert exact.tokens == ref[: j + 1] and exact.stop_reason == "eos"
-        past = engine.generate(PROMPTS[1], plan(engine, method), max_new_tokens=24, ignore_eos=True)
+        past = engine.generate(PROMPTS[1], plan(engine, method), max_new_tokens=24, options=IGNORE_EOS)
         assert past.tokens == ref and past.stop_reason == "length"
     ends_at_eos = PROMPTS[1] + [ref[j]]                                     # a prompt ending in EOS still generates
     ar = engine.generate(ends_at_eos, plan(engine, "vanilla-ar"), max_new_tokens=10)
@@ -169,7 +172,7 @@ def test_eos_stops_and_ignore_eos_runs_past(engine, reference, monkeypatch):
                                         ("moe-spec", {"budget": 8}), ("acceptmoe-b", {"budget": 8}),
                                         ("acceptmoe", {"selector": {"prune_rho": 0.0}})])
 def test_offloaded_store_gives_resident_tokens(engine, offloaded, method, kw):
-    args = dict(max_new_tokens=10, ignore_eos=True)
+    args = dict(max_new_tokens=10, options=IGNORE_EOS)
     res = engine.generate(PROMPTS[2], plan(engine, method, commitment=P_HAT, **kw), **args)
     off = offloaded.generate(PROMPTS[2], plan(offloaded, method, commitment=P_HAT, **kw), **args)
     assert off.tokens == res.tokens
@@ -177,7 +180,7 @@ def test_offloaded_store_gives_resident_tokens(engine, offloaded, method, kw):
 
 
 def test_pruning_runs_offloaded_and_needs_an_offloaded_store(engine, offloaded):
-    args = dict(max_new_tokens=10, ignore_eos=True)
+    args = dict(max_new_tokens=10, options=IGNORE_EOS)
     sel = dict(commitment=P_HAT, selector={"prune_rho": 0.5, "prune_min_set": TOP_K})
     offloaded.model.store.reset_counters()
     gen = offloaded.generate(PROMPTS[0], plan(offloaded, "acceptmoe", **sel), **args)
@@ -190,7 +193,7 @@ def test_pruning_runs_offloaded_and_needs_an_offloaded_store(engine, offloaded):
 
 
 def test_trace_round_trip_and_commitment_table(engine, tmp_path):
-    gens = [engine.generate(p, plan(engine, "standard-sd"), max_new_tokens=6, ignore_eos=True) for p in PROMPTS]
+    gens = [engine.generate(p, plan(engine, "standard-sd"), max_new_tokens=6, options=IGNORE_EOS) for p in PROMPTS]
     save_traces(tmp_path / "trace.jsonl", [g.trace for g in gens])
     back = load_traces(tmp_path / "trace.jsonl")
     assert [t.meta for t in back] == [g.trace.meta for g in gens]
@@ -213,7 +216,7 @@ def test_trace_round_trip_and_commitment_table(engine, tmp_path):
 
 
 def test_vanilla_ar_steps_one_token(engine, reference):
-    gen = engine.generate(PROMPTS[0], plan(engine, "vanilla-ar"), max_new_tokens=5, ignore_eos=True)
+    gen = engine.generate(PROMPTS[0], plan(engine, "vanilla-ar"), max_new_tokens=5, options=IGNORE_EOS)
     assert gen.tokens == reference[0][:5] and gen.accept_lengths == [1] * 4 and not gen.trace.blocks
 
 
@@ -258,7 +261,7 @@ def test_load_engine_from_one_folder(draft_dir, tmp_path, reference):
     (tmp_path / "draft").symlink_to(draft_dir)
     eng = load_engine(tmp_path, tree=SMALL)
     assert eng.draft is not None and eng.draft.dtype == eng.model.dtype
-    assert eng.generate(PROMPTS[0], plan(eng, "standard-sd"), max_new_tokens=4, ignore_eos=True).tokens == reference[0][:4]
+    assert eng.generate(PROMPTS[0], plan(eng, "standard-sd"), 4, IGNORE_EOS).tokens == reference[0][:4]
     assert isinstance(CommitmentTable(max_depth=1).proposed, list)
 
 
@@ -268,7 +271,7 @@ def test_triton_backend_gives_torch_tokens(engine, method, kw):
     pytest.importorskip("triton")
     fused = Engine(engine.model, engine.draft, backend="triton", tree=TreeShape(2, 3, 6))
     small = Engine(engine.model, engine.draft, backend="torch", tree=TreeShape(2, 3, 6))
-    args = dict(max_new_tokens=3, ignore_eos=True)
+    args = dict(max_new_tokens=3, options=IGNORE_EOS)
     v = plan(fused, method, commitment=P_HAT, **kw)
     a, b = fused.generate(PROMPTS[1], v, **args), small.generate(PROMPTS[1], v, **args)
     assert a.tokens == b.tokens
@@ -282,7 +285,7 @@ def test_cpu_backend_gives_torch_tokens_traces_and_routes(engine, method, kw):
     fp16; test_cpu_verifier compares the verifier's outputs bit for bit)."""
     cpu = Engine(engine.model, engine.draft, backend="cpu", tree=engine.tree)
     small = Engine(engine.model, engine.draft, backend="torch", tree=engine.tree)
-    args = dict(max_new_tokens=12, ignore_eos=True, record_routes=True)
+    args = dict(max_new_tokens=12, options=GenerationOptions(ignore_eos=True, record_routes=True))
     v = plan(cpu, method, commitment=P_HAT, **kw)
     a, b = cpu.generate(PROMPTS[0], v, **args), small.generate(PROMPTS[0], v, **args)
     assert a.tokens == b.tokens
@@ -296,7 +299,7 @@ def test_tau_counts_output_tokens_only(engine, reference, monkeypatch):
     ref = reference[1]
     j = next(i for i in range(2, len(ref)) if ref[i] not in ref[:i])
     monkeypatch.setattr(engine, "eos_token_ids", {ref[j]})
-    for kw in ({"max_new_tokens": 24}, {"max_new_tokens": 7, "ignore_eos": True}):
+    for kw in ({"max_new_tokens": 24}, {"max_new_tokens": 7, "options": IGNORE_EOS}):
         gen = engine.generate(PROMPTS[1], plan(engine, "standard-sd"), **kw)
         assert sum(gen.accept_lengths) == len(gen.tokens) - 1          # the prefill pass yields tokens[0]
         path_total = sum(len(b.path) for b in gen.trace.blocks)
@@ -305,9 +308,9 @@ def test_tau_counts_output_tokens_only(engine, reference, monkeypatch):
 
 def test_tracing_standard_sd_does_not_change_its_routing(engine, reference):
     """Standard SD routes with `router.natural` whether or not its layers are traced through the verifier."""
-    args = dict(max_new_tokens=9, ignore_eos=True)
-    traced = engine.generate(PROMPTS[1], plan(engine, "standard-sd"), trace_layers=True, **args)
-    untraced = engine.generate(PROMPTS[1], plan(engine, "standard-sd"), trace_layers=False, **args)
+    traced = engine.generate(PROMPTS[1], plan(engine, "standard-sd"), 9, IGNORE_EOS)
+    untraced = engine.generate(PROMPTS[1], plan(engine, "standard-sd"), 9,
+                               GenerationOptions(ignore_eos=True, trace_layers=False))
     assert traced.tokens == untraced.tokens == reference[1][:9]
     assert all(s == EXPERTS for b in traced.trace.blocks for s in b.layers["set_size"])
     assert all(r == n for b in traced.trace.blocks
@@ -355,18 +358,18 @@ def test_every_method_runs_on_every_family(family, family_checkpoint, family_dra
     off = load_engine(target=folder, draft=family_draft, store="offloaded", slots=3, tree=SMALL)
     prompt, n = [5, 9, 27, 11, 40], 10
     bind = lambda e, name, **kw: Variant(name, **kw).bind(e.fit, commitment=P_HAT, b0=3)   # k=2 < 3 < E=8
-    truth = eng.generate(prompt, bind(eng, "vanilla-ar"), n, ignore_eos=True).tokens
+    truth = eng.generate(prompt, bind(eng, "vanilla-ar"), n, IGNORE_EOS).tokens
     for name, spec in METHODS.items():
-        gen = eng.generate(prompt, bind(eng, name), n, ignore_eos=True, trace_layers=spec.speculates)
+        gen = eng.generate(prompt, bind(eng, name), n, GenerationOptions(ignore_eos=True, trace_layers=spec.speculates))
         assert len(gen.tokens) == n, name
         if not spec.restricts:
             assert gen.tokens == truth, name
         if spec.speculates:
             assert gen.trace.blocks and gen.trace.blocks[0].layers, name
-    full = eng.generate(prompt, bind(eng, "count-b", budget=8), n, ignore_eos=True).tokens   # S: every expert
+    full = eng.generate(prompt, bind(eng, "count-b", budget=8), n, IGNORE_EOS).tokens   # S: every expert
     assert full == truth              # routing inside S is the natural routing, selection bias included
-    resident = eng.generate(prompt, bind(eng, "acceptmoe"), n, ignore_eos=True).tokens
-    assert off.generate(prompt, bind(off, "acceptmoe", prune=False), n, ignore_eos=True).tokens == resident
-    assert len(off.generate(prompt, bind(off, "acceptmoe", prune=True), n, ignore_eos=True).tokens) == n
+    resident = eng.generate(prompt, bind(eng, "acceptmoe"), n, IGNORE_EOS).tokens
+    assert off.generate(prompt, bind(off, "acceptmoe", prune=False), n, IGNORE_EOS).tokens == resident
+    assert len(off.generate(prompt, bind(off, "acceptmoe", prune=True), n, IGNORE_EOS).tokens) == n
     assert off.counters()["loads"] > 0
 

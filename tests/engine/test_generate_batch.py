@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from acceptmoe.engine import TreeShape, load_engine
+from acceptmoe.engine.backend import GenerationOptions
 from acceptmoe.engine.restriction import Restriction
 from acceptmoe.errors import UserError
 from acceptmoe.kernels import Verifier
@@ -37,8 +38,8 @@ def _set_sizes(gen):
 @pytest.mark.parametrize("method", ["standard-sd", "acceptmoe", "count-b"])
 def test_a_per_request_method_batched_is_each_request_alone(engine, method):
     plan = _plan(engine, method)
-    alone = [engine.generate(p, plan, NEW, record_routes=True) for p in PROMPTS]
-    together = engine.generate_batch(PROMPTS, plan, NEW, record_routes=True)
+    alone = [engine.generate(p, plan, NEW, GenerationOptions(record_routes=True)) for p in PROMPTS]
+    together = engine.generate_batch(PROMPTS, plan, NEW, GenerationOptions(record_routes=True))
     assert [g.tokens for g in together] == [g.tokens for g in alone]
     assert [g.accept_lengths for g in together] == [g.accept_lengths for g in alone]
     assert [_set_sizes(g) for g in together] == [_set_sizes(g) for g in alone]
@@ -71,7 +72,7 @@ def test_batch_shared_sets_are_the_reference_over_the_whole_pass(engine, monkeyp
 
     monkeypatch.setattr(Restriction, "__call__", spy)                  # what MoEModel.forward calls
     monkeypatch.setattr(Verifier, "prepare", spy_prepare)
-    gens = engine.generate_batch(PROMPTS, plan, NEW, ignore_eos=True)
+    gens = engine.generate_batch(PROMPTS, plan, NEW, GenerationOptions(ignore_eos=True))
     monkeypatch.undo()
     assert all(len(g.tokens) >= 1 for g in gens)
     credited = widest = 0
@@ -85,7 +86,7 @@ def test_batch_shared_sets_are_the_reference_over_the_whole_pass(engine, monkeyp
             torch.testing.assert_close(weights[b * T:(b + 1) * T], got_w)
             credited += not torch.equal(want.eligible, select(plan, z[b], blocks[b]).eligible)
     assert widest == len(PROMPTS) and credited > 0    # every request in one pass; the others' roots changed sets
-    alone = [engine.generate(p, plan, NEW, ignore_eos=True) for p in PROMPTS]
+    alone = [engine.generate(p, plan, NEW, GenerationOptions(ignore_eos=True)) for p in PROMPTS]
     assert [_set_sizes(g) for g in gens] != [_set_sizes(g) for g in alone]
 
 

@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from acceptmoe.engine import Engine, TreeShape, load_engine
+from acceptmoe.engine.backend import GenerationOptions
 from acceptmoe.engine.eagle3 import DraftExtend, DraftLevel
 from acceptmoe.engine.engine import _verifier
 from acceptmoe.engine.graphs import StepGraphs, label, resolve_steps
@@ -20,6 +21,8 @@ from acceptmoe.errors import UserError
 from acceptmoe.methods import METHODS, Variant
 
 from fixtures import tiny_gpt_oss, tiny_qwen3_moe
+
+IGNORE_EOS = GenerationOptions(ignore_eos=True)        # every generation runs to its max_new_tokens
 
 TINY = "models/tiny"
 P_HAT = (1.0, 0.8, 0.64, 0.512, 0.41, 0.33)
@@ -40,7 +43,7 @@ def test_static_passes_equal_eager_for_every_method(engines):
     for name in METHODS:
         variant = Variant(name).bind(engines["eager"].fit, commitment=P_HAT, b0=24)    # both engines' fit
         for ids in PROMPTS:
-            static, eager = (engines[m].generate(ids, variant, 40, ignore_eos=True) for m in ("static", "eager"))
+            static, eager = (engines[m].generate(ids, variant, 40, IGNORE_EOS) for m in ("static", "eager"))
             assert static.tokens == eager.tokens, name
             for a, b in zip(static.trace.blocks, eager.trace.blocks, strict=False):
                 if a.parents != b.parents:
@@ -55,7 +58,7 @@ def test_static_passes_equal_eager_for_every_method(engines):
 def test_static_verify_pass_matches_eager_numerically(engines):
     """One tree-masked target pass, static against eager on the same inputs."""
     eng = engines["static"]
-    gen = engines["eager"].generate(PROMPTS[1], Variant("standard-sd").bind(eng.fit), 12, ignore_eos=True)
+    gen = engines["eager"].generate(PROMPTS[1], Variant("standard-sd").bind(eng.fit), 12, IGNORE_EOS)
     assert gen.tokens
     model = eng.model
     ids = torch.tensor(PROMPTS[1])
@@ -75,18 +78,18 @@ def test_one_persistent_cache_regrows_and_ignores_stale_slots(engines):
     earlier, longer generation are masked, so a generation's tokens do not depend on what ran before."""
     eng = engines["static"]
     variant = Variant("standard-sd").bind(eng.fit)
-    short = eng.generate(PROMPTS[0], variant, 8, ignore_eos=True).tokens
+    short = eng.generate(PROMPTS[0], variant, 8, IGNORE_EOS).tokens
     held = lambda: {name: c.max_len for name, c in eng.steps.caches.items()}  # noqa: E731
     before = held()
     assert set(before) == {"target", "draft"}
-    long = eng.generate(PROMPTS[1], variant, 200, ignore_eos=True).tokens
+    long = eng.generate(PROMPTS[1], variant, 200, IGNORE_EOS).tokens
     after = held()
     assert all(after[n] > before[n] and after[n] & (after[n] - 1) == 0 for n in after)
     held = list(eng.steps.caches.values())
     kept = [key[0].cache for key in eng.steps.entries]
     assert kept and all(any(k is c or k in c._prefixes.values() for c in held) for k in kept)   # none dropped
-    assert eng.generate(PROMPTS[0], variant, 8, ignore_eos=True).tokens == short
-    assert engines["eager"].generate(PROMPTS[1], variant, 200, ignore_eos=True).tokens == long
+    assert eng.generate(PROMPTS[0], variant, 8, IGNORE_EOS).tokens == short
+    assert engines["eager"].generate(PROMPTS[1], variant, 200, IGNORE_EOS).tokens == long
 
 
 def test_trees_of_one_depth_share_a_verifier_that_never_replaces_a_shapes_buffers(engines):
@@ -98,13 +101,13 @@ def test_trees_of_one_depth_share_a_verifier_that_never_replaces_a_shapes_buffer
     wide, narrow = (Engine(model, draft, tree=TreeShape(3, 4, n), steps="static") for n in (12, 8))
     variant = Variant("acceptmoe").bind(wide.fit, commitment=P_HAT[:4])
     assert narrow.fit == wide.fit
-    first = wide.generate(PROMPTS[0], variant, 8, ignore_eos=True)
+    first = wide.generate(PROMPTS[0], variant, 8, IGNORE_EOS)
     verifier = _verifier(wide.backend, variant, wide.device)
     held = verifier.buffers[(1, 12)]
     tensors = [(t, t.data_ptr()) for t in (held.alpha, held.num_tokens, held.valid)]
-    narrow.generate(PROMPTS[0], variant, 8, ignore_eos=True)
+    narrow.generate(PROMPTS[0], variant, 8, IGNORE_EOS)
     assert _verifier(narrow.backend, variant, narrow.device) is verifier and verifier.step.alpha.shape == (1, 8)
-    again = wide.generate(PROMPTS[0], variant, 8, ignore_eos=True)
+    again = wide.generate(PROMPTS[0], variant, 8, IGNORE_EOS)
     assert verifier.buffers[(1, 12)] is held and verifier.step is held
     assert all(t is u and t.data_ptr() == ptr for (t, ptr), u in zip(tensors, (held.alpha, held.num_tokens,
                                                                                held.valid), strict=True))
@@ -131,7 +134,7 @@ def test_offloaded_store_runs_static_passes_with_the_same_counters():
     out = {}
     for mode in ("eager", "static"):
         eng = load_engine(TINY, store="offloaded", slots=32, steps=mode)
-        gen = eng.generate(PROMPTS[1], Variant("acceptmoe").bind(eng.fit, commitment=P_HAT), 40, ignore_eos=True)
+        gen = eng.generate(PROMPTS[1], Variant("acceptmoe").bind(eng.fit, commitment=P_HAT), 40, IGNORE_EOS)
         out[mode] = gen.tokens, eng.counters()
     assert out["static"][0] == out["eager"][0]
     untimed = lambda c: {k: v for k, v in c.items() if k not in ("wait_s", "copy_s")}     # noqa: E731
@@ -162,7 +165,7 @@ def test_static_passes_never_read_the_device(engines):
     eng.steps.run = lambda step, inputs: original(Watched(step), inputs)
     try:
         for name in METHODS:
-            eng.generate(PROMPTS[0], Variant(name).bind(eng.fit, commitment=P_HAT, b0=24), 16, ignore_eos=True)
+            eng.generate(PROMPTS[0], Variant(name).bind(eng.fit, commitment=P_HAT, b0=24), 16, IGNORE_EOS)
     finally:
         del eng.steps.run
     host_reads = {op: n for op, n in seen.items()
@@ -188,7 +191,7 @@ def test_static_passes_equal_eager_across_a_bucket_boundary(engines):
     eng = engines["static"]
     for name in METHODS:
         variant = Variant(name).bind(eng.fit, commitment=P_HAT, b0=24)
-        static, eager = (engines[m].generate(LONG, variant, 90, ignore_eos=True) for m in ("static", "eager"))
+        static, eager = (engines[m].generate(LONG, variant, 90, IGNORE_EOS) for m in ("static", "eager"))
         assert static.tokens == eager.tokens, name
     held = {(type(key[0]).__name__, key[0].cache.max_len) for key in eng.steps.entries
             if isinstance(key[0], (TargetPass, DraftLevel, DraftExtend))}

@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from acceptmoe.engine import load_engine
+from acceptmoe.engine.backend import GenerationOptions
 from acceptmoe.engine.routes import Routes
 from acceptmoe.methods import Variant
 
@@ -24,9 +25,9 @@ def _plan(engine, method):
 def test_recording_changes_nothing_and_holds_every_pass(store, slots, method, tmp_path):
     plain = load_engine("models/tiny", store=store, slots=slots)
     recorded = load_engine("models/tiny", store=store, slots=slots)
-    a = plain.generate(PROMPT, _plan(plain, method), 30, ignore_eos=True)
+    a = plain.generate(PROMPT, _plan(plain, method), 30, GenerationOptions(ignore_eos=True))
     recorded.reset_counters()
-    b = recorded.generate(PROMPT, _plan(recorded, method), 30, ignore_eos=True, record_routes=True)
+    b = recorded.generate(PROMPT, _plan(recorded, method), 30, GenerationOptions(ignore_eos=True, record_routes=True))
     assert a.routes is None and b.tokens == a.tokens and b.accept_lengths == a.accept_lengths
     assert [blk.path for blk in b.trace.blocks] == [blk.path for blk in a.trace.blocks]
 
@@ -60,7 +61,7 @@ def test_routes_of_static_passes_equal_eager():
     every slot under a mask, so its reductions run in another order than the eager pass's."""
     eager = load_engine("models/tiny", steps="eager")
     static = load_engine("models/tiny", steps="static")
-    outs = [e.generate(PROMPT, _plan(e, "acceptmoe"), 20, ignore_eos=True, record_routes=True).routes
+    outs = [e.generate(PROMPT, _plan(e, "acceptmoe"), 20, GenerationOptions(ignore_eos=True, record_routes=True)).routes
             for e in (eager, static)]
     assert outs[0].kinds() == outs[1].kinds()
     assert np.array_equal(outs[0].arrays["ids"], outs[1].arrays["ids"])
@@ -72,9 +73,9 @@ def test_restored_pool_replays_the_same_loads_and_hits():
     """A store put into a recorded pool state loads, hits and evicts exactly as the store it came from."""
     engine = load_engine("models/tiny", store="offloaded", slots=24)
     plan = _plan(engine, "standard-sd")
-    engine.generate(PROMPT, plan, 20, ignore_eos=True)                              # a warm, partly full pool
+    engine.generate(PROMPT, plan, 20, GenerationOptions(ignore_eos=True))          # a warm, partly full pool
     engine.reset_counters()
-    gen = engine.generate(PROMPT[::-1], plan, 20, ignore_eos=True, record_routes=True)
+    gen = engine.generate(PROMPT[::-1], plan, 20, GenerationOptions(ignore_eos=True, record_routes=True))
     fresh = load_engine("models/tiny", store="offloaded", slots=24).model.store
     fresh.restore_pool(gen.routes.pool())
     x = torch.zeros(1, engine.model.config.hidden_size)

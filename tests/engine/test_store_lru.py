@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from acceptmoe.engine import load_engine
+from acceptmoe.engine.backend import GenerationOptions
 from acceptmoe.engine.store import ExpertMath, make_store
 from acceptmoe.methods import Variant
 
@@ -77,8 +78,9 @@ def test_tiny_world_counters_and_tokens_as_recorded():
             run["slots"], load_engine(ROOT / ref["model"], store="offloaded", slots=run["slots"]))
         eng.model.store.reset_counters()
         p_hat = (1.0, 0.8, 0.64, 0.512, 0.41, 0.33)
+        options = GenerationOptions(ignore_eos=ref["ignore_eos"], trace_layers=False)
         gen = eng.generate(run["prompt"], Variant(run["method"]).bind(eng.fit, commitment=p_hat), ref["max_new_tokens"],
-                           ignore_eos=ref["ignore_eos"], trace_layers=False)
+                           options)
         s = eng.model.store.stats()
         where = f"{run['method']} slots={run['slots']} prompt={run['prompt'][:3]}"
         assert gen.tokens == run["tokens"], where

@@ -3,6 +3,7 @@ per-step count does not depend on the generation lengths it is measured between)
 from pathlib import Path
 
 from acceptmoe.engine import TreeShape, load_engine
+from acceptmoe.engine.backend import GenerationOptions
 from acceptmoe.experiments.bench.engine_speed import (
     AtenCounter,
     aten_ops_per_step,
@@ -19,7 +20,8 @@ def test_aten_ops_per_decode_step_is_fixed():
     engine = load_engine(TINY)
 
     def run(n):
-        return len(engine.generate([5, 17, 300], Variant("vanilla-ar").bind(engine.fit), n, ignore_eos=True).accept_lengths)
+        plan = Variant("vanilla-ar").bind(engine.fit)
+        return len(engine.generate([5, 17, 300], plan, n, GenerationOptions(ignore_eos=True)).accept_lengths)
     a, b = aten_ops_per_step(run, 4, 12), aten_ops_per_step(run, 6, 20)
     assert a == b and 100 < a < 2000
     with AtenCounter() as c:

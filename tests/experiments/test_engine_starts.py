@@ -4,10 +4,11 @@ backend's own rule (`serving.sglang.config.server_restart`: EAGLE-3 on/off alway
 also a plan whose verifier calls differ, e.g. another budget). The runners loop one method at a time over a
 model's tasks, so a server starts once per (repetition, model, method) where B0 allows, and on a CPU once per
 (repetition, model, EAGLE-3 on/off). A timed phase runs an engine that cannot switch plans freely (a server)
-variant by variant (`switches_plans_freely` false, as `SGLangBackend` declares), which these counts assume;
+variant by variant (`capabilities.switches_plans_freely` false, as `SGLangBackend` declares), which these counts assume;
 the native engine interleaves instead (test_throughput.py)."""
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -99,7 +100,8 @@ def test_throughput_and_study_start_a_server_per_variant_and_repetition(setup, t
     run, _ = table1_run
     b0 = runs(b0s(run))
     common = ["--preset", str(preset), "--limit", "1", "--results", str(root / "r"), "--budgets-from", str(run)]
-    monkeypatch.setattr(Engine, "switches_plans_freely", False)     # as a server runs a timed phase
+    blocked = dataclasses.replace(Engine.capabilities, switches_plans_freely=False)   # as a server runs a timed phase
+    monkeypatch.setattr(Engine, "capabilities", blocked)
     calls = recorded(monkeypatch, perf.fig3, common)
     assert len({engine for engine, _ in calls}) == 2                # a fresh engine per repetition
     assert starts(calls, graphs=False) == 2 * 2                     # per repetition: EAGLE-3 on, off

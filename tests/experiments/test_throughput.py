@@ -4,6 +4,7 @@ real tiny world, where a reply ends by itself, the prompts with the longest repl
 after EOS and the natural-text protocol."""
 from __future__ import annotations
 
+import dataclasses
 import json
 import shutil
 from pathlib import Path
@@ -12,6 +13,7 @@ import pytest
 import torch
 import yaml
 
+from acceptmoe.engine.backend import GenerationOptions
 from acceptmoe.engine.store import ExpertMath, make_store
 from acceptmoe.experiments import tables
 from acceptmoe.experiments.spine.config import ConfigKeyError
@@ -95,7 +97,7 @@ def test_an_engine_that_cannot_switch_plans_freely_times_variants_in_blocks(setu
     the variants' order rotated per repetition; the same rows as the interleaved run."""
     from acceptmoe.engine.engine import Engine
     root, preset = setup
-    monkeypatch.setattr(Engine, "switches_plans_freely", False)
+    monkeypatch.setattr(Engine, "capabilities", dataclasses.replace(Engine.capabilities, switches_plans_freely=False))
     assert perf.fig3(["--preset", str(preset), "--limit", "2", "--results", str(root / "blocked"),
                       "--budgets-from", str(fig3_run / "budgets")]) == 0
     rows = list(SampleLog(_run(root / "blocked", "fig3") / "samples.jsonl"))
@@ -271,8 +273,8 @@ def test_natural_end_is_where_a_stop_at_eos_generation_stops(tiny_engine, method
     engine, prompts = tiny_engine
     plan = Variant(method).bind(engine.fit)
     for ids in prompts:
-        forced = engine.generate(ids, plan, 64, ignore_eos=True, trace_layers=False)
-        stopped = engine.generate(ids, plan, 64, trace_layers=False)
+        forced = engine.generate(ids, plan, 64, GenerationOptions(ignore_eos=True, trace_layers=False))
+        stopped = engine.generate(ids, plan, 64, GenerationOptions(trace_layers=False))
         assert stopped.stop_reason == "eos" and len(forced.tokens) == 64
         end = NaturalEnd.of(forced, engine.eos_token_ids)
         assert end.natural_tokens == len(stopped.tokens) < 64
@@ -302,8 +304,8 @@ def test_longest_reply_prompts_are_the_longest_greedy_replies(tiny_engine, tmp_p
     tok, task = load_tokenizer(Path(model.target)), get_task("tiny-humaneval")
     plan = Variant("vanilla-ar").bind(engine.fit)
     cands = task.load("test", 12)
-    lengths = [len(engine.generate(prompt_ids(tok, task.messages(ex)), plan, cfg.world.generation.max_new_tokens,
-                                   trace_layers=False).tokens) for ex in cands]
+    untraced, cap = GenerationOptions(trace_layers=False), cfg.world.generation.max_new_tokens
+    lengths = [len(engine.generate(prompt_ids(tok, task.messages(ex)), plan, cap, untraced).tokens) for ex in cands]
     order = sorted(range(12), key=lambda i: (-lengths[i], i))
     assert [ex["id"] for ex in chosen] == [cands[i]["id"] for i in order[:4]]          # 3 timed + the warm-up
     assert lengths[order[3]] >= max(lengths[i] for i in order[4:])

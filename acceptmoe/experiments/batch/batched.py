@@ -18,6 +18,7 @@ import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 
+from acceptmoe.engine.backend import GenerationOptions
 from acceptmoe.evals.tasks import get_task
 from acceptmoe.methods import B0_METHOD, CommitmentTable, Plan
 
@@ -102,7 +103,8 @@ def run_draw(loaded, plan: Plan, pool: Pool, chosen) -> BatchedDraw:
     tasks = [get_task(pool.keys[i][1]) for i in chosen]
     examples = [pool.example(i) for i in chosen]
     prompts = [prompt_ids(loaded.tokenizer, t.messages(ex), model) for t, ex in zip(tasks, examples, strict=True)]
-    gens = loaded.engine.generate_batch(prompts, plan, loaded.world.max_new_tokens(model), record_routes=True)
+    gens = loaded.engine.generate_batch(prompts, plan, loaded.world.max_new_tokens(model),
+                                        GenerationOptions(record_routes=True))
     members = []
     for task, ex, gen in zip(tasks, examples, gens, strict=True):
         reply = decode(loaded.tokenizer, gen.tokens, model.response_format)

@@ -16,7 +16,7 @@ from acceptmoe.engine.tree import TreeShape
 from acceptmoe.methods import BASELINE, METHODS, alone_twin, get_method
 
 from ..spine.config import ConfigKeyError, WorldConfig, load_experiment
-from ..spine.engines import ROUTE_ENGINES
+from ..spine.engines import backend_class, engines_that
 
 EXPERIMENT = "batch-study"
 PHASE = "batch"          # the graded rows' phase and the routes' folder of the study's generations
@@ -101,9 +101,10 @@ class BatchStudyConfig:
             if not composable(m) and alone_twin(m) not in self.methods:
                 raise ConfigKeyError(f"methods: {m} is compared with {alone_twin(m)}, what it is at one request per "
                                      f"pass: add {alone_twin(m)}")
-        if self.world.engine not in ROUTE_ENGINES:
-            raise ConfigKeyError(f"engine {self.world.engine}: the batch study composes recorded routes, which the "
-                                 f"{', '.join(ROUTE_ENGINES)} engine records: use --engine native")
+        if not backend_class(self.world.engine).capabilities.records_routes:
+            raise ConfigKeyError(f"engine {self.world.engine}: the batch study composes recorded routes, which "
+                                 f"{self.world.engine} does not record: use an engine that does "
+                                 f"({', '.join(engines_that('records_routes'))})")
         if len(self.world.models) != 1:
             raise ConfigKeyError(f"the batch study batches one model's requests; the preset lists "
                                  f"{len(self.world.models)} models: give it one (models:)")

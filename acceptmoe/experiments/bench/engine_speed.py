@@ -31,6 +31,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from acceptmoe.commands import command, parser
+from acceptmoe.engine.backend import GenerationOptions
 from acceptmoe.methods import B0_METHOD, BASELINE, REFERENCE, Plan, Variant
 
 VERIFIER, PREPARE = "verifier: select + prune + route", "verifier: prepare per step"
@@ -61,7 +62,7 @@ def tiny_prompts(tokenizer, n: int) -> list[list[int]]:
 def time_one(engine, ids, plan: Plan, tokens: int) -> tuple[float, int, float]:
     """(seconds, output tokens, tau) of one generation of exactly `tokens` tokens."""
     t0 = time.perf_counter()
-    gen = engine.generate(ids, plan, tokens, ignore_eos=True, trace_layers=False)
+    gen = engine.generate(ids, plan, tokens, GenerationOptions(ignore_eos=True, trace_layers=False))
     return time.perf_counter() - t0, len(gen.tokens), gen.mean_accept_length
 
 
@@ -134,8 +135,7 @@ def aten_ops_per_step(run, short: int = 8, long: int = 24) -> float:
 
 def ours_ops(engine, ids, plan: Plan) -> float:
     def run(n):
-        gen = engine.generate(ids, plan, n, ignore_eos=True,
-                              trace_layers=False)
+        gen = engine.generate(ids, plan, n, GenerationOptions(ignore_eos=True, trace_layers=False))
         return len(gen.accept_lengths)
     return aten_ops_per_step(run)
 

@@ -24,6 +24,7 @@ import dataclasses
 import sys
 
 from acceptmoe.commands import command, parser
+from acceptmoe.engine.backend import GenerationOptions
 from acceptmoe.errors import UserError
 from acceptmoe.methods import B0_METHOD, CALIBRATION, METHODS, Variant, alone_twin
 
@@ -65,8 +66,8 @@ def compare_model(world, name: str, native, prompts: list[list[int]], order: lis
         for method in order:
             plan = native.plan(Variant(method), commitment=p_hat, b0=budget)
             served = Variant(method).bind(sglang.fit, commitment=p_hat, b0=budget, selector=world.selector)
-            ours = [native.engine.generate(p, plan, tokens, ignore_eos=True) for p in prompts]
-            theirs = sglang.generate_many(prompts, served, tokens, ignore_eos=True)
+            ours = [native.engine.generate(p, plan, tokens, GenerationOptions(ignore_eos=True)) for p in prompts]
+            theirs = sglang.generate_many(prompts, served, tokens, GenerationOptions(ignore_eos=True))
             runs[method] = ours, theirs
             if method == CALIBRATION:
                 p_hat = commitment_table([g.trace for g in ours]).p_hat
@@ -92,13 +93,13 @@ def credited_rows(method: str, plan, served, runs: dict, native, sglang, prompts
     ours, theirs = runs[method]
     sglang.dump, root = str(dumps / "one-at-a-time"), sglang.dump   # its own pass files
     try:
-        alone = [sglang.generate(p, served, tokens, ignore_eos=True) for p in prompts]
+        alone = [sglang.generate(p, served, tokens, GenerationOptions(ignore_eos=True)) for p in prompts]
     finally:
         sglang.dump = root
     (twin_ours, twin_theirs) = runs[twin]
     same = sum(a.tokens == t.tokens and b.tokens == u.tokens
                for a, b, t, u in zip(ours, alone, twin_ours, twin_theirs, strict=False))
-    batched = native.engine.generate_batch(prompts, plan, tokens, ignore_eos=True)
+    batched = native.engine.generate_batch(prompts, plan, tokens, GenerationOptions(ignore_eos=True))
     return [agreement(method, plan, ours, alone, dumps / "one-at-a-time" / plan.name, in_flight=1, twin=twin,
                       twin_equal=same),
             agreement(method, plan, batched, theirs, dumps / plan.name, native_mode="batched")]
@@ -108,13 +109,13 @@ def cross_engine(preset: str, limit: int, tokens: int, methods: list[str] | None
     from acceptmoe.evals.tasks import get_task
 
     from ..spine.config import load_world
-    from ..spine.engines import opened, opener
+    from ..spine.engines import backend_class, opened
     from ..spine.prompts import prompt_ids
     from ..spine.runs import open_run, write_json
 
     world = load_world(preset)
     order = method_order(methods)
-    opener("sglang")                        # SGLang missing: one error before any run folder is made
+    backend_class("sglang")                        # SGLang missing: one error before any run folder is made
     config = {"preset": preset, "limit": limit, "tokens": tokens, "methods": order}
     run = open_run("cross-engine", world.preset, config, root=results, fresh=True)
     rows, p_hat, budget = [], None, None

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from acceptmoe.engine.backend import GenerationOptions
 from acceptmoe.methods import B0_METHOD, BASELINE, REFERENCE, Variant
 
 from .base import P_HAT, verdict
@@ -27,10 +28,11 @@ def check_lossless(engines: dict, prompts: list[list[int]], tokens: int, variant
     rows, ok = [], True
     for i, ids in enumerate(prompts):
         resident = engines["resident"]
-        ar = resident.generate(ids, Variant(REFERENCE).bind(resident.fit), tokens, ignore_eos=True).tokens
+        ar = resident.generate(ids, Variant(REFERENCE).bind(resident.fit), tokens,
+                               GenerationOptions(ignore_eos=True)).tokens
         for store, eng in engines.items():
             plan = variant.bind(eng.fit, commitment=P_HAT, b0=eng.router.top_k)
-            sd = eng.generate(ids, plan, tokens, ignore_eos=True, trace_layers=False)
+            sd = eng.generate(ids, plan, tokens, GenerationOptions(ignore_eos=True, trace_layers=False))
             same = sd.tokens == ar
             rows.append({"prompt": i, "store": store, "equal": same, "tau": sd.mean_accept_length})
             ok &= same
@@ -75,7 +77,7 @@ def check_replay(engine, prompts: list[list[int]], tokens: int, device, folder: 
     for method in (REFERENCE, B0_METHOD):
         plan = Variant(method).bind(engine.fit, commitment=P_HAT)
         for i, ids in enumerate(prompts[:2]):
-            gen = engine.generate(ids, plan, tokens, ignore_eos=True, record_routes=True)
+            gen = engine.generate(ids, plan, tokens, GenerationOptions(ignore_eos=True, record_routes=True))
             gen.routes.save(paths.routes("gpu-check", Pair("tiny", "prompts"), plan.name, 0, i))
     cfg = load_replay_config("tiny", {"source": str(paths.root), "shape": shape, "device": str(device),
                                       "generations": 2, "passes_per_generation": 8, "repeats": 2})

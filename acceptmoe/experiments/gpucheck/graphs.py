@@ -16,6 +16,7 @@ from pathlib import Path
 
 import torch
 
+from acceptmoe.engine.backend import GenerationOptions
 from acceptmoe.engine.graphs import StepGraphs
 from acceptmoe.methods import METHODS, Variant
 
@@ -50,7 +51,7 @@ def check_graphs(device, model_dir: Path = Path("models/tiny")) -> dict:
             out = {}
             for mode, engine in engines.items():
                 plan = Variant(name).bind(engine.fit, commitment=P_HAT, b0=24)
-                gen = engine.generate(ids, plan, 24, ignore_eos=True)
+                gen = engine.generate(ids, plan, 24, GenerationOptions(ignore_eos=True))
                 out[mode] = (gen.tokens, gen.trace.lines())
             row = {"method": name, "prompt": i, "static_equal_eager": out["static"][0] == out["eager"][0]}
             if "graphs" in out:

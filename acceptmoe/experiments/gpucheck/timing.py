@@ -9,6 +9,7 @@ import statistics
 
 import torch
 
+from acceptmoe.engine.backend import GenerationOptions
 from acceptmoe.engine.graphs import StepGraphs
 from acceptmoe.methods import B0_METHOD, BASELINE, REFERENCE, Variant
 
@@ -79,7 +80,7 @@ def time_tiny(engine, prompts: list[list[int]], tokens: int) -> list[dict]:
         steps, n, wall, taus = [], 0, 0.0, []
         for ids in prompts:
             t0 = engine.clock()
-            g = engine.generate(ids, variant, tokens, ignore_eos=True, trace_layers=False)
+            g = engine.generate(ids, variant, tokens, GenerationOptions(ignore_eos=True, trace_layers=False))
             wall += engine.clock() - t0
             steps += g.step_times
             n += len(g.tokens)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from acceptmoe.engine.backend import GenerationOptions
 from acceptmoe.engine.trace import commitment_table
 from acceptmoe.evals.tasks import get_task
 from acceptmoe.methods import CALIBRATION, CommitmentTable, Variant
@@ -53,7 +54,7 @@ def calibrate_source(loaded: Loaded, world: WorldConfig, source: str, paths: Run
         if ex["id"] in log:
             continue
         ids = prompt_ids(loaded.tokenizer, task.messages(ex), loaded.model)
-        gen = loaded.engine.generate(ids, plan, max_new, trace_layers=False)
+        gen = loaded.engine.generate(ids, plan, max_new, GenerationOptions(trace_layers=False))
         log.append(ex["id"], gen.trace)
         progress(f"{name} calibrate {source}")
     by_key = {t.meta["key"]: t for t in log.read()}

@@ -10,14 +10,15 @@
     >>> plan.fit == loaded.engine.fit and plan.selector.beta == world.selector.beta
     True
 
-`ENGINES` (a `acceptmoe.registry.Registry`) imports an engine's opener on first use, so a missing optional
-dependency is one clear error naming the extra to install. Offloaded expert stores exist only in the
-native engine (SGLang has no X-slot expert cache), so offload phases refuse any other engine.
+`ENGINES` (a `acceptmoe.registry.Registry`) imports an engine's class on first use, so a missing optional
+dependency is one clear error naming the extra to install. What an engine can do is declared on its class
+(`engine.backend.Capabilities`: route recording, an offloaded store, plans switched freely, batched verify);
+a run that needs what its engine lacks is refused here, before it starts.
 """
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,30 +32,29 @@ from acceptmoe.registry import Registry
 
 from .fit import check_model_fits
 
-Opener = Callable[..., EngineBackend]
-# engine name -> its opener, imported on first use (`ENGINES.add` takes an opener at hand)
-ENGINES: Registry[Opener] = Registry("engine", fix="docs/architecture.md, \"The engine contract\"")
-ENGINES.lazy("native", "acceptmoe.engine.engine:load_engine")
-ENGINES.lazy("sglang", "acceptmoe.serving.sglang:open_engine")
-OFFLOAD_ENGINES = ("native",)
-ROUTE_ENGINES = ("native",)                    # engines whose generations can record routes (`engine.routes`)
+# engine name -> its `EngineBackend` class, imported on first use; the class declares its `capabilities` and
+# `open`s one from settings
+ENGINES: Registry[type[EngineBackend]] = Registry("engine", fix="docs/architecture.md, \"The engine contract\"")
+ENGINES.lazy("native", "acceptmoe.engine.engine:Engine")
+ENGINES.lazy("sglang", "acceptmoe.serving.sglang.engine:SGLangBackend")
 
 
 def check_engine(name: str, store: str = "resident", routes: bool = False) -> None:
+    """Refuse, before a run starts, an engine this machine cannot import or one that lacks what the run needs."""
+    caps = backend_class(name).capabilities
+    if routes and not caps.records_routes:
+        raise UserError(f"generation.record_routes: the {name} engine does not record routes (it does not expose "
+                        f"what each pass sent to the experts): drop --record-routes or use an engine that does "
+                        f"({', '.join(engines_that('records_routes'))})")
+    if store == "offloaded" and not caps.offloads:
+        raise UserError(f"the {name} engine has no offloaded (X-slot) expert store: use an engine that has "
+                        f"({', '.join(engines_that('offloads'))}) for fig4, table2 and fig5")
+
+
+def backend_class(name: str) -> type[EngineBackend]:
+    """The engine's class, imported now: an unknown name or a missing dependency is one clear error."""
     if name not in ENGINES:
         raise ENGINES.unknown(name)
-    if routes and name not in ROUTE_ENGINES:
-        raise UserError(f"generation.record_routes: routes are recorded by the {', '.join(ROUTE_ENGINES)} engine "
-                        f"only ({name} does not expose what each pass sent to the experts): drop --record-routes "
-                        f"or use --engine native")
-    if store == "offloaded" and name not in OFFLOAD_ENGINES:
-        raise UserError(f"offloaded expert stores run on the native engine only ({name} has no X-slot expert "
-                        f"cache): use --engine native for fig4, table2 and fig5")
-
-
-def opener(name: str) -> Opener:
-    """The engine's opener, imported now: a missing dependency is one clear error (checked before a run starts)."""
-    check_engine(name)
     try:
         return ENGINES[name]
     except ImportError as exc:
@@ -62,10 +62,22 @@ def opener(name: str) -> Opener:
                         f"(docs/{name}.md), or use --engine native") from None
 
 
+def engines_that(capability: str) -> list[str]:
+    """The registered engines available here whose class declares `capability` (a `Capabilities` field)."""
+    found = []
+    for name in ENGINES.names():
+        try:
+            if getattr(backend_class(name).capabilities, capability):
+                found.append(name)
+        except UserError:                         # not installed here
+            continue
+    return found
+
+
 def open_backend(name: str, **settings) -> EngineBackend:
     """An engine of kind `name`, opened with `settings` (target, draft, device, dtype, store, slots, tree)."""
     check_engine(name, settings.get("store", "resident"))
-    return opener(name)(**settings)
+    return backend_class(name).open(**settings)
 
 
 @dataclass

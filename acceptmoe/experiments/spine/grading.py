@@ -28,6 +28,7 @@ from concurrent.futures import Future, ProcessPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
 
+from acceptmoe.engine.backend import GenerationOptions
 from acceptmoe.evals.tasks import Grade, Task, get_task
 from acceptmoe.evals.tasks.from_file import file_of, register_file
 from acceptmoe.methods import Plan
@@ -62,9 +63,8 @@ def generated(pair: PairRun, indices: Sequence[int], plan: Plan, trace_layers: b
     per index, in order."""
     model, world = pair.loaded.model, pair.loaded.world
     prompts = [prompt_ids(pair.loaded.tokenizer, pair.task.messages(pair.examples[i]), model) for i in indices]
-    extra = {"record_routes": True} if record_routes else {}
-    gens = pair.loaded.engine.generate_many(prompts, plan, world.max_new_tokens(model), trace_layers=trace_layers,
-                                            **extra)
+    options = GenerationOptions(trace_layers=trace_layers, record_routes=record_routes)
+    gens = pair.loaded.engine.generate_many(prompts, plan, world.max_new_tokens(model), options)
     return list(zip(prompts, gens, strict=True))
 
 

@@ -15,7 +15,7 @@ from pathlib import Path
 from acceptmoe.engine.engine import check_device
 from acceptmoe.errors import UserError
 
-from .engines import ENGINES, opener, require_drafts
+from .engines import ENGINES, backend_class, require_drafts
 from .prompts import resolve_checkpoint
 from .runs import Run, SampleLog, code_state, discard_if_empty, lock_run, open_run, record_resume
 
@@ -85,14 +85,14 @@ def open_or_resume(command: str, args: argparse.Namespace, load: Callable[[dict]
         saved = read_saved(args.resume, command)
         check_resume_options(given, saved["config"])
         cfg = from_saved(saved["config"])
-        opener(cfg.world.engine)                   # an SGLang run resumes where SGLang is installed
+        backend_class(cfg.world.engine)                   # an SGLang run resumes where SGLang is installed
         lock_run(args.resume)
         now = check_same_code(saved.get("environment", {}), args.resume, args.allow_code_change)
         run = Run(args.resume, resumed=True)
         record_resume(run, now)
         return cfg, run
     cfg = load(given)
-    opener(cfg.world.engine)                       # fail before creating a run folder
+    backend_class(cfg.world.engine)                       # fail before creating a run folder
     check_device(cfg.world.device)
     methods = getattr(cfg, "method_names", None)
     if methods is not None:

@@ -18,6 +18,7 @@ import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 
+from acceptmoe.engine.backend import GenerationOptions
 from acceptmoe.engine.trace import commitment_table
 from acceptmoe.evals.tasks import get_task
 from acceptmoe.methods import B0_METHOD, BASELINE, CommitmentTable, Variant, fixed_twin
@@ -47,7 +48,7 @@ def onpolicy_table(loaded: Loaded, cfg: CalibrationStudyConfig, source: str, nat
         if ex["id"] in log:
             continue
         ids = prompt_ids(loaded.tokenizer, task.messages(ex), loaded.model)
-        gen = loaded.engine.generate(ids, plan, w.max_new_tokens(loaded.model), trace_layers=True)
+        gen = loaded.engine.generate(ids, plan, w.max_new_tokens(loaded.model), GenerationOptions(trace_layers=True))
         gen.trace.meta.update(index=index, example_id=ex["id"])
         log.append(ex["id"], gen.trace)
     traces = log.read()

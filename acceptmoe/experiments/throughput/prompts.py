@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from acceptmoe.engine.backend import GenerationOptions
 from acceptmoe.evals.tasks import get_task
 from acceptmoe.methods import REFERENCE, Variant
 
@@ -36,12 +37,11 @@ def reply_lengths(cfg: ThroughputConfig, model, run_dir: Path) -> dict[str, list
     out = {}
     with opened(model, cfg.world, run_dir) as loaded:
         plan = loaded.plan(Variant(REFERENCE))
-        cap = cfg.world.max_new_tokens(model)
+        cap, untraced = cfg.world.max_new_tokens(model), GenerationOptions(trace_layers=False)
         for name in cfg.world.tasks:
             task = get_task(name)
             out[name] = [[ex["id"], len(loaded.engine.generate(prompt_ids(loaded.tokenizer, task.messages(ex),
-                                                                          loaded.model), plan, cap,
-                                                               trace_layers=False).tokens)]
+                                                                          loaded.model), plan, cap, untraced).tokens)]
                          for ex in task.load(cfg.world.eval_split, cfg.prompt_set.candidates)]
     path.parent.mkdir(parents=True, exist_ok=True)
     write_json(path, out)

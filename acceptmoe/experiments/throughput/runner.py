@@ -18,8 +18,8 @@ cancels in the paired ratios of a cell (prompt, repetition); with an offloaded s
 own X-slot pool across the interleaving (`OwnPools`), so its generations, pruning included, run as they would
 one after another on their own. The phase's variants include a placebo
 (`config.PLACEBO`: the baseline timed twice), whose ratio measures what the host's noise alone gives. An
-engine that cannot switch plans freely (`switches_plans_freely` false: an SGLang server restarts for a plan a
-captured graph holds) runs each variant over every prompt of the task instead, in an order rotated per
+engine that cannot switch plans freely (`capabilities.switches_plans_freely` false: an SGLang server restarts
+for a plan a captured graph holds) runs each variant over every prompt of the task instead, in an order rotated per
 repetition. Each generation is exactly `generation.timed_tokens` tokens with EOS ignored; each row says where
 the reply ended by itself (`rows.NaturalEnd`). Each generation is timed
 with the engine's clock (device synchronised) around `generate`; throughput = total tokens / total timed seconds; each row also keeps the machine's 1-minute load
@@ -42,6 +42,7 @@ from dataclasses import dataclass
 
 from tqdm import tqdm
 
+from acceptmoe.engine.backend import GenerationOptions
 from acceptmoe.evals.tasks import get_task
 from acceptmoe.methods import Plan, Variant
 
@@ -113,10 +114,10 @@ def generate_timed(u: Unit, index: int, ex: dict, plan: Plan, warmup: bool = Fal
     engine = u.loaded.engine
     ids = prompt_ids(u.loaded.tokenizer, u.task.messages(ex), u.loaded.model)
     engine.reset_counters()
-    extra = {"record_routes": True} if records_routes(u, warmup) else {}
+    options = GenerationOptions(ignore_eos=True, trace_layers=u.phase == "offload-counters",
+                                record_routes=records_routes(u, warmup))
     start = engine.clock()
-    gen = engine.generate(ids, plan, u.cfg.world.generation.timed_tokens, ignore_eos=True,
-                          trace_layers=u.phase == "offload-counters", **extra)
+    gen = engine.generate(ids, plan, u.cfg.world.generation.timed_tokens, options)
     wall = engine.clock() - start
     totals = engine.counters()
     row = TimedRow(u.phase, u.rep, u.loaded.model.name, u.task.name, plan.name, ex["id"], index,
@@ -222,7 +223,7 @@ def run_timed_phase(cfg: ThroughputConfig, phase: str, samples: SampleLog, budge
             with opened(model, cfg.world, samples.path.parent, store, slots) as loaded:   # fresh per repetition
                 units = [Unit(cfg, phase, rep, loaded, get_task(task), examples[task],
                               budgets.get(Pair(model.name, task)), samples) for task in cfg.world.tasks]
-                if loaded.engine.switches_plans_freely:
+                if loaded.engine.capabilities.switches_plans_freely:
                     pools = OwnPools(loaded)                            # one per variant, across the tasks
                     for u in units:
                         run_interleaved(u, cfg.variants(phase), pools, progress)

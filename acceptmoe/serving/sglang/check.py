@@ -15,6 +15,7 @@ import argparse
 import random
 from pathlib import Path
 
+from acceptmoe.engine.backend import GenerationOptions
 from acceptmoe.engine.trace import commitment_table
 from acceptmoe.engine.tree import TreeShape
 from acceptmoe.methods import B0_METHOD, CALIBRATION, METHODS, Variant
@@ -39,7 +40,7 @@ def gpu_check(world: Path = Path("models/tiny"), num_prompts: int = 4, max_new_t
     prompts = [[1] + [rng.randrange(3, 1000) for _ in range(rng.randrange(8, 24))] for _ in range(num_prompts)]
     native = load_engine(world, device="cuda", tree=tree)
     base = Variant(CALIBRATION).bind(native.fit)
-    want = [native.generate(p, base, max_new_tokens, ignore_eos=True).tokens for p in prompts]
+    want = [native.generate(p, base, max_new_tokens, GenerationOptions(ignore_eos=True)).tokens for p in prompts]
     dtype = native.model.dtype
     native.close()                               # one engine at a time holds the device
     rows, tokens = [], {}
@@ -51,7 +52,7 @@ def gpu_check(world: Path = Path("models/tiny"), num_prompts: int = 4, max_new_t
         p_hat, budget = None, None
         for method in ORDER:
             plan = Variant(method).bind(backend.fit, commitment=p_hat, b0=budget)
-            gens = backend.generate_many(prompts, plan, max_new_tokens, ignore_eos=True)
+            gens = backend.generate_many(prompts, plan, max_new_tokens, GenerationOptions(ignore_eos=True))
             if method == CALIBRATION:
                 p_hat = commitment_table([g.trace for g in gens]).p_hat
             if method == B0_METHOD:

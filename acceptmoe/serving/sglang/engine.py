@@ -38,9 +38,11 @@ import tempfile
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import ClassVar
 
 import torch
 
+from acceptmoe.engine.backend import Capabilities, GenerationOptions
 from acceptmoe.engine.config import ModelConfig
 from acceptmoe.engine.trace import BlockRecord, Trace, trace_meta
 from acceptmoe.errors import UserError
@@ -111,7 +113,15 @@ def open_engine(target, draft, device: str = "cuda", dtype=None, store: str = "r
 
 class SGLangBackend:
     name = "sglang"
-    switches_plans_freely = False         # a plan a captured graph holds starts a new server (config.server_restart)
+    # no X-slot expert cache; routes stay inside the server; a plan a captured graph holds starts a new server
+    # (config.server_restart); generate_many runs its prompts concurrently, which SGLang batches as it schedules
+    capabilities: ClassVar[Capabilities] = Capabilities(records_routes=False, offloads=False,
+                                                        switches_plans_freely=False, verifies_batched=False)
+
+    @classmethod
+    def open(cls, **settings) -> SGLangBackend:
+        """`open_engine(**settings)`: the `EngineBackend` opener."""
+        return open_engine(**settings)
 
     def __init__(self, target: Path, draft: Path, dtype=None, tree=None, dump: str | None = None,
                  memory: dict | None = None, **server_args):
@@ -202,22 +212,21 @@ class SGLangBackend:
         self._engine, self._key = None, None
 
     # ----- EngineBackend -----
-    def generate(self, prompt_ids: Sequence[int], plan: Plan, max_new_tokens: int, ignore_eos: bool = False, *,
-                 trace_layers: bool = True, record_routes: bool = False):
-        return self.generate_many([prompt_ids], plan, max_new_tokens, ignore_eos, trace_layers=trace_layers,
-                                  record_routes=record_routes)[0]
+    def generate(self, prompt_ids: Sequence[int], plan: Plan, max_new_tokens: int,
+                 options: GenerationOptions = GenerationOptions()):
+        return self.generate_many([prompt_ids], plan, max_new_tokens, options)[0]
 
     def generate_many(self, prompts: Sequence[Sequence[int]], plan: Plan, max_new_tokens: int,
-                      ignore_eos: bool = False, *, trace_layers: bool = True, record_routes: bool = False) -> list:
+                      options: GenerationOptions = GenerationOptions()) -> list:
         from acceptmoe.engine.engine import Generation
 
-        if record_routes:
+        if options.record_routes:
             raise UserError("record_routes: the SGLang backend does not record routes; record them with the native "
                             "engine (--engine native)")
         if plan.fit != self.fit:
             raise UserError(f"plan {plan.name} was bound to {plan.fit}, not to this engine ({self.fit})")
         engine = self._open(plan)
-        params = {"temperature": 0.0, "max_new_tokens": max_new_tokens, "ignore_eos": ignore_eos}
+        params = {"temperature": 0.0, "max_new_tokens": max_new_tokens, "ignore_eos": options.ignore_eos}
         start = time.perf_counter()
         outs = engine.generate(input_ids=[list(map(int, p)) for p in prompts], sampling_params=params)
         wall = time.perf_counter() - start
@@ -227,8 +236,8 @@ class SGLangBackend:
             meta = out["meta_info"]
             blocks = steps.get(str(meta["id"]), [])
             trace = Trace(meta=trace_meta(self.name, plan, self.tree, "resident", len(prompt), max_new_tokens,
-                                          ignore_eos),
-                          blocks=[b if trace_layers else BlockRecord(b.step, b.parents, b.path, b.accept_length)
+                                          options.ignore_eos),
+                          blocks=[b if options.trace_layers else BlockRecord(b.step, b.parents, b.path, b.accept_length)
                                   for b in blocks])
             tokens = list(out["output_ids"])
             # target steps after the prefill: verify steps' accepted paths, or one token per plain decode step

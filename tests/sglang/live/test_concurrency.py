@@ -15,6 +15,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
+from acceptmoe.engine.backend import GenerationOptions
 from acceptmoe.engine.tree import TreeShape
 from acceptmoe.methods import BlockInfo, CommitmentTable, Variant, route, select, select_pass
 
@@ -41,12 +42,12 @@ def served(request, tmp_path_factory):
                           max_running_requests=8, max_total_tokens=4096, log_level="error")
     try:
         sd = Variant("standard-sd").bind(backend.fit)
-        alone = [backend.generate(p, sd, NEW, ignore_eos=True) for p in prompts]
-        together = backend.generate_many(prompts, sd, NEW, ignore_eos=True)
+        alone = [backend.generate(p, sd, NEW, GenerationOptions(ignore_eos=True)) for p in prompts]
+        together = backend.generate_many(prompts, sd, NEW, GenerationOptions(ignore_eos=True))
         records = [(b.parents, b.path) for g in together for b in g.trace.blocks]
         p_hat = CommitmentTable.from_records(records, max_depth=shape.num_steps).p_hat
         plan = Variant("acceptmoe-shared").bind(backend.fit, commitment=p_hat)
-        shared = backend.generate_many(prompts, plan, NEW, ignore_eos=True)
+        shared = backend.generate_many(prompts, plan, NEW, GenerationOptions(ignore_eos=True))
         assert backend.starts == 1                                   # one server per shape, plans switched in place
     finally:
         backend.close()

@@ -18,6 +18,7 @@ import pytest
 import torch
 from sglang.srt.layers.moe.topk import TopKConfig, select_experts
 
+from acceptmoe.engine.backend import GenerationOptions
 from acceptmoe.engine.tree import TreeShape, ancestor_mask
 from acceptmoe.methods import METHODS, BlockInfo, CommitmentTable, Fit, Router, Variant, route, select, select_pass
 from acceptmoe.serving.sglang.config import load_config
@@ -71,7 +72,7 @@ def native(prompts):
 
     eng = load_engine(ROOT / "models" / "tiny", device="cpu", tree=TREE)
     plan = Variant("standard-sd").bind(eng.fit)
-    return [eng.generate(p, plan, NEW, ignore_eos=True) for p in prompts]
+    return [eng.generate(p, plan, NEW, GenerationOptions(ignore_eos=True)) for p in prompts]
 
 
 @pytest.fixture(scope="module")
@@ -163,7 +164,7 @@ def test_restricted_tokens_and_sets_equal_the_native_engine(restricted, prompts,
 
     eng = load_engine(ROOT / "models" / "tiny", device="cpu", tree=TREE)
     plan = restricted.plan.variant.bind(eng.fit, commitment=p_hat)
-    gens = [eng.generate(p, plan, NEW, ignore_eos=True) for p in prompts[:6]]
+    gens = [eng.generate(p, plan, NEW, GenerationOptions(ignore_eos=True)) for p in prompts[:6]]
     assert restricted.tokens == [g.tokens for g in gens]
     for meta, gen in zip(restricted.meta, gens, strict=False):
         ours = restricted.steps[str(meta["id"])]

@@ -10,6 +10,7 @@ import os
 import pytest
 import torch
 
+from acceptmoe.engine.backend import GenerationOptions
 from acceptmoe.methods import BlockInfo, Fit, Router, Variant, route, select
 from acceptmoe.serving.sglang.runtime import read_steps
 
@@ -48,7 +49,7 @@ def plain(monkeypatch_module):
     backend = open_engine(TARGET, TARGET.parent / "draft", dtype=torch.float32, **CPU_ARGS)
     try:
         gens = backend.generate_many(PROMPTS, Variant("vanilla-ar").bind(backend.fit), max_new_tokens=NEW,
-                                     ignore_eos=True)
+                                     options=GenerationOptions(ignore_eos=True))
     finally:
         backend.close()
     assert all(len(g.tokens) == NEW and g.stop_reason == "length" for g in gens)

@@ -3,6 +3,7 @@ requests in flight; greedy tokens equal one scheduler's, and the plugin's record
 schedulers to one file) come back once per request and verify step."""
 import pytest
 
+from acceptmoe.engine.backend import GenerationOptions
 from acceptmoe.engine.tree import TreeShape
 from acceptmoe.methods import Variant
 
@@ -23,7 +24,7 @@ def generate(open_engine, prompts, dp):
                           max_running_requests=8, max_total_tokens=4096, log_level="error")
     try:
         plan = Variant("standard-sd").bind(backend.fit)
-        return backend.generate_many(prompts, plan, NEW, ignore_eos=True), backend.describe()
+        return backend.generate_many(prompts, plan, NEW, GenerationOptions(ignore_eos=True)), backend.describe()
     finally:
         backend.close()
 
