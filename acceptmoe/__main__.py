@@ -1,3 +1,3 @@
-from acceptmoe.experiments.cli import main
+from acceptmoe.cli import main
 
 raise SystemExit(main())

@@ -5,7 +5,7 @@
         args = parser("table1").parse_args(argv)
         ...
 
-The dispatcher (`acceptmoe.experiments.cli`) finds the declarations by reading the command modules' source
+The dispatcher (`acceptmoe.cli`) finds the declarations by reading the command modules' source
 (`declared()`: no imports, so `--help` is instant) and imports only the module of the command it runs; the
 decorator registers the function in `COMMANDS` when that module is imported. The name and help text are
 literals in the decorator call, written once. Both tables are `acceptmoe.registry.Registry`s, so an unknown
@@ -25,8 +25,8 @@ from acceptmoe.registry import Registry
 PACKAGE = Path(__file__).resolve().parent
 # where command modules live, in the order `--help` lists their commands
 COMMAND_DIRS = ("experiments/table1", "experiments/throughput", "experiments/study", "experiments/replay",
-                "experiments/batch", "experiments/claims", "experiments/crossengine", "experiments", "experiments/gpucheck",
-                "experiments/bench", "tiny")
+                "experiments/batch", "experiments/claims", "tools/crossengine", "tools", "integrations/lm_eval",
+                "experiments", "tools/gpucheck", "tools/bench", "tiny")
 
 
 FIX = "see ./reproduce.sh --help"

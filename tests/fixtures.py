@@ -13,7 +13,7 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from acceptmoe.engine import mxfp4
-from acceptmoe.experiments.gpucheck.parity import SMALL, random_checkpoint  # one definition, shared with
+from acceptmoe.tools.gpucheck.parity import SMALL, random_checkpoint  # one definition, shared with
 
                                                                              # gpu-check's parity check
 

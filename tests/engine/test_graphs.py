@@ -146,7 +146,7 @@ def test_static_passes_never_read_the_device(engines):
     `nonzero`): count the aten ops of every static pass of a generation, per method. (The CPU-only
     branches, bincount and per-pair experts, have device twins in `store.group_counts` and
     `store.expert_path`.)"""
-    from acceptmoe.experiments.bench.engine_speed import AtenCounter
+    from acceptmoe.tools.bench.engine_speed import AtenCounter
     eng = engines["static"]
     seen: dict[str, int] = {}
     original = eng.steps.run

@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 import torch
 
+from acceptmoe.costs.shapes import get_shape
 from acceptmoe.engine.config import ModelConfig
 from acceptmoe.engine.memory import expert_bytes, mxfp4_in_config, store_bytes, stored_form, weight_bytes
-from acceptmoe.experiments.spine.shapes import get_shape
 
 from fixtures import FAMILIES
 

@@ -260,7 +260,7 @@ def test_frozen_linear_is_f_linear_bit_for_bit_in_one_op():
     from torch.nn import functional as F
 
     from acceptmoe.engine.layers import Linear
-    from acceptmoe.experiments.bench.engine_speed import AtenCounter
+    from acceptmoe.tools.bench.engine_speed import AtenCounter
     torch.manual_seed(0)
     for bias in (False, True):
         lin = Linear(24, 40, bias=bias).requires_grad_(False)

@@ -13,8 +13,8 @@ import pytest
 import torch
 
 from acceptmoe.engine.model import MoEModel, Segment
-from acceptmoe.experiments.bench.engine_speed import AtenCounter
 from acceptmoe.paths import TINY
+from acceptmoe.tools.bench.engine_speed import AtenCounter
 
 # (new tokens, tree-masked) -> aten ops of one pass with two aux layers, as dispatched before forward_batch
 BEFORE_BATCHING = {(1, False): 297, (20, False): 303, (64, True): 303}

@@ -183,7 +183,7 @@ def test_per_pair_and_grouped_paths_match_the_definition(kind, n_tokens):
 def test_resident_pass_is_a_fixed_op_sequence_whatever_the_experts_used():
     """The same aten operations run whether a pass's pairs use one expert or all of them (no per-expert
     loop): two grouped matmuls."""
-    from acceptmoe.experiments.bench.engine_speed import AtenCounter
+    from acceptmoe.tools.bench.engine_speed import AtenCounter
     store = make_store("resident", _math("clamped_swiglu"), _layers("clamped_swiglu"), E, "cpu")
     x = torch.randn(T, H)
     weights = torch.full((T, K), 0.5)

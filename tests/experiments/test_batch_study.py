@@ -15,6 +15,7 @@ import pytest
 import torch
 import yaml
 
+from acceptmoe.cli import main
 from acceptmoe.engine.routes import FORMAT, KINDS, Routes
 from acceptmoe.evals.stats import paired_bootstrap_speedup
 from acceptmoe.experiments.batch import records
@@ -25,7 +26,6 @@ from acceptmoe.experiments.batch.prompts import PoolPrompts, Recording
 from acceptmoe.experiments.batch.records import load
 from acceptmoe.experiments.batch.report import write_outputs
 from acceptmoe.experiments.claims import table
-from acceptmoe.experiments.cli import main
 from acceptmoe.experiments.spine.paper import BEYOND
 from acceptmoe.experiments.spine.runs import REPO, SampleLog
 from acceptmoe.methods import B0_METHOD, BASELINE, METHODS, Variant, alone_twin

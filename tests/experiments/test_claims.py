@@ -11,12 +11,12 @@ from pathlib import Path
 
 import pytest
 
+from acceptmoe.cli import main
 from acceptmoe.errors import UserError
 from acceptmoe.evals.stats import MIN_UNITS
 from acceptmoe.experiments.claims import table
 from acceptmoe.experiments.claims.measured import Measured
 from acceptmoe.experiments.claims.verdict import CI, Evidence, judge, verdict
-from acceptmoe.experiments.cli import main
 from acceptmoe.experiments.spine.paper import BEYOND, CLAIMS, Expect, docs_table, margins_table
 from acceptmoe.experiments.spine.runs import REPO, SampleLog, open_run
 

@@ -16,11 +16,11 @@ from pathlib import Path
 import pytest
 import torch
 
+from acceptmoe.costs import shapes
 from acceptmoe.errors import UserError
 from acceptmoe.experiments.replay import report
 from acceptmoe.experiments.replay.config import load_replay_config
 from acceptmoe.experiments.replay.runner import run_replay
-from acceptmoe.experiments.spine import shapes
 from acceptmoe.experiments.spine.runs import REPO, SampleLog, open_run
 from acceptmoe.experiments.throughput.config import load_throughput_config
 from acceptmoe.experiments.throughput.runner import run_experiment
@@ -154,7 +154,7 @@ def test_gpt_oss_top4_is_refused_for_top8_routes(recorded, tmp_path):
 
 
 def test_command_line_errors(recorded, tmp_path, capsys):
-    from acceptmoe.experiments.cli import main
+    from acceptmoe.cli import main
     assert main(["replay"]) == 2
     assert "error: replay needs --run" in capsys.readouterr().err
     assert main(["replay", "--run", str(tmp_path)]) == 2
@@ -176,7 +176,7 @@ def _transformers_nonexpert(ref: str) -> int:
     built on the meta device from the shipped config.json."""
     import transformers
 
-    from acceptmoe.experiments.spine.passbytes import config_json
+    from acceptmoe.costs.passbytes import config_json
     raw = {k: v for k, v in config_json(ref).items() if k not in ("architectures", "quantization_config")}
     cls = {"qwen3_moe": (transformers.Qwen3MoeConfig, transformers.Qwen3MoeForCausalLM),
            "gpt_oss": (transformers.GptOssConfig, transformers.GptOssForCausalLM)}[raw["model_type"]]
@@ -189,8 +189,8 @@ def _transformers_nonexpert(ref: str) -> int:
 def test_whole_pass_bytes_are_the_real_models_weights(name):
     """Non-expert target bytes = the transformers model's non-expert, non-embedding parameters x dtype; the draft
     step = the engine's EAGLE-3 module: fc once, then num_steps passes of its decoder layer, norm and LM head."""
+    from acceptmoe.costs.passbytes import CHECKPOINTS, config_json, pass_model
     from acceptmoe.engine.eagle3 import Eagle3Draft
-    from acceptmoe.experiments.spine.passbytes import CHECKPOINTS, config_json, pass_model
     m = pass_model(name)
     assert m.target_bytes() == _transformers_nonexpert(CHECKPOINTS[name][0]) * m.dtype_bytes
     with torch.device("meta"):
@@ -206,8 +206,8 @@ def test_whole_pass_bytes_are_the_real_models_weights(name):
 def test_whole_pass_numbers_at_the_paper_shapes():
     """Qwen3-30B-A3B reads 2.46 GB of non-expert weights per pass (attention, norms, routers, LM head in bf16) and
     50 MB of KV at 512 tokens; GPT-OSS-120B's sliding layers read at most their 128-token window."""
-    from acceptmoe.experiments.spine.passbytes import pass_model, step_bound
-    from acceptmoe.experiments.spine.shapes import GPUS
+    from acceptmoe.costs.passbytes import pass_model, step_bound
+    from acceptmoe.costs.shapes import GPUS
     q = pass_model("qwen3-30b-a3b")
     assert q.target_bytes() == 2 * (48 * (2048 * 4096 * 2 + 2048 * 512 * 2 + 2 * 128 + 2 * 2048 + 2048 * 128)
                                     + 151936 * 2048 + 2048)
@@ -235,12 +235,12 @@ def test_bounds_regime_and_whole_pass_on_records():
                                                                                       "prune": False}}
     bounds.add_bounds(recs, cfg, plan, routes, "standard-sd")
     sd, ar = recs
-    from acceptmoe.experiments.spine.passbytes import pass_model
+    from acceptmoe.costs.passbytes import pass_model
     q = pass_model("qwen3-30b-a3b")
     want_sd = ((28000e6 + q.target_bytes() + q.kv_bytes() + q.draft_step_bytes(5)) / 4800e9 + 12000e6 / 63e9) / 4.0
     want_ar = (3600e6 + q.target_bytes() + q.kv_bytes()) / 4800e9 + 1400e6 / 63e9
     assert sd["whole_ms_per_token_H200"] == pytest.approx(1e3 * want_sd)
     assert ar["whole_ms_per_token_H200"] == pytest.approx(1e3 * want_ar)
     assert ar["whole_speedup_per_token_H200"] == pytest.approx(want_sd / want_ar)
-    assert "whole_ms_per_token_H200_typical_link" in ar                  # H200's typical link from spine.shapes.GPUS
+    assert "whole_ms_per_token_H200_typical_link" in ar                  # H200's typical link from costs.shapes.GPUS
     assert ar["flops_speedup_per_token"] == pytest.approx(16.0)            # 64 routed tokens per 4 output vs 1 per 1

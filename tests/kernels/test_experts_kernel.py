@@ -8,8 +8,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from acceptmoe.experiments.gpu_experts import TOL, ragged_groups, reference, small_weights
 from acceptmoe.kernels.experts import align, experts, max_tiles
+from acceptmoe.tools.gpu_experts import TOL, ragged_groups, reference, small_weights
 
 DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
 

@@ -37,7 +37,7 @@ FORMERLY_SPILLING = [
 
 SCRIPT = """
 import dataclasses, json, sys
-from acceptmoe.experiments.bench.kernel_table import KernelCase, measure
+from acceptmoe.tools.bench.kernel_table import KernelCase, measure
 rows = [measure((KernelCase(*v), arch)) for arch, v in json.loads(sys.argv[1])]
 print(json.dumps([{"arch": r["arch"], "case": list(dataclasses.astuple(r["case"])), "num_warps": r["num_warps"],
                    "tried": r["tried"], "stats": dataclasses.asdict(r["stats"])} for r in rows]))
@@ -87,7 +87,7 @@ EXPERTS = [(120, ("gpt-oss-120b", "fp32", 64)), (120, ("gpt-oss-120b", "mxfp4", 
 
 EXPERTS_SCRIPT = """
 import dataclasses, json, sys
-from acceptmoe.experiments.bench.experts_table import ExpertsCase, measure_experts
+from acceptmoe.tools.bench.experts_table import ExpertsCase, measure_experts
 rows = [r for arch, v in json.loads(sys.argv[1]) for r in measure_experts((ExpertsCase(*v), arch))]
 print(json.dumps([{"arch": r["arch"], "stage": r["stage"], "case": list(dataclasses.astuple(r["case"])),
                    "stats": dataclasses.asdict(r["stats"])} for r in rows]))
@@ -105,7 +105,7 @@ def test_experts_kernel_compiles_for_gpu_targets_without_spills_or_fp64():
 
 ROUTER_SCRIPT = """
 import hashlib, json, sys, traceback
-from acceptmoe.experiments.bench.kernel_table import KernelCase, launch_of
+from acceptmoe.tools.bench.kernel_table import KernelCase, launch_of
 from acceptmoe.kernels.offline import Launch, compile_launch
 from acceptmoe.kernels.triton_router import RouterMode
 out = {}
@@ -125,8 +125,8 @@ print(json.dumps(out))
 def test_each_router_kind_compiles_its_own_variant_and_an_unknown_mode_none():
     """One launch per router kind (bench-kernel's routers, one shape each) compiled for sm_90: each carries its
     own router mode and compiles to its own code; a mode no branch handles fails the compile by name."""
-    from acceptmoe.experiments.bench.kernel_table import ROUTERS
     from acceptmoe.methods import RouterKind
+    from acceptmoe.tools.bench.kernel_table import ROUTERS
     names = {router.kind: name for name, (router, E) in ROUTERS.items()}
     assert set(names) == set(RouterKind)                                   # bench-kernel covers every kind
     out = _compiled(ROUTER_SCRIPT, list(names.values()))
@@ -138,7 +138,7 @@ def test_each_router_kind_compiles_its_own_variant_and_an_unknown_mode_none():
 
 CODES_SCRIPT = """
 import hashlib, json, sys, traceback
-from acceptmoe.experiments.bench.kernel_table import KernelCase, launch_of
+from acceptmoe.tools.bench.kernel_table import KernelCase, launch_of
 from acceptmoe.kernels.offline import Launch, compile_launch
 out = {}
 for method in json.loads(sys.argv[1]):

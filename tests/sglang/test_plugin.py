@@ -13,7 +13,6 @@ import pytest
 import torch
 
 from acceptmoe.errors import UserError
-from acceptmoe.experiments.bench.plugin_host import count_host_reads
 from acceptmoe.kernels import make_verifier
 from acceptmoe.methods import BlockInfo, CommitmentTable, Fit, Router, RouterKind, Variant, select
 from acceptmoe.serving.sglang.config import (
@@ -27,6 +26,7 @@ from acceptmoe.serving.sglang.config import (
 )
 from acceptmoe.serving.sglang.runtime import Limits, Runtime
 from acceptmoe.serving.sglang.tree import links_from_parents, parents_from_links
+from acceptmoe.tools.bench.plugin_host import count_host_reads
 
 
 def installed() -> bool:

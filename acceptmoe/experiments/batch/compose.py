@@ -29,10 +29,9 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from acceptmoe.costs.shapes import get_shape
 from acceptmoe.engine.routes import Routes
 from acceptmoe.engine.store import make_store
-
-from ..spine.shapes import get_shape
 
 
 @dataclass(frozen=True)

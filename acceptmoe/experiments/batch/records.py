@@ -10,9 +10,9 @@
 Every interval is over prompts, the units that are independent (`intervals`; docs/batch-study.md, "Intervals:
 prompts are the unit"); each record names its unit (`unit`) and how many of them (`n`, or per interval
 `<key>_n`). Bytes are counts (experts read or loaded x a shape's bytes per expert), never measured times; the
-whole-pass bound adds what a batched step reads besides its experts (`spine.passbytes`: the non-expert target
+whole-pass bound adds what a batched step reads besides its experts (`costs.passbytes`: the non-expert target
 weights and the draft's weights once per step, the target's and the draft's KV cache once per active request)
-and divides by a GPU's published bandwidths (`spine.shapes.GPUS`).
+and divides by a GPU's published bandwidths (`costs.shapes.GPUS`).
 """
 from __future__ import annotations
 
@@ -22,15 +22,15 @@ from pathlib import Path
 
 import numpy as np
 
+from acceptmoe.costs.passbytes import CONTEXT, pass_model, step_bound
+from acceptmoe.costs.shapes import GPUS, get_shape
 from acceptmoe.errors import UserError
 from acceptmoe.evals.stats import bootstrap_mean, paired_bootstrap_speedup
 from acceptmoe.methods import BASELINE, METHODS, Variant
 
 from ..spine.config import from_saved
-from ..spine.passbytes import CONTEXT, pass_model, step_bound
 from ..spine.records import accuracy_fields, rate
 from ..spine.runs import NothingToTabulate, SampleLog
-from ..spine.shapes import GPUS, get_shape
 from .batched import SERVER_BUDGET
 from .config import PHASE, BatchStudyConfig, DraftShape, composable
 from .intervals import Cell, prompt_accuracy, twin_of, variant_method

@@ -6,8 +6,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from acceptmoe.costs.shapes import GPUS
+
 from ..spine import render
-from ..spine.shapes import GPUS
 from .records import BASE, batched_quality, load, quality_records, work_records
 
 STEM = "batch-study"

@@ -1,9 +1,9 @@
 """What a replay's measured expert time is checked against, per record (a store and a variant), beside the
 expert bytes / bandwidth bound the report computes:
 
-- the whole-pass bound (`spine.passbytes`): a step's expert bytes plus every other byte it reads (the target's
+- the whole-pass bound (`costs.passbytes`): a step's expert bytes plus every other byte it reads (the target's
   non-expert weights and KV cache; with speculation the draft's passes), per output token, at each GPU with
-  the host link at its published peak and at its measured-typical figure (`spine.shapes.GPUS`), and its
+  the host link at its published peak and at its measured-typical figure (`costs.shapes.GPUS`), and its
   ratio to the reference's;
 - the expert FLOPs ratio: a pass multiplies each routed (token, expert) pair, top-k per token whatever the
   method, so expert FLOPs per output token follow routed tokens / output tokens; its ratio to the
@@ -18,18 +18,17 @@ from __future__ import annotations
 
 import dataclasses
 
+from acceptmoe.costs.passbytes import CONTEXT, LINKS, pass_model, step_bound
+from acceptmoe.costs.shapes import GPUS, DeviceBound
 from acceptmoe.errors import UserError
 from acceptmoe.methods import METHODS
-
-from ..spine.passbytes import CONTEXT, LINKS, pass_model, step_bound
-from ..spine.shapes import GPUS, DeviceBound
 
 GPU_BY_NAME = {g.name: g for g in GPUS}
 BETWEEN, ABOVE, BELOW = "between the bytes and FLOPs ratios", "above both", "below both"
 
 
 def devices(cfg: dict) -> list[DeviceBound]:
-    """The run's bound devices; fields a run recorded before they existed come from `spine.shapes.GPUS`."""
+    """The run's bound devices; fields a run recorded before they existed come from `costs.shapes.GPUS`."""
     out = []
     for d in cfg["devices"]:
         known = dataclasses.asdict(GPU_BY_NAME[d["name"]]) if d["name"] in GPU_BY_NAME else {}

@@ -17,8 +17,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from acceptmoe.costs.shapes import GPUS, DeviceBound
+
 from ..spine.config import ConfigKeyError, WorldConfig, load_experiment
-from ..spine.shapes import GPUS, DeviceBound
 
 EXPERIMENT = "replay"
 
@@ -43,7 +44,7 @@ class ReplayConfig:
     memory_gib: float = 16.0                 # refuse to start when weights and pools would exceed this
     seed: int = 0
     bootstrap_resamples: int = 2000          # intervals over prompts (paired: the same prompts, by task)
-    devices: tuple[DeviceBound, ...] = GPUS     # the bound columns (default: spine.shapes.GPUS)
+    devices: tuple[DeviceBound, ...] = GPUS     # the bound columns (default: costs.shapes.GPUS)
 
     def __post_init__(self) -> None:
         for name in ("repeats", "weight_sets"):

@@ -20,7 +20,7 @@ stated in the table and the figures' captions), set against the recorded placebo
 one (`beyond_placebo`), and the H200 bound's ratio.
 - `routes`: which routes a row replayed (what made them; whether they pruned against the recorded pool, which
   has no resident counterpart: resident AcceptMoE is the recording's AcceptMoE with pruning off);
-- whole-pass bound (`bounds`, `spine.passbytes`): per output token, the step's expert bytes plus its
+- whole-pass bound (`bounds`, `costs.passbytes`): per output token, the step's expert bytes plus its
   non-expert weights, KV cache and draft passes, at the paper's GPU for the store and H200, the link at its
   published peak and measured-typical figure; the measured ratio against the expert bytes and FLOPs ratios;
 - `step passes after EOS`: replayed passes that start after the reply ended by itself (where the recording
@@ -305,7 +305,7 @@ def whole_pass_md(recs: list[dict], cfg: dict, plan: dict) -> str:
     out = [f"**Whole-pass bound per output token** ({d['source']}: non-expert target weights "
            f"{d['target_bytes'] / 1e6:.0f} MB, KV cache at {d['context']} tokens {d['kv_bytes'] / 1e6:.0f} MB, "
            f"draft passes per step {d['draft_step_bytes'] / 1e6:.0f} MB; links: published peak / measured-typical, "
-           f"`spine.shapes.GPUS`)", ""]
+           f"`costs.shapes.GPUS`)", ""]
     for store in dict.fromkeys(r["store"] for r in recs):
         mine = [r for r in recs if r["store"] == store]
         gpus = _gpus(store, names)

@@ -43,13 +43,13 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
+from acceptmoe.costs.shapes import ExpertShape, get_shape, parse_dtype
 from acceptmoe.engine.routes import Routes
 from acceptmoe.engine.store import PoolState, make_store
 from acceptmoe.errors import UserError
 
 from ..spine.engines import set_threads
 from ..spine.runs import Run, SampleLog, unit_key, write_json
-from ..spine.shapes import ExpertShape, get_shape, parse_dtype
 from . import bandwidth
 from .config import ReplayConfig
 from .source import GenKey, Recording, find_recording, select, step_passes

@@ -25,12 +25,11 @@ from pathlib import Path
 
 import torch
 
+from acceptmoe.costs.fit import check_model_fits
 from acceptmoe.engine.backend import EngineBackend
 from acceptmoe.errors import UserError
 from acceptmoe.methods import Plan, Variant, get_method
 from acceptmoe.registry import Registry
-
-from .fit import check_model_fits
 
 # engine name -> its `EngineBackend` class, imported on first use; the class declares its `capabilities` and
 # `open`s one from settings

@@ -80,7 +80,7 @@ class Claim:
 
 
 # where the paper measured each store's throughput: resident on one RTX PRO 6000 Blackwell, offloaded (X = 48) on
-# one RTX 5090 (names as in `spine.shapes.GPUS`)
+# one RTX 5090 (names as in `costs.shapes.GPUS`)
 PAPER_GPUS = {"resident": "RTX PRO 6000", "offloaded": "RTX 5090"}
 PAPER_TAU = 4.39                 # AcceptMoE's and Standard SD's mean accepted length in the paper
 TAU_SD = round(0.07 / PAPER_TAU, 4)         # the paper's largest per-pair tau difference, AcceptMoE vs Standard SD

@@ -19,11 +19,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from acceptmoe.costs.fit import num_experts
 from acceptmoe.methods import B0_METHOD, BASELINE, CALIBRATION, METHODS, Sizing, Variant, get_method
 
 from ..spine.config import ConfigKeyError, WorldConfig, from_saved, load_experiment
 from ..spine.engines import check_engine
-from ..spine.fit import num_experts
 from .records import SweepRoles
 from .timing import PLACEBO
 

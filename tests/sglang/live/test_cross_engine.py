@@ -3,8 +3,8 @@ without its row): one prompt per tiny task, 8 tokens; every required agreement h
 says so, one SGLang server serves every method, and both engines are closed when it ends. A batch-crediting
 method has two rows: one request at a time (equal to its twin, token for token, in both engines) and every
 prompt in flight (its sets recomputed over SGLang's own passes, the native engine's batched pass beside)."""
-from acceptmoe.experiments.crossengine.commands import cross_engine, main
 from acceptmoe.methods import CALIBRATION, METHODS, alone_twin
+from acceptmoe.tools.crossengine.commands import cross_engine, main
 
 from common import schedulers
 

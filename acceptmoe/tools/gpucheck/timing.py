@@ -19,7 +19,7 @@ from .layer import QWEN3_30B_LAYERS, layer_work
 
 
 def aten_ops(fn) -> int:
-    from acceptmoe.experiments.bench.engine_speed import AtenCounter
+    from acceptmoe.tools.bench.engine_speed import AtenCounter
     with AtenCounter() as c:
         fn()
     return c.total
@@ -73,7 +73,7 @@ def time_tiny(engine, prompts: list[list[int]], tokens: int) -> list[dict]:
     """Median target-step time (drafting included for SD), tokens/s, tau and aten ops per step, labelled with the
     mode the engine's steps ran in (`ran_as`: a fallback so far in this engine shows; with CUDA graphs the aten
     count is that of a replay)."""
-    from acceptmoe.experiments.bench.engine_speed import ours_ops
+    from acceptmoe.tools.bench.engine_speed import ours_ops
     rows = []
     for method in (REFERENCE, BASELINE, B0_METHOD):
         variant = Variant(method).bind(engine.fit, commitment=P_HAT)

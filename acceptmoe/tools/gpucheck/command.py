@@ -76,8 +76,8 @@ def run_all(device, model_dir: Path, out: Path, prompts: int = 4, tokens: int = 
 
     from acceptmoe.engine import load_engine
     from acceptmoe.engine.store import FELL_BACK
-    from acceptmoe.experiments.bench.engine_speed import tiny_prompts
-    from acceptmoe.experiments.gpu_experts import check_experts, time_experts
+    from acceptmoe.tools.bench.engine_speed import tiny_prompts
+    from acceptmoe.tools.gpu_experts import check_experts, time_experts
 
     from .checks import check_lossless, check_pinned, check_replay
     from .graphs import check_graphs, check_layer_graphs

@@ -26,9 +26,9 @@ import sys
 from acceptmoe.commands import command, parser
 from acceptmoe.engine.backend import GenerationOptions
 from acceptmoe.errors import UserError
+from acceptmoe.experiments.spine.options import positive_int
 from acceptmoe.methods import B0_METHOD, CALIBRATION, METHODS, Variant, alone_twin
 
-from ..spine.options import positive_int
 from .compare import agreement, table
 
 
@@ -50,8 +50,7 @@ def compare_model(world, name: str, native, prompts: list[list[int]], order: lis
     for the same checkpoints, its pools sized for these prompts (closed when this returns): the agreement rows,
     the p_hat and the budget the methods ran with."""
     from acceptmoe.engine.trace import commitment_table
-
-    from ..spine.engines import open_backend
+    from acceptmoe.experiments.spine.engines import open_backend
 
     sglang = open_backend("sglang", target=native.target, draft=native.draft, device=world.device,
                           dtype=world.dtype, tree=world.tree, dump=str(dumps), disable_cuda_graph=True,
@@ -107,11 +106,10 @@ def credited_rows(method: str, plan, served, runs: dict, native, sglang, prompts
 
 def cross_engine(preset: str, limit: int, tokens: int, methods: list[str] | None, results=None):
     from acceptmoe.evals.tasks import get_task
-
-    from ..spine.config import load_world
-    from ..spine.engines import backend_class, opened
-    from ..spine.prompts import prompt_ids
-    from ..spine.runs import open_run, write_json
+    from acceptmoe.experiments.spine.config import load_world
+    from acceptmoe.experiments.spine.engines import backend_class, opened
+    from acceptmoe.experiments.spine.prompts import prompt_ids
+    from acceptmoe.experiments.spine.runs import open_run, write_json
 
     world = load_world(preset)
     order = method_order(methods)

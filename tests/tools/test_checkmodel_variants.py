@@ -18,8 +18,8 @@ import random
 import pytest
 import torch
 
-from acceptmoe.experiments.cli import main
-from acceptmoe.experiments.gpucheck.parity import SMALL, random_checkpoint
+from acceptmoe.cli import main
+from acceptmoe.tools.gpucheck.parity import SMALL, random_checkpoint
 
 # transformers builds a zero-width shared-expert MLP where a variant has none (Qwen2-MoE, DeepSeek-V3, dots.llm1)
 pytestmark = pytest.mark.filterwarnings("ignore:Initializing zero-element tensors is a no-op:UserWarning")
@@ -213,7 +213,7 @@ def test_an_unsupported_variant_is_refused_from_config_json_by_name(family, sett
 
 def test_a_reference_that_cannot_run_is_one_error_line(family_checkpoint, monkeypatch, capsys):
     """transformers failing inside its forward (as DeepSeek-V3 did with fewer KV heads) is an `error:` line."""
-    from acceptmoe.experiments import checkmodel
+    from acceptmoe.tools import checkmodel
 
     class Broken(torch.nn.Module):
         def forward(self, ids):

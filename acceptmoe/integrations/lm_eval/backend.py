@@ -4,13 +4,13 @@
         --model_args method=acceptmoe,commitment=RUN/calibration/tiny/tiny-gsm-train.json \
         --tasks acceptmoe_tiny_gsm --apply_chat_template --limit 50 --output_path results/lm-eval
 
-    import acceptmoe.experiments.lm_eval                          # registers "acceptmoe" with lm-eval
+    import acceptmoe.integrations.lm_eval.backend                 # registers "acceptmoe" with lm-eval
     lm_eval.simple_evaluate(model="acceptmoe", model_args="method=standard-sd", tasks=[...])
 
 lm-eval 0.4.13 discovers models only through its own registry (no entry points), so the `lm-eval` command
 registers this backend and then runs lm-eval's own command line, with three additions (`prepare_argv`,
 `annotate_results`): a task named in `--tasks` that is one of the project's offline tasks
-(`lm_eval_tasks/*.yaml`: lm-eval's own configs reading the repository's checksummed data) is passed as its
+(`tasks/*.yaml`: lm-eval's own configs reading the repository's checksummed data) is passed as its
 YAML file; the run is labelled `model=<target folder>__<variant>` unless model_args give a `model`, so
 lm-eval writes it under `<output_path>/<label>/` instead of a random name; and each results JSON the run
 wrote gets an "acceptmoe" entry: the plan, and per task tau, the mean set size and the truncations.
@@ -47,15 +47,14 @@ from lm_eval.models.utils import normalize_gen_kwargs, resolve_max_length
 from acceptmoe.commands import command
 from acceptmoe.engine.tree import TreeShape
 from acceptmoe.errors import UserError
+from acceptmoe.experiments.spine.config import GenerationConfig, WorldConfig
+from acceptmoe.experiments.spine.engines import open_backend
+from acceptmoe.experiments.spine.prompts import load_tokenizer, resolve_checkpoint
+from acceptmoe.experiments.spine.rows import TraceStats
 from acceptmoe.methods import DEFAULT_METHOD, CommitmentTable, ConfigError, Variant
 
-from .spine.config import GenerationConfig, WorldConfig
-from .spine.engines import open_backend
-from .spine.prompts import load_tokenizer, resolve_checkpoint
-from .spine.rows import TraceStats
-
 NAME = __name__.partition(".")[0]     # lm-eval's model name: this package's
-TASKS_DIR = Path(__file__).resolve().parent / "lm_eval_tasks"   # the offline tasks: lm-eval YAMLs on shipped data
+TASKS_DIR = Path(__file__).resolve().parent / "tasks"   # the offline tasks: lm-eval YAMLs on shipped data
 TARGET, DRAFT = "models/tiny/target", "models/tiny/draft"     # the embedded world's pair, when model_args name none
 MAX_GEN_TOKS = GenerationConfig().max_new_tokens      # a request without max_gen_toks: the world's default
 WORLD = {f.name: f.default for f in dataclasses.fields(WorldConfig)}        # engine, device, dtype defaults
@@ -229,7 +228,7 @@ def truncation_note(summary: dict) -> str:
 
 
 def offline_tasks() -> dict[str, Path]:
-    """The project's offline lm-eval tasks: task name -> its YAML (lm_eval_tasks/)."""
+    """The project's offline lm-eval tasks: task name -> its YAML (tasks/)."""
     out = {}
     for path in sorted(TASKS_DIR.glob("*.yaml")):
         for line in path.read_text().splitlines():

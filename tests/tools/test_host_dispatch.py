@@ -5,7 +5,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from acceptmoe.experiments.bench.host_dispatch import main, model_config, passes, skeleton
+from acceptmoe.tools.bench.host_dispatch import main, model_config, passes, skeleton
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -11,12 +11,12 @@ from pathlib import Path
 import pytest
 import torch
 
+from acceptmoe.costs.fit import SHIPPED, mem_available, model_need
+from acceptmoe.costs.shapes import GPUS
 from acceptmoe.engine.config import ModelConfig
 from acceptmoe.engine.memory import mxfp4_in_config, store_bytes
 from acceptmoe.errors import UserError
 from acceptmoe.experiments.spine.config import ModelEntry, load_world
-from acceptmoe.experiments.spine.fit import SHIPPED, mem_available, model_need
-from acceptmoe.experiments.spine.shapes import GPUS
 
 KEYS = {"model", "experiment", "gpu", "device_gb", "pinned_host_gb", "expert_gb", "host_peak_gb", "generations",
         "est_hours_native", "est_hours_sglang", "tokens", "fits"}
@@ -59,7 +59,7 @@ def test_every_experiment_plans_and_prints_its_assumptions():
     out = plan("--preset", "tiny", "--experiment", "table1", "--limit", "3")
     assert out.returncode == 0, out.stderr
     assert "| tiny" in out.stdout and "Assumptions:" in out.stdout and "tau" in out.stdout
-    from acceptmoe.experiments.plan import plan_rows
+    from acceptmoe.tools.plan import plan_rows
     for experiment in ("fig3", "table2", "sweep", "fig5", "calibration-study"):
         rows = plan_rows(experiment, "tiny", {"limit": 2})
         assert len(rows) == len(GPUS) and all(r["generations"] > 0 and r["est_hours_native"] > 0 for r in rows)

@@ -29,13 +29,12 @@ import torch
 from acceptmoe.commands import command, parser
 from acceptmoe.engine.config import ModelConfig
 from acceptmoe.engine.memory import mxfp4_in_config, store_bytes
-
-from ..spine.render import markdown
-from ..spine.runs import REPO
+from acceptmoe.experiments.spine.render import markdown
+from acceptmoe.experiments.spine.runs import REPO
 
 SAMPLE_S = 0.0005
 RUNS = (("resident", None), ("offloaded", 8))
-CHILD = "import sys; from acceptmoe.experiments.bench.load_memory import child; child(sys.argv[1])"
+CHILD = "import sys; from acceptmoe.tools.bench.load_memory import child; child(sys.argv[1])"
 
 
 def rss_anon() -> int:

@@ -7,11 +7,11 @@ from pathlib import Path
 import pytest
 import torch
 
+from acceptmoe.cli import main as cli_main
 from acceptmoe.engine import load_engine
 from acceptmoe.engine.families import FAMILIES
-from acceptmoe.experiments.cli import main as cli_main
-from acceptmoe.experiments.gpucheck import agreement, checks, command, graphs, kernel, parity, table, timing
 from acceptmoe.methods import METHODS, BlockInfo, Fit, Router, Variant
+from acceptmoe.tools.gpucheck import agreement, checks, command, graphs, kernel, parity, table, timing
 
 TINY = Path(__file__).parents[2] / "models" / "tiny"
 SMALL_SHAPE = dict(hidden_size=64, moe_intermediate_size=32, num_experts=16, num_experts_per_tok=4,

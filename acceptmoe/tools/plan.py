@@ -5,7 +5,7 @@ paper's GPUs, and about how long the run takes, from config files alone (runs on
 
 One row per (model, GPU): device GB (the largest of the experiment's phases: expert store, other weights,
 draft, KV cache), pinned host GB, expert GB (every expert's stored bytes), host peak GB while loading (all from
-`spine.fit`, which sizes by `engine.memory`, the rules the stores allocate by), whether the device bytes plus
+`costs.fit`, which sizes by `engine.memory`, the rules the stores allocate by), whether the device bytes plus
 the runtime reserve fit the GPU's memory, generations and tokens (counted as the runners count them:
 calibration, B0's prompts when budgets are not read from a Table 1 run, warm-ups, repetitions, methods,
 variants), and estimated hours on the native engine and on SGLang. `--json` prints the rows as a JSON list.
@@ -18,7 +18,7 @@ Cost model (`seconds`, one generation of N tokens; the constants are printed und
   T = num_draft_tokens + 1 tokens, each after `num_steps` draft levels (the draft's weights read once per
   level); natural routing (Standard SD) routes to U = E(1 - (1 - k/E)^T) distinct experts (independent
   draws), restricted sets to their budget, or to `SET_SIZE` where it is B0 or self-sized.
-- The prefill of `spine.fit.PROMPT_TOKENS` prompt tokens reads every expert once.
+- The prefill of `costs.fit.PROMPT_TOKENS` prompt tokens reads every expert once.
 - Offloaded store (X slots): a pass misses U(1 - X/E) experts per layer (a pool holding a uniform X of E:
   pessimistic, real routing repeats itself), each copied at the GPU link's typical pinned host-to-device rate
   (`DeviceBound.h2d_typical_gbps`), plus `HOST_READ_S` per layer (the pass's one host read).
@@ -41,23 +41,22 @@ from dataclasses import dataclass
 import torch
 
 from acceptmoe.commands import command, parser
+from acceptmoe.costs.fit import GB, PROMPT_TOKENS, RUNTIME_RESERVE, Need, model_need, required_config
+from acceptmoe.costs.shapes import GPUS, DeviceBound
 from acceptmoe.engine.config import DTYPES, ModelConfig
 from acceptmoe.engine.memory import draft_bytes, expert_bytes, mxfp4_in_config, other_params
 from acceptmoe.evals.tasks import get_task
+from acceptmoe.experiments.spine import calibration
+from acceptmoe.experiments.spine.config import load_experiment
+from acceptmoe.experiments.spine.options import positive_int
+from acceptmoe.experiments.spine.render import markdown
+from acceptmoe.experiments.study.config import CalibrationStudyConfig
+from acceptmoe.experiments.study.runner import eval_variants
+from acceptmoe.experiments.table1.config import Table1Config
+from acceptmoe.experiments.throughput.commands import COMMAND_PHASES
+from acceptmoe.experiments.throughput.config import load_throughput_config, needs_budgets
+from acceptmoe.experiments.throughput.runner import repetitions
 from acceptmoe.methods import B0_METHOD, CALIBRATION, Variant
-
-from .spine import calibration
-from .spine.config import load_experiment
-from .spine.fit import GB, PROMPT_TOKENS, RUNTIME_RESERVE, Need, model_need, required_config
-from .spine.options import positive_int
-from .spine.render import markdown
-from .spine.shapes import GPUS, DeviceBound
-from .study.config import CalibrationStudyConfig
-from .study.runner import eval_variants
-from .table1.config import Table1Config
-from .throughput.commands import COMMAND_PHASES
-from .throughput.config import load_throughput_config, needs_budgets
-from .throughput.runner import repetitions
 
 EXPERIMENTS = ("table1", "fig3", "fig4", "table2", "sweep", "fig5", "calibration-study")
 TAU = 4.39                 # output tokens per speculative step: the paper's, Standard SD and AcceptMoE alike

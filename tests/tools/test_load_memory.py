@@ -2,7 +2,7 @@
 within what `engine.memory` says: with the experts on the device (meta stands for a GPU) no staged copy of them
 is ever held on the host (the loader used to hold every layer before building the store), and an offloaded
 store holds its arena plus at most the layer being read."""
-from acceptmoe.experiments.bench.load_memory import measure, write_random_checkpoint
+from acceptmoe.tools.bench.load_memory import measure, write_random_checkpoint
 
 H, I, E, LAYERS = 512, 256, 32, 6
 LAYER = E * 3 * H * I * 2                       # one MoE layer of bf16 experts: 25.2 MB

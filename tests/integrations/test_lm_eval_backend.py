@@ -1,5 +1,5 @@
 """The lm-eval model backend on the tiny world, offline: lm-eval's own command line on the repository's task
-YAML (lm_eval_tasks/acceptmoe_tiny_gsm.yaml: lm-eval's gsm8k config on the shipped tiny data), Standard SD equal
+YAML (integrations/lm_eval/tasks/acceptmoe_tiny_gsm.yaml: lm-eval's gsm8k config on the shipped tiny data), Standard SD equal
 to Vanilla AR, AcceptMoE with the p_hat table `calibrate` wrote for the reference Table 1 run; each run under a
 folder named by model and method, its results JSON carrying the plan and per-task tau and set size."""
 from __future__ import annotations
@@ -16,7 +16,7 @@ CALIBRATED = next((ROOT / "results/reference/table1").glob("*/calibration/tiny/t
 
 
 def run(out: Path, model_args: str) -> dict:
-    from acceptmoe.experiments import lm_eval as lm_eval_model
+    from acceptmoe.integrations.lm_eval import backend as lm_eval_model
     assert lm_eval_model.main(["--model", "acceptmoe", "--model_args", model_args, "--tasks", "acceptmoe_tiny_gsm",
                                "--limit", "3", "--apply_chat_template", "--device", "cpu",
                                "--output_path", str(out), "--log_samples"]) == 0
@@ -48,7 +48,7 @@ def test_lm_eval_runs_every_method_kind_offline_on_the_tiny_world(tmp_path, monk
 
 
 def test_offline_task_names_become_their_yamls_and_runs_get_a_label():
-    from acceptmoe.experiments.lm_eval import TASKS_DIR, prepare_argv
+    from acceptmoe.integrations.lm_eval.backend import TASKS_DIR, prepare_argv
     argv = prepare_argv(["--model", "acceptmoe", "--model_args", "method=acceptmoe-b,budget=24",
                          "--tasks=acceptmoe_gsm8k,hellaswag", "--limit", "2"])
     assert argv == ["--model", "acceptmoe", "--model_args", "method=acceptmoe-b,budget=24",
@@ -58,7 +58,7 @@ def test_offline_task_names_become_their_yamls_and_runs_get_a_label():
 
 
 def test_bad_model_args_are_clear_errors():
-    from acceptmoe.experiments.lm_eval import AcceptMoELM
+    from acceptmoe.integrations.lm_eval.backend import AcceptMoELM
     with pytest.raises(UserError, match="needs commitment probabilities.*commitment=<table.json>"):
         AcceptMoELM(method="acceptmoe")
     with pytest.raises(UserError, match="a budget applies to fixed-budget methods only"):
@@ -79,7 +79,7 @@ def test_long_prompts_are_left_truncated_as_lm_evals_hf_backend_truncates_them()
     request's max_gen_toks; a longer prompt keeps its last tokens, and the summary says so."""
     from lm_eval.api.instance import Instance
 
-    from acceptmoe.experiments.lm_eval import AcceptMoELM, truncation_note
+    from acceptmoe.integrations.lm_eval.backend import AcceptMoELM, truncation_note
     lm = AcceptMoELM(method="vanilla-ar")
     assert lm.max_length == 512
     long = " ".join(f"question {i}: what is {i} plus {i}?" for i in range(200))  # well over 512 tokens

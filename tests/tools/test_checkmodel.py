@@ -9,7 +9,7 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from acceptmoe.experiments.cli import main
+from acceptmoe.cli import main
 
 from fixtures import FAMILIES
 

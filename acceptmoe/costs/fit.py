@@ -27,8 +27,7 @@ import torch
 from acceptmoe.engine.config import DTYPES, ModelConfig, read_json
 from acceptmoe.engine.memory import draft_bytes, expert_bytes, kv_bytes, mxfp4_in_config, other_params, store_bytes
 from acceptmoe.errors import UserError
-
-from .runs import REPO
+from acceptmoe.paths import REPO
 
 SHIPPED = REPO / "configs" / "models"
 PROMPT_TOKENS = 1024              # assumed prompt length when sizing the KV cache

@@ -5,7 +5,7 @@ packed) x tokens per pass T, both launches of one layer's pass (stage 1: gate/up
 + routing weights) are captured from the wrapper, compiled for sm_90 and sm_120, and read like the verifier's
 rows (registers, stack, local and spill bytes, STL/LDL, SASS). Beside each row: the bytes the stage must read
 (the used experts' weights in the stored form, plus its activations in and out) and the time that takes at the
-published memory bandwidth of each GPU (`spine.shapes.GPUS`): the floor a
+published memory bandwidth of each GPU (`costs.shapes.GPUS`): the floor a
 memory-bound kernel can reach, which gpu-check compares with the measured time.
 
 Routing is fixed and stated: token t sends its k pairs to experts (t * k + j) mod E, so a pass of T tokens
@@ -39,7 +39,7 @@ def expert_cases(shapes=SHAPES, weights=WEIGHTS, tokens=(1, 64)) -> list[Experts
 def _operands(case: ExpertsCase):
     """(x, weights, group, k, E, activation) of the case. Only shapes and dtypes reach the compiler, so each
     weight is one zero broadcast to its shape (a GPT-OSS-120B layer in fp32 would be 13 GB)."""
-    from acceptmoe.experiments.spine.shapes import get_shape
+    from acceptmoe.costs.shapes import get_shape
     sh = get_shape(case.shape)
     H, I, E, k, dtype = sh.hidden_size, sh.intermediate_size, sh.num_experts, sh.top_k, _DTYPE[case.weights]
     zeros = lambda *shape, dtype=dtype: torch.zeros((), dtype=dtype).expand(*shape)   # noqa: E731
@@ -91,8 +91,8 @@ def measure_experts(args: tuple[ExpertsCase, int]) -> list[dict]:
 
 
 def bandwidths() -> list:
-    """The GPUs' published memory bandwidths (`spine.shapes.GPUS`, the one list every bound column uses)."""
-    from acceptmoe.experiments.spine.shapes import GPUS
+    """The GPUs' published memory bandwidths (`costs.shapes.GPUS`, the one list every bound column uses)."""
+    from acceptmoe.costs.shapes import GPUS
     return list(GPUS)
 
 

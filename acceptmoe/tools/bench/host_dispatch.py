@@ -26,18 +26,17 @@ import torch
 from torch import nn
 
 from acceptmoe.commands import command, parser
+from acceptmoe.costs.shapes import BUILTIN_FOLDERS
 from acceptmoe.engine.config import ModelConfig
 from acceptmoe.engine.graphs import StepGraphs
 from acceptmoe.engine.model import MoEModel, _build_skeleton
 from acceptmoe.engine.passes import TargetPass
 from acceptmoe.engine.store import ExpertMath, make_store
 from acceptmoe.errors import UserError
+from acceptmoe.experiments.spine.options import positive_int
+from acceptmoe.experiments.spine.runs import REPO
 from acceptmoe.kernels import make_verifier
 from acceptmoe.methods import B0_METHOD, Fit, Variant
-
-from ..spine.options import positive_int
-from ..spine.runs import REPO
-from ..spine.shapes import BUILTIN_FOLDERS
 
 TREE_TOKENS, DEPTH = 64, 5                    # the paper's verify pass: a 64-token tree of depth <= 5
 P_HAT = (1.0, 0.8, 0.64, 0.512, 0.41, 0.33)

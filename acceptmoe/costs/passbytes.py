@@ -30,12 +30,12 @@ from pathlib import Path
 from acceptmoe.engine.config import DTYPES, ModelConfig
 from acceptmoe.engine.memory import other_params
 from acceptmoe.errors import UserError
+from acceptmoe.paths import REPO
 
-from .runs import REPO
 from .shapes import DeviceBound
 
 SHIPPED = REPO / "configs" / "models"          # released config.json files by hub id: <owner>/<name>/config.json
-# the targets and drafts of the replay's shapes (spine.shapes.SHAPES and the embedded tiny world)
+# the targets and drafts of the replay's shapes (costs.shapes.SHAPES and the embedded tiny world)
 CHECKPOINTS = {
     "qwen3-30b-a3b": ("Qwen/Qwen3-30B-A3B-Instruct-2507",
                       "lmsys/SGLang-EAGLE3-Qwen3-30B-A3B-Instruct-2507-SpecForge-Nex"),

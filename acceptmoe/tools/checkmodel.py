@@ -11,7 +11,7 @@ It reports, in order, and stops at the first problem with one `error:` line (exi
    every position; a reference transformers cannot load or run is one `error:` line, and a setting its class
    misreads without it shaping any weight is overridden and named (`reference_overrides`);
 3. experts per MoE layer and the store's memory (`engine.memory`, from config.json alone, bf16 weights as the
-   GPUs run them): device GB of the resident store with the other weights, and per GPU of `spine.shapes.GPUS`
+   GPUs run them): device GB of the resident store with the other weights, and per GPU of `costs.shapes.GPUS`
    whether that fits, else the largest X-slot offloaded pool that does (weights only: KV cache, draft and
    runtime come on top, `./reproduce.sh plan` counts them);
 4. which methods bind to the model (`Variant.bind`: budgets within [k, E]) and which verifier backends map
@@ -28,6 +28,8 @@ from pathlib import Path
 import torch
 
 from acceptmoe.commands import command, parser
+from acceptmoe.costs.fit import GB
+from acceptmoe.costs.shapes import GPUS
 from acceptmoe.engine import Engine, TreeShape
 from acceptmoe.engine.backend import GenerationOptions
 from acceptmoe.engine.config import CheckpointError, ModelConfig
@@ -37,12 +39,9 @@ from acceptmoe.engine.families import FAMILIES
 from acceptmoe.engine.memory import mxfp4_in_config, store_bytes, weight_bytes
 from acceptmoe.engine.model import MoEModel
 from acceptmoe.errors import UserError
+from acceptmoe.experiments.spine.options import positive_int
 from acceptmoe.methods import BASELINE, METHODS, REFERENCE, ConfigError, Variant
 from acceptmoe.methods.registry import BACKENDS
-
-from .spine.fit import GB
-from .spine.options import positive_int
-from .spine.shapes import GPUS
 
 GIB = 2 ** 30
 PROMPT_LENGTHS = (8, 16, 32)          # prompt i has PROMPT_LENGTHS[i % 3] tokens

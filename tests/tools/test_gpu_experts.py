@@ -3,10 +3,10 @@ interpreter (conftest) against the per-expert definition and can fail; the timin
 tiny shapes on CPU (the paper's shapes need CUDA)."""
 import pytest
 
-from acceptmoe.experiments import gpu_experts
-from acceptmoe.experiments.gpucheck.table import table
-from acceptmoe.experiments.spine.shapes import ExpertShape
+from acceptmoe.costs.shapes import ExpertShape
 from acceptmoe.kernels.experts import experts
+from acceptmoe.tools import gpu_experts
+from acceptmoe.tools.gpucheck.table import table
 
 TINY_SHAPES = (ExpertShape("tiny-dense", 64, 32, 8, 2, 1, "swiglu"),
                ExpertShape("tiny-mxfp4", 64, 32, 8, 2, 1, "clamped_swiglu", format="mxfp4", bias=True))

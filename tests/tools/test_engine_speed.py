@@ -4,14 +4,14 @@ from pathlib import Path
 
 from acceptmoe.engine import TreeShape, load_engine
 from acceptmoe.engine.backend import GenerationOptions
-from acceptmoe.experiments.bench.engine_speed import (
+from acceptmoe.methods import Variant
+from acceptmoe.tools.bench.engine_speed import (
     AtenCounter,
     aten_ops_per_step,
     profile_components,
     time_ours,
     time_pair,
 )
-from acceptmoe.methods import Variant
 
 TINY = Path(__file__).parents[2] / "models" / "tiny"
 
@@ -65,7 +65,7 @@ def test_time_pair_alternates_and_gives_a_ratio_per_prompt():
 def test_bench_select_times_every_method_on_changing_logits():
     """bench-select cycles through distinct logits (one tensor timed again and again lets the CPU learn its
     sort); every speculative method gets a row with positive times and a set of at least top-k experts."""
-    from acceptmoe.experiments.bench import select_latency
+    from acceptmoe.tools.bench import select_latency
     rows = select_latency.run(tokens=9, experts=16, top_k=2, blocks=2, repeats=4, threads=1)
     assert [r["method"] for r in rows] == list(select_latency.SPECULATING)
     assert all(r["verifier_ms"] > 0 and r["reference_ms"] > 0 and r["set_size"] >= 2 for r in rows)

@@ -56,7 +56,7 @@ def detail(check: dict) -> str:
 
 
 def table(results: dict) -> str:
-    from acceptmoe.experiments.gpu_experts import check_table, timing_table
+    from acceptmoe.tools.gpu_experts import check_table, timing_table
     lines = ["| check | verdict | detail |", "|---|---|---|"]
     lines += [f"| {c['check']} | {c['verdict']} | {detail(c)} |" for c in results["checks"]]
     if results.get("replay"):

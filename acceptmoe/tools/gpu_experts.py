@@ -13,7 +13,7 @@ paper's expert shapes against torch's two paths.
   (`ExpertMath.dense`, as the resident store does at load time). Bytes a pass must read: distinct experts x one
   expert in the form the path reads (packed for the kernel on MXFP4, dense bf16 for torch) + x [T, H] + the
   output [P, H]; the kernel's GB/s is those bytes over its time, beside the GPU's published memory bandwidth
-  (`spine.shapes.GPUS`; measured when the GPU is not listed).
+  (`costs.shapes.GPUS`; measured when the GPU is not listed).
 Times are eager calls (CUDA events around each, after warm-up), launches and the kernel's `align` included.
 The weights are a few random experts (`stored_weights`) copied to all E slots: every expert has its own
 memory, so the reads are real; the timing does not depend on the values.
@@ -110,8 +110,8 @@ def check_experts(device, seed: int = 0, T: int = 8, k: int = 4, G: int = 12, H:
 
 # ----- timing at the paper's shapes -----
 def published_peak(device_name: str):
-    """The published GPU (`spine.shapes.GPUS`) whose name occurs in the device's ("H200" in "NVIDIA H200"), or None."""
-    from acceptmoe.experiments.spine.shapes import GPUS
+    """The published GPU (`costs.shapes.GPUS`) whose name occurs in the device's ("H200" in "NVIDIA H200"), or None."""
+    from acceptmoe.costs.shapes import GPUS
     return next((d for d in GPUS if d.name.lower() in device_name.lower()), None)
 
 
@@ -223,7 +223,7 @@ def time_shape(device, shape, tokens=(1, 16, 64), repeats: int = 20, peak: tuple
 
 def time_experts(device, shapes=PAPER_SHAPES, tokens=(1, 16, 64), repeats: int = 20, seed: int = 0) -> list[dict]:
     """`time_shape` at each of the paper's `shapes` on a CUDA device (weights freed between shapes)."""
-    from acceptmoe.experiments.spine.shapes import get_shape
+    from acceptmoe.costs.shapes import get_shape
     device = torch.device(device)
     if device.type != "cuda":
         raise ValueError(f"time_experts times the paper's expert shapes on a CUDA GPU, not on {device} "

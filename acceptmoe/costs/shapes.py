@@ -24,8 +24,7 @@ from acceptmoe.engine.config import DTYPES, ModelConfig
 from acceptmoe.engine.mxfp4 import BLOCK
 from acceptmoe.engine.store import ExpertMath
 from acceptmoe.errors import UserError
-
-from .runs import REPO
+from acceptmoe.paths import REPO
 
 FORMATS = ("dense", "mxfp4")
 
