@@ -1,8 +1,9 @@
 """`python -m acceptmoe <command>`: the dispatcher behind ./reproduce.sh.
 
 Commands declare themselves next to their code with `@acceptmoe.commands.command(name, help)`; this module
-lists them from those declarations (`--help`, and the valid names after an unknown one), imports only the
-module of the command it runs, and turns every `acceptmoe.errors.UserError`, and every failed write to a
+lists them from those declarations (`--help`, and the valid names after an unknown one): the experiments'
+first, in their records' order (`experiments.spine.catalog`), then every other room's by path. It imports
+only the module of the command it runs, and turns every `acceptmoe.errors.UserError`, and every failed write to a
 full, read-only or unwritable disk, into one `error:` line with exit code 2. Anything else is a bug and
 keeps its traceback.
 """
@@ -11,16 +12,26 @@ from __future__ import annotations
 import errno
 import importlib
 import sys
+from pathlib import Path
 
-from acceptmoe.commands import COMMANDS, declared
+from acceptmoe.commands import COMMANDS, declared, modules
 from acceptmoe.errors import UserError
+from acceptmoe.experiments.spine.catalog import ordered
 
 DISK_ERRORS = (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EFBIG)
 BUILTIN = {"test": "create .venv if needed, install the test extras, run the test suite (reproduce.sh)"}
 
 
+def sources() -> list[tuple[str, Path]]:
+    """Every module that may declare a command, in `--help` order: each experiment's (found on the experiments'
+    path, a folder added there included), in their records' order, then the rest of the package by path."""
+    first = [m for record in ordered() for m in record.modules()]
+    seen = {path for _, path in first}
+    return first + [(m, path) for m, path in modules() if path not in seen]
+
+
 def usage() -> str:
-    commands = declared(BUILTIN)
+    commands = declared(BUILTIN, sources())
     width = max(len(n) for n in commands) + 2
     lines = ["usage: ./reproduce.sh <command> [args]", "", "commands:"]
     lines += [f"  {name:<{width}}{d.help}" for name, d in commands.items()]
@@ -34,7 +45,7 @@ def main(argv: list[str] | None = None) -> int:
         print(usage())
         return 0
     name, rest = argv[0], argv[1:]
-    commands = declared(BUILTIN)
+    commands = declared(BUILTIN, sources())
     if name not in commands or name in BUILTIN:
         why = commands.unknown(name) if name not in commands else f"{name!r} runs from ./reproduce.sh {name}"
         print(f"error: {why}", file=sys.stderr)

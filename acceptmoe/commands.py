@@ -16,18 +16,13 @@ from __future__ import annotations
 
 import argparse
 import ast
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 from acceptmoe.registry import Registry
 
 PACKAGE = Path(__file__).resolve().parent
-# where command modules live, in the order `--help` lists their commands
-COMMAND_DIRS = ("experiments/table1", "experiments/throughput", "experiments/study", "experiments/replay",
-                "experiments/batch", "experiments/claims", "tools/crossengine", "tools", "integrations/lm_eval",
-                "experiments", "tools/gpucheck", "tools/bench", "tiny")
-
 
 FIX = "see ./reproduce.sh --help"
 
@@ -76,20 +71,26 @@ def parser(name: str) -> argparse.ArgumentParser:
     return _Parser(prog=f"./reproduce.sh {name}", description=COMMANDS[name].help if name in COMMANDS else "")
 
 
-def declared(builtin: Mapping[str, str] = {}) -> Registry[Declared]:
-    """`builtin` (name -> help, run by reproduce.sh itself), then every `@command("name", "help")` in the
-    command modules, read from source, in declaration order."""
+def modules(root: Path = PACKAGE, package: str = PACKAGE.name) -> list[tuple[str, Path]]:
+    """(dotted module, file) of every Python file under `root` (the package `package`), by path."""
+    out = []
+    for path in sorted(root.rglob("*.py")):
+        parts = path.relative_to(root).with_suffix("").parts
+        out.append((".".join([package, *(parts[:-1] if parts[-1] == "__init__" else parts)]), path))
+    return out
+
+
+def declared(builtin: Mapping[str, str] = {}, sources: Iterable[tuple[str, Path]] | None = None) -> Registry[Declared]:
+    """`builtin` (name -> help, run by reproduce.sh itself), then every `@command("name", "help")` in `sources`
+    ((module, file) pairs; default: every module of the package, by path), read from source, in that order."""
     found: Registry[Declared] = Registry("command", fix=FIX)
     for name, text in builtin.items():
         found.add(name, Declared(name, text, ""))
-    for folder in COMMAND_DIRS:
-        for path in sorted((PACKAGE / folder).glob("*.py")):
-            parts = path.relative_to(PACKAGE).with_suffix("").parts
-            module = "acceptmoe." + ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
-            for name, text in _declarations(path):
-                if name in found:
-                    raise RuntimeError(f"command {name!r} is declared in {found[name].module} and {module}")
-                found.add(name, Declared(name, text, module))
+    for module, path in (modules() if sources is None else sources):
+        for name, text in _declarations(path):
+            if name in found:
+                raise RuntimeError(f"command {name!r} is declared in {found[name].module} and {module}")
+            found.add(name, Declared(name, text, module))
     return found
 
 

@@ -1,8 +1,8 @@
 """`./reproduce.sh tables`: rebuild every table and figure from saved results only (no model runs).
 
-Walks `results/<experiment>/<preset>/<run-id>/` for experiments with a table builder (each experiment package's
-`BUILDERS`) and writes each run's table files next to its results; `--run RUN_DIR` rebuilds one run. A run without finished pairs
-is reported and skipped.
+Walks `results/<experiment>/<preset>/<run-id>/` for experiments with a table builder (each experiment's record
+names its own, `tables=`; `spine.catalog.tables`) and writes each run's table files next to its results;
+`--run RUN_DIR` rebuilds one run. A run without finished pairs is reported and skipped.
 """
 from __future__ import annotations
 
@@ -12,20 +12,19 @@ from pathlib import Path
 from acceptmoe.commands import command, parser
 from acceptmoe.registry import Registry
 
-from . import batch, replay, study, table1, throughput
+from .spine import catalog
 from .spine.runs import REPO, NothingToTabulate, RunFolderError, recorded_experiment
 
-# experiment -> its run folder's tables and figures; each package declares its own `BUILDERS`, a name once
-BUILDERS: Registry[Callable[[Path], str]] = Registry("experiment with tables")
-for _package in (table1, throughput, study, replay, batch):
-    for _name, _builder in _package.BUILDERS.items():
-        BUILDERS.add(_name, _builder)
+
+def builders() -> Registry[Callable[[Path], str]]:
+    """Experiment -> its run folder's tables and figures, from every record found (in listing order)."""
+    return catalog.tables()
 
 
 def run_folders(results: Path) -> list[tuple[str, Path]]:
     """(experiment, run folder) for every run under `results` that has a builder, oldest first."""
     found = []
-    for experiment in BUILDERS:
+    for experiment in builders():
         for run in sorted((results / experiment).glob("*/*/")):
             if (run / "config.json").is_file() and (run / "samples.jsonl").is_file():
                 found.append((experiment, run))
@@ -35,8 +34,8 @@ def run_folders(results: Path) -> list[tuple[str, Path]]:
 def experiment_of(run: Path) -> str:
     """The experiment recorded in the run's config.json (so copied runs, e.g. results/reference/, rebuild too)."""
     name = recorded_experiment(run)
-    if name not in BUILDERS:
-        raise RunFolderError(f"{run}: {BUILDERS.unknown(name)}")
+    if name not in builders():
+        raise RunFolderError(f"{run}: {builders().unknown(name)}")
     return name
 
 
@@ -50,9 +49,10 @@ def main(argv: list[str] | None = None) -> int:
     if not runs:
         print(f"no saved runs with tables under {args.results}")
         return 0
+    build = builders()
     for experiment, run in runs:
         try:
-            text = BUILDERS[experiment](run)
+            text = build[experiment](run)
         except NothingToTabulate as exc:
             print(f"{run}: skipped ({exc})")
             continue

@@ -4,7 +4,7 @@ and nothing imports them (docs/architecture.md, "Rooms and the one-way rule").
 
 | module          | what it holds                                                                             |
 |-----------------|-------------------------------------------------------------------------------------------|
-| `plan`          | `plan`: memory (`costs.fit`), generations as the runners count them and hours per model and GPU |
+| `plan`          | `plan`: memory (`costs.fit`), generations (each experiment's `work`) and hours (`costs.hours`) per model and GPU |
 | `checkmodel`    | `check-model`: a user's checkpoint against transformers, its memory, methods, backends and draft |
 | `crossengine/`  | `cross-engine`: the native engine against SGLang on the same prompts, method by method    |
 | `gpucheck/`     | `gpu-check`: the one script a CUDA GPU runs (kernel, parity, graphs, offload, timing)     |

@@ -11,14 +11,11 @@ from pathlib import Path
 import pytest
 
 from acceptmoe.evals import stats
-from acceptmoe.experiments.replay.config import ReplayConfig
+from acceptmoe.experiments.spine.catalog import ordered
 from acceptmoe.experiments.spine.config import CONFIGS, WORLD_YAML, B0Config, BootstrapConfig, WorldConfig, read_yaml
-from acceptmoe.experiments.study.config import CalibrationStudyConfig
-from acceptmoe.experiments.table1.config import Table1Config
-from acceptmoe.experiments.throughput.config import ThroughputConfig
 
 EMPTY = (None, (), "", {}, [])
-SECTIONS = (Table1Config, ThroughputConfig, CalibrationStudyConfig, ReplayConfig)
+SECTIONS = tuple(r.load(r.config) for r in ordered() if r.config)     # every experiment's section, from its record
 
 
 def _default(field: dataclasses.Field):

@@ -13,13 +13,8 @@ the paper's trees (docs/batch-study.md).
 | `report`   | tables (Markdown, CSV, LaTeX) and the figure from saved files only                         |
 | `commands` | `batch-study`                                                                              |
 """
-from collections.abc import Callable
-from pathlib import Path
+from acceptmoe.experiments.spine.catalog import Experiment
 
-
-def _report(run: Path) -> str:
-    from .report import write_outputs
-    return write_outputs(run)[0]
-
-
-BUILDERS: dict[str, Callable[[Path], str]] = {"batch-study": _report}   # run folder -> its tables and figure
+# found by `spine.catalog` (docs/architecture.md, "Experiments are found")
+EXPERIMENT = Experiment(__name__, order=50, config="config:BatchStudyConfig",
+                        tables={"batch-study": "report:rebuild"}, claims=("batch-study",), records=("records",))

@@ -199,3 +199,9 @@ def write_outputs(run_dir: str | Path) -> tuple[str, list[Path]]:
     written[3].write_text(render.latex(header, rows, "Expert work when B requests verify together (batch study).",
                                        "tab:batch-study"))
     return text, written + figure(recs["work"], run_dir / STEM)
+
+
+def rebuild(run_dir: str | Path) -> str:
+    """`./reproduce.sh tables` (this experiment's record names it): every output again from the saved files;
+    returns the Markdown."""
+    return write_outputs(Path(run_dir))[0]

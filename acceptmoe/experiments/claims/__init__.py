@@ -2,8 +2,9 @@
 
 A reader of results, not an experiment: it runs nothing and owns no config section. It reads other
 experiments' run folders through their record builders only (Table 1's table, the throughput records and
-report's `load_records`, the study's tables, the replay's report), the one exception to "an experiment
-package imports no other" (`tests/architecture/test_import_graph.py` names the modules it may read).
+report's `load_records`, the study's tables, the replay's report, the batch study's records), the one
+exception to "an experiment package imports no other": its record says it reads (`reads=True`), and each
+experiment's record names the modules a reader may import (`records=`), which the import-graph test holds it to.
 The claims themselves (id, text, the paper's value and direction) live in `spine.paper`, where the
 throughput report's paper column reads them too.
 
@@ -16,3 +17,7 @@ throughput report's paper column reads them too.
 | `table`    | which runs (default: the newest reference runs), one row per claim, outputs                      |
 | `commands` | `claims`                                                                                         |
 """
+from acceptmoe.experiments.spine.catalog import Experiment
+
+# found by `spine.catalog`: a reader of results, owning no section; it may import other experiments' `records`
+EXPERIMENT = Experiment(__name__, order=60, reads=True)

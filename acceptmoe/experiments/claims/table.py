@@ -21,6 +21,7 @@ from acceptmoe.errors import UserError
 from acceptmoe.evals.stats import MIN_UNITS
 
 from ..spine import render
+from ..spine.catalog import claimed
 from ..spine.paper import BEYOND, CLAIMS, Claim, Expect, Part
 from ..spine.runs import REPO, RunFolderError, recorded_experiment
 from .measured import ENGINE, REPLAY, Measured, where
@@ -28,8 +29,6 @@ from .read import READERS, REPLAY_HINT, claims_with_replay
 from .verdict import verdict
 
 REFERENCE_RUNS = REPO / "results" / "reference"
-# fig5 holds fig4's phases at the same sizes (and the sweep); the reference fig4 run is the replay's routes source
-DEFAULT_EXPERIMENTS = ("table1", "worlds", "fig3", "fig5", "calibration-study", "replay", "batch-study")
 OUTPUTS = ("claims.md", "claims.csv", "claims.tex")
 HEADER = ["id", "claim", "paper", "ours", "95% interval / spread", "unit (n)", "direction holds",
           "the paper's direction", "measures", "worlds", "run"]
@@ -45,14 +44,16 @@ def _stamp(run: Path) -> str:
 
 
 def default_runs(root: Path = REFERENCE_RUNS) -> list[Path]:
-    """The newest run folder (by the time stamp in its name) of each experiment the claims read."""
+    """The newest run folder (by the time stamp in its name) of each experiment the claims read by default (the
+    experiments' records say which: `claims=`, `spine.catalog.claimed`)."""
     out = []
-    for experiment in DEFAULT_EXPERIMENTS:
+    experiments = claimed()
+    for experiment in experiments:
         runs = [p.parent for p in (root / experiment).glob("*/config.json")]
         if runs:
             out.append(max(runs, key=lambda r: (_stamp(r), r.name)))
     if not out:
-        raise UserError(f"no run folders under {root} ({', '.join(DEFAULT_EXPERIMENTS)}): run one of those "
+        raise UserError(f"no run folders under {root} ({', '.join(experiments)}): run one of those "
                         f"commands first, or name run folders with --run RUN_DIR")
     return out
 

@@ -9,13 +9,8 @@ small enough that a CPU pays per multiplied row, not per byte; the replay runs t
 the target's expert sizes, where a verification pass is bandwidth-bound, and measures what the paper's
 claims are about: expert bytes read and moved per verification pass.
 """
-from collections.abc import Callable
-from pathlib import Path
+from acceptmoe.experiments.spine.catalog import Experiment
 
-
-def _report(run: Path) -> str:
-    from .report import write_outputs
-    return write_outputs(run)[0]
-
-
-BUILDERS: dict[str, Callable[[Path], str]] = {"replay": _report}   # run folder -> its tables and figures
+# found by `spine.catalog` (docs/architecture.md, "Experiments are found")
+EXPERIMENT = Experiment(__name__, order=40, config="config:ReplayConfig", tables={"replay": "report:rebuild"},
+                        claims=("replay",), records=("report",))

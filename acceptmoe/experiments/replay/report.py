@@ -392,3 +392,9 @@ def figure(recs: list[dict], stores: list[str], stem: Path, title: str) -> list[
         fig.savefig(p, dpi=150, metadata={"CreationDate": None} if p.suffix == ".pdf" else None)  # reproducible bytes
     plt.close(fig)
     return out
+
+
+def rebuild(run_dir: str | Path) -> str:
+    """`./reproduce.sh tables` (this experiment's record names it): every output again from the saved files;
+    returns the Markdown."""
+    return write_outputs(Path(run_dir))[0]

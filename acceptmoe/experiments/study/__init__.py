@@ -6,15 +6,13 @@ traces (the referee's calibration requests).
 | `config`   | `CalibrationStudyConfig`, the `calibration-study:` section; its variants |
 | `runner`   | on-policy traces, B0 from them, the graded variants per pair          |
 | `tables`   | the study's tables from saved files only                              |
+| `work`     | its work counted for `./reproduce.sh plan`                            |
 | `commands` | `calibration-study`                                                   |
 """
-from collections.abc import Callable
-from pathlib import Path
+from acceptmoe.experiments.spine.catalog import Experiment
 
-
-def _study(run: Path) -> str:
-    from .tables import write_study
-    return write_study(run)
-
-
-BUILDERS: dict[str, Callable[[Path], str]] = {"calibration-study": _study}   # run folder -> its tables
+# found by `spine.catalog` (docs/architecture.md, "Experiments are found")
+EXPERIMENT = Experiment(__name__, order=30, config="config:CalibrationStudyConfig",
+                        tables={"calibration-study": "tables:write_study"},
+                        plan={"calibration-study": "work:work"}, claims=("calibration-study",),
+                        records=("tables", "config"))

@@ -7,19 +7,11 @@
 | `table`    | the table from saved results only (Markdown, CSV, LaTeX)                 |
 | `commands` | `table1`, `calibrate`, `b0`                                              |
 | `worlds`   | `worlds`: Table 1 on independently trained tiny worlds, the spread across |
+| `work`     | its work counted for `./reproduce.sh plan`                               |
 """
-from collections.abc import Callable
-from pathlib import Path
+from acceptmoe.experiments.spine.catalog import Experiment
 
-
-def _table1(run: Path) -> str:
-    from .table import write_table1
-    return write_table1(run)
-
-
-def _worlds(run: Path) -> str:
-    from .worlds import write_worlds
-    return write_worlds(run)
-
-
-BUILDERS: dict[str, Callable[[Path], str]] = {"table1": _table1, "worlds": _worlds}   # run folder -> its tables
+# found by `spine.catalog` (docs/architecture.md, "Experiments are found")
+EXPERIMENT = Experiment(__name__, order=10, config="config:Table1Config",
+                        tables={"table1": "table:write_table1", "worlds": "worlds:write_worlds"},
+                        plan={"table1": "work:work"}, claims=("table1", "worlds"), records=("table",))

@@ -276,3 +276,9 @@ def _flat(records: list[dict]) -> list[dict]:
     keys = list(dict.fromkeys(k for r in records for k in r))
     return [{k: (" ".join(map(str, r[k])) if isinstance(r.get(k), list) else r.get(k)) for k in keys} for r in records]
 
+
+
+def rebuild(run_dir: str | Path) -> str:
+    """`./reproduce.sh tables` (this experiment's record names it): every output again from the saved files;
+    returns the Markdown."""
+    return write_outputs(Path(run_dir))[0]
