@@ -1,4 +1,6 @@
-"""Tiny random Hugging Face checkpoints of every model family, written with transformers' own classes.
+"""Tiny random Hugging Face checkpoints of every model family, written with transformers' own classes: the
+tests' names for `acceptmoe.testing` (one definition with gpu-check's parity check, which builds them at run
+time), and `FAMILIES`, every family `acceptmoe.testing.SMALL` has a config for.
 
 Used by the tests (parity against transformers) and by anyone who needs a small target to exercise the
 engine without a trained model. `write_mxfp4_experts` turns a GPT-OSS folder into the packed MXFP4 layout
@@ -13,9 +15,7 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from acceptmoe.engine import mxfp4
-from acceptmoe.tools.gpucheck.parity import SMALL, random_checkpoint  # one definition, shared with
-
-                                                                             # gpu-check's parity check
+from acceptmoe.testing import SMALL, random_checkpoint  # one definition, shared with gpu-check's parity check
 
 
 def tiny_qwen3_moe(folder: str | Path, seed: int = 0, **overrides):
@@ -53,7 +53,7 @@ def write_mxfp4_experts(folder: str | Path) -> dict[str, torch.Tensor]:
 
 def tiny_family(family: str, folder: str | Path, seed: int = 0, **overrides):
     """A random small checkpoint of `family` (config.json's model_type) saved to `folder` (gpu-check's parity
-    configs, `gpucheck.parity.SMALL`); returns the transformers model (eval, fp32)."""
+    configs, `acceptmoe.testing.SMALL`); returns the transformers model (eval, fp32)."""
     return random_checkpoint(family, folder, seed, **overrides)
 
 

@@ -1,5 +1,5 @@
 """The package's rooms import one way only (docs/architecture.md, "Rooms and the one-way rule"): the leaves ->
-methods -> kernels -> engine -> serving, costs -> tiny -> experiments -> tools, integrations, the CLI,
+methods -> kernels -> engine -> serving, costs, testing -> tiny -> experiments -> tools, integrations, the CLI,
 with evals beside methods (evals serve tiny and the rooms above it, and know nothing of models); no circles.
 Inside experiments/, every package the catalog finds stands on the spine alone, but for a reader of results
 (claims), which may import the modules other experiments' records name (`records=`).
@@ -20,7 +20,7 @@ EXPERIMENTS = "acceptmoe.experiments"
 
 # room -> rank; a module may import its own room or a room of lower rank (evals: only the leaves)
 RANK = {"errors": 0, "commands": 0, "yamlfile": 0, "registry": 0, "paths": 0, "methods": 1, "evals": 1,
-        "kernels": 2, "engine": 3, "serving": 4, "costs": 4, "tiny": 5, "experiments": 6,
+        "kernels": 2, "engine": 3, "serving": 4, "costs": 4, "testing": 4, "tiny": 5, "experiments": 6,
         "tools": 7, "integrations": 7, "cli": 7}
 LEAVES = {"errors", "commands", "yamlfile", "registry", "paths"}
 EVALS_READERS = {"tiny", "experiments", "tools", "integrations", "cli"}     # the rooms that grade or read tasks

@@ -1,5 +1,5 @@
 """`check-model` over config variants of every model family: each variant is a config transformers accepts, built
-and saved as a tiny random checkpoint with transformers' own classes (`gpucheck.parity.random_checkpoint`, two
+and saved as a tiny random checkpoint with transformers' own classes (`acceptmoe.testing.random_checkpoint`, two
 layers), and run through the command itself (`cli.main`). It must either check out (logits within 1e-5 of
 transformers' relative to the largest logit, the same greedy token everywhere) or be refused from config.json
 alone, before any weight is read, with one `error:` line naming the setting. A variant transformers itself
@@ -19,7 +19,7 @@ import pytest
 import torch
 
 from acceptmoe.cli import main
-from acceptmoe.tools.gpucheck.parity import SMALL, random_checkpoint
+from acceptmoe.testing import SMALL, random_checkpoint
 
 # transformers builds a zero-width shared-expert MLP where a variant has none (Qwen2-MoE, DeepSeek-V3, dots.llm1)
 pytestmark = pytest.mark.filterwarnings("ignore:Initializing zero-element tensors is a no-op:UserWarning")

@@ -15,5 +15,6 @@ kernels under TRITON_INTERPRET=1); a verdict that needs CUDA is SKIP on a CPU, w
 | `table`     | the Markdown table (a detail line per check)                                                |
 | `command`   | `run_all` (the stages under a time budget) and the command                                  |
 
-The experts kernel's check and timing live in `tools/gpu_experts.py` (the kernel tests share them).
+The experts kernel's check and timing live in `tools/gpu_experts.py` (the kernel tests share them); the
+random checkpoints of the parity check in `acceptmoe.testing` (the tests' fixtures too).
 """
