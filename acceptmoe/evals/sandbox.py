@@ -1,63 +1,13 @@
 """Run model-written Python programs in a confined, limited process and report pass or fail.
 
-Each program runs in a fresh interpreter (`python -I -S -B`: isolated mode, no site-packages unless
-`Limits.packages` makes the packages a solution may import importable, read-only) with an environment that holds
-none of the caller's variables. Where the machine allows (see `isolation()`):
+    results = run_many(sources, Limits(), workers=2)    # one `ExecResult` (status, time, stdout, ...) each
 
-- bubblewrap (`confine.bwrap_args`; why bubblewrap: `confine`'s docstring) gives the program its own PID,
-  mount, network, IPC and UTS namespaces: it sees and signals only its own processes, has no network and
-  no reachable path-addressed socket, and sees only `/usr`, the Python installation (read-only) and its
-  private, size-limited tmpfs mounts (`/tmp` = working directory, `/var/tmp`, `/dev/shm`), which vanish
-  with it. The repository (its data files included), results, virtual environment and home folders do
-  not exist there; with `Limits.packages` the distributions a solution may import do
-  (`confine.SOLUTION_DISTRIBUTIONS`, read-only), with any file that looks like a code task's data set
-  covered (`confine.data_files`); no evaluation package is there.
-- when the harness runs as root, every program running at the same time gets its own unprivileged uid
-  (`confine.UidPool`), so programs cannot signal, trace or write to each other or to outside processes.
-- a cgroup v2 leaf per program (`confine.MemoryCgroups`) charges everything it maps or stores (heap,
-  memfds, tmpfs files) against `Limits.memory_mb`, with no swap; its processes are killed together.
-
-A small trusted bootstrap in the child (`acceptmoe.evals.bootstrap`) reads the program from stdin,
-applies resource limits (address space, CPU time, file size, open files, no core files), drops root
-privileges to the program's uid, forbids new processes and threads (RLIMIT_NPROC = 0; `Limits.threads`
-allows that many under bubblewrap, whose PID namespace ends them all with the program), then executes
-the program.
-
-The parent reads stdout through a pipe as it comes (`acceptmoe.evals.pump`) and keeps at most
-`Limits.output_chars` bytes of its head and of its tail; a `pump.Watch` given to `run_program` sees every
-chunk with its arrival time and may stop the program (the harness of `codecheck` enforces its time
-limits and output caps that way).
-
-Fallbacks, each named by `isolation().fallbacks`, warned about once per process and recorded with a run's
-environment: without bubblewrap the program shares the host's filesystem (a fresh working folder that is
-deleted afterwards, plus `/tmp` and `/dev/shm`, where files can outlive it until that removal) and PID
-namespace, the code tasks' data is covered in a mount namespace of its own where `unshare --mount` works
-(`data_paths`), and the network is cut by `unshare --net` where possible, else by replacing
-`socket.socket` (weaker). Without a delegated memory controller, a program is one process (a seccomp
-filter, `confine.no_memfd_filter`, refuses new processes but not threads; on machines it does not know,
-RLIMIT_NPROC allows no thread either), so its memory is bounded by one RLIMIT_AS (every mapping, memfds
-included: 1 process x `Limits.memory_mb`), the two tmpfs sizes and SysV shared memory of the program's
-IPC namespace capped at one tmpfs size; memfds, which hold memory RLIMIT_AS no longer sees once unmapped,
-are refused by the same filter (on machines it does not know, at most OPEN_FILES x `Limits.file_mb`).
-Which bound is in force is `Isolation.memory`, recorded with every run.
-
-A program passes only if it runs to its end: after the program returns, the bootstrap writes a random
-per-run token to stdout and exits 0. A program that calls `os._exit(0)` or `sys.exit(0)` before its
-tests ran never prints the token and counts as failed. Before running the program the bootstrap reports
-"ready" on a private pipe (closed before the program starts); without it the run raises SandboxError,
-so a broken sandbox is never recorded as a failing program. Problems caused by the program itself (text
-that is not UTF-8, leftovers the harness cannot remove) are that program's "error", with the cause in
-its stderr; they never stop a batch.
-
-Statuses: passed; failed (an assertion failed, or the program exited before its end); error (any other
-exception, e.g. SyntaxError, NameError, MemoryError, a refused fork, or death by a signal such as
-SIGXFSZ, or the memory cgroup's kill; or a watch's stop for a reason other than time); timeout (wall
-clock or CPU limit, or a watch's stop for a time limit). Under bubblewrap a death by
-signal N reaches the harness as exit status 128 + N and is read back as that signal.
-
-What it does not defend against: Python-level tricks inside the child (inspecting the bootstrap's frame
-for the token): the verdict is the program's own exit, so a targeted attack on the grading itself is out
-of scope here.
+Contract: each program runs in a fresh interpreter with none of the caller's environment, confined as far as
+the machine allows (bubblewrap namespaces, a uid of its own, a memory cgroup; every fallback is named by
+`isolation()` and recorded with a run), under `Limits`. Status is `passed` only when the program runs to its end
+(the bootstrap prints a per-run token after it returns), else `failed`, `error` or `timeout`; a sandbox that
+cannot start raises `SandboxError`, never a failing program. What it confines, each fallback, the statuses in
+full and what it does not defend against: docs/sandbox.md.
 """
 from __future__ import annotations
 
@@ -345,7 +295,7 @@ def _refused(cause: str) -> ExecResult:
 
 def run_program(source: str, limits: Limits = Limits(), iso: Isolation | None = None,
                 watch: Watch | None = None) -> ExecResult:
-    """Run one program in the sandbox and classify the outcome (see module docstring); `watch` sees its
+    """Run one program in the sandbox and classify the outcome (docs/sandbox.md, "Verdicts"); `watch` sees its
     stdout as it comes and may stop it. Raises SandboxError if the process could not be set up (never a
     verdict on the program)."""
     iso = iso or isolation()
