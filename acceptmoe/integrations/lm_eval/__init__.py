@@ -1,4 +1,5 @@
-"""lm-evaluation-harness, with this project as a model backend (docs/architecture.md, "Integrations").
+"""lm-evaluation-harness, with this project as a model backend (where it ranks and why: docs/architecture.md,
+"Rooms and the one-way rule").
 
     backend   `AcceptMoELM` (registered with lm-eval as "acceptmoe" when imported) and `./reproduce.sh lm-eval`
     tasks/    offline tasks: lm-eval's own task configs reading the repository's checksummed data (`evals.tasks`)
