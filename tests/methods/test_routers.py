@@ -1,6 +1,10 @@
 """Routers: one frozen record of routing axes, named presets parsed by name, every axis value mapped by every
-backend when it loads, and the `sigmoid_grouped` preset routing exactly as transformers' DeepseekV3 gate does."""
+backend when it loads, and records routing exactly as transformers' routers do: DeepSeek-V3's gate (the
+`sigmoid_grouped` preset) and ERNIE 4.5's softmax with a selection bias (a record no preset names: a router is
+data)."""
 from __future__ import annotations
+
+import dataclasses
 
 import pytest
 import torch
@@ -111,6 +115,24 @@ def test_sigmoid_grouped_routes_as_transformers_deepseek_v3_gate(E, k, groups, g
     _same_routing(router, logits, bias, want_ids, want_w, exact=not renorm)
     assert groups == 1 or not torch.equal(want_ids.sort(-1).values,
                                           (logits.sigmoid() + bias).topk(k).indices.sort(-1).values)
+
+
+def test_a_softmax_with_a_selection_bias_is_a_record_and_routes_as_transformers_ernie45():
+    """ERNIE 4.5's router, which no preset names: softmax over every expert, the top-k of the probabilities plus
+    a selection bias, the unbiased probabilities renormalised (its clamp at 1e-12 never binds)."""
+    from transformers import Ernie4_5_MoeConfig
+    from transformers.models.ernie4_5_moe.modeling_ernie4_5_moe import Ernie4_5_MoeTopKRouter
+    E, k = 32, 4
+    gen = torch.Generator().manual_seed(45)
+    gate = Ernie4_5_MoeTopKRouter(Ernie4_5_MoeConfig(hidden_size=16, moe_num_experts=E, moe_k=k))
+    gate.weight.data = torch.randn(E, 16, generator=gen)
+    bias = torch.rand(E, generator=gen) * 0.05                                  # about the probabilities' size
+    gate.moe_statics.e_score_correction_bias.copy_(bias[None])
+    logits, want_w, want_ids = gate(torch.randn(40, 16, generator=gen))
+    router = Router(Scoring.SOFTMAX, Order.SCORE_THEN_TOPK, k, biased=True)
+    _same_routing(router, logits, bias, want_ids, want_w, exact=False)
+    unbiased = dataclasses.replace(router, biased=False)
+    assert not torch.equal(unbiased.natural(logits)[0].sort(-1).values, want_ids.sort(-1).values)   # it binds
 
 
 def test_constrained_grouped_routing_takes_the_tokens_groups_first_and_always_routes_k():
