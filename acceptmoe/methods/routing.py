@@ -9,7 +9,7 @@ groups whose two best choice values sum highest rank first), `renormalize` (the 
 sum, the sigmoid's with transformers' + 1e-20) and `scale` (`routed_scaling_factor` on the weights), with its
 `top_k`. The routers of today's models are named values (`ROUTER_PRESETS`, `Router.preset`): `softmax_topk`
 (Qwen3-MoE, Mixtral, OLMoE, Qwen2-MoE), `topk_softmax` (GPT-OSS), `sigmoid_grouped` (DeepSeek-V3, dots.llm1),
-another router is another value, not new code.
+`topk_sigmoid` (Llama 4); another router is another value, not new code.
 
 A router's choice is one order over the experts (`Router.ranking`) of its choice values (`Router.scores`): the
 scores plus the bias after scoring (score then top-k), the logits plus the bias before it (top-k then score);
@@ -230,6 +230,7 @@ ROUTER_PRESETS: Registry[Router] = Registry("router preset", error=UnknownRouter
 ROUTER_PRESETS.add("softmax_topk", Router(Scoring.SOFTMAX, Order.SCORE_THEN_TOPK))      # Qwen3-MoE, Mixtral, ...
 ROUTER_PRESETS.add("topk_softmax", Router(Scoring.SOFTMAX, Order.TOPK_THEN_SCORE))      # GPT-OSS
 ROUTER_PRESETS.add("sigmoid_grouped", Router(Scoring.SIGMOID, Order.SCORE_THEN_TOPK, biased=True))   # DeepSeek-V3
+ROUTER_PRESETS.add("topk_sigmoid", Router(Scoring.SIGMOID, Order.TOPK_THEN_SCORE, renormalize=False))   # Llama 4
 ROUTER_NAMES = ROUTER_PRESETS.names()
 
 

@@ -1,7 +1,7 @@
 """Routers: one frozen record of routing axes, named presets parsed by name, every axis value mapped by every
 backend when it loads, and records routing exactly as transformers' routers do: DeepSeek-V3's gate (the
-`sigmoid_grouped` preset) and ERNIE 4.5's softmax with a selection bias (a record no preset names: a router is
-data)."""
+`sigmoid_grouped` preset), Llama 4's router (`topk_sigmoid`), and ERNIE 4.5's softmax with a selection bias (a
+record no preset names: a router is data)."""
 from __future__ import annotations
 
 import dataclasses
@@ -28,16 +28,16 @@ from acceptmoe.methods import (
 
 
 def test_a_preset_is_parsed_by_name_and_an_unknown_one_refused_with_the_closest():
-    assert ROUTER_NAMES == ("softmax_topk", "topk_softmax", "sigmoid_grouped")
+    assert ROUTER_NAMES == ("softmax_topk", "topk_softmax", "sigmoid_grouped", "topk_sigmoid")
     deepseek = Router.preset("sigmoid_grouped", 8, groups=8, group_top=4, scale=2.5)
     assert deepseek == Router(Scoring.SIGMOID, Order.SCORE_THEN_TOPK, 8, biased=True, groups=8, group_top=4,
                               scale=2.5)
-    assert Router("softmax", "topk_then_score", 1) == Router.preset("topk_softmax", 1)
+    assert Router("sigmoid", "topk_then_score", 1, renormalize=False) == Router.preset("topk_sigmoid", 1)
     assert deepseek.name == "sigmoid_grouped" and Router(Scoring.SOFTMAX, Order.SCORE_THEN_TOPK, 2, biased=True).name \
         == "softmax score_then_topk biased"                                          # a record no preset names
     with pytest.raises(UnknownRouterError, match=r"unknown router preset 'sigmoid_group' \(did you mean "
                                                  r"'sigmoid_grouped'\?\); valid: softmax_topk, topk_softmax, "
-                                                 r"sigmoid_grouped"):
+                                                 r"sigmoid_grouped, topk_sigmoid"):
         Router.preset("sigmoid_group", 2)
     with pytest.raises(UserError, match="unknown router preset 'noaux_tc'; valid: "):
         Router.preset("noaux_tc", 2)
@@ -67,7 +67,7 @@ def test_every_backend_maps_every_routing_axis_value_when_it_loads():
     assert {"reference", "torch", "cpu", "triton"} <= set(registry.BACKENDS)
     for name, coverage in registry.BACKENDS.items():
         assert dict(coverage.routing) == {a: frozenset(v) for a, v in registry.ROUTING_AXES.items()}, name
-        assert coverage.unmapped() == [] and coverage.unmapped(Router.preset("topk_softmax", 1).axes) == []
+        assert coverage.unmapped() == [] and coverage.unmapped(Router.preset("topk_sigmoid", 1).axes) == []
     lacking = {**registry.ROUTING_AXES, "scoring": (Scoring.SOFTMAX,), "grouped": (False,)}
     with pytest.raises(BackendCoverageError, match="backend 'softmax-only' maps no router axis value "
                                                    "scoring=SIGMOID and no grouped=True; implement it there"):
@@ -115,6 +115,23 @@ def test_sigmoid_grouped_routes_as_transformers_deepseek_v3_gate(E, k, groups, g
     _same_routing(router, logits, bias, want_ids, want_w, exact=not renorm)
     assert groups == 1 or not torch.equal(want_ids.sort(-1).values,
                                           (logits.sigmoid() + bias).topk(k).indices.sort(-1).values)
+
+
+@pytest.mark.parametrize("E, k", [(16, 1), (128, 1), (32, 2)])
+def test_topk_sigmoid_routes_as_transformers_llama4_router(E, k):
+    """Llama 4's router: the top-k of the logits, then the sigmoid of each chosen logit (not renormalised); the
+    preset at top-1 is Llama-4 Scout's and Maverick's. transformers gives the sigmoid scattered over E (0 outside
+    the chosen); the weights are its bits."""
+    from transformers import Llama4TextConfig
+    from transformers.models.llama4.modeling_llama4 import Llama4Router
+    gen = torch.Generator().manual_seed(E + k)
+    gate = Llama4Router(Llama4TextConfig(hidden_size=16, num_local_experts=E, num_experts_per_tok=k))
+    gate.weight.data = torch.randn(E, 16, generator=gen)
+    scores, logits = gate(torch.randn(40, 16, generator=gen))                   # [N, E] each
+    want_ids = scores.topk(k).indices
+    router = Router.preset("topk_sigmoid", k)
+    _same_routing(router, logits, None, want_ids, scores.gather(-1, want_ids), exact=True)
+    assert router.ranks_logits and not router.biased and router.name == "topk_sigmoid"
 
 
 def test_a_softmax_with_a_selection_bias_is_a_record_and_routes_as_transformers_ernie45():
