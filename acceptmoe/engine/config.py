@@ -11,12 +11,11 @@ import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import torch
 
 from acceptmoe.errors import UserError
-from acceptmoe.methods import Router, RouterKind
+from acceptmoe.methods import Router
 
 from .families import FAMILIES
 
@@ -136,15 +135,13 @@ class ModelConfig:
     num_kv_heads: int
     head_dim: int                              # query/key head width (MLA: nope + rope)
     num_experts: int
-    top_k: int
     moe_intermediate_size: int
     dense_intermediate_size: int               # MLP width of non-MoE layers (mlp_only_layers, first_k_dense_replace)
     moe_layers: tuple[bool, ...]               # [num_layers]: layer i has a sparse MoE block
     windows: tuple[int | None, ...]            # [num_layers]: sliding window (keys with q_pos - k_pos < w)
     rope: RopeConfig
     rms_norm_eps: float
-    router_kind: RouterKind
-    norm_topk_prob: bool
+    router: Router                             # the routing function (`methods.Router`: its axes and top-k)
     expert_activation: str                     # "swiglu" | "clamped_swiglu"
     swiglu_alpha: float = 1.702
     swiglu_limit: float = 7.0
@@ -154,9 +151,6 @@ class ModelConfig:
     attention_sinks: bool = False
     router_bias: bool = False                  # the router projection's own bias (GPT-OSS)
     expert_bias: bool = False                  # experts with biases b1 [E, 2I], b2 [E, H] (GPT-OSS)
-    router_groups: int = 1                     # SIGMOID_GROUPED: n_group, topk_group, routed_scaling_factor
-    router_group_top: int = 1
-    routed_scale: float = 1.0
     shared_intermediate_size: int = 0          # shared experts as one SwiGLU MLP beside the routed ones (0: none)
     shared_gate: bool = False                  # the shared MLP scaled by sigmoid(a [1, H] projection) (Qwen2-MoE)
     latent: LatentAttention | None = None      # MLA instead of grouped-query attention
@@ -174,12 +168,9 @@ class ModelConfig:
         return tuple(i for i, m in enumerate(self.moe_layers) if m)
 
     @property
-    def router(self) -> Router:
-        """The model's routing function (`acceptmoe.methods.Router`)."""
-        grouped = self.router_kind is RouterKind.SIGMOID_GROUPED
-        extra: dict[str, Any] = (dict(groups=self.router_groups, group_top=self.router_group_top,
-                                      scale=self.routed_scale) if grouped else {})
-        return Router(kind=self.router_kind, top_k=self.top_k, renormalize=self.norm_topk_prob, **extra)
+    def top_k(self) -> int:
+        """Experts per token (`num_experts_per_tok`): the router's."""
+        return self.router.top_k
 
     @property
     def selection_bias(self) -> bool:
@@ -262,11 +253,19 @@ def common_fields(raw: dict, extra_eos: tuple[int, ...], rope_kinds: tuple[str, 
         arch=raw["model_type"], vocab_size=raw["vocab_size"], hidden_size=raw["hidden_size"], num_layers=raw["num_hidden_layers"],
         num_heads=heads, num_kv_heads=raw.get("num_key_value_heads") or heads, head_dim=head_dim,
         num_experts=raw.get("num_experts") or raw.get("num_local_experts") or raw.get("n_routed_experts"),
-        top_k=raw.get("num_experts_per_tok") or raw.get("experts_per_token"),
         rope=rope_config(raw, rope_kinds), rms_norm_eps=raw.get("rms_norm_eps", 1e-6),
         tie_word_embeddings=bool(raw.get("tie_word_embeddings", False)), eos_token_ids=eos,
         max_position_embeddings=raw.get("max_position_embeddings", 0), dtype=DTYPES[dtype_name],
     )
+
+
+def routed(raw: dict, preset: str, **fields) -> Router:
+    """The model's router: the routing preset its family names (`methods.ROUTER_PRESETS`) with config.json's
+    experts per token and the `fields` the family reads (renormalize, groups, group_top, scale)."""
+    top_k = raw.get("num_experts_per_tok") or raw.get("experts_per_token")
+    if top_k is None:
+        raise KeyError("num_experts_per_tok")                  # `ModelConfig.from_dict` names it
+    return Router.preset(preset, int(top_k), **fields)
 
 
 def rope_config(raw: dict, kinds: tuple[str, ...] = ROPE_KINDS) -> RopeConfig:
@@ -316,7 +315,7 @@ def qwen_moe_fields(raw: dict, extra_eos: tuple[int, ...], family: str) -> dict:
         **common, moe_intermediate_size=raw["moe_intermediate_size"],
         dense_intermediate_size=raw.get("intermediate_size", 0),
         moe_layers=moe_layers(raw, n, common["num_experts"]), windows=(window,) * n,
-        router_kind=RouterKind.SOFTMAX_TOPK, norm_topk_prob=bool(raw.get("norm_topk_prob", False)),
+        router=routed(raw, "softmax_topk", renormalize=bool(raw.get("norm_topk_prob", False))),
         expert_activation="swiglu")
 
 

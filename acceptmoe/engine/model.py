@@ -9,7 +9,7 @@ one sequence per pass (`forward`), or several whose MoE layers run as one batch 
 A decoder layer is x += attn(norm(x)); x += mlp(norm(x)). Attention is grouped-query (`layers.Attention`) or
 latent (`mla`). At a MoE layer the router gives logits [T, E] (fp32); `policy(layer, logits) -> (ids [T, k],
 weights [T, k])` routes them (None = the model's natural routing, `acceptmoe.kernels.natural`), under the
-layer's selection bias where the router kind has one (`selection_bias(layer)`: the policy passes it on as
+layer's selection bias where the router has one (`selection_bias(layer)`: the policy passes it on as
 `bias=`), and the ExpertStore computes the routed experts (through `routes`, a `routes.PassRoutes`, when the
 pass records them); shared experts (a SwiGLU MLP, optionally sigmoid-gated) are added to them. Layers are
 indexed by their decoder-layer index everywhere (policy, store, aux_layers).
@@ -49,7 +49,7 @@ class Segment(NamedTuple):
 
 class MoEBlock(nn.Module):
     """A MoE layer's modules besides its experts (which live in the ExpertStore): the router's projection to
-    expert logits (GPT-OSS has a bias), the selection bias [E] of a biased router kind (kept fp32), and the
+    expert logits (GPT-OSS has a bias), the selection bias [E] of a biased router (kept fp32), and the
     shared experts with their gate."""
 
     def __init__(self, cfg: ModelConfig):
@@ -129,7 +129,7 @@ class MoEModel(nn.Module):
 
     def selection_bias(self, layer: int) -> Tensor | None:
         """Layer `layer`'s selection bias [E] fp32 (the `bias=` of routing calls), or None (a dense layer, or a
-        router kind without one)."""
+        router without one)."""
         return getattr(self.layers[layer].mlp, "selection_bias", None)
 
     def embed(self, ids: Tensor) -> Tensor:

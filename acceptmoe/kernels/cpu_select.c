@@ -185,8 +185,9 @@ static void add_row(int64_t *p, int64_t row, int64_t sign, int64_t E, int64_t k,
    or alpha); resident NULL or [resident_rows, E] (1 row: shared by the blocks). Outputs eligible [B, E], utility
    [B, E] (the score as fp32, in units of 1), anchor [B, E], and routed [B, T, k] (NULL: not routed), the top-k
    inside S: a token's natural top-k when all of it is in S (the same ids), else a scan; with it masked [B, T, E],
-   the values with -inf outside S (what the softmax kinds' weights inside S are computed from). batch_roots != 0:
-   each block's score also sums the other blocks' root terms (row 0 of each block; a padding row weighs 0).
+   the values with -inf outside S (for a router that ranks its logits: the masked logits its weights are computed
+   from). batch_roots != 0: each block's score also sums the other blocks' root terms (row 0 of each block; a
+   padding row weighs 0).
    Returns the first block whose S holds fewer than k experts (left unrouted), or -1. */
 int64_t select_blocks(int64_t B, int64_t T, int64_t E, int64_t k, const float *z, const int64_t *natural,
                       const float *term, const float *tie, const float *weight, int64_t dense, int64_t batch_roots,

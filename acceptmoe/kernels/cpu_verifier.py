@@ -7,8 +7,10 @@ anchor, the sizing and the pruning in two calls per layer; the router's float wo
 (`Router.gates`, `weights`, `probs`: the model's own softmax or sigmoid, gather and renormalisation), so the
 weights and the inputs to every integer rule are the values the torch backend computes, and its sets and
 ids are the torch backend's bit for bit (the verifier tests run it against the reference beside the other
-backends). The library ranks fp32 values; each `RouterKind` gives it values whose order is the router's
-(`CHOICE`): the logits for the softmax kinds, minus the rank in `Router.order` for the grouped kind.
+backends). The library ranks fp32 values; a router gives it values whose order is the router's (`RANKED`, by
+the grouping axis): its choice values (`Router.scores`: the logits, or the scores plus the bias), or minus the
+rank in `Router.ranking` where the choice is group-limited. Every other routing axis is the router's float
+arithmetic, in torch (`routing`'s tables).
 
     make_verifier("cpu", plan)           # explicit: an error line when no C compiler is found
     make_verifier("auto", plan, "cpu")   # `cpu` when it builds here, else `torch`
@@ -33,8 +35,9 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
-from acceptmoe.methods import Plan, Router, RouterKind, Score, Sizing, register_backend
+from acceptmoe.methods import Plan, Router, Score, Sizing, register_backend
 from acceptmoe.methods.fixed import rank_guard, rho_fixed
+from acceptmoe.methods.routing import BIAS, ORDERS, RENORMALISE, SCORING
 from acceptmoe.paths import cache_root
 
 from .verifier import Verifier, VerifierInputError, VerifierOutput
@@ -121,12 +124,11 @@ def topk_rows(z: Tensor, k: int, allowed: Tensor | None = None) -> Tensor:
     return ids
 
 
-# router kind -> fp32 values [..., T, E] (contiguous) whose order under the library's rule (value descending,
-# then lower index) is the router's choice order, from (router, fp32 logits, selection bias)
-CHOICE = {
-    RouterKind.SOFTMAX_TOPK: lambda router, z, bias: z,
-    RouterKind.TOPK_SOFTMAX: lambda router, z, bias: z,
-    RouterKind.SIGMOID_GROUPED: lambda router, z, bias: -router.order(z, bias).argsort(-1).float(),   # -rank
+# group-limited choice or not -> fp32 values [..., T, E] (contiguous) whose order under the library's rule (value
+# descending, then lower index) is the router's choice order, from (router, fp32 logits, selection bias)
+RANKED = {
+    False: lambda router, z, bias: router.scores(z, bias).contiguous(),
+    True: lambda router, z, bias: -router.ranking(z, bias).argsort(-1).float(),                # -rank
 }
 
 
@@ -136,12 +138,12 @@ def natural(router: Router, logits: Tensor, bias: Tensor | None = None) -> tuple
     if logits.device.type != "cpu" or router.top_k > MAX_K or not available():
         return router.natural(logits, bias=bias)
     z = logits.float().contiguous()
-    ids = topk_rows(CHOICE[router.kind](router, z, bias), router.top_k)
+    ids = topk_rows(RANKED[router.grouped](router, z, bias), router.top_k)
     return ids, router.weights(z, ids)
 
 
 def natural_gates(router: Router, z: Tensor, ranked: Tensor) -> tuple[Tensor, Tensor]:
-    """The natural top-k ids [..., T, k] from `ranked` (fp32 CPU values in the router's order, `CHOICE`) and
+    """The natural top-k ids [..., T, k] from `ranked` (fp32 CPU values in the router's order, `RANKED`) and
     the model's gates r[t, K_t] on them (before `scale`): the natural routing a verifier call computes."""
     ids = topk_rows(ranked, router.top_k)
     return ids, router.gates(z, ids)
@@ -158,7 +160,8 @@ SCORES = {
     Score.SHARED_COMMITMENT: lambda router, z, ids, gate, demand, s: (demand, False, None, s.alpha, True),
 }
 SIZES = {Sizing.ALL: 0, Sizing.FIXED: 1, Sizing.SELF: 2}          # cpu_select.c's SIZING_*
-register_backend("cpu", SCORES, SIZES, CHOICE)
+register_backend("cpu", SCORES, SIZES, dict(scoring=SCORING, order=ORDERS, biased=BIAS, grouped=RANKED,
+                                            renormalize=RENORMALISE))
 
 
 class CpuVerifier(Verifier):
@@ -182,7 +185,7 @@ class CpuVerifier(Verifier):
         plan, router = self.plan, self.plan.router
         (B, T, E), k = logits.shape, router.top_k
         z = logits.float().contiguous()                                       # [B, T, E]
-        ranked = CHOICE[router.kind](router, z, bias)                         # [B, T, E] in the router's order
+        ranked = RANKED[router.grouped](router, z, bias)                      # [B, T, E] in the router's order
         gate = demand = None
         if plan.spec.score is Score.ROUTER_MASS:
             ids = topk_rows(ranked, k)                                        # [B, T, k] natural K_t
@@ -210,6 +213,8 @@ class CpuVerifier(Verifier):
             raise VerifierInputError(f"block {short}'s set holds fewer than top_k={k} experts: raise prune_min_set "
                                      f"or the budget")
         assert routed is not None and masked is not None                      # allocated above when routing
+        if not router.ranks_logits:                                           # ranked values, not the logits
+            masked = z.masked_fill(~eligible[:, None, :], float("-inf"))
         return VerifierOutput(routed, router.weights(masked, routed, z), eligible, utility, anchor)
 
 

@@ -3,8 +3,9 @@
 Same contract as the Triton kernel (`verifier.Verifier`): logits [B, T, E] -> VerifierOutput, no host
 synchronisation, no Python branching on tensor values, padding tokens ignored by the selection. Each
 `Score` and each `Sizing` member is one entry of `SCORES` / `SIZES` below, any combination served, and each
-`RouterKind` is the routing tables' entry (`acceptmoe.methods.routing.ORDERS`, `GATES`: the router's order,
-read by the selection and by `route_in`) (declared to the registry when this module loads). It must agree
+routing axis value is an entry of the routing tables (`acceptmoe.methods.routing`: `SCORING`, `ORDERS`, `BIAS`,
+`GROUPING`, `RENORMALISE`; the router's order, read by the selection and by `route_in`) (declared to the
+registry when this module loads). It must agree
 exactly with the readable reference (`acceptmoe.methods.select`, `prune`, `route`), which it shares no code
 with beyond the documented primitives (`Router.scores`, `gates`, `probs`, `acceptmoe.methods.fixed`); every
 ranking is the project's one rule (`acceptmoe.methods.topk`).
@@ -18,7 +19,7 @@ from torch import Tensor
 
 from acceptmoe.methods import Plan, Score, Selection, Sizing, order_desc, rank_desc, register_backend, route_in
 from acceptmoe.methods.fixed import LOG2_BITS, log2_fixed, rank_guard, rho_fixed, to_fixed, truncate
-from acceptmoe.methods.routing import ORDERS
+from acceptmoe.methods.routing import BIAS, GROUPING, ORDERS, RENORMALISE, SCORING
 
 from .verifier import StepBuffers, Verifier, VerifierOutput
 
@@ -106,15 +107,16 @@ SIZES = {
     Sizing.SELF: lambda plan, u, sec, anchor: _ranked(u, sec, anchor, effective_rank(
         to_fixed(u, plan.selector.score_bits).masked_fill(anchor, 0), rank_guard(plan.selector.rank_tolerance))),
 }
-register_backend("torch", SCORES, SIZES, ORDERS)
+register_backend("torch", SCORES, SIZES, dict(scoring=SCORING, order=ORDERS, biased=BIAS, grouped=GROUPING,
+                                              renormalize=RENORMALISE))
 
 
 def select_batched(plan: Plan, logits: Tensor, step: StepBuffers, order: Tensor | None = None,
                    bias: Tensor | None = None) -> Selection:
     """Selection with [B, E] fields from logits [B, T, E] and the step's buffers (first B rows); order: the
-    router's order `Router.order` [B, T, E] when the caller has it (shared with the routing that follows)."""
+    router's order `Router.ranking` [B, T, E] when the caller has it (shared with the routing that follows)."""
     z = logits.float()
-    g = Gates(plan, z, plan.router.order(z, bias) if order is None else order)
+    g = Gates(plan, z, plan.router.ranking(z, bias) if order is None else order)
     assert plan.spec.score is not None                              # a verifier's method speculates: it has one
     primary, secondary = SCORES[plan.spec.score](g, step, plan.selector.score_bits)
     if plan.spec.anchor:
@@ -167,7 +169,7 @@ class TorchVerifier(Verifier):
         log2_sizes(plan.num_experts, self.device)       # the effective rank's constant, made outside any pass
 
     def _run(self, logits: Tensor, resident: Tensor | None, route: bool, bias: Tensor | None) -> VerifierOutput:
-        order = self.plan.router.order(logits, bias)           # [B, T, E] one ranking for selection and routing
+        order = self.plan.router.ranking(logits, bias)         # [B, T, E] one ranking for selection and routing
         sel = select_batched(self.plan, logits, self.rows(logits.shape[0]), order)
         eligible = sel.eligible if resident is None else prune_batched(self.plan, sel, resident)
         ids, weights = route_in(logits, eligible, self.plan.router, order) if route else (None, None)

@@ -3,7 +3,7 @@
 Shapes (B verification blocks padded to T tokens, E experts, router top-k K):
 
     logits     [B, T, E]  fp32 | fp16 | bf16 router logits of one layer (math is fp32)
-    bias       [E]        fp32 the layer's selection bias (the sigmoid_grouped router; zeros without one)
+    bias       [E]        fp32 the layer's selection bias (a biased router; zeros without one)
     alpha      [B, T]     fp32 commitment weights (`acceptmoe.methods.commitment_weights`; zeros otherwise)
     num_tokens [B]        int  valid tokens per block (a prefix of T; the rest is padding, ignored by selection)
     resident   [E] | [B, E] bool  the layer's resident experts before the pass (enables residency pruning)
@@ -16,7 +16,7 @@ Shapes (B verification blocks padded to T tokens, E experts, router top-k K):
 
 One program handles one block, in two passes over chunks of TC tokens (so registers do not grow with T):
 pass 1 takes each token's router probabilities and natural top-k (`triton_router`: keys, gates and weights
-per router kind) and adds the method's per-token terms to the block scores (a score that credits the batch,
+per routing axis value) and adds the method's per-token terms to the block scores (a score that credits the batch,
 `Score.SHARED_COMMITMENT`, then adds the other blocks' root terms, TC roots per chunk: B / TC more chunks per
 program), pass 2 routes every token inside the final set. In between, on [E] vectors: the root anchor,
 ranking, sizing (fixed budget or effective rank) and optional residency-aware pruning.
@@ -28,8 +28,8 @@ Exactly the reference's rules (`acceptmoe.methods`), with no fp64 and no E x E t
 - block scores are fixed-point sums in int32 (`methods.fixed.block_sum`); effective rank and the pruning
   budget are the integer arithmetic of `methods.fixed` (log2 by repeated squaring, rho in 2^-16 units).
 Fixed shapes, no host synchronisation: safe to capture in a CUDA graph. Every method- and router-dependent
-choice is a `tl.constexpr` enum, so each method and router kind compiles only its own code; a code no branch
-handles fails the compile (`tl.static_assert`), never a silent default.
+choice is a `tl.constexpr` enum (one per routing axis), so each method and router compiles only its own code; a
+code no branch handles fails the compile (`tl.static_assert`), never a silent default.
 
 Warps per specialisation (`choose_warps`): the first of `WARP_CHOICES` whose compiled binary does not spill
 (local memory or STL/LDL in its SASS, read by `offline.binary_spills` with the Triton wheel's cuobjdump; where
@@ -54,9 +54,8 @@ from acceptmoe.methods.fixed import log2_fixed, rank_guard, rho_fixed
 
 from .triton_router import (
     IDX_BITS,
-    ROUTER_MODES,
-    SIGMOID_RAW,
-    SIGMOID_RENORM,
+    NO,
+    ROUTING_CODES,
     Demand,
     _chunk,
     _gates,
@@ -64,7 +63,7 @@ from .triton_router import (
     _route_chunk,
     _topk,
     known_router,
-    router_mode,
+    router_meta,
 )
 from .verifier import Verifier, VerifierInputError, VerifierOutput
 
@@ -74,12 +73,12 @@ class Prune(IntEnum):
     NONRESIDENT = 1  # residency-aware pruning of non-resident, non-anchor experts
 
 
-# The registry's scores and sizings as the kernel's constexpr codes, and its router modes
-# (`triton_router.ROUTER_MODES`): every member of `Score`, of the verification sizings and of `RouterKind` has
-# one (checked below when the module loads, like every backend).
+# The registry's scores and sizings as the kernel's constexpr codes, and its routing axes' values
+# (`triton_router.ROUTING_CODES`): every member of `Score`, of the verification sizings and every value of every
+# routing axis has one (checked below when the module loads, like every backend).
 SCORE_CODES = {Score.GATE_MASS: 0, Score.VOTES: 1, Score.ROUTER_MASS: 2, Score.COMMITMENT: 3, Score.SHARED_COMMITMENT: 4}
 SIZING_CODES = {Sizing.ALL: 0, Sizing.FIXED: 1, Sizing.SELF: 2}
-register_backend("triton", SCORE_CODES, SIZING_CODES, ROUTER_MODES)
+register_backend("triton", SCORE_CODES, SIZING_CODES, ROUTING_CODES)
 
 # The codes by name inside the kernel (Triton reads only constexpr globals).
 GATE_MASS, VOTES, ROUTER_MASS, COMMITMENT, SHARED_COMMITMENT = (tl.constexpr(SCORE_CODES[s]) for s in (
@@ -182,14 +181,15 @@ def _verifier_kernel(
     T, E, budget, min_set, rho_q, guard, scale, unit, route_scale,
     s_lb, s_lt, s_le, s_ab, s_at, s_rb, s_re,
     K: tl.constexpr, TC: tl.constexpr, BLOCK_E: tl.constexpr, BLOCK_K: tl.constexpr,
-    SCORE: tl.constexpr, SIZING: tl.constexpr, ANCHOR: tl.constexpr, ROUTER: tl.constexpr,
-    GROUPS: tl.constexpr, GROUP_TOP: tl.constexpr, BLOCK_G: tl.constexpr,
+    SCORE: tl.constexpr, SIZING: tl.constexpr, ANCHOR: tl.constexpr,
+    SCORING: tl.constexpr, ORDER: tl.constexpr, BIAS: tl.constexpr, GROUPED: tl.constexpr, RENORM: tl.constexpr,
+    RAW: tl.constexpr, SCALED: tl.constexpr, GROUPS: tl.constexpr, GROUP_TOP: tl.constexpr, BLOCK_G: tl.constexpr,
     DEMAND: tl.constexpr, PRUNE: tl.constexpr, ROUTE: tl.constexpr,
 ):
-    known_router(ROUTER)
+    known_router(SCORING, ORDER, BIAS, GROUPED, RENORM, RAW, SCALED)
     known_codes(SCORE, SIZING, PRUNE)
     LOGIT: tl.constexpr = logits_ptr.dtype.element_ty
-    KEY64: tl.constexpr = (LOGIT == tl.float32) or (ROUTER == SIGMOID_RENORM) or (ROUTER == SIGMOID_RAW)  # noqa: SIM109 (Triton: no `in` on tuples)
+    KEY64: tl.constexpr = (LOGIT == tl.float32) or (RAW == NO)                           # fp32 choice values
     NATURAL: tl.constexpr = ROUTE and (SIZING == ALL) and (PRUNE != NONRESIDENT)   # S = all: route in pass 1
     b = tl.program_id(0).to(tl.int64)
     offs_c = tl.arange(0, TC)
@@ -206,13 +206,13 @@ def _verifier_kernel(
         rows = t0 + offs_c
         valid = (rows < T) & (rows < n_valid)
         keys, z, row_max, row_sum = _chunk(logits_ptr, bias_ptr, b, rows, e_in, offs_e, T, E, s_lb, s_lt, s_le,
-                                           KEY64, TC, ROUTER, GROUPS, GROUP_TOP, BLOCK_G)
+                                           KEY64, TC, SCORING, ORDER, BIAS, GROUPED, RAW, GROUPS, GROUP_TOP, BLOCK_G)
         if NATURAL:                  # the natural top-k is the routing
             _route_chunk(keys, z, row_max, row_sum, ids_ptr, weights_ptr, b, rows, offs_e, offs_k, T, route_scale,
-                         K, ROUTER, LOGIT, KEY64)
+                         K, SCORING, ORDER, RENORM, RAW, SCALED, LOGIT, KEY64)
         kth, _ = _topk(keys, offs_k, K, False)
         member = keys >= kth[:, None]                                                    # natural K_t
-        r_gate, r_demand, probs = _gates(z, member, row_max, row_sum, ROUTER, DEMAND)
+        r_gate, r_demand, probs = _gates(z, member, row_max, row_sum, SCORING, ORDER, RENORM, DEMAND)
         if SCORE == GATE_MASS:
             primary += _fixed(r_demand, valid, scale)
         elif SCORE == VOTES:
@@ -232,9 +232,10 @@ def _verifier_kernel(
         for r0 in range(0, n_blocks, TC):
             roots = r0 + offs_c
             keys, z, row_max, row_sum = _chunk(logits_ptr, bias_ptr, 0, roots, e_in, offs_e, n_blocks, E, s_lb,
-                                               s_lb, s_le, KEY64, TC, ROUTER, GROUPS, GROUP_TOP, BLOCK_G)
+                                               s_lb, s_le, KEY64, TC, SCORING, ORDER, BIAS, GROUPED, RAW, GROUPS,
+                                               GROUP_TOP, BLOCK_G)
             kth, _ = _topk(keys, offs_k, K, False)
-            _, r_demand, _ = _gates(z, keys >= kth[:, None], row_max, row_sum, ROUTER, DEMAND)
+            _, r_demand, _ = _gates(z, keys >= kth[:, None], row_max, row_sum, SCORING, ORDER, RENORM, DEMAND)
             other = (roots < n_blocks) & (roots != b)
             alpha = tl.load(alpha_ptr + roots.to(tl.int64) * s_ab, mask=other, other=0.0)   # 0 on padding rows
             primary += _fixed(alpha[:, None] * r_demand, other, scale)
@@ -272,11 +273,12 @@ def _verifier_kernel(
         outside = _lowest(KEY64)
         for t0 in range(0, T, TC):
             rows = t0 + offs_c
-            keys, z, row_max, row_sum = _chunk(logits_ptr, bias_ptr, b, rows, e_in, offs_e, T, E, s_lb, s_lt, s_le,
-                                               KEY64, TC, ROUTER, GROUPS, GROUP_TOP, BLOCK_G)
+            keys, z, row_max, row_sum = _chunk(logits_ptr, bias_ptr, b, rows, e_in, offs_e, T, E, s_lb, s_lt,
+                                               s_le, KEY64, TC, SCORING, ORDER, BIAS, GROUPED, RAW, GROUPS, GROUP_TOP,
+                                               BLOCK_G)
             keys = tl.where(eligible[None, :], keys, outside)
             _route_chunk(keys, z, row_max, row_sum, ids_ptr, weights_ptr, b, rows, offs_e, offs_k, T, route_scale,
-                         K, ROUTER, LOGIT, KEY64)
+                         K, SCORING, ORDER, RENORM, RAW, SCALED, LOGIT, KEY64)
 
 
 # ----------------------------------------------------------------------------------------------- wrapper
@@ -351,8 +353,7 @@ class TritonVerifier(Verifier):
                           guard=rank_guard(cfg.rank_tolerance), scale=float(2 ** cfg.score_bits),
                           unit=2.0 ** -cfg.score_bits, route_scale=float(router.scale))
         self.meta = dict(K=router.top_k, SCORE=SCORE_CODES[spec.score], SIZING=SIZING_CODES[spec.sizing],
-                         ANCHOR=spec.anchor, ROUTER=int(router_mode(router)), GROUPS=router.groups,
-                         GROUP_TOP=router.group_top, BLOCK_G=triton.next_power_of_2(router.groups),
+                         ANCHOR=spec.anchor, **router_meta(router),
                          DEMAND=int(Demand.SOFTMAX if cfg.demand_score == "softmax" else Demand.GATE))
 
     def _check(self, logits: Tensor, resident: Tensor | None) -> None:

@@ -5,7 +5,8 @@ Backends subclass it (`torch_verifier.TorchVerifier`, `cpu_verifier.CpuVerifier`
     >>> import torch
     >>> from acceptmoe.kernels import make_verifier
     >>> from acceptmoe.methods import BlockInfo, Fit, Router, Variant
-    >>> plan = Variant("acceptmoe").bind(Fit(Router("softmax_topk", 2), 16, max_depth=2), commitment=(1.0, 0.8, 0.5))
+    >>> fit = Fit(Router.preset("softmax_topk", 2), 16, max_depth=2)
+    >>> plan = Variant("acceptmoe").bind(fit, commitment=(1.0, 0.8, 0.5))
     >>> verifier = make_verifier("auto", plan, "cpu")      # cpu (else torch) on a CPU, the Triton kernel on CUDA
     >>> verifier.prepare([BlockInfo.from_parents([-1, 0, 1]), BlockInfo.from_parents([-1, 0])])  # per step
     >>> out = verifier(torch.randn(2, 3, 16))             # per MoE layer: logits [B, T, E] (a resident mask prunes)
@@ -212,7 +213,7 @@ class Verifier:
                  bias: Tensor | None = None) -> VerifierOutput:
         """logits [B, T, E] of one MoE layer (B <= the prepared rows); resident bool [E] or [B, E] (the pool
         before the pass) turns on residency pruning; route=False returns the sets only (ids, weights None);
-        bias fp32 [E] the layer's selection bias (a biased router kind, `Router.biased`; None: zero)."""
+        bias fp32 [E] the layer's selection bias (a biased router, `Router.biased`; None: zero)."""
         self._check(logits, resident)
         self._check_bias(bias)
         return self._run(logits, resident, route, bias)
@@ -225,7 +226,7 @@ class Verifier:
             return
         router, E = self.plan.router, self.plan.num_experts
         if not router.biased:
-            raise VerifierInputError(f"a selection bias was given, but the {router.kind.value} router has none: "
+            raise VerifierInputError(f"a selection bias was given, but the {router.name} router has none: "
                                      f"drop bias=")
         if tuple(bias.shape) != (E,) or bias.dtype != torch.float32 or bias.device != self.device:
             raise VerifierInputError(f"bias must be fp32 [{E}] on {self.device}, got {bias.dtype} "

@@ -4,7 +4,7 @@ the one ranking rule, routing, commitment probabilities and the readable per-blo
     >>> import torch
     >>> from acceptmoe.methods import BlockInfo, Fit, Router, Variant, route, select
     >>> block = BlockInfo.from_parents([-1, 0, 0, 1, 2])             # draft tree; index 0 is the root
-    >>> router = Router("softmax_topk", top_k=2)                      # Qwen3-MoE; GPT-OSS: "topk_softmax"
+    >>> router = Router.preset("softmax_topk", top_k=2)               # Qwen3-MoE; GPT-OSS: "topk_softmax"
     >>> plan = Variant("acceptmoe").bind(Fit(router, num_experts=16, max_depth=2), commitment=(1.0, 0.8, 0.5))
     >>> logits = torch.randn(5, 16, generator=torch.Generator().manual_seed(0))   # one layer's router logits
     >>> sel = select(plan, logits, block)                             # eligible set, utility, anchor [E]
@@ -29,8 +29,9 @@ from .registry import (
     REFERENCE,
     BackendCoverageError,
     MethodSpec,
-    RouterKind,
+    Order,
     Score,
+    Scoring,
     Sizing,
     UnknownMethodError,
     UnknownRouterError,
@@ -41,14 +42,15 @@ from .registry import (
     register_method,
     unregister_method,
 )
-from .routing import ROUTER_KINDS, Router, route_in
+from .routing import ROUTER_NAMES, ROUTER_PRESETS, Router, route_in
 from .topk import first_k_in, order_desc, rank_desc, topk, topk_ids
 from .tree import BlockInfo, TreeError
 from .variant import Fit, Plan, Variant
 
 __all__ = [
     "B0_METHOD", "BASELINE", "CALIBRATION", "DEFAULT_METHOD", "PAPER_METHODS", "REFERENCE", "BackendCoverageError", "BlockInfo", "CommitmentTable",
-    "ConfigError", "Fit", "METHODS", "MethodSpec", "Plan", "ROUTER_KINDS", "Router", "RouterKind", "Score",
+    "ConfigError", "Fit", "METHODS", "MethodSpec", "Order", "Plan", "ROUTER_NAMES", "ROUTER_PRESETS", "Router", "Score",
+    "Scoring",
     "SelectorConfig", "Selection", "Sizing", "TreeError", "UnknownMethodError", "UnknownRouterError", "Variant",
     "alone_twin", "best_first", "commitment_weight", "effective_rank", "first_k_in", "fixed_twin", "get_method", "order_desc",
     "prune", "rank_desc", "register_backend", "register_method", "route", "route_in", "select", "select_pass", "topk",

@@ -2,7 +2,7 @@
 
     >>> import torch
     >>> from acceptmoe.methods import BlockInfo, Fit, Router, Variant, prune, route, select
-    >>> router, block = Router("softmax_topk", top_k=2), BlockInfo.from_parents([-1, 0, 0, 1])
+    >>> router, block = Router.preset("softmax_topk", top_k=2), BlockInfo.from_parents([-1, 0, 0, 1])
     >>> plan = Variant("acceptmoe").bind(Fit(router, 8, max_depth=2, store="offloaded"), commitment=(1.0, 0.8, 0.5))
     >>> logits = torch.randn(4, 8, generator=torch.Generator().manual_seed(0))           # [T, E]
     >>> sel = select(plan, logits, block)                       # Selection(eligible, utility, anchor), [E] each
@@ -15,8 +15,10 @@ It exists to be read and to check the batched backends (`acceptmoe.kernels`), wh
 exactly on sets and ids. It is written in plain Python over exact integers and shares no code with them
 beyond the documented primitives: the router's float arithmetic (`Router.scores`, `gates`, `weights`,
 `probs`: softmax or sigmoid, gather, renormalisation in fp32, as the model computes them) and the fixed-point
-helpers (`fixed`). It serves every `Score`, `Sizing` and `RouterKind` member (checked when this module
-loads, like every backend); the router's choice order (groups included) is its own (`choice_order`).
+helpers (`fixed`). It serves every `Score` and `Sizing` member and every routing axis value (checked when this
+module loads, like every backend): the router's choice order over its choice values (`Router.scores`), groups
+included, is its own (`choice_order`, `GROUPING`); the scoring, order, bias and renormalisation axes are the
+shared float arithmetic's (`routing`'s tables).
 """
 from __future__ import annotations
 
@@ -28,8 +30,8 @@ import torch
 from torch import Tensor
 
 from .fixed import LOG2_BITS, log2_fixed_int, rank_guard, rho_fixed, truncate
-from .registry import RouterKind, Score, Sizing, register_backend
-from .routing import Router
+from .registry import Score, Sizing, register_backend
+from .routing import BIAS, ORDERS, RENORMALISE, SCORING, Router
 from .tree import BlockInfo
 from .variant import Plan
 
@@ -57,32 +59,29 @@ def commitment_weight(p_hat: float, level_size: int, cfg) -> float:
     return float(np.float32(p_hat ** cfg.beta * level_size ** cfg.level_exponent))
 
 
-def choice_order(router: Router, logits: list[float], scores: list[float]) -> list[int]:
-    """One token's experts in its router's choice order, best first, from its fp32 logits and the scores the
-    choice ranks (`Router.scores`: the logits, or the biased sigmoids): docs/method.md, "Router kinds"."""
-    return ORDERS[router.kind](router, logits, scores)
+def choice_order(router: Router, scores: list[float]) -> list[int]:
+    """One token's experts in its router's choice order, best first, from the fp32 values the choice ranks
+    (`Router.scores`: the logits, or the scores, plus the selection bias): docs/method.md, "Router kinds"."""
+    return GROUPING[router.grouped](router, scores)
 
 
-def _grouped(router: Router, logits: list[float], scores: list[float]) -> list[int]:
+def _grouped(router: Router, scores: list[float]) -> list[int]:
     """The experts of the `group_top` groups with the largest sum of their two best scores (an fp32 sum; ties:
     the lower group) first, each part by score; ties: the lower index."""
     size = len(scores) // router.groups
-    chosen = set(range(router.groups))
-    if router.group_top < router.groups:
-        tops = [sorted(scores[g * size:(g + 1) * size], reverse=True)[:2] for g in range(router.groups)]
-        chosen = set(best_first([float(np.float32(a) + np.float32(b)) for a, b in tops])[:router.group_top])
+    tops = [sorted(scores[g * size:(g + 1) * size], reverse=True)[:2] for g in range(router.groups)]
+    chosen = set(best_first([float(np.float32(a) + np.float32(b)) for a, b in tops])[:router.group_top])
     return best_first([float(e // size in chosen) for e in range(len(scores))], scores)
 
 
-ORDERS = {RouterKind.SOFTMAX_TOPK: lambda router, logits, scores: best_first(logits),
-          RouterKind.TOPK_SOFTMAX: lambda router, logits, scores: best_first(logits),
-          RouterKind.SIGMOID_GROUPED: _grouped}
+# group-limited choice or not -> the choice order (`registry.ROUTING_AXES["grouped"]`)
+GROUPING = {False: lambda router, scores: best_first(scores), True: _grouped}
 
 
 def select(plan: Plan, logits: Tensor, block: BlockInfo, bias: Tensor | None = None,
            others: Tensor | None = None) -> Selection:
     """The eligible set of `plan`'s method for one block and one layer. logits [T, E]; bias [E] the layer's
-    selection bias (a biased router kind; None: zero); others [B', E] the root logits of the pass's other
+    selection bias (a biased router; None: zero); others [B', E] the root logits of the pass's other
     blocks (read by a score that credits the batch, `Score.credits_batch`; None: the block verifies alone)."""
     spec, cfg = plan.spec, plan.selector
     if not spec.speculates:
@@ -120,8 +119,7 @@ def _natural(plan: Plan, z: Tensor, bias: Tensor | None) -> tuple[list[list[int]
     """Natural routing of fp32 logits [T, E]: K_t best first, the model's own gates r[t, K_t], the router's
     probabilities [T, E] and the demand score's weights on K_t."""
     router = plan.router
-    natural = [choice_order(router, row, s)[:router.top_k]                        # K_t, best first
-               for row, s in zip(z.tolist(), router.scores(z, bias).tolist(), strict=True)]
+    natural = [choice_order(router, s)[:router.top_k] for s in router.scores(z, bias).tolist()]   # K_t, best first
     ids = torch.tensor(natural, dtype=torch.long)                                 # [T, k]
     gate = router.gates(z, ids).tolist()                                          # the model's own r[t, K_t]
     probs = router.probs(z)                                                       # [T, E]
@@ -233,14 +231,14 @@ def route(logits: Tensor, eligible: Tensor | None, router: Router,
           bias: Tensor | None = None) -> tuple[Tensor, Tensor]:
     """Constrained top-k routing (Eq. 2) of one block: logits [T, E], eligible bool [E] (one set for the
     block), [T, E] (one per token) or None (every expert); bias [E] the layer's selection bias (a biased
-    router kind; None: zero) -> ids [T, k] long, weights [T, k] fp32."""
+    router; None: zero) -> ids [T, k] long, weights [T, k] fp32."""
     z = logits.float()
     T, E = z.shape
     allowed = torch.ones(T, E, dtype=torch.bool) if eligible is None else eligible.cpu().expand(T, E)
     k = router.top_k
     ids = []
-    for row, s, ok in zip(z.tolist(), router.scores(z, bias).tolist(), allowed.tolist(), strict=True):
-        members = [e for e in choice_order(router, row, s) if ok[e]]
+    for s, ok in zip(router.scores(z, bias).tolist(), allowed.tolist(), strict=True):
+        members = [e for e in choice_order(router, s) if ok[e]]
         if len(members) < k:
             raise ValueError(f"eligible set has {len(members)} experts, fewer than top_k={k}")
         ids.append(members[:k])
@@ -260,4 +258,5 @@ def _mask(members: set[int], E: int) -> Tensor:
     return out
 
 
-register_backend("reference", SCORES, SIZES, ORDERS)
+register_backend("reference", SCORES, SIZES, dict(scoring=SCORING, order=ORDERS, biased=BIAS, grouped=GROUPING,
+                                                  renormalize=RENORMALISE))

@@ -21,13 +21,15 @@ for the registered methods, at `register_method` for a method added later (both 
 name; the roles below (`BASELINE`, `B0_METHOD`, ...) are the only names code outside this room refers to
 (tests/architecture/test_method_names.py).
 
-The third enum, `RouterKind`, is the target's routing function (`routing.Router`): any model may come with
-any kind, so a backend maps every member, checked by `register_backend` at its import like the others.
+The target's routing function is one record of axes (`routing.Router`: `Scoring`, `Order`, a selection bias,
+group-limited choice, renormalisation, a scale; docs/method.md, "Router kinds"): any model may come with any
+value of any axis, so a backend maps every value of every axis in `ROUTING_AXES`, checked by `register_backend`
+at its import like the scores and sizings, and a router is data (a new combination of values), never code.
 """
 from __future__ import annotations
 
 import enum
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 
 from acceptmoe.registry import Registry, UnknownName
@@ -67,25 +69,31 @@ class Sizing(enum.Enum):
 
 
 class UnknownRouterError(UnknownName, ValueError):
-    """A router kind name that `RouterKind` does not have; the message names the closest and the valid ones."""
+    """A router preset name that `routing.ROUTER_PRESETS` does not have; the message names the closest and the
+    valid ones."""
 
 
-class RouterKind(enum.Enum):
-    """How a target's router turns one token's logits into its k experts and their weights (docs/method.md,
-    "Router kinds"; the arithmetic is `routing.Router`)."""
-    SOFTMAX_TOPK = "softmax_topk"         # softmax over E, top-k, renormalise over the k if asked (Qwen3-MoE, ...)
-    TOPK_SOFTMAX = "topk_softmax"         # top-k of the logits, softmax over the k (GPT-OSS)
-    SIGMOID_GROUPED = "sigmoid_grouped"   # sigmoid, + a selection bias, group-limited top-k, scaled (DeepSeek-V3)
-
-    @classmethod
-    def parse(cls, name: str | RouterKind) -> RouterKind:
-        """The kind called `name` (its value, e.g. "softmax_topk"); an unknown name is refused by name."""
-        return name if isinstance(name, RouterKind) else ROUTER_KIND_NAMES[name]
+class Scoring(enum.Enum):
+    """How a router scores its experts (docs/method.md, "Router kinds")."""
+    SOFTMAX = "softmax"      # softmax over the scored experts
+    SIGMOID = "sigmoid"      # a sigmoid per expert
 
 
-ROUTER_KIND_NAMES: Registry[RouterKind] = Registry("router kind", error=UnknownRouterError)
-for _kind in RouterKind:
-    ROUTER_KIND_NAMES.add(_kind.value, _kind)
+class Order(enum.Enum):
+    """Whether the score comes before the top-k (it ranks the scores) or after it (it ranks the logits)."""
+    SCORE_THEN_TOPK = "score_then_topk"   # score every expert, top-k by score (Qwen3-MoE, DeepSeek-V3)
+    TOPK_THEN_SCORE = "topk_then_score"   # top-k of the logits, score the chosen k (GPT-OSS, Llama 4)
+
+
+# The router's axes (`routing.Router`) and every value each takes: a backend maps each value of each axis once
+# (a table keyed by them) and declares the tables' keys to `register_backend`, checked at its import.
+ROUTING_AXES: dict[str, tuple] = {
+    "scoring": tuple(Scoring),
+    "order": tuple(Order),
+    "biased": (False, True),        # a per-layer selection bias added to what the choice ranks
+    "grouped": (False, True),       # group-limited choice: the token's `group_top` of `groups` groups first
+    "renormalize": (False, True),   # the chosen experts' scores divided by their sum
+}
 
 
 @dataclass(frozen=True)
@@ -147,13 +155,18 @@ class BackendCoverageError(RuntimeError):
     """A registered method that a loaded backend cannot serve (a programming error, raised at import)."""
 
 
+def axis_value(value) -> str:
+    """An axis value as messages name it (`SIGMOID`, `True`)."""
+    return value.name if isinstance(value, enum.Enum) else str(value)
+
+
 @dataclass(frozen=True)
 class Coverage:
-    """What one backend implements: the scores and sizings it maps (every combination of them), and the
-    router kinds."""
+    """What one backend implements: the scores and sizings it maps (every combination of them), and the values
+    of each routing axis (every combination of them: `ROUTING_AXES`)."""
     scores: frozenset[Score]
     sizings: frozenset[Sizing]
-    routers: frozenset[RouterKind] = frozenset(RouterKind)
+    routing: tuple[tuple[str, frozenset], ...] = ()     # (axis, the values it maps), per axis
 
     def missing(self, spec: MethodSpec) -> list[str]:
         """What this backend lacks for `spec` (nothing for a method without a verification pass)."""
@@ -162,6 +175,13 @@ class Coverage:
         assert spec.score is not None                 # a verification pass has a score (MethodSpec.__post_init__)
         out = [] if spec.score in self.scores else [f"score {spec.score.name}"]
         return out + ([] if spec.sizing in self.sizings else [f"sizing {spec.sizing.name}"])
+
+    def unmapped(self, values: dict[str, object] | None = None) -> list[str]:
+        """The routing axis values this backend lacks, as `axis=VALUE`: of every axis (`ROUTING_AXES`), or of
+        one router's (`values`: axis -> its value, `routing.Router.axes`)."""
+        mapped = dict(self.routing)
+        wanted = ROUTING_AXES.items() if values is None else ((a, (v,)) for a, v in values.items())
+        return [f"{axis}={axis_value(v)}" for axis, vs in wanted for v in vs if v not in mapped.get(axis, ())]
 
 
 def _served_everywhere(name: str, spec: MethodSpec) -> None:
@@ -172,10 +192,11 @@ def _served_everywhere(name: str, spec: MethodSpec) -> None:
 
 
 def _serves_every_method(name: str, coverage: Coverage) -> None:
-    missing = [k.name for k in RouterKind if k not in coverage.routers]
+    missing = coverage.unmapped()
     if missing:
-        raise BackendCoverageError(f"backend {name!r} maps no router kind {' and no '.join(missing)}; implement it "
-                                   f"there (every backend maps every RouterKind member)")
+        raise BackendCoverageError(f"backend {name!r} maps no router axis value {' and no '.join(missing)}; "
+                                   f"implement it there (every backend maps every value of every routing axis, "
+                                   f"ROUTING_AXES)")
     for spec in METHODS.values():
         _refuse_unserved(name, coverage, spec)
 
@@ -192,14 +213,15 @@ def get_method(name: str) -> MethodSpec:
 
 
 def register_backend(name: str, scores: Collection[Score], sizings: Collection[Sizing],
-                     routers: Collection[RouterKind]) -> None:
+                     routing: Mapping[str, Collection]) -> None:
     """Declare what backend `name` maps; every registered method it cannot serve raises, naming it, and so
-    does every router kind it lacks.
+    does every routing axis value it lacks (`routing`: axis -> the values its table for that axis maps).
 
     Called once at the backend module's import, with the keys of the backend's own implementation tables,
-    so a `Score`, `Sizing` or `RouterKind` member added without an implementation fails the import, never a
+    so a `Score`, `Sizing` or routing axis value added without an implementation fails the import, never a
     run."""
-    BACKENDS.add(name, Coverage(frozenset(scores), frozenset(sizings), frozenset(routers)))
+    axes = tuple((axis, frozenset(routing.get(axis, ()))) for axis in ROUTING_AXES)
+    BACKENDS.add(name, Coverage(frozenset(scores), frozenset(sizings), axes))
 
 
 def register_method(spec: MethodSpec) -> MethodSpec:

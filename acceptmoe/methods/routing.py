@@ -1,69 +1,109 @@
-"""Routers: the model's routing function, natural and inside an eligible set (the paper's Eq. 2), in tensor code.
+"""Routers: the model's routing function, one frozen record of axes, natural and inside an eligible set (the
+paper's Eq. 2), in tensor code.
 
-Three routing functions (`RouterKind`, docs/method.md "Router kinds"):
-- `SOFTMAX_TOPK` (Qwen3-MoE, Mixtral, OLMoE, Qwen2-MoE): softmax over all E experts, top-k, renormalise over
-  the k if `renormalize` (Qwen3's `norm_topk_prob`).
-- `TOPK_SOFTMAX` (GPT-OSS): top-k of the raw logits, softmax over those k (always normalised).
-- `SIGMOID_GROUPED` (DeepSeek-V3): scores sigmoid(z); the choice ranks sigmoid(z) + a per-layer selection bias
-  (`e_score_correction_bias`), inside the `group_top` of `groups` expert groups whose two best biased
-  scores sum highest; the weights are the unbiased sigmoids of the chosen k, normalised over them (with
-  transformers' 1e-20) if `renormalize`, times `scale` (`routed_scaling_factor`).
+A `Router` is a value of the axes (docs/method.md, "Router kinds"; the axes and their values are
+`registry.ROUTING_AXES`): `scoring` (softmax or sigmoid), `order` (score every expert then take the top-k, or
+take the top-k logits then score them), `biased` (a per-layer selection bias [E] added to what the choice
+ranks, `e_score_correction_bias`), `groups` / `group_top` (group-limited choice: the token's `group_top`
+groups whose two best choice values sum highest rank first), `renormalize` (the chosen scores divided by their
+sum, the sigmoid's with transformers' + 1e-20) and `scale` (`routed_scaling_factor` on the weights), with its
+`top_k`. The routers of today's models are named values (`ROUTER_PRESETS`, `Router.preset`): `softmax_topk`
+(Qwen3-MoE, Mixtral, OLMoE, Qwen2-MoE), `topk_softmax` (GPT-OSS), `sigmoid_grouped` (DeepSeek-V3, dots.llm1),
+`topk_sigmoid` (Llama 4); another router is another value, not new code.
 
-A router's choice is one order over the experts (`Router.order`): the logits descending for the softmax
-kinds (exp is monotone), and for the grouped kind the experts of the token's chosen groups first, each part
-by biased score descending; ties always to the lower index (`topk`). The natural top-k is its first k, and
-constrained routing is its first k inside S (`first_k_in`): the groups are the token's own, chosen on
-unmasked scores, so a set S of at least k experts always routes k, and S = every expert is natural routing.
+A router's choice is one order over the experts (`Router.ranking`) of its choice values (`Router.scores`): the
+scores plus the bias after scoring (score then top-k), the logits plus the bias before it (top-k then score);
+a softmax without a bias or groups ranks the logits themselves (our choice: the same order, as a softmax is
+monotone within a token, without the rounding that ties distinct logits' probabilities), a sigmoid its
+sigmoids as the models do (they saturate to 1.0 above 16.6). Group-limited, the token's groups rank first. Ties always go
+to the lower index (`topk`). The natural top-k is its first k, and constrained routing is its first k inside
+S (`first_k_in`): a set S of at least k experts always routes k, and S = every expert is natural routing.
 
-For a router that renormalises over the chosen k, the weights equal the unmasked probabilities of the chosen
-experts renormalised (masking before or after the softmax gives the same weights). For a non-renormalising
-`SOFTMAX_TOPK` router, our choice keeps the original unmasked softmax probabilities. All math is fp32.
-
-`Router.gates` (the chosen experts' share, in [0, 1]: what the selection scores sum), `Router.weights` (the
-gates times `scale`: what the experts' outputs are multiplied by), `Router.probs` (the router's
-probabilities over every expert) and `Router.scores` (what the choice ranks) are the model's float
-arithmetic, primitives shared by every implementation that must produce the model's exact values;
-`route_in` is the batched routing the engine and the torch verifier run (no host synchronisation). The
-readable reference `acceptmoe.methods.route` chooses the experts on its own and then calls `weights`.
+The gates (`Router.gates`, in [0, 1]: what the selection scores sum) are the chosen experts' scores (scored
+over every expert, or over the chosen k), renormalised if asked (the masked logits' scores: masking before or
+after the score gives the same weights), else the unmasked scores (our choice for a non-renormalising softmax).
+`Router.weights` are the gates times `scale`; `Router.probs` the router's probabilities over every expert. All
+of it is the model's float arithmetic in fp32, primitives shared by every implementation that must produce the
+model's exact values, each axis value once in the tables below (`SCORING`, `ORDERS`, `BIAS`, `GROUPING`,
+`RENORMALISE`); `route_in` is the batched routing the engine and the torch verifier run (no host
+synchronisation). The readable reference `acceptmoe.methods.route` chooses the experts on its own and then calls
+`weights`.
 """
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
 from torch import Tensor
 
-from .registry import ROUTER_KIND_NAMES, RouterKind
+from acceptmoe.registry import Registry
+
+from .registry import Order, Scoring, UnknownRouterError
 from .topk import first_k_in, order_desc, rank_desc, topk_ids
 
-ROUTER_KINDS = ROUTER_KIND_NAMES.names()
-NORM_EPS = 1e-20                 # the grouped kind's renormalisation: w / (sum w + 1e-20), as transformers
+NORM_EPS = 1e-20                 # the sigmoid's renormalisation: w / (sum w + 1e-20), as transformers
 
 
 @dataclass(frozen=True)
 class Router:
-    kind: RouterKind             # a member, or its name (parsed by `RouterKind.parse`)
-    top_k: int
-    renormalize: bool = True
-    groups: int = 1              # SIGMOID_GROUPED: expert groups (n_group), consecutive ids of E / groups each
-    group_top: int = 1           # SIGMOID_GROUPED: groups a token's experts come from (topk_group)
-    scale: float = 1.0           # SIGMOID_GROUPED: routed_scaling_factor on the weights
+    """A target's routing function: one value of every routing axis, and its top-k (docs/method.md)."""
+    scoring: Scoring             # a member, or its value ("softmax", "sigmoid")
+    order: Order                 # a member, or its value ("score_then_topk", "topk_then_score")
+    top_k: int = 1
+    renormalize: bool = True     # divide the chosen experts' scores by their sum (norm_topk_prob)
+    biased: bool = False         # the choice adds a per-layer selection bias [E] (the calls' `bias=`)
+    groups: int = 1              # expert groups (n_group), consecutive ids of E / groups each
+    group_top: int = 1           # groups a token's experts come from (topk_group); all groups: no limit
+    scale: float = 1.0           # routed_scaling_factor on the weights
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "kind", RouterKind.parse(self.kind))
+        object.__setattr__(self, "scoring", _member(Scoring, self.scoring))
+        object.__setattr__(self, "order", _member(Order, self.order))
         if self.top_k < 1:
             raise ValueError(f"router top_k must be >= 1, got {self.top_k}")
-        if self.kind is RouterKind.TOPK_SOFTMAX and not self.renormalize:
-            raise ValueError("topk_softmax always normalises over the chosen k: set renormalize=True")
-        if self.kind is not RouterKind.SIGMOID_GROUPED and (self.groups, self.group_top, self.scale) != (1, 1, 1.0):
-            raise ValueError(f"groups, group_top and scale belong to the sigmoid_grouped router, not {self.kind.value}")
-        if not 1 <= self.group_top <= self.groups:
+        if self.normalised and not self.renormalize:
+            raise ValueError("a softmax after the top-k always normalises over the chosen k: set renormalize=True")
+        if self.groups < 1 or not 1 <= self.group_top <= self.groups:
             raise ValueError(f"router group_top must be in [1, groups={self.groups}], got {self.group_top}")
 
+    @classmethod
+    def preset(cls, name: str, top_k: int, **fields) -> Router:
+        """The preset called `name` (`ROUTER_PRESETS`; an unknown name is refused with the closest) with the
+        model's `top_k` and any other fields (`renormalize`, `groups`, `group_top`, `scale`)."""
+        return dataclasses.replace(ROUTER_PRESETS[name], top_k=top_k, **fields)
+
     @property
-    def biased(self) -> bool:
-        """Whether the choice adds a per-layer selection bias [E] to the scores (`bias=` of the calls)."""
-        return self.kind is RouterKind.SIGMOID_GROUPED
+    def grouped(self) -> bool:
+        """Whether the choice is group-limited (a token's experts come from `group_top` < `groups` groups)."""
+        return self.group_top < self.groups
+
+    @property
+    def ranks_logits(self) -> bool:
+        """Whether the choice ranks the logits themselves (no bias, no groups; top-k then score, or a score that
+        ranks as its logits, `Scorer.ranks_logits`): a top-k of masked logits is then Eq. 2."""
+        return not self.biased and not self.grouped and (self.order is Order.TOPK_THEN_SCORE
+                                                         or SCORING[self.scoring].ranks_logits)
+
+    @property
+    def normalised(self) -> bool:
+        """Whether the score alone normalises the chosen k (a softmax after the top-k): renormalising adds
+        nothing, and is not done again."""
+        return self.scoring is Scoring.SOFTMAX and self.order is Order.TOPK_THEN_SCORE
+
+    @property
+    def axes(self) -> dict[str, object]:
+        """This router's value of every routing axis (`registry.ROUTING_AXES`)."""
+        return {"scoring": self.scoring, "order": self.order, "biased": self.biased, "grouped": self.grouped,
+                "renormalize": self.renormalize}
+
+    @property
+    def name(self) -> str:
+        """The first preset with this scoring, order and bias, else those axes spelled out."""
+        key = (self.scoring, self.order, self.biased)
+        return next((n for n, r in ROUTER_PRESETS.items() if (r.scoring, r.order, r.biased) == key),
+                    f"{self.scoring.value} {self.order.value}{' biased' if self.biased else ''}")
 
     def check_experts(self, num_experts: int) -> str | None:
         """What is wrong with this router over `num_experts` experts, or None (`Fit` raises it)."""
@@ -79,17 +119,20 @@ class Router:
         return None
 
     def scores(self, z: Tensor, bias: Tensor | None = None) -> Tensor:
-        """fp32 [..., T, E]: what the choice ranks (inside the chosen groups): the logits, or sigmoid(z) + bias."""
-        return CHOICE[self.kind](z.float(), bias)
+        """fp32 [..., T, E]: the choice values (inside the chosen groups): the logits, or the scores (score then
+        top-k) or logits (top-k then score), plus the selection bias where the router has one (None: zero)."""
+        z = z.float()
+        values = z if self.ranks_logits else ORDERS[self.order].ranked(SCORING[self.scoring], z)
+        return BIAS[self.biased](values, bias)
 
-    def order(self, z: Tensor, bias: Tensor | None = None) -> Tensor:
+    def ranking(self, z: Tensor, bias: Tensor | None = None) -> Tensor:
         """ids [..., T, E] long: the router's choice order over every expert, best first (see the docstring)."""
-        return ORDERS[self.kind](self, z.float(), bias)
+        return GROUPING[self.grouped](self, self.scores(z, bias))
 
     def in_groups(self, scores: Tensor) -> Tensor:
         """bool [..., T, E]: the experts of each token's `group_top` groups, ranked by the sum of their two
         best `scores` (fp32 [..., T, E]; ties: the lower group)."""
-        if self.group_top == self.groups:                                                   # no limit
+        if not self.grouped:                                                                # no limit
             return torch.ones_like(scores, dtype=torch.bool)
         size = scores.shape[-1] // self.groups
         best2 = scores.unflatten(-1, (self.groups, size)).topk(2, dim=-1).values.sum(-1)    # [..., T, G]
@@ -99,36 +142,52 @@ class Router:
     def natural(self, logits: Tensor, order: Tensor | None = None,
                 bias: Tensor | None = None) -> tuple[Tensor, Tensor]:
         """Unrestricted routing. logits [..., T, E] -> ids [..., T, k] long, weights [..., T, k] fp32.
-        order: `self.order(logits)` [..., T, E] where the caller already has it (see `route_in`)."""
+        order: `self.ranking(logits)` [..., T, E] where the caller already has it (see `route_in`)."""
         return route_in(logits, None, self, order, bias)
 
     def probs(self, z: Tensor) -> Tensor:
         """fp32 [..., T, E]: the router's probability of every expert (MoE-Spec's router mass, the `softmax`
         demand score): softmax(z), or the sigmoids normalised over E."""
-        return PROBS[self.kind](z.float())
+        return SCORING[self.scoring].probs(z.float())
 
     def gates(self, z: Tensor, ids: Tensor, unmasked: Tensor | None = None) -> Tensor:
         """The chosen experts' gates fp32 [..., T, k] in [0, 1] (ids [..., T, k], best first) under fp32 logits
         z [..., T, E] (-inf outside S where routing is constrained); `unmasked`: the logits before masking (a
-        non-renormalising router keeps their probabilities; None: z is unmasked)."""
-        return GATES[self.kind](self, z, ids, z if unmasked is None else unmasked)
+        non-renormalising router keeps their scores; None: z is unmasked)."""
+        source = z if self.renormalize or unmasked is None else unmasked
+        w = ORDERS[self.order].gates(SCORING[self.scoring], source, ids)
+        return w if self.normalised else RENORMALISE[self.renormalize](w, SCORING[self.scoring].eps)
 
     def weights(self, z: Tensor, ids: Tensor, unmasked: Tensor | None = None) -> Tensor:
         """The gating weights fp32 [..., T, k] the experts' outputs are multiplied by: `gates` times `scale`."""
-        w = self.gates(z, ids, unmasked)
-        return w * self.scale if self.kind is RouterKind.SIGMOID_GROUPED else w
+        return self.gates(z, ids, unmasked) * self.scale
 
 
-def _softmax_topk(router: Router, z: Tensor, ids: Tensor, unmasked: Tensor) -> Tensor:
-    if not router.renormalize:
-        return torch.softmax(unmasked, dim=-1).gather(-1, ids)
-    w = torch.softmax(z, dim=-1).gather(-1, ids)                           # [..., T, k]
-    return w / w.sum(-1, keepdim=True)
+def _member(enum_type, value):
+    """An axis member from itself or its value; another value is refused, naming the valid ones."""
+    try:
+        return enum_type(value)
+    except ValueError:
+        raise ValueError(f"router {enum_type.__name__.lower()} {value!r} is not one of "
+                         f"{', '.join(m.value for m in enum_type)}") from None
 
 
-def _sigmoid_grouped(router: Router, z: Tensor, ids: Tensor, unmasked: Tensor) -> Tensor:
-    w = torch.sigmoid(unmasked.gather(-1, ids))                            # [..., T, k] unbiased
-    return w / (w.sum(-1, keepdim=True) + NORM_EPS) if router.renormalize else w
+@dataclass(frozen=True)
+class Scorer:
+    """One score function's float arithmetic over fp32 logits."""
+    every: Callable[[Tensor], Tensor]             # [..., E] -> the score of every expert
+    chosen: Callable[[Tensor, Tensor], Tensor]    # (z [..., E], ids [..., k]) -> the chosen's, scored over E
+    within: Callable[[Tensor], Tensor]            # chosen logits [..., k] -> their scores among themselves
+    probs: Callable[[Tensor], Tensor]             # [..., E] -> the router's probabilities (summing to one)
+    eps: float                                    # added to the sum the chosen scores are renormalised by
+    ranks_logits: bool                            # without bias or groups, score then top-k ranks the logits
+
+
+@dataclass(frozen=True)
+class Ordering:
+    """Where an order puts the score: what its choice ranks, and the chosen experts' scores."""
+    ranked: Callable[[Scorer, Tensor], Tensor]            # (scorer, z) -> the choice values before any bias
+    gates: Callable[[Scorer, Tensor, Tensor], Tensor]     # (scorer, z, ids) -> the chosen experts' scores
 
 
 def _sigmoid_probs(z: Tensor) -> Tensor:
@@ -136,23 +195,43 @@ def _sigmoid_probs(z: Tensor) -> Tensor:
     return s / s.sum(-1, keepdim=True)
 
 
-def _grouped_order(router: Router, z: Tensor, bias: Tensor | None) -> Tensor:
-    s = router.scores(z, bias)                                             # [..., T, E]
-    return order_desc(router.in_groups(s).float(), s)
+# Every routing axis value once (`registry.ROUTING_AXES`): the torch backend's, the engine's and the shared
+# float arithmetic of every backend.
+SCORING = {
+    Scoring.SOFTMAX: Scorer(every=lambda z: torch.softmax(z, -1),
+                            chosen=lambda z, ids: torch.softmax(z, -1).gather(-1, ids),
+                            within=lambda zk: torch.softmax(zk, -1), probs=lambda z: torch.softmax(z, -1), eps=0.0,
+                            ranks_logits=True),
+    Scoring.SIGMOID: Scorer(every=torch.sigmoid, chosen=lambda z, ids: torch.sigmoid(z.gather(-1, ids)),
+                            within=torch.sigmoid, probs=_sigmoid_probs, eps=NORM_EPS, ranks_logits=False),
+}
+ORDERS = {
+    Order.SCORE_THEN_TOPK: Ordering(ranked=lambda scorer, z: scorer.every(z),
+                                    gates=lambda scorer, z, ids: scorer.chosen(z, ids)),
+    Order.TOPK_THEN_SCORE: Ordering(ranked=lambda scorer, z: z,
+                                    gates=lambda scorer, z, ids: scorer.within(z.gather(-1, ids))),
+}
+BIAS: dict[bool, Callable[[Tensor, Tensor | None], Tensor]] = {
+    False: lambda values, bias: values,
+    True: lambda values, bias: values + (0.0 if bias is None else bias.float()),
+}
+GROUPING: dict[bool, Callable[[Router, Tensor], Tensor]] = {
+    False: lambda router, s: order_desc(s),
+    True: lambda router, s: order_desc(router.in_groups(s).float(), s),     # the token's groups first
+}
+RENORMALISE: dict[bool, Callable[[Tensor, float], Tensor]] = {
+    False: lambda w, eps: w,
+    True: lambda w, eps: w / (w.sum(-1, keepdim=True) + eps),
+}
 
-
-# The kinds' arithmetic, one entry per `RouterKind` member (the torch backend's and the engine's routing)
-CHOICE = {RouterKind.SOFTMAX_TOPK: lambda z, bias: z, RouterKind.TOPK_SOFTMAX: lambda z, bias: z,
-          RouterKind.SIGMOID_GROUPED: lambda z, bias: torch.sigmoid(z) + (0.0 if bias is None else bias.float())}
-ORDERS = {RouterKind.SOFTMAX_TOPK: lambda router, z, bias: order_desc(z),
-          RouterKind.TOPK_SOFTMAX: lambda router, z, bias: order_desc(z),
-          RouterKind.SIGMOID_GROUPED: _grouped_order}
-PROBS = {RouterKind.SOFTMAX_TOPK: lambda z: torch.softmax(z, -1),
-         RouterKind.TOPK_SOFTMAX: lambda z: torch.softmax(z, -1),
-         RouterKind.SIGMOID_GROUPED: _sigmoid_probs}
-GATES = {RouterKind.SOFTMAX_TOPK: _softmax_topk,
-         RouterKind.TOPK_SOFTMAX: lambda router, z, ids, unmasked: torch.softmax(z.gather(-1, ids), dim=-1),
-         RouterKind.SIGMOID_GROUPED: _sigmoid_grouped}
+# The routers of today's models, by name: values of the record at top-1 (`Router.preset` sets a model's top-k
+# and fields such as renormalize, groups and scale).
+ROUTER_PRESETS: Registry[Router] = Registry("router preset", error=UnknownRouterError)
+ROUTER_PRESETS.add("softmax_topk", Router(Scoring.SOFTMAX, Order.SCORE_THEN_TOPK))      # Qwen3-MoE, Mixtral, ...
+ROUTER_PRESETS.add("topk_softmax", Router(Scoring.SOFTMAX, Order.TOPK_THEN_SCORE))      # GPT-OSS
+ROUTER_PRESETS.add("sigmoid_grouped", Router(Scoring.SIGMOID, Order.SCORE_THEN_TOPK, biased=True))   # DeepSeek-V3
+ROUTER_PRESETS.add("topk_sigmoid", Router(Scoring.SIGMOID, Order.TOPK_THEN_SCORE, renormalize=False))   # Llama 4
+ROUTER_NAMES = ROUTER_PRESETS.names()
 
 
 def route_in(logits: Tensor, eligible: Tensor | None, router: Router, order: Tensor | None = None,
@@ -160,9 +239,9 @@ def route_in(logits: Tensor, eligible: Tensor | None, router: Router, order: Ten
     """Batched constrained routing (Eq. 2) without a size check (no host synchronisation): the caller
     guarantees abs(S) >= k. logits [..., T, E]; eligible [..., E] bool (one set per block, broadcast over its
     tokens), [..., T, E] (one per token) or None (all experts); bias [E] the layer's selection bias (biased
-    kinds; None: zero) -> ids [..., T, k] long, weights fp32.
+    routers; None: zero) -> ids [..., T, k] long, weights fp32.
 
-    order: the router's choice order of the unmasked logits, `router.order(logits, bias)` [..., T, E], if the
+    order: the router's choice order of the unmasked logits, `router.ranking(logits, bias)` [..., T, E], if the
     caller has it; the top-k inside S is then read from it (`first_k_in`) instead of ranking the masked
     logits again (the same ids for finite logits)."""
     z = logits.float()                                          # [..., T, E]
@@ -170,8 +249,8 @@ def route_in(logits: Tensor, eligible: Tensor | None, router: Router, order: Ten
     if eligible is not None and eligible.dim() == z.dim() - 1:
         eligible = eligible.unsqueeze(-2)                       # [..., 1, E]
     masked = z if eligible is None else z.masked_fill(~eligible, float("-inf"))
-    if order is None and router.kind is RouterKind.SIGMOID_GROUPED:
-        order = router.order(z, bias)                           # the groups are the token's own (unmasked)
+    if order is None and not router.ranks_logits:
+        order = router.ranking(z, bias)                         # groups and bias are the token's own (unmasked)
     if order is None:
         ids = topk_ids(masked, k)                               # [..., T, k], best first
     else:

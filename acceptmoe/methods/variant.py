@@ -5,7 +5,7 @@ engines, verifiers, the SGLang plugin and the lm-eval backend accept).
     >>> Variant("acceptmoe-b", budget=24).name, Variant("acceptmoe", prune=False).label
     ('acceptmoe-b@24', 'AcceptMoE (no pruning)')
     >>> v = Variant("acceptmoe", overrides=(("beta", 1.0),))  # a selector knob changed (the beta study)
-    >>> fit = Fit(Router("softmax_topk", top_k=8), num_experts=128, max_depth=2)   # engine.fit in practice
+    >>> fit = Fit(Router.preset("softmax_topk", top_k=8), 128, max_depth=2)   # engine.fit in practice
     >>> plan = v.bind(fit, commitment=(1.0, 0.8, 0.5))       # p_hat; b0=... for fixed-budget methods
     >>> plan.selector.beta, plan.selector.p_hat, plan.prune
     (1.0, (1.0, 0.8, 0.5), False)

@@ -60,7 +60,7 @@ def prompts(vocab: int, n: int) -> list[list[int]]:
 
 def family_row(cfg: ModelConfig) -> dict:
     r = cfg.router
-    return {"family": cfg.arch, "label": FAMILIES[cfg.arch].label, "router_kind": r.kind.value,
+    return {"family": cfg.arch, "label": FAMILIES[cfg.arch].label, "router_kind": r.name,
             "top_k": r.top_k, "renormalize": r.renormalize, "groups": r.groups, "group_top": r.group_top,
             "scale": r.scale, "selection_bias": r.biased,
             "attention": "latent (MLA)" if cfg.latent else "grouped-query",
@@ -168,11 +168,11 @@ def methods_rows(engine: Engine) -> dict:
             methods[name] = "ok"
         except ConfigError as exc:
             methods[name] = str(exc)
-    kind = engine.fit.router.kind
+    axes = engine.fit.router.axes
     backends = {}
     for name, coverage in BACKENDS.items():
         gaps = [f"{m}: {', '.join(coverage.missing(s))}" for m, s in METHODS.items() if coverage.missing(s)]
-        gaps += [] if kind in coverage.routers else [f"router kind {kind.value}"]
+        gaps += [f"router {value}" for value in coverage.unmapped(axes)]
         backends[name] = "all methods" if not gaps else "lacks " + "; ".join(gaps)
     return {"methods": methods, "backends": {**backends, **failed}}
 

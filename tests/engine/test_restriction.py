@@ -6,7 +6,7 @@ from acceptmoe.engine.restriction import LayerRecord, Restriction
 from acceptmoe.kernels import make_verifier, natural
 from acceptmoe.methods import BlockInfo, Fit, Router, Variant, route, select
 
-ROUTER = Router("softmax_topk", 2)
+ROUTER = Router.preset("softmax_topk", 2)
 BLOCK = BlockInfo.from_parents([-1, 0, 0, 1, 2])
 
 

@@ -19,7 +19,7 @@ CHOSEN = [0, 0, 0, 0, 1, 1, 2, 3]           # each token's top-1 expert: utiliti
 def plan_for(rho: float, store: str = "offloaded", **selector):
     """AcceptMoE, top-1, every commitment weight exactly 1 (beta 0, level exponent 0)."""
     config = SelectorConfig(beta=0.0, level_exponent=0.0, prune_rho=rho, prune_min_set=0, **selector)
-    return Variant("acceptmoe").bind(Fit(Router("softmax_topk", 1), E, 1, store), commitment=(1.0, 1.0),
+    return Variant("acceptmoe").bind(Fit(Router.preset("softmax_topk", 1), E, 1, store), commitment=(1.0, 1.0),
                                      selector=config)
 
 

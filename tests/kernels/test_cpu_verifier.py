@@ -3,6 +3,7 @@ project's ranking rule and `Router.natural`, bit for bit, and what happens where
 Its sets and ids against the reference run with the other backends in test_verifier_kernel.py."""
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -13,9 +14,10 @@ import torch
 
 from acceptmoe.kernels import make_verifier, natural, resolve_backend
 from acceptmoe.kernels.cpu_verifier import available, topk_rows
-from acceptmoe.methods import Fit, Router, Variant, first_k_in, order_desc, topk_ids
+from acceptmoe.methods import ROUTER_NAMES, Fit, Router, Variant, first_k_in, order_desc, topk_ids
 
-ROUTERS = [Router("softmax_topk", 1, True), Router("softmax_topk", 1, False), Router("topk_softmax", 1)]
+ROUTERS = [Router.preset("softmax_topk", 1), Router.preset("softmax_topk", 1, renormalize=False),
+           Router.preset("topk_softmax", 1)]
 
 
 def tied(shape, gen) -> torch.Tensor:
@@ -40,12 +42,12 @@ def test_topk_rows_is_the_ranking_rule_with_ties_and_masks(E, k):
         assert torch.equal(topk_rows(z, k, allowed), want)
 
 
-@pytest.mark.parametrize("router", ROUTERS, ids=lambda r: f"{r.kind}-{r.renormalize}")
+@pytest.mark.parametrize("router", ROUTERS, ids=lambda r: f"{r.name}-{r.renormalize}")
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_natural_routing_is_router_natural_bit_for_bit(router, dtype):
     gen = torch.Generator().manual_seed(1)
     for k in (1, 2, 4, 8):
-        r = Router(router.kind, k, router.renormalize)
+        r = dataclasses.replace(router, top_k=k)
         for z in (torch.randn(17, 64, generator=gen).to(dtype), tied((2, 9, 64), gen).to(dtype)):
             ids, weights = natural(r, z)
             want_ids, want_weights = r.natural(z)
@@ -60,7 +62,7 @@ def test_every_output_is_the_torch_backends_bit_for_bit():
     from test_verifier_kernel import ROUTERS as KINDS
     for case in CASES:
         blocks, p_hat, logits, resident = make_inputs(case)
-        router = Router(KINDS[case.router].kind, case.k, KINDS[case.router].renormalize)
+        router = dataclasses.replace(KINDS[case.router], top_k=case.k)
         for method in SPECULATING:
             plan = plan_for(method, case, p_hat, router, max(b.max_depth for b in blocks))
             outs = []
@@ -85,7 +87,7 @@ def test_without_a_compiler_auto_is_torch_and_cpu_is_one_error_line(tmp_path):
 import json, torch
 from acceptmoe.kernels import make_verifier, natural, resolve_backend
 from acceptmoe.methods import Fit, Router, Variant
-router = Router("softmax_topk", 2)
+router = Router.preset("softmax_topk", 2)
 plan = Variant("acceptmoe").bind(Fit(router, 16, 2), commitment=(1.0, 0.8, 0.5))
 out = {"auto": resolve_backend("auto", "cpu"), "natural": natural(router, torch.randn(3, 16))[0].shape[-1]}
 try:
@@ -105,23 +107,21 @@ print(json.dumps(out))
 
 def test_the_cpu_backend_refuses_another_device():
     from acceptmoe.kernels import VerifierInputError
-    plan = Variant("acceptmoe").bind(Fit(Router("softmax_topk", 2), 16, 2), commitment=(1.0, 0.8, 0.5))
+    plan = Variant("acceptmoe").bind(Fit(Router.preset("softmax_topk", 2), 16, 2), commitment=(1.0, 0.8, 0.5))
     with pytest.raises(VerifierInputError, match="runs on the CPU"):
         make_verifier("cpu", plan, "meta")
 
 
 @pytest.mark.skipif(not available(), reason="no C compiler")
-def test_natural_routing_through_the_library_is_the_routers_for_every_kind():
-    """The engine's natural routing (`natural`: the library ranks each kind's values) gives `Router.natural`'s ids
-    and weights bit for bit for every router kind, the grouped one with its selection bias."""
-    from acceptmoe.methods import RouterKind
+def test_natural_routing_through_the_library_is_the_routers_for_every_preset():
+    """The engine's natural routing (`natural`: the library ranks each router's values) gives `Router.natural`'s
+    ids and weights bit for bit for every preset, the grouped one with its selection bias."""
     gen = torch.Generator().manual_seed(11)
     logits, bias = torch.randn(2, 9, 32, generator=gen) * 2, torch.randn(32, generator=gen) * 0.3
-    routers = {RouterKind.SOFTMAX_TOPK: Router("softmax_topk", 4, False), RouterKind.TOPK_SOFTMAX:
-               Router("topk_softmax", 4), RouterKind.SIGMOID_GROUPED: Router("sigmoid_grouped", 4, groups=8,
-                                                                            group_top=3, scale=2.5)}
-    assert set(routers) == set(RouterKind)
-    for router in routers.values():
+    routers = [Router.preset(name, 4) for name in ROUTER_NAMES] + [
+        Router.preset("softmax_topk", 4, renormalize=False),
+        Router.preset("sigmoid_grouped", 4, groups=8, group_top=3, scale=2.5)]
+    for router in routers:
         b = bias if router.biased else None
         for got, want in zip(natural(router, logits, b), router.natural(logits, bias=b), strict=True):
-            assert torch.equal(got, want), router.kind
+            assert torch.equal(got, want), router

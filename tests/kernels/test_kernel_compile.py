@@ -1,8 +1,8 @@
 """The verifier kernel compiled for its GPU targets without a GPU: sm_90 (H100/H200) and sm_120 (RTX 5090 /
 RTX PRO 6000). The launches are captured from the Triton backend exactly as it would make them, compiled
 with `triton.compile` at the warps the wrapper chooses on that GPU (`choose_warps`) and read with the Triton
-wheel's `cuobjdump` and `ptxas -v`: they must compile, not spill and hold no fp64 instruction. Each router kind
-compiles its own variant, and a router mode no branch handles fails the compile. The compiler needs
+wheel's `cuobjdump` and `ptxas -v`: they must compile, not spill and hold no fp64 instruction. Each router preset
+compiles its own variant, and a routing axis code no branch handles fails the compile. The compiler needs
 TRITON_INTERPRET unset, which the test conftest sets, so the compilation runs in a subprocess.
 """
 from __future__ import annotations
@@ -105,35 +105,43 @@ def test_experts_kernel_compiles_for_gpu_targets_without_spills_or_fp64():
 
 ROUTER_SCRIPT = """
 import hashlib, json, sys, traceback
-from acceptmoe.tools.bench.kernel_table import KernelCase, launch_of
-from acceptmoe.kernels.offline import Launch, compile_launch
-from acceptmoe.kernels.triton_router import RouterMode
+import torch
+from acceptmoe.kernels import make_verifier
+from acceptmoe.kernels import triton_verifier as module
+from acceptmoe.kernels.offline import Launch, capture_launch, compile_launch
+from acceptmoe.methods import BlockInfo, Fit, Router, Variant
+AXES = ("SCORING", "ORDER", "BIAS", "GROUPED", "RENORM", "RAW", "SCALED")
 out = {}
-for name in json.loads(sys.argv[1]):
-    launch = launch_of(KernelCase("count-b", name, "bf16", False, 16))
-    out[name] = [launch.kwargs["ROUTER"], hashlib.sha256(compile_launch(launch, 90).asm["ttir"].encode()).hexdigest()]
-unknown = Launch(launch.kernel, launch.args, {**launch.kwargs, "ROUTER": len(RouterMode)})
-try:
-    compile_launch(unknown, 90)
-    out["unknown"] = "compiled"
-except Exception as e:                                # CompilationError, from the static_assert
-    out["unknown"] = "".join(traceback.format_exception(e))[-3000:]
+for label, name, fields in json.loads(sys.argv[1]):
+    plan = Variant("count-b").bind(Fit(Router.preset(name, 4, **fields), 64, max_depth=2), b0=16)
+    verifier = make_verifier("triton", plan, "cpu")
+    verifier.prepare([BlockInfo.from_parents([-1, 0, 0, 1])])
+    logits = torch.zeros(1, 4, 64, dtype=torch.bfloat16)
+    launch = capture_launch(module, "_verifier_kernel", lambda: verifier(logits))
+    out[label] = [[launch.kwargs[a] for a in AXES],
+                  hashlib.sha256(compile_launch(launch, 90).asm["ttir"].encode()).hexdigest()]
+for axis in AXES:
+    try:
+        compile_launch(Launch(launch.kernel, launch.args, {**launch.kwargs, axis: 7}), 90)
+        out[axis] = "compiled"
+    except Exception as e:                            # CompilationError, from the static_assert
+        out[axis] = "".join(traceback.format_exception(e))[-3000:]
 print(json.dumps(out))
 """
 
 
-def test_each_router_kind_compiles_its_own_variant_and_an_unknown_mode_none():
-    """One launch per router kind (bench-kernel's routers, one shape each) compiled for sm_90: each carries its
-    own router mode and compiles to its own code; a mode no branch handles fails the compile by name."""
-    from acceptmoe.methods import RouterKind
-    from acceptmoe.tools.bench.kernel_table import ROUTERS
-    names = {router.kind: name for name, (router, E) in ROUTERS.items()}
-    assert set(names) == set(RouterKind)                                   # bench-kernel covers every kind
-    out = _compiled(ROUTER_SCRIPT, list(names.values()))
-    modes, codes = zip(*(out[name] for name in names.values()), strict=False)
-    assert len(set(modes)) == len(names) and len(set(codes)) == len(names), out
-    assert "unknown router mode" in out["unknown"], out["unknown"]
-
+def test_each_router_preset_compiles_its_own_variant_and_an_unknown_axis_code_none():
+    """One launch per router preset (and DeepSeek-V3's group-limited one) compiled for sm_90: each carries its own
+    routing axis codes and compiles to its own code; an axis code no branch handles fails the compile by name."""
+    from acceptmoe.methods import ROUTER_NAMES
+    cases = [[name, name, {}] for name in ROUTER_NAMES] + [["grouped", "sigmoid_grouped",
+                                                           {"groups": 8, "group_top": 4, "scale": 2.5}]]
+    out = _compiled(ROUTER_SCRIPT, cases)
+    codes, hashes = zip(*(out[label] for label, _, _ in cases), strict=True)
+    assert len({tuple(c) for c in codes}) == len(cases) and len(set(hashes)) == len(cases), out
+    for axis, what in (("SCORING", "scoring"), ("ORDER", "order"), ("BIAS", "flag"), ("GROUPED", "flag"),
+                       ("RENORM", "flag"), ("RAW", "flag"), ("SCALED", "flag")):
+        assert f"unknown router {what} code" in out[axis], out[axis]
 
 
 CODES_SCRIPT = """

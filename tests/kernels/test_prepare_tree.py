@@ -36,7 +36,7 @@ def test_tree_depths_equal_the_block_rule():
 @pytest.mark.parametrize("method", [m for m, s in METHODS.items() if s.restricts])
 def test_prepare_tree_equals_prepare(method):
     budget = 8 if METHODS[method].needs_budget else None
-    plan = Variant(method, budget=budget).bind(Fit(Router("softmax_topk", K), E, DEPTH), commitment=P_HAT)
+    plan = Variant(method, budget=budget).bind(Fit(Router.preset("softmax_topk", K), E, DEPTH), commitment=P_HAT)
     ts = trees(3, seed=1)
     host, dev = make_verifier("torch", plan), make_verifier("torch", plan)
     host.prepare([BlockInfo.from_parents(p) for p in ts], pad_to=T, rows=5)

@@ -24,7 +24,7 @@ def test_one_block_is_acceptmoe_and_other_roots_are_credited(backend):
     if backend == "cpu" and not available():
         pytest.skip("no C compiler for the CPU backend here")
     gen = torch.Generator().manual_seed(5)
-    router = Router("softmax_topk", K)
+    router = Router.preset("softmax_topk", K)
     plain, shared = plans(router)
     z = torch.randn(4, TREE.num_tokens, E, generator=gen) * 2
     outs = {}
@@ -53,7 +53,7 @@ def test_one_block_is_acceptmoe_and_other_roots_are_credited(backend):
 def test_padding_rows_credit_nothing():
     """Rows reserved but not used in a step (`prepare(..., rows=R)`) add no root terms: a pass of 2 blocks
     in 4 reserved rows gives the sets of a pass of exactly those 2."""
-    plan = plans(Router("topk_softmax", K))[1]
+    plan = plans(Router.preset("topk_softmax", K))[1]
     z = torch.randn(4, TREE.num_tokens, E, generator=torch.Generator().manual_seed(6))
     for backend in ("torch", "cpu", "triton"):
         if backend == "cpu" and not available():

@@ -1,8 +1,8 @@
 """The batched verifier (both backends) against the per-block reference; the Triton backend runs under the
 Triton interpreter (conftest).
 
-Each case is one awkward shape (T in {1, 7, 64}, E in {8, 60, 64, 128}, k in {1, 2, 4, 8}), router kind
-(every `RouterKind`; the grouped one with a random selection bias, none where logits tie), demand score,
+Each case is one awkward shape (T in {1, 7, 64}, E in {8, 60, 64, 128}, k in {1, 2, 4, 8}), router
+(presets and their settings; the grouped one with a random selection bias, none where logits tie), demand score,
 logit dtype, residency mask and logit draw (tie-free, or bf16-rounded with deliberate ties at the top-k
 boundary); every case runs every registered verifier method on one, two or five blocks (the later ones
 padded; five: the batch-shared score's credit across blocks) and compares with the per-block reference
@@ -37,10 +37,10 @@ from acceptmoe.methods import (
 
 SPECULATING = tuple(name for name, spec in METHODS.items() if spec.speculates)
 ROUTERS = {
-    "renorm": Router("softmax_topk", 1, renormalize=True),
-    "raw": Router("softmax_topk", 1, renormalize=False),
-    "gptoss": Router("topk_softmax", 1),
-    "deepseek": Router("sigmoid_grouped", 1, groups=4, group_top=2, scale=2.5),
+    "renorm": Router.preset("softmax_topk", 1, renormalize=True),
+    "raw": Router.preset("softmax_topk", 1, renormalize=False),
+    "gptoss": Router.preset("topk_softmax", 1),
+    "deepseek": Router.preset("sigmoid_grouped", 1, groups=4, group_top=2, scale=2.5),
 }
 
 
@@ -226,7 +226,7 @@ def one_block(plan, logits, resident=None, backend="triton"):
 def test_pruning_removes_nonresident_low_utility_experts():
     case = Case(7, 60, 2, "renorm", "gate", torch.float32, "shared", 1, "all")
     blocks, p_hat, logits, _ = make_inputs(case, seed=3)
-    router = Router("softmax_topk", 2)
+    router = Router.preset("softmax_topk", 2)
     plan = simple_plan("acceptmoe-b", router, 60, depth=blocks[0].max_depth, store="offloaded", p_hat=p_hat,
                        budget=60, prune_rho=0.5, prune_min_set=10)
     resident = torch.zeros(60, dtype=torch.bool)
@@ -244,7 +244,7 @@ def test_pruning_keeps_at_least_k_experts_without_an_anchor():
     """count-b has no anchor: with prune_min_set < k the verifier still leaves k experts (s_min raised to k)."""
     case = Case(7, 60, 4, "renorm", "gate", torch.float32, "shared", 1, "k")
     blocks, _, logits, _ = make_inputs(case, seed=4)
-    router = Router("softmax_topk", 4)
+    router = Router.preset("softmax_topk", 4)
     plan = simple_plan("count-b", router, 60, store="offloaded", budget=8, prune_rho=1.0, prune_min_set=0)
     resident = torch.zeros(60, dtype=torch.bool)
     star = BlockInfo.from_parents([-1] + [0] * (logits.shape[1] - 1))
@@ -260,7 +260,7 @@ def test_pruning_keeps_at_least_k_experts_without_an_anchor():
 def test_standard_sd_routes_as_natural_routing_with_ties(kind, renorm):
     """Standard SD through the verifier: the ids of natural routing on tied bf16 logits (both backends);
     the torch backend's weights are natural routing's bit for bit, the kernel's agree to 1e-6."""
-    router = Router(kind, 4, renorm)
+    router = Router.preset(kind, 4, renormalize=renorm)
     logits = tied_logits(1, 16, 64, 4, torch.bfloat16, torch.Generator().manual_seed(7))[0]   # [T, E]
     want_ids, want_weights = router.natural(logits)
     for backend in ("torch", "triton"):
@@ -274,7 +274,7 @@ def test_standard_sd_routes_as_natural_routing_with_ties(kind, renorm):
 def test_prepare_pads_alpha_and_counts_tokens():
     gen = torch.Generator().manual_seed(2)
     blocks = [random_tree(7, gen), random_tree(3, gen)]
-    plan = simple_plan("acceptmoe", Router("topk_softmax", 2), 8)
+    plan = simple_plan("acceptmoe", Router.preset("topk_softmax", 2), 8)
     verifier = make_verifier("torch", plan, "cpu")
     verifier.prepare(blocks, rows=3)
     alpha, num_tokens = verifier.step.alpha, verifier.step.num_tokens
@@ -290,7 +290,7 @@ def test_steps_of_one_shape_reuse_buffers_and_match_a_fresh_verifier(backend, me
     """prepare keeps the buffers of a padded shape and rewrites only what changed (token counts, alpha):
     every step of a reused verifier equals a fresh verifier on the same blocks."""
     gen = torch.Generator().manual_seed(4)
-    router, E, T = Router("softmax_topk", 2), 16, 9
+    router, E, T = Router.preset("softmax_topk", 2), 16, 9
     plan = simple_plan(method, router, E, budget=5 if method == "count-b" else None)
     reused = make_verifier(backend, plan, "cpu")
     first = None
@@ -311,7 +311,7 @@ def test_steps_of_one_shape_reuse_buffers_and_match_a_fresh_verifier(backend, me
 
 @pytest.fixture(params=["triton", "torch"])
 def verifier(request):
-    v = make_verifier(request.param, simple_plan("acceptmoe", Router("softmax_topk", 2), 8, depth=2,
+    v = make_verifier(request.param, simple_plan("acceptmoe", Router.preset("softmax_topk", 2), 8, depth=2,
                                                  p_hat=(1.0, 0.5, 0.25)), "cpu")
     v.prepare([BlockInfo.from_parents([-1, 0, 0, 0, 1, 1, 2])])                 # B = 1, T = 7, depth 2
     return v
@@ -331,7 +331,7 @@ def test_bad_dtypes_and_missing_inputs_are_named(verifier):
         verifier(logits, resident=torch.ones(8))
     with pytest.raises(VerifierInputError, match="resident must have shape \\(8,\\) or \\(1, 8\\)"):
         verifier(logits, resident=torch.ones(2, 8, dtype=torch.bool))
-    count_b = simple_plan("count-b", Router("softmax_topk", 2), 8, budget=4)
+    count_b = simple_plan("count-b", Router.preset("softmax_topk", 2), 8, budget=4)
     fresh = make_verifier("torch", count_b, "cpu")
     with pytest.raises(VerifierInputError, match="call verifier.prepare"):
         fresh(logits)
@@ -348,12 +348,12 @@ def test_bad_dtypes_and_missing_inputs_are_named(verifier):
 @pytest.mark.parametrize("backend", ["triton", "torch", "cpu"])
 def test_a_plan_that_does_not_speculate_has_no_verifier(backend):
     with pytest.raises(VerifierInputError, match="does not speculate"):
-        make_verifier(backend, simple_plan("vanilla-ar", Router("softmax_topk", 2), 8), "cpu")
+        make_verifier(backend, simple_plan("vanilla-ar", Router.preset("softmax_topk", 2), 8), "cpu")
 
 
 def test_ties_go_to_the_lower_expert_index():
     logits = torch.zeros(7, 60)                        # every expert and every score ties
-    for router in (Router("softmax_topk", 4), Router("topk_softmax", 4), Router("sigmoid_grouped", 4, groups=4,
+    for router in (Router.preset("softmax_topk", 4), Router.preset("topk_softmax", 4), Router.preset("sigmoid_grouped", 4, groups=4,
                                                                                 group_top=2)):
         plan = simple_plan("moe-spec", router, 60, budget=12)
         for backend in ("triton", "torch", "cpu"):
@@ -442,37 +442,39 @@ def test_kernel_pruning_is_the_reference_at_the_budget(rho, min_set):
     eligible = torch.tensor([1, 1, 1, 1, 1, 1, 1, 1, 1, 0], dtype=torch.bool)
     anchor = torch.tensor([0, 0, 0, 0, 1, 0, 0, 0, 0, 0], dtype=torch.bool)
     resident = torch.tensor([0, 0, 0, 0, 0, 0, 0, 1, 0, 0], dtype=torch.bool)
-    plan = simple_plan("acceptmoe", Router("softmax_topk", 1), 10, store="offloaded", prune_rho=rho,
+    plan = simple_plan("acceptmoe", Router.preset("softmax_topk", 1), 10, store="offloaded", prune_rho=rho,
                        prune_min_set=min_set)
     _, kept = kernel_sizing(u, eligible, anchor, resident, plan.selector, plan.min_set)
     want = prune(Selection(eligible, u, anchor), resident, plan)
     assert torch.equal(kept, want), (kept, want)
 
 
-def test_each_router_mode_runs_its_own_variant_and_an_unknown_mode_is_refused():
-    """Under the interpreter: the same logits through every `RouterMode` route as the reference routes under its
-    router (the renormalising softmax kinds to the same weights, the others each to their own), and a mode no
-    branch handles stops the launch (`tl.static_assert`), never a default."""
-    from acceptmoe.kernels import triton_verifier
-    from acceptmoe.kernels.triton_router import RouterMode
+def test_each_router_runs_its_own_variant_and_an_unknown_axis_code_is_refused():
+    """Under the interpreter: the same logits through every preset (and the non-renormalising softmax, the
+    group-limited sigmoid) route as the reference routes under that router, each launch carrying its own routing
+    axis codes (the renormalising softmax presets to the same weights, the others each to their own), and an axis
+    code no branch handles stops the launch (`tl.static_assert`), never a default."""
+    from acceptmoe.kernels.triton_router import router_meta
+    from acceptmoe.methods import ROUTER_NAMES
     logits = torch.randn(1, 4, 16, generator=torch.Generator().manual_seed(3))
-    routers = {RouterMode.SOFTMAX_TOPK_RENORM: Router("softmax_topk", 4), RouterMode.SOFTMAX_TOPK_RAW:
-               Router("softmax_topk", 4, False), RouterMode.TOPK_SOFTMAX: Router("topk_softmax", 4),
-               RouterMode.SIGMOID_RENORM: Router("sigmoid_grouped", 4, groups=4, group_top=2, scale=2.5),
-               RouterMode.SIGMOID_RAW: Router("sigmoid_grouped", 4, False, groups=4, group_top=2)}
-    assert set(routers) == set(RouterMode)
-    weights = {}
-    for mode, router in routers.items():
+    routers = {name: Router.preset(name, 4) for name in ROUTER_NAMES}
+    routers.update(raw=Router.preset("softmax_topk", 4, renormalize=False),
+                   grouped=Router.preset("sigmoid_grouped", 4, groups=4, group_top=2, scale=2.5))
+    weights, codes = {}, set()
+    for name, router in routers.items():
         verifier = make_verifier("triton", simple_plan("standard-sd", router, 16), "cpu")
-        assert verifier.meta["ROUTER"] == int(mode)
+        assert all(verifier.meta[key] == value for key, value in router_meta(router).items())
+        codes.add(tuple(sorted(router_meta(router).items())))
         verifier.prepare(BlockInfo.from_parents([-1, 0, 0, 1]))
         out = verifier(logits)
-        ids, weights[mode] = route(logits[0], None, router)
-        assert torch.equal(out.ids[0], ids), mode
-        torch.testing.assert_close(out.weights[0], weights[mode], rtol=1e-6, atol=1e-6)
-    distinct = [weights[m] for m in RouterMode if m is not RouterMode.TOPK_SOFTMAX]
+        ids, weights[name] = route(logits[0], None, router)
+        assert torch.equal(out.ids[0], ids), name
+        torch.testing.assert_close(out.weights[0], weights[name], rtol=1e-6, atol=1e-6)
+    assert len(codes) == len(routers)
+    distinct = [w for name, w in weights.items() if name != "topk_softmax"]
     assert all(not torch.allclose(a, b) for i, a in enumerate(distinct) for b in distinct[i + 1:])
-    verifier.meta["ROUTER"] = len(RouterMode)
-    with pytest.raises(Exception, match="unknown router mode"):
-        verifier(logits)
-    assert triton_verifier.router_mode(routers[RouterMode.TOPK_SOFTMAX]) is RouterMode.TOPK_SOFTMAX
+    for axis, what in (("SCORING", "scoring"), ("ORDER", "order"), ("RENORM", "flag")):
+        verifier.meta[axis] = 7
+        with pytest.raises(Exception, match=f"unknown router {what} code"):
+            verifier(logits)
+        verifier.meta[axis] = router_meta(router)[axis]

@@ -48,7 +48,7 @@ def test_effective_rank_guard_boundary_is_inclusive():
 
 
 def plan_with(rho: float, min_set: int = 0, k: int = 1):
-    fit = Fit(Router("softmax_topk", k), 4, max_depth=1, store="offloaded")
+    fit = Fit(Router.preset("softmax_topk", k), 4, max_depth=1, store="offloaded")
     return Variant("acceptmoe").bind(fit, commitment=(1.0, 0.5),
                                      selector=SelectorConfig(prune_rho=rho, prune_min_set=min_set))
 

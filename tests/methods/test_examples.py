@@ -29,7 +29,7 @@ from acceptmoe.methods import (
 )
 from acceptmoe.methods.fixed import rank_guard, to_fixed
 
-TOP2 = Router("softmax_topk", top_k=2, renormalize=True)
+TOP2 = Router.preset("softmax_topk", top_k=2, renormalize=True)
 
 
 def plan_for(method, num_experts, max_depth=3, router=TOP2, budget=None, p_hat=None, store="resident", **selector):
@@ -213,14 +213,14 @@ def test_route_inside_eligible_set_by_hand():
 
 
 def test_topk_softmax_router_by_hand():
-    router = Router("topk_softmax", top_k=2)
+    router = Router.preset("topk_softmax", top_k=2)
     ids_, w = route(torch.tensor([[0.0, 2.0, 1.0, 5.0]]), torch.tensor([True, True, True, False]), router)
     e = math.exp(1.0)
     assert ids_.tolist() == [[1, 2]] and w.tolist()[0] == pytest.approx([e / (e + 1), 1 / (e + 1)], abs=1e-6)
 
 
 def test_non_renormalising_router_keeps_unmasked_probabilities():
-    router = Router("softmax_topk", top_k=2, renormalize=False)
+    router = Router.preset("softmax_topk", top_k=2, renormalize=False)
     z = torch.tensor([[3.0, 2.0, 1.0, 0.0]])
     ids_, w = route(z, torch.tensor([False, True, True, True]), router)
     p = torch.softmax(z[0], 0)
@@ -246,7 +246,7 @@ def test_pruning_by_hand():
     assert ids(prune(sel, resident, pruning(0.05, 2))) == [0, 1, 2, 5]      # 0.2 + 0.3 <= 0.65 < 1.0
     assert ids(prune(sel, resident, pruning(0.05, 5))) == [0, 1, 2, 4, 5]   # min set 5 stops after one
     assert ids(prune(sel, resident, pruning(1.0, 0))) == [0, 1, 2]          # anchor 1 is non-resident, kept
-    top4 = plan_for("acceptmoe", 6, router=Router("softmax_topk", 4), p_hat=(1.0, 0.5, 0.2, 0.1), store="offloaded",
+    top4 = plan_for("acceptmoe", 6, router=Router.preset("softmax_topk", 4), p_hat=(1.0, 0.5, 0.2, 0.1), store="offloaded",
                     prune_rho=1.0, prune_min_set=0)
     assert ids(prune(sel, resident, top4)) == [0, 1, 2, 5]                  # never below top_k = 4 experts
     everything = torch.ones(6, dtype=torch.bool)

@@ -10,9 +10,10 @@ from acceptmoe.methods import (
     METHODS,
     BlockInfo,
     Fit,
+    Order,
     Plan,
     Router,
-    RouterKind,
+    Scoring,
     Selection,
     SelectorConfig,
     Sizing,
@@ -47,19 +48,19 @@ def rank_of(demand: torch.Tensor, cfg: SelectorConfig = SelectorConfig()) -> int
 
 @st.composite
 def problems(draw, max_t=24, max_e=40):
-    """A random tree, router, logits and config; integer logits sometimes, to force ties."""
+    """A random tree, router (any value of every routing axis), logits and config; integer logits sometimes, to
+    force ties."""
     T = draw(st.integers(1, max_t))
     parents = [-1] + [draw(st.integers(0, t - 1)) for t in range(1, T)]
     block = BlockInfo.from_parents(parents)
-    kind = draw(st.sampled_from(list(RouterKind)))
-    renorm = True if kind is RouterKind.TOPK_SOFTMAX else draw(st.booleans())
+    scoring, order = draw(st.sampled_from(list(Scoring))), draw(st.sampled_from(list(Order)))
+    renorm = True if (scoring, order) == (Scoring.SOFTMAX, Order.TOPK_THEN_SCORE) else draw(st.booleans())
     k = draw(st.integers(1, 4))
     E = draw(st.integers(max(k, 2), max_e))
-    grouping = {}
-    if kind is RouterKind.SIGMOID_GROUPED:             # groups of E / groups experts, enough chosen to hold k
-        groups = draw(st.sampled_from([g for g in (1, 2, 4) if E % g == 0 and (g == 1 or E // g >= 2)]))
-        group_top = draw(st.integers(min(groups, -(-k * groups // E)), groups))
-        grouping = dict(groups=groups, group_top=group_top, scale=draw(st.sampled_from([1.0, 2.5])))
+    groups = draw(st.sampled_from([g for g in (1, 2, 4) if E % g == 0 and (g == 1 or E // g >= 2)]))
+    group_top = draw(st.integers(min(groups, -(-k * groups // E)), groups))   # enough chosen to hold k
+    router = Router(scoring, order, k, renorm, biased=draw(st.booleans()), groups=groups, group_top=group_top,
+                    scale=draw(st.sampled_from([1.0, 2.5])))
     seed = draw(st.integers(0, 2**31 - 1))
     gen = torch.Generator().manual_seed(seed)
     if draw(st.booleans()):
@@ -70,7 +71,7 @@ def problems(draw, max_t=24, max_e=40):
     budget = draw(st.integers(k, E))
     cfg = SelectorConfig(p_hat=tuple(p_hat), beta=draw(st.sampled_from([0.25, 0.5, 1.0])),
                          demand_score=draw(st.sampled_from(["gate", "softmax"])))
-    return logits, block, Router(kind, k, renorm, **grouping), cfg, budget
+    return logits, block, router, cfg, budget
 
 
 def python_order(values: list, secondary: list | None = None) -> list[int]:
@@ -118,15 +119,15 @@ def test_first_k_members_of_a_ranking_are_the_masked_topk(n, k, seed, coarse):
 @settings(max_examples=100, deadline=None)
 @given(problems())
 def test_route_breaks_ties_to_the_lower_index(problem):
-    """Natural and constrained routing pick the k largest logits (the grouped kind: the token's groups first,
-    then the largest biased sigmoids), ties to the lower expert index."""
+    """Natural and constrained routing pick the k largest choice values (the logits, or the scores plus the bias;
+    group-limited: the token's groups first), ties to the lower expert index."""
     logits, _, router, _, _ = problem
     z = logits.to(torch.bfloat16).float()                                    # bf16-rounded: ties
     E, k = z.shape[1], router.top_k
     eligible = torch.arange(E) % 3 != 1
     eligible[:k] = True
-    scores = router.scores(z)                                                # the logits, or the sigmoids
-    first = router.in_groups(scores).float() if router.kind is RouterKind.SIGMOID_GROUPED else scores
+    scores = router.scores(z)                                                # the logits, or the scores
+    first = router.in_groups(scores).float() if router.grouped else scores
     for mask in (None, eligible):
         ids, _ = route(z, mask, router)
         allowed = torch.ones(E, dtype=torch.bool) if mask is None else mask
@@ -202,9 +203,9 @@ def test_all_eligible_routing_is_natural_bit_for_bit(problem):
 @settings(max_examples=100, deadline=None)
 @given(problems(), st.integers(0, 2**31 - 1))
 def test_mask_before_or_after_softmax_gives_same_weights(problem, seed):
-    """For renormalising routers: softmax over the masked logits, top-k, renormalise equals the unmasked
-    softmax probabilities of the same chosen experts renormalised (topk_softmax ignores the rest, and a sigmoid
-    does not see the mask)."""
+    """For renormalising routers: the score over the masked logits, top-k, renormalise equals the unmasked
+    scores of the same chosen experts renormalised (a score after the top-k ignores the rest, and a sigmoid does
+    not see the mask)."""
     logits, _, router, _, _ = problem
     if not router.renormalize:
         return
@@ -213,14 +214,12 @@ def test_mask_before_or_after_softmax_gives_same_weights(problem, seed):
     eligible = torch.zeros(E, dtype=torch.bool)
     eligible[torch.randperm(E, generator=gen)[: int(torch.randint(k, E + 1, (1,), generator=gen))]] = True
     ids, w = route(logits, eligible, router)
-    if router.kind is RouterKind.SOFTMAX_TOPK:
-        p = torch.softmax(logits.float(), -1).gather(-1, ids)                # mask after the softmax
-        after = p / p.sum(-1, keepdim=True)
-    elif router.kind is RouterKind.TOPK_SOFTMAX:
-        after = torch.softmax(logits.float().gather(-1, ids), -1)
-    else:
-        p = torch.sigmoid(logits.float()).gather(-1, ids)
-        after = p / p.sum(-1, keepdim=True) * router.scale
+    z = logits.float()
+    if router.order is Order.TOPK_THEN_SCORE:                                # the chosen logits alone
+        p = torch.softmax(z.gather(-1, ids), -1) if router.scoring is Scoring.SOFTMAX else z.gather(-1, ids).sigmoid()
+    else:                                                                    # mask after the score
+        p = (torch.softmax(z, -1) if router.scoring is Scoring.SOFTMAX else z.sigmoid()).gather(-1, ids)
+    after = p / p.sum(-1, keepdim=True) * router.scale
     assert torch.allclose(w, after, atol=1e-6)
 
 
@@ -254,7 +253,7 @@ def prune_cases(draw):
         utility = torch.round(utility * 4) / 4                                 # ties
     resident = torch.rand(E, generator=gen) < draw(st.floats(0.0, 1.0))
     k = draw(st.integers(1, min(E, 8)))
-    fit = Fit(Router("softmax_topk", k), E, max_depth=1, store="offloaded")
+    fit = Fit(Router.preset("softmax_topk", k), E, max_depth=1, store="offloaded")
     cfg = SelectorConfig(prune_rho=draw(st.floats(0.0, 1.0)), prune_min_set=draw(st.integers(0, 12)))
     plan = Variant("acceptmoe").bind(fit, commitment=(1.0, 0.5), selector=cfg)
     return Selection(eligible, utility.float(), anchor), resident, plan

@@ -15,7 +15,6 @@ from acceptmoe.methods import (
     Fit,
     MethodSpec,
     Router,
-    RouterKind,
     Score,
     Sizing,
     Variant,
@@ -60,7 +59,7 @@ def test_every_backend_serves_a_toy_method_exactly_like_the_reference(toys, back
     """A new combination is one registry entry: no backend needs a line for it, and each agrees with the
     readable reference on sets and ids (the kernel under the Triton interpreter)."""
     gen = torch.Generator().manual_seed(0)
-    router = Router("softmax_topk", 2)
+    router = Router.preset("softmax_topk", 2)
     block = BlockInfo.from_parents([-1, 0, 0, 1, 1, 2, 3])
     for spec in toys:
         plan = Variant(spec.name).bind(Fit(router, 24, block.max_depth), b0=6)
@@ -81,10 +80,11 @@ def test_a_backend_that_lacks_a_member_is_refused_at_registration_naming_the_met
     with pytest.raises(BackendCoverageError, match="backend 'partial' cannot serve method 'moe-spec': "
                                                    "it maps no score ROUTER_MASS"):
         register_backend("partial", scores=set(Score) - {Score.ROUTER_MASS}, sizings=set(Sizing),
-                         routers=set(RouterKind))
+                         routing=registry.ROUTING_AXES)
     assert "partial" not in registry.BACKENDS
     with pytest.raises(BackendCoverageError, match="cannot serve method 'acceptmoe': it maps no sizing SELF"):
-        register_backend("no-self", scores=set(Score), sizings=set(Sizing) - {Sizing.SELF}, routers=set(RouterKind))
+        register_backend("no-self", scores=set(Score), sizings=set(Sizing) - {Sizing.SELF},
+                         routing=registry.ROUTING_AXES)
 
 
 def test_a_method_that_a_loaded_backend_cannot_serve_is_refused_when_registered(monkeypatch):

@@ -14,7 +14,7 @@ import torch
 
 from acceptmoe.errors import UserError
 from acceptmoe.kernels import make_verifier
-from acceptmoe.methods import BlockInfo, CommitmentTable, Fit, Router, RouterKind, Variant, select
+from acceptmoe.methods import BlockInfo, CommitmentTable, Fit, Router, Variant, select
 from acceptmoe.serving.sglang.config import (
     PluginConfigError,
     Watched,
@@ -69,7 +69,7 @@ def test_per_request_sets_equal_the_reference_selector(method, budget):
     env = {"ACCEPTMOE_METHOD": method, "ACCEPTMOE_P_HAT": "1,0.7,0.4,0.2,0.1,0.05,0.02,0.01,0.01"}
     if budget:
         env["ACCEPTMOE_BUDGET"] = str(budget)
-    plan = load_config(env).bind(Fit(Router("softmax_topk", top_k=4), 32, max_depth=8))
+    plan = load_config(env).bind(Fit(Router.preset("softmax_topk", top_k=4), 32, max_depth=8))
     blocks = [BlockInfo.from_parents(random_parents(rng, n)) for n in (9, 5, 9)]
     logits = torch.randn(3, 9, 32, generator=torch.Generator().manual_seed(2))
     verifier = make_verifier("torch", plan)
@@ -91,7 +91,7 @@ def test_settings_from_environment_and_file(tmp_path):
     assert load_config({}).method is None and not load_config({}).restricts
     (tmp_path / "b.json").write_text(json.dumps({"method": "count-b", "b0": 12, "selector": {"score_bits": 20}}))
     fixed = load_config({"ACCEPTMOE_SGLANG_CONFIG": str(tmp_path / "b.json")})
-    plan = fixed.bind(Fit(Router("softmax_topk", 4), 32, 5))
+    plan = fixed.bind(Fit(Router.preset("softmax_topk", 4), 32, 5))
     assert plan.budget == 12 and plan.selector.score_bits == 20 and fixed.variant.budget is None
     assert load_config(to_env(fixed)) == fixed                         # the backend's way: b0 and a base selector
 
@@ -162,10 +162,7 @@ def test_in_forward_work_is_one_graph_reading_static_buffers(method, budget, tmp
     rt = Runtime(load_config(env))
     cfg = load_config(env)
     rt.start(Limits(requests=4, depth=7))               # depth: what SGLang's speculative_num_steps would give
-    topk = SimpleNamespace(topk_config=SimpleNamespace(use_grouped_topk=False, scoring_func="softmax",
-                                                       correction_bias=None, custom_routing_function=None,
-                                                       num_shared_topk_slots=0, top_k=4, renormalize=True),
-                           layer_id=0, is_draft=False)
+    topk = _topk_module()
     rng = random.Random(5)
     trees = [random_parents(rng, 8) for _ in range(4)]
     def begin(step_trees):
@@ -181,7 +178,7 @@ def test_in_forward_work_is_one_graph_reading_static_buffers(method, budget, tmp
     hidden = z[:, :0]
     eager = rt.restrict(topk, _natural_topk, hidden, z)                 # the warm-up pass allocates the buffers
     compiled = torch.compile(lambda h, x: rt.restrict(topk, _natural_topk, h, x), backend="eager", fullgraph=True)
-    plan = cfg.bind(Fit(Router("softmax_topk", 4), 32, 7))
+    plan = cfg.bind(Fit(Router.preset("softmax_topk", 4), 32, 7))
     for step, step_trees in enumerate([trees[:3], trees[1:]]):
         if step:                                                         # next step: new trees, same buffers
             assert begin(step_trees) == 0
@@ -200,7 +197,8 @@ def test_in_forward_work_is_one_graph_reading_static_buffers(method, budget, tmp
 def _topk_module(renormalize=True, layer=0):
     return SimpleNamespace(topk_config=SimpleNamespace(use_grouped_topk=False, scoring_func="softmax",
                                                        correction_bias=None, custom_routing_function=None,
-                                                       num_shared_topk_slots=0, top_k=4, renormalize=renormalize),
+                                                       num_shared_topk_slots=0, top_k=4, renormalize=renormalize,
+                                                       routed_scaling_factor=None),
                            layer_id=layer, is_draft=False)
 
 
@@ -282,7 +280,7 @@ def test_standard_sd_unrecorded_passes_straight_through():
 
 
 # ----- one server for consecutive plans: the settings file, read again between generations -----
-FIT = Fit(Router("softmax_topk", 4), 32, 7)
+FIT = Fit(Router.preset("softmax_topk", 4), 32, 7)
 TREES = [random_parents(random.Random(7), 8) for _ in range(3)]
 LOGITS = torch.randn(24, 32, generator=torch.Generator().manual_seed(8))       # [B * n, E], n = 8
 P_HAT = (1.0, 0.9, 0.8, 0.7, 0.6, 0.5, 0.4, 0.3)
@@ -380,7 +378,7 @@ def test_restart_reason_names_what_a_captured_graph_holds():
 def test_rebind_serves_new_commitment_inputs_from_the_same_triton_buffers():
     """`Verifier.rebind` (the fused kernel under the interpreter): a new p_hat and beta give the sets a fresh
     verifier of the new plan gives, from the buffers a captured graph reads; other calls are refused."""
-    fit = Fit(Router("softmax_topk", 4), 32, 3)
+    fit = Fit(Router.preset("softmax_topk", 4), 32, 3)
     blocks = [BlockInfo.from_parents([-1, 0, 0, 1, 2, 3]), BlockInfo.from_parents([-1, 0, 1, 1, 2, 2])]
     z = torch.randn(2, 6, 32, generator=torch.Generator().manual_seed(3))
     old = Variant("acceptmoe").bind(fit, commitment=(1.0, 0.9, 0.8, 0.7))
@@ -409,14 +407,15 @@ def test_the_plugin_routes_as_the_served_models_config_says():
 
     from acceptmoe.serving.sglang.plugin import limits_of
     runner = lambda hf: SimpleNamespace(model_config=SimpleNamespace(hf_config=hf))     # noqa: E731
-    assert limits_of(runner(GptOssConfig())).router is RouterKind.TOPK_SOFTMAX
-    assert limits_of(runner(Qwen3MoeConfig())).router is RouterKind.SOFTMAX_TOPK
+    configs = {"topk_softmax": GptOssConfig(), "softmax_topk": Qwen3MoeConfig(norm_topk_prob=True)}
+    served = {name: limits_of(runner(hf)).router for name, hf in configs.items()}
+    assert all(router.name == name for name, router in served.items())
     parents = [-1, 0, 0, 1, 1, 2, 3, 4]
     z = torch.round(torch.randn(8, 32, generator=torch.Generator().manual_seed(2450)) * 4) / 4   # tied logits
     sets = {}
-    for kind in (RouterKind.SOFTMAX_TOPK, RouterKind.TOPK_SOFTMAX):
+    for kind, router in served.items():
         rt = Runtime(load_config({"ACCEPTMOE_METHOD": "count-b", "ACCEPTMOE_BUDGET": "8"}))
-        rt.start(Limits(requests=1, depth=3, router=kind))
+        rt.start(Limits(requests=1, depth=3, router=router))
         seen = {}
 
         def orig(topk, hidden, logits):
@@ -425,10 +424,10 @@ def test_the_plugin_routes_as_the_served_models_config_says():
         rt.begin_verify(_verify_input([parents]), 1)
         rt.restrict(_topk_module(), orig, z[:, :0], z)
         sets[kind] = torch.isfinite(seen["logits"][0])
-        plan = Variant("count-b", budget=8).bind(Fit(Router(kind, 4), 32, 3))
-        assert rt.verifier.plan.router.kind == kind
+        plan = Variant("count-b", budget=8).bind(Fit(Router.preset(kind, 4), 32, 3))
+        assert rt.verifier.plan.router == plan.router                     # the family's router at SGLang's top-k
         assert torch.equal(sets[kind], select(plan, z, BlockInfo.from_parents(parents)).eligible)
-    assert not torch.equal(sets[RouterKind.SOFTMAX_TOPK], sets[RouterKind.TOPK_SOFTMAX])
+    assert not torch.equal(sets["softmax_topk"], sets["topk_softmax"])
 
 
 # ----- memory from the run -----

@@ -10,7 +10,7 @@ import torch
 from acceptmoe.cli import main as cli_main
 from acceptmoe.engine import load_engine
 from acceptmoe.engine.families import FAMILIES
-from acceptmoe.methods import METHODS, BlockInfo, Fit, Router, Variant
+from acceptmoe.methods import METHODS, ROUTER_NAMES, BlockInfo, Fit, Router, Variant
 from acceptmoe.tools.gpucheck import agreement, checks, command, graphs, kernel, parity, table, timing
 
 TINY = Path(__file__).parents[2] / "models" / "tiny"
@@ -36,10 +36,11 @@ def test_tied_logits_have_ties_at_the_top_k_boundary():
 
 # ----- the kernel against the torch backend -----
 PER_ROUTER = sum(1 + s.restricts for s in METHODS.values() if s.speculates)    # cases per router: pruning on, off
+CHECKED = len(ROUTER_NAMES) + 1                  # routers the checks run: every preset, and the grouped sigmoid
 def test_kernel_check_against_torch_passes_under_the_interpreter():
     res = kernel.check_kernel_torch("cpu", T=7, E=16, k=2)
     assert res["verdict"] == "PASS", [agreement.describe(c) for c in res["cases"] if not c["ok"]]
-    assert len(res["cases"]) == 3 * PER_ROUTER and res["against"] == "torch" and res["specialisations"] is None
+    assert len(res["cases"]) == CHECKED * PER_ROUTER and res["against"] == "torch" and res["specialisations"] is None
     assert all(c["anchor_equal"] and c["set_by_the_rules"] and c["routed"] for c in res["cases"])
 
 
@@ -47,7 +48,7 @@ def test_kernel_reference_row_informs_on_tie_free_and_tied_logits():
     for ties in (False, True):
         res = kernel.check_kernel("cpu", T=7, E=16, k=2, ties=ties)
         assert res["check"] == "kernel-reference" and res["verdict"] == "INFO"
-        assert res["rows"] == 7 * 3 * PER_ROUTER and res["rows_differing"] == 0, res["cases"]
+        assert res["rows"] == 7 * CHECKED * PER_ROUTER and res["rows_differing"] == 0, res["cases"]
 
 
 def test_kernel_checks_fail_on_a_backend_that_differs():
@@ -96,7 +97,7 @@ def test_kernel_against_torch_one_unit_passes_two_units_fail_with_the_margin():
     2, the lower index. The kernel runs on the same logits with expert 3's raised until its score is n units
     above torch's: one unit is within a one-term score's tolerance, and the kernel's other set is reported
     with margin 0 (a tie); two units fail, the line naming the difference, its tolerance and the margin."""
-    plan = Variant("moe-spec", budget=3, overrides=(("score_bits", 8),)).bind(Fit(Router("softmax_topk", 2), 8, 0))
+    plan = Variant("moe-spec", budget=3, overrides=(("score_bits", 8),)).bind(Fit(Router.preset("softmax_topk", 2), 8, 0))
     block = BlockInfo.from_parents([-1])
     z = torch.tensor([[3.0, 2.1, 1.0, 1.0, 0.0, -0.5, -1.0, -2.4]])                 # [T=1, E]
     torch_out = kernel.run_verifier("torch", plan, block, z, None, "cpu")

@@ -1,15 +1,13 @@
 """DeepSeek-V3 (and V3-style models): multi-head latent attention, sigmoid routing with a selection-only
 bias (`e_score_correction_bias`), group-limited top-k (`n_group`, `topk_group`), `routed_scaling_factor`
-(`RouterKind.SIGMOID_GROUPED`), `n_shared_experts` shared experts as one SwiGLU MLP, the first
+(the `sigmoid_grouped` router preset), `n_shared_experts` shared experts as one SwiGLU MLP, the first
 `first_k_dense_replace` layers dense, any RoPE of `config.ROPE_KINDS` (YaRN's `mscale_all_dim` scales the softmax).
 Every head has its own key and value (`kv_b_proj`), whatever `num_key_value_heads` says."""
 from __future__ import annotations
 
 import math
 
-from acceptmoe.methods import RouterKind
-
-from ..config import LatentAttention, ModelConfig, common_fields, silu_experts
+from ..config import LatentAttention, ModelConfig, common_fields, routed, silu_experts
 from ..loading import PerExpert
 from . import Family
 
@@ -41,10 +39,10 @@ def parse(raw: dict, extra_eos: tuple[int, ...]) -> ModelConfig:
         **{**common, "rope": rope, "head_dim": nope + rot, "num_kv_heads": common["num_heads"]},
         moe_intermediate_size=raw["moe_intermediate_size"], dense_intermediate_size=raw["intermediate_size"],
         moe_layers=tuple(i >= dense for i in range(n)), windows=(None,) * n,
-        router_kind=RouterKind.SIGMOID_GROUPED, norm_topk_prob=bool(raw.get("norm_topk_prob", True)),
+        router=routed(raw, "sigmoid_grouped", renormalize=bool(raw.get("norm_topk_prob", True)),
+                      groups=raw.get("n_group") or 1, group_top=raw.get("topk_group") or 1,
+                      scale=float(raw.get("routed_scaling_factor", 1.0))),
         expert_activation="swiglu", attention_bias=bias, o_bias=bias,
-        router_groups=raw.get("n_group") or 1, router_group_top=raw.get("topk_group") or 1,
-        routed_scale=float(raw.get("routed_scaling_factor", 1.0)),
         shared_intermediate_size=raw["moe_intermediate_size"] * (raw.get("n_shared_experts") or 0), latent=latent,
     )
 

@@ -1,12 +1,10 @@
-"""dots.llm1 (rednote): DeepSeek-V3's routing (`RouterKind.SIGMOID_GROUPED`: sigmoid scores, a selection-only
+"""dots.llm1 (rednote): DeepSeek-V3's routing (the `sigmoid_grouped` router preset: sigmoid scores, a selection-only
 `e_score_correction_bias`, `n_group` / `topk_group`, `routed_scaling_factor`, `norm_topk_prob`), its
 `n_shared_experts` shared experts and first `first_k_dense_replace` dense layers, on Qwen3's grouped-query
 attention (q/k RMSNorm per head), with sliding windows per `layer_types`."""
 from __future__ import annotations
 
-from acceptmoe.methods import RouterKind
-
-from ..config import CheckpointError, ModelConfig, common_fields, silu_experts
+from ..config import CheckpointError, ModelConfig, common_fields, routed, silu_experts
 from ..loading import PerExpert
 from . import Family
 
@@ -24,10 +22,10 @@ def parse(raw: dict, extra_eos: tuple[int, ...]) -> ModelConfig:
         **common, moe_intermediate_size=raw["moe_intermediate_size"],
         dense_intermediate_size=raw["intermediate_size"], moe_layers=tuple(i >= dense for i in range(n)),
         windows=tuple(window if t == "sliding_attention" else None for t in types),
-        router_kind=RouterKind.SIGMOID_GROUPED, norm_topk_prob=bool(raw.get("norm_topk_prob", False)),
+        router=routed(raw, "sigmoid_grouped", renormalize=bool(raw.get("norm_topk_prob", False)),
+                      groups=raw.get("n_group") or 1, group_top=raw.get("topk_group") or 1,
+                      scale=float(raw.get("routed_scaling_factor", 1.0))),
         expert_activation="swiglu", attention_bias=bias, o_bias=bias, qk_norm="head",
-        router_groups=raw.get("n_group") or 1, router_group_top=raw.get("topk_group") or 1,
-        routed_scale=float(raw.get("routed_scaling_factor", 1.0)),
         shared_intermediate_size=raw["moe_intermediate_size"] * (raw.get("n_shared_experts") or 0),
     )
 

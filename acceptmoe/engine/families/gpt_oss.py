@@ -8,9 +8,7 @@ store's [E, 2I, H] / [E, H, I]), biases `gate_up_proj_bias` [E, 2I], `down_proj_
 [E, H, I/32, 16], `down_proj_scales` [E, H, I/32], kept packed."""
 from __future__ import annotations
 
-from acceptmoe.methods import RouterKind
-
-from ..config import CheckpointError, ModelConfig, common_fields
+from ..config import CheckpointError, ModelConfig, common_fields, routed
 from ..loading import write
 from . import Family
 
@@ -26,7 +24,7 @@ def parse(raw: dict, extra_eos: tuple[int, ...]) -> ModelConfig:
     bias = bool(raw.get("attention_bias", True))
     return ModelConfig(
         **common, moe_intermediate_size=raw["intermediate_size"], dense_intermediate_size=0,
-        moe_layers=(True,) * n, windows=windows, router_kind=RouterKind.TOPK_SOFTMAX, norm_topk_prob=True,
+        moe_layers=(True,) * n, windows=windows, router=routed(raw, "topk_softmax"),
         expert_activation="clamped_swiglu", swiglu_alpha=float(raw.get("swiglu_alpha", 1.702)),
         swiglu_limit=float(raw.get("swiglu_limit", 7.0)), attention_bias=bias, o_bias=bias,
         attention_sinks=True, router_bias=True, expert_bias=True,

@@ -3,9 +3,7 @@
 optional sliding window on every layer."""
 from __future__ import annotations
 
-from acceptmoe.methods import RouterKind
-
-from ..config import ModelConfig, common_fields, silu_experts
+from ..config import ModelConfig, common_fields, routed, silu_experts
 from ..loading import PerExpert
 from . import Family
 
@@ -16,8 +14,8 @@ def parse(raw: dict, extra_eos: tuple[int, ...]) -> ModelConfig:
     n = common["num_layers"]
     return ModelConfig(
         **common, moe_intermediate_size=raw["intermediate_size"], dense_intermediate_size=0,
-        moe_layers=(True,) * n, windows=(raw.get("sliding_window"),) * n, router_kind=RouterKind.SOFTMAX_TOPK,
-        norm_topk_prob=True, expert_activation="swiglu",
+        moe_layers=(True,) * n, windows=(raw.get("sliding_window"),) * n,
+        router=routed(raw, "softmax_topk", renormalize=True), expert_activation="swiglu",
     )
 
 

@@ -2,9 +2,7 @@
 experts, q/k RMSNorm over the whole q and k projections (not per head), no attention biases."""
 from __future__ import annotations
 
-from acceptmoe.methods import RouterKind
-
-from ..config import CheckpointError, ModelConfig, common_fields, silu_experts
+from ..config import CheckpointError, ModelConfig, common_fields, routed, silu_experts
 from ..loading import PerExpert
 from . import Family
 
@@ -19,8 +17,9 @@ def parse(raw: dict, extra_eos: tuple[int, ...]) -> ModelConfig:
     bias = bool(raw.get("attention_bias", False))
     return ModelConfig(
         **common, moe_intermediate_size=raw["intermediate_size"], dense_intermediate_size=0,
-        moe_layers=(True,) * n, windows=(None,) * n, router_kind=RouterKind.SOFTMAX_TOPK,
-        norm_topk_prob=bool(raw.get("norm_topk_prob", False)), expert_activation="swiglu",
+        moe_layers=(True,) * n, windows=(None,) * n,
+        router=routed(raw, "softmax_topk", renormalize=bool(raw.get("norm_topk_prob", False))),
+        expert_activation="swiglu",
         attention_bias=bias, o_bias=bias, qk_norm="projection",
     )
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import logging
 
-from acceptmoe.methods import RouterKind
+from acceptmoe.methods import Router
 
 from .config import PluginConfigError, Watched
 from .routers import check_routers
@@ -61,22 +61,22 @@ def _active() -> bool:
     return RUNTIME is not None and RUNTIME.active
 
 
-def router_kind(runner) -> RouterKind:
-    """The served target's router kind, read from its Hugging Face config by the project's own parser
-    (`acceptmoe.engine.config.ModelConfig`, through its model family: `acceptmoe.engine.families`); a model
-    type no family serves keeps SGLang's reading of it (softmax, then top-k), and `runtime.router_of` checks
-    that reading against SGLang's own `TopKConfig`."""
+def served_router(runner) -> Router | None:
+    """The served target's router, read from its Hugging Face config by the project's own parser
+    (`acceptmoe.engine.config.ModelConfig`, through its model family: `acceptmoe.engine.families`); None for a
+    model type no family serves, which keeps SGLang's reading of it (`routers.router_of` maps SGLang's own
+    `TopKConfig` and checks it against the family's router)."""
     from acceptmoe.engine.config import ModelConfig
     from acceptmoe.engine.families import FAMILIES
 
     hf = getattr(getattr(runner, "model_config", None), "hf_config", None)
     raw = hf.to_dict() if hf is not None else {}
-    return ModelConfig.from_dict(raw).router_kind if raw.get("model_type") in FAMILIES else RouterKind.SOFTMAX_TOPK
+    return ModelConfig.from_dict(raw).router if raw.get("model_type") in FAMILIES else None
 
 
 def limits_of(runner, graph_max_bs: int = 0) -> Limits:
     """The server's limits from its model runner: rows for every pass it can run, the tree depth, the TP rank,
-    the router kind (every MoE layer's checked against it, `routers.check_routers`)."""
+    the served model's router (every MoE layer's checked against it, `routers.check_routers`)."""
     server = getattr(runner, "server_args", None)
     pool = getattr(getattr(runner, "req_to_token_pool", None), "size", 0) or 0
     rows = max(int(pool), int(getattr(runner, "max_running_requests", 0) or 0),
@@ -87,9 +87,9 @@ def limits_of(runner, graph_max_bs: int = 0) -> Limits:
         rank = int(get_parallel().tp_rank)
     except Exception:  # noqa: BLE001 - no parallel context (a runner built by hand)
         rank = int(getattr(runner, "tp_rank", 0) or 0)
-    kind = router_kind(runner)
-    check_routers(getattr(runner, "model", None), kind)          # an unsupported router: refused by name now
-    return Limits(rows, depth, rank, kind)
+    router = served_router(runner)
+    check_routers(getattr(runner, "model", None), router)        # an unsupported router: refused by name now
+    return Limits(rows, depth, rank, router)
 
 
 def _around_forward(orig, runner, forward_batch, *args, **kwargs):

@@ -19,7 +19,7 @@ are viewed as [B, n, E], the eligible sets [B, E] come from the project's one ve
 (`acceptmoe.kernels.make_verifier` with the plugin's `Plan`: the Triton kernel on CUDA, the torch backend
 elsewhere, or the one `ACCEPTMOE_VERIFIER` names; never the compiled cpu library, an opaque call no graph can
 hold), and router logits outside each request's set are masked to -inf before SGLang's own top-k (Eq. 2 for
-every output format), or, for the grouped router kind, SGLang's ids and weights are rewritten (`routers`). Per
+every output format), or, for a router that does not rank its logits, SGLang's ids and weights are rewritten (`routers`). Per
 layer and request the trace fields come from `acceptmoe.engine.trace.layer_stats`, the function the native
 engine records with, into a static record buffer read after the pass. Everything that varies per step (trees, valid tokens, commitment weights) is written into
 the verifier's step buffers before the forward (`Verifier.prepare`, rows sized once from the server's limits),
@@ -42,7 +42,7 @@ from torch import Tensor
 from acceptmoe.engine.trace import LAYER_FIELDS, BlockRecord, layer_columns, layer_stats
 from acceptmoe.errors import UserError
 from acceptmoe.kernels import Verifier, VerifierOutput, make_verifier
-from acceptmoe.methods import Fit, Router, RouterKind, route_in
+from acceptmoe.methods import Fit, Router, route_in
 
 from .config import PluginConfig, PluginConfigError, Watched, restart_reason
 from .routers import UnsupportedRouterError, reroute, router_of, selection_bias
@@ -61,7 +61,7 @@ class Limits:
                                # the largest captured graph batch)
     depth: int = 1             # speculative_num_steps: the deepest draft node
     rank: int = 0              # tensor-parallel rank: only rank 0 writes records
-    router: RouterKind = RouterKind.SOFTMAX_TOPK   # the served target's (`acceptmoe.engine.config.ModelConfig`)
+    router: Router | None = None   # the served target's (`engine.config.ModelConfig`; None: SGLang's reading)
 
 
 class Runtime:
@@ -183,21 +183,21 @@ class Runtime:
             allow = sel.eligible[:, None, :].expand(B, n, E).reshape(B * n, E)     # [B*n, E]
             if N > B * n:                                                          # rows beyond whole requests
                 allow = torch.cat([allow, allow.new_ones(N - B * n, E)])
-            if not self.router.biased:
+            if self.router.ranks_logits:                                          # Eq. 2 by masking
                 masked = router_logits.masked_fill(~allow, float("-inf"))
         out = orig(topk, hidden_states, router_logits if masked is None else masked, *args, **kwargs)
-        if allow is not None and self.router.biased:                              # the grouped kind: Eq. 2
+        if allow is not None and not self.router.ranks_logits:                    # Eq. 2 written in
             out = reroute(topk, out, router_logits, allow, self.router, bias)
         ids = getattr(out, "topk_ids", None)
-        if self.cfg.restricts and not self.router.renormalize and not self.router.biased:
+        if self.cfg.restricts and not self.router.renormalize and self.router.ranks_logits:
             if ids is None:
                 raise UnsupportedRouterError(
                     f"MoE layer {topk.layer_id}: a router without renormalisation needs its weights re-gathered "
                     f"from the unmasked softmax, which the {type(out).__name__} output format does not expose; "
                     f"serve this model with the standard MoE runner (--moe-runner-backend triton or torch)")
-            # non-renormalising router: keep the unmasked softmax probabilities of the chosen experts
-            out.topk_weights.copy_(torch.softmax(router_logits.float(), -1).gather(-1, ids.long())
-                                   .to(out.topk_weights.dtype))
+            # non-renormalising router: keep the unmasked scores of the chosen experts (`Router.gates`)
+            z = router_logits.float()
+            out.topk_weights.copy_(self.router.gates(z, ids.long(), z).to(out.topk_weights.dtype))
         if self.recording:
             self._record(topk, z, sel, ids[: B * n].view(B, n, -1) if ids is not None else None, bias)
         if self.dump is not None:

@@ -30,10 +30,10 @@ from acceptmoe.methods import METHODS, Router
 SPECULATING = tuple(name for name, spec in METHODS.items() if spec.speculates)
 # name -> (router, E): the evaluated targets' layer shapes, the next size up, and DeepSeek-V3's grouped router
 ROUTERS = {
-    "qwen3": (Router("softmax_topk", 8), 128),
-    "gpt-oss": (Router("topk_softmax", 4), 128),
-    "qwen3-e256": (Router("softmax_topk", 8), 256),
-    "deepseek-v3": (Router("sigmoid_grouped", 8, groups=8, group_top=4, scale=2.5), 256),
+    "qwen3": (Router.preset("softmax_topk", 8), 128),
+    "gpt-oss": (Router.preset("topk_softmax", 4), 128),
+    "qwen3-e256": (Router.preset("softmax_topk", 8), 256),
+    "deepseek-v3": (Router.preset("sigmoid_grouped", 8, groups=8, group_top=4, scale=2.5), 256),
 }
 DTYPES = {"bf16": torch.bfloat16, "fp32": torch.float32}
 

@@ -45,7 +45,7 @@ def run(tokens: int, experts: int, top_k: int, blocks: int, repeats: int, thread
     torch.set_num_threads(threads)
     torch.manual_seed(0)
     block = BlockInfo.from_parents(eagle_like_parents(tokens))
-    router = Router("softmax_topk", top_k=top_k, renormalize=True)
+    router = Router.preset("softmax_topk", top_k=top_k, renormalize=True)
     pool = [torch.randn(blocks, tokens, experts) for _ in range(POOL)]              # [B, T, E] each
     fresh = itertools.cycle(range(POOL))
     p_hat = tuple([1.0] + [0.8 ** d for d in range(1, block.max_depth + 1)])

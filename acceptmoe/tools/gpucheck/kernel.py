@@ -1,5 +1,5 @@
-"""gpu-check's verifier-kernel checks: every speculating method, every router kind (the grouped one with four
-groups, two chosen), with and without residency pruning, on one block of bf16 router logits per case.
+"""gpu-check's verifier-kernel checks: every speculating method, every router preset (and the grouped one with
+four groups, two chosen), with and without residency pruning, on one block of bf16 router logits per case.
 
 - `check_kernel_torch` (check `kernel`, the verdict): the kernel against the torch backend on the same device
   and the same logits, with deliberate ties at and inside the top-k boundary, under `agreement`'s rules (one
@@ -38,12 +38,12 @@ def tied_logits(T: int, E: int, k: int, gen: torch.Generator, ties: bool = True)
 
 
 def kernel_cases(T: int, E: int, k: int, seed: int, ties: bool):
-    """(router, plan, block, logits, resident | None) for every speculating method, every router kind, with and
+    """(router, plan, block, logits, resident | None) for every speculating method, every router preset, with and
     without residency pruning (pruning only where the method restricts, under an offloaded store)."""
-    from acceptmoe.methods import Router
+    from acceptmoe.methods import ROUTER_NAMES, Router
     gen = torch.Generator().manual_seed(seed)
-    routers = (Router("softmax_topk", k), Router("topk_softmax", k),
-               Router("sigmoid_grouped", k, groups=4, group_top=2, scale=2.5))        # E / 2 experts hold k
+    routers = [Router.preset(name, k) for name in ROUTER_NAMES] + [
+        Router.preset("sigmoid_grouped", k, groups=4, group_top=2, scale=2.5)]                # E / 2 experts hold k
     for router in routers:
         for method, spec in METHODS.items():
             for prune in ((False, True) if spec.restricts else (False,)):
@@ -86,7 +86,7 @@ def check_kernel_torch(device, T: int = 64, E: int = 128, k: int = 8, seed: int 
             gate_mass = tuple(run_verifier(b, gplan, block, logits, None, device).utility[0]
                               for b in ("torch", backend))
         row = compare(plan, logits, *outs, resident, gate_mass)
-        cases.append({"router": router.kind.value, "method": plan.spec.name, "prune": plan.prune, **row})
+        cases.append({"router": router.name + ("-grouped" if router.grouped else ""), "method": plan.spec.name, "prune": plan.prune, **row})
     first = next((c for c in cases if not c["ok"] or not c["same_set"]), None)
     return {"check": "kernel", "verdict": verdict(all(c["ok"] for c in cases)), "backend": backend,
             "against": "torch", "shape": [T, E, k], "cases": cases,
@@ -121,7 +121,7 @@ def check_kernel(device, T: int = 64, E: int = 128, k: int = 8, seed: int = 0, t
         row_bad = ((out.ids[0].cpu() != ids).any(-1)
                    | ~torch.isclose(out.weights[0].cpu(), weights, atol=1e-6).all(-1))
         same_set = bool(torch.equal(out.eligible[0].cpu(), eligible))
-        cases.append({"router": router.kind.value, "method": plan.spec.name, "prune": plan.prune,
+        cases.append({"router": router.name + ("-grouped" if router.grouped else ""), "method": plan.spec.name, "prune": plan.prune,
                       "same_eligible": same_set, "rows_differing": int(row_bad.sum())})
         bad_rows += int(row_bad.sum()) + (0 if same_set else T)
         rows += T

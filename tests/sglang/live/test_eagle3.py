@@ -29,7 +29,7 @@ from ties import same_routing
 
 TREE = TreeShape(5, 10, 64)
 NEW = 16
-ROUTER = Router("softmax_topk", top_k=8, renormalize=True)
+ROUTER = Router.preset("softmax_topk", top_k=8, renormalize=True)
 EAGLE = dict(speculative_algorithm="EAGLE3", speculative_draft_model_path=str(ROOT / "models" / "tiny" / "draft"),
              speculative_num_steps=TREE.num_steps, speculative_eagle_topk=TREE.topk,
              speculative_num_draft_tokens=TREE.num_draft_tokens)

@@ -70,7 +70,7 @@ def test_hooks_restrict_decode_in_the_scheduler_process(restricted):
     layers = 4
     assert len(passes) == NEW - 1                             # every decode pass after prefill
     assert all(sorted(p["layers"]) == list(range(layers)) for p in passes)       # every MoE layer
-    router = Router("softmax_topk", top_k=8, renormalize=True)
+    router = Router.preset("softmax_topk", top_k=8, renormalize=True)
     plan = Variant("count-b", budget=8).bind(Fit(router, 128, max_depth=1))     # a star block: depth 1
     for x in (layer for p in passes for layer in p["layers"].values()):
         assert passes[0]["pid"] != os.getpid()                # written by SGLang's scheduler subprocess

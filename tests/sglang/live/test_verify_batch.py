@@ -88,7 +88,7 @@ def test_verify_pass_sets_routing_and_records(tmp_path, method, budget, verifier
     assert runtime.mode is None
     assert runtime.verifier.backend == {"auto": "torch", "triton": "triton"}[verifier]    # a CPU: torch unless asked
     assert runtime.parents == trees                                  # trees recovered from the linked lists
-    router = Router("softmax_topk", top_k=K)
+    router = Router.preset("softmax_topk", top_k=K)
     plan = load_config(env).bind(Fit(router, E, max_depth=N - 1))          # the server's speculative_num_steps
     (dump,) = (torch.load(p) for p in sorted((tmp_path / "dump").glob("*.pt")))   # one file per pass
     assert sorted(dump["layers"]) == list(range(LAYERS))             # the draft layer was not restricted
