@@ -17,20 +17,49 @@ after a generation and never change what it computes.
 """
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import ClassVar, Protocol, runtime_checkable
 
+from acceptmoe.errors import UserError
 from acceptmoe.methods import Fit, Plan
 
 
 @dataclass(frozen=True)
 class GenerationOptions:
-    """How one generation runs besides its plan and length: the one record every backend takes (the sampling
-    fields join it here). Recording fields never change what a generation computes."""
+    """How one generation runs besides its plan and length: the one record every backend takes. Recording
+    fields never change what a generation computes. Sampling (`engine/sampling.py`, docs/method.md "Sampling"):
+    temperature 0 is greedy decoding, exactly as without these fields; above 0 the target's logits are divided
+    by it, then cut to the top_k tokens (0: all), then to the top_p nucleus (1: all), and the speculating
+    methods accept draft tokens by tree rejection sampling. A seed makes a generation reproducible on one
+    machine (None: fresh randomness); the requests of one `generate_many` / `generate_batch` call share it,
+    each drawing from its own generator seeded with it."""
     ignore_eos: bool = False       # generate max_new_tokens past any EOS (timed runs)
     trace_layers: bool = True      # the trace's per-layer fields (blocks are always traced)
     record_routes: bool = False    # keep what every target pass sent to the experts (`Generation.routes`)
+    temperature: float = 0.0       # 0: greedy; > 0: sample from softmax(logits / temperature), cut below
+    top_k: int = 0                 # keep the top_k most likely tokens (0: no cut)
+    top_p: float = 1.0             # keep the smallest set of most likely tokens holding top_p of the mass
+    seed: int | None = None        # the request's generator seed (None: unseeded)
+
+    def __post_init__(self) -> None:
+        if isinstance(self.temperature, bool) or not isinstance(self.temperature, (int, float)) \
+                or not math.isfinite(self.temperature) or self.temperature < 0:
+            raise UserError(f"temperature must be a finite number >= 0 (0 decodes greedily), got "
+                            f"{self.temperature!r}")
+        if isinstance(self.top_k, bool) or not isinstance(self.top_k, int) or self.top_k < 0:
+            raise UserError(f"top_k must be an int >= 0 (0 keeps every token), got {self.top_k!r}")
+        if isinstance(self.top_p, bool) or not isinstance(self.top_p, (int, float)) or not 0 < self.top_p <= 1:
+            raise UserError(f"top_p must be in (0, 1] (1 keeps every token), got {self.top_p!r}")
+        if self.seed is not None and (isinstance(self.seed, bool) or not isinstance(self.seed, int)
+                                      or self.seed < 0):
+            raise UserError(f"seed must be an int >= 0, or None for fresh randomness, got {self.seed!r}")
+
+    @property
+    def greedy(self) -> bool:
+        """Temperature 0: the argmax, whatever top_k, top_p and seed say."""
+        return self.temperature == 0
 
 
 @dataclass(frozen=True)
@@ -60,7 +89,7 @@ class EngineBackend(Protocol):
 
     def generate(self, prompt_ids: Sequence[int], plan: Plan, max_new_tokens: int,
                  options: GenerationOptions = GenerationOptions()):
-        """One greedy generation -> `Generation` (tokens, accept_lengths, step_times, trace, prefill_time,
+        """One generation (greedy, or sampled as options say) -> `Generation` (tokens, accept_lengths, step_times, trace, prefill_time,
         stop_reason, routes when options.record_routes; a backend without `records_routes` refuses)."""
 
     def generate_many(self, prompts: Sequence[Sequence[int]], plan: Plan, max_new_tokens: int,

@@ -1,4 +1,4 @@
-"""The speculative decoding engine: prefill, draft tree, one verification pass, greedy acceptance.
+"""The speculative decoding engine: prefill, draft tree, one verification pass, acceptance (greedy or sampled).
 
     >>> from acceptmoe.engine import GenerationOptions, TreeShape, load_engine
     >>> from acceptmoe.methods import Variant
@@ -15,8 +15,10 @@ draft nodes with the tree mask. In that pass every MoE layer's routing goes thro
 (`acceptmoe.kernels.make_verifier`): the method's eligible set S for the block, residency-aware pruning of
 S against the expert pool (AcceptMoE under the offloaded store by default), then constrained top-k.
 `standard-sd` verifies with natural routing (`router.natural`, the same function plain decoding uses).
-Acceptance is greedy: the longest root path whose tokens are the target's argmax, plus the bonus token; the
-KV cache keeps the accepted path and the drafter is fed the accepted tokens with the target's features.
+Acceptance (`sampling.accept`) at temperature 0 is greedy: the longest root path whose tokens are the target's
+argmax, plus the bonus token; above 0 it is tree rejection sampling, exact in distribution, with the request's
+own generator (`sampling`; Vanilla AR then draws from the same distribution). The KV cache keeps the accepted
+path and the drafter is fed the accepted tokens with the target's features.
 `generate_batch` runs several speculative generations in step, verifying all their trees in one target pass
 (`MoEModel.forward_batch`), as a serving engine's batch does; every other part of the loop is shared.
 
@@ -54,6 +56,7 @@ from .kv import KVCache
 from .passes import TargetPass
 from .restriction import LayerRecord, Restriction
 from .routes import PassRoutes, RouteLog, Routes
+from .sampling import accept, generator, next_tokens
 from .text import as_ids, encode, is_text, load_tokenizer
 from .trace import Trace, trace_meta
 from .tree import TreeShape
@@ -97,10 +100,11 @@ class Request:
 
 @dataclass
 class GenerationState:
-    """Where one generation is: its cache, the tokens so far, the trace."""
+    """Where one generation is: its cache, the tokens so far, the trace, its random generator (sampling)."""
     cache: KVCache
     trace: Trace
     routes: RouteLog | None = None
+    rng: torch.Generator | None = None  # the request's own generator (`sampling.generator`; None: greedy)
     tokens: list[int] = field(default_factory=list)
     length: int = 0                   # committed target positions in the cache (the root is not among them)
     done: bool = False
@@ -158,9 +162,10 @@ class Engine:
 
     def generate(self, prompt, plan: Plan, max_new_tokens: int,
                  options: GenerationOptions = GenerationOptions()) -> Generation:
-        """Greedy generation of `plan` (`Variant.bind(engine.fit, ...)`) from `prompt`: text, chat messages
-        (the model's chat template) or token ids (`text`); `options`: EOS, the per-layer trace fields, route
-        recording (`Generation.routes`, see `routes`). Recording never changes the computation."""
+        """A generation of `plan` (`Variant.bind(engine.fit, ...)`) from `prompt`: text, chat messages (the
+        model's chat template) or token ids (`text`); `options`: EOS, the per-layer trace fields, route
+        recording (`Generation.routes`, see `routes`), sampling (greedy at temperature 0; `sampling`).
+        Recording never changes the computation."""
         if is_text(prompt):
             gen = self.generate(encode(self.tokenizer, prompt), plan, max_new_tokens, options)
             gen.text = self.tokenizer.decode(gen.tokens, skip_special_tokens=True)
@@ -168,7 +173,7 @@ class Engine:
         req, run, drafter = self._start(prompt, plan, max_new_tokens, options)
         gen = Generation([], [], [], run.trace)
         t0 = self._clock()
-        root = self._prefill(run.prompt, run, drafter)
+        root = self._prefill(req, run, drafter)
         gen.prefill_time = self._clock() - t0
         self._commit(req, run, [root])
         step = 0
@@ -203,7 +208,7 @@ class Engine:
         gens = [Generation([], [], [], run.trace) for _, run, _ in starts]
         for (req, run, drafter), gen in zip(starts, gens, strict=True):
             t0 = self._clock()
-            root = self._prefill(run.prompt, run, drafter)
+            root = self._prefill(req, run, drafter)
             gen.prefill_time = self._clock() - t0
             self._commit(req, run, [root])
         step = 0
@@ -251,14 +256,15 @@ class Engine:
         assert self.draft is not None and self.draft.aux_layer_ids is not None
         return tuple(self.draft.aux_layer_ids)
 
-    def _prefill(self, prompt: Tensor | None, run: GenerationState, drafter: Eagle3Drafter | None) -> int:
-        assert prompt is not None                                       # run.prompt: `_start` sets it
+    def _prefill(self, req: Request, run: GenerationState, drafter: Eagle3Drafter | None) -> int:
+        prompt = run.prompt
+        assert prompt is not None                                       # `_start` sets it
         n = prompt.numel()
         aux_layers = self._aux_layers() if drafter is not None else ()
         recorder = run.routes.recorder() if run.routes is not None else None
         logits, aux = self.model.forward(prompt, torch.arange(n, device=self.device), run.cache, 0,
                                          aux_layers=aux_layers, routes=recorder)
-        root = int(logits[-1].argmax())
+        root = int(next_tokens(logits[-1:], req.options, run.rng)[0])
         if recorder is not None:
             assert run.routes is not None
             run.routes.add("prefill", recorder.outputs(), 1)
@@ -275,7 +281,7 @@ class Engine:
         step = TargetPass(self.model, run.cache.upto(run.length + 1), routes=req.options.record_routes)
         logits, _, _, routes = self.steps.run(step, inputs)
         run.length += 1
-        output = self._commit(req, run, [int(logits.argmax())])                # [1, V]: the one row
+        output = self._commit(req, run, [int(next_tokens(logits, req.options, run.rng)[0])])   # [1, V]
         if routes is not None:
             assert run.routes is not None                                      # routes recorded: a log holds them
             run.routes.add("decode", routes, output)
@@ -327,9 +333,9 @@ class Engine:
 
     def _accept(self, req: Request, run: GenerationState, drafter: Eagle3Drafter, step: int, tree, logits: Tensor,
                 aux: Tensor, stats: Tensor | None, routes: tuple | None) -> int:
-        """Greedy acceptance of one verified tree: trace its block, commit the accepted path and the bonus, keep
-        their cache slots and feed them to the drafter; the tokens output."""
-        path, bonus = tree.accept(logits.argmax(-1))
+        """Acceptance of one verified tree (`sampling.accept`): trace its block, commit the accepted path and the
+        bonus, keep their cache slots and feed them to the drafter; the tokens output."""
+        path, bonus = accept(tree, logits, req.options, run.rng)
         new = tree.tokens[path[1:]].tolist() + [bonus]
         layer_rows = stats.tolist() if stats is not None else ([] if req.options.trace_layers else None)
         run.trace.add_block(step, tree.parents.tolist(), path, layer_rows)
@@ -392,7 +398,7 @@ class Engine:
         cache = self.model.new_cache(cache_len) if eager else self.steps.cache("target", cache_len,
                                                                                 self.model.new_cache)
         routes = RouteLog.begin(self.model.store) if options.record_routes else None
-        run = GenerationState(cache, Trace(meta=meta), routes, prompt=prompt)
+        run = GenerationState(cache, Trace(meta=meta), routes, generator(options, self.device), prompt=prompt)
         drafter = None
         if speculates:
             assert self.draft is not None                                      # refused above otherwise
