@@ -71,6 +71,7 @@ class Capabilities:
     switches_plans_freely: bool    # one generation's plan may differ from the last at no cost (a timed run can
                                    # interleave variants prompt by prompt)
     verifies_batched: bool         # `generate_batch`: several requests' trees in one verify pass
+    samples: bool = False          # GenerationOptions with temperature > 0 (a backend without it refuses them)
 
 
 @runtime_checkable
@@ -89,8 +90,9 @@ class EngineBackend(Protocol):
 
     def generate(self, prompt_ids: Sequence[int], plan: Plan, max_new_tokens: int,
                  options: GenerationOptions = GenerationOptions()):
-        """One generation (greedy, or sampled as options say) -> `Generation` (tokens, accept_lengths, step_times, trace, prefill_time,
-        stop_reason, routes when options.record_routes; a backend without `records_routes` refuses)."""
+        """One generation (greedy, or sampled as options say) -> `Generation` (tokens, accept_lengths, step_times,
+        trace, prefill_time, stop_reason, routes when options.record_routes; a backend refuses what its
+        `capabilities` lack)."""
 
     def generate_many(self, prompts: Sequence[Sequence[int]], plan: Plan, max_new_tokens: int,
                       options: GenerationOptions = GenerationOptions()) -> list:

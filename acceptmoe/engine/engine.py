@@ -115,7 +115,8 @@ class GenerationState:
 class Engine:
     name = "native"
     capabilities: ClassVar[Capabilities] = Capabilities(records_routes=True, offloads=True,
-                                                        switches_plans_freely=True, verifies_batched=True)
+                                                        switches_plans_freely=True, verifies_batched=True,
+                                                        samples=True)
 
     def __init__(self, model, draft: Eagle3Draft | None = None, backend: str = "auto", tree: TreeShape = TreeShape(),
                  steps: str = "auto"):

@@ -220,6 +220,10 @@ class SGLangBackend:
                       options: GenerationOptions = GenerationOptions()) -> list:
         from acceptmoe.engine.engine import Generation
 
+        if not options.greedy:
+            raise UserError(f"temperature={options.temperature}: the SGLang backend decodes greedily here (sampling "
+                            f"through SGLang is not wired yet); sample with the native engine (--engine native) "
+                            f"or set temperature 0")
         if options.record_routes:
             raise UserError("record_routes: the SGLang backend does not record routes; record them with the native "
                             "engine (--engine native)")
