@@ -30,6 +30,7 @@ from .registry import (
     BackendCoverageError,
     MethodSpec,
     Order,
+    Role,
     Score,
     Scoring,
     Sizing,
@@ -49,7 +50,7 @@ from .variant import Fit, Plan, Variant
 
 __all__ = [
     "B0_METHOD", "BASELINE", "CALIBRATION", "DEFAULT_METHOD", "PAPER_METHODS", "REFERENCE", "BackendCoverageError", "BlockInfo", "CommitmentTable",
-    "ConfigError", "Fit", "METHODS", "MethodSpec", "Order", "Plan", "ROUTER_NAMES", "ROUTER_PRESETS", "Router", "Score",
+    "ConfigError", "Fit", "METHODS", "MethodSpec", "Order", "Plan", "ROUTER_NAMES", "ROUTER_PRESETS", "Role", "Router", "Score",
     "Scoring",
     "SelectorConfig", "Selection", "Sizing", "TreeError", "UnknownMethodError", "UnknownRouterError", "Variant",
     "alone_twin", "best_first", "commitment_weight", "effective_rank", "first_k_in", "fixed_twin", "get_method", "order_desc",

@@ -18,8 +18,11 @@ declares what it maps with `register_backend` when its module loads. A method th
 cannot serve is an error naming the method, the backend and the missing member: at the backend's import
 for the registered methods, at `register_method` for a method added later (both tables, `METHODS` and
 `BACKENDS`, are `acceptmoe.registry.Registry`s whose check runs these tests). Nothing dispatches on a method's
-name; the roles below (`BASELINE`, `B0_METHOD`, ...) are the only names code outside this room refers to
-(tests/architecture/test_method_names.py).
+name. A method's part in the experiments is data on its record: its `roles` (`Role`: the reference, the baseline,
+the calibration source, the method whose traces set B0, the default), each held by exactly one method (checked
+when a method registers and once the built-ins are in), and its declared counterparts (`budget_twin`, `alone`),
+checked against their definitions at registration. The role constants below (`BASELINE`, `B0_METHOD`, ...) read
+the records; they are the only names code outside this room refers to (tests/architecture/test_method_names.py).
 
 The target's routing function is one record of axes (`routing.Router`: `Scoring`, `Order`, a selection bias,
 group-limited choice, renormalisation, a scale; docs/method.md, "Router kinds"): any model may come with any
@@ -96,6 +99,15 @@ ROUTING_AXES: dict[str, tuple] = {
 }
 
 
+class Role(enum.Enum):
+    """A part one method plays in the experiments; exactly one registered method holds each."""
+    REFERENCE = "reference"        # relative accuracy change is taken against it (no verification pass)
+    BASELINE = "baseline"          # accuracy differences and throughput ratios are taken against it
+    CALIBRATION = "calibration"    # p_hat is counted from its natural-routing traces
+    SETS_B0 = "sets-b0"            # its traces give B0, the matched budget of the fixed-budget methods
+    DEFAULT = "default"            # what runs where a caller names no method (the lm-eval backend, benchmarks)
+
+
 @dataclass(frozen=True)
 class MethodSpec:
     name: str
@@ -104,7 +116,9 @@ class MethodSpec:
     anchor: bool = False      # the root's natural top-k set A is always in S
     label: str = ""           # display name in tables and figures
     prunes_when_offloaded: bool = False   # residency-aware pruning by default under an offloaded store
-    sets_b0: bool = False     # its traces give B0, the matched budget of the fixed-budget methods
+    roles: frozenset[Role] = frozenset()  # its parts in the experiments (`Role`), each held by one method only
+    budget_twin: str = ""     # the fixed-budget method ranking like it (registered before it): its sizing at B
+    alone: str = ""           # a batch-crediting method: the method it is at one block per pass
     beyond_paper: bool = False   # not one of the paper's six methods: Table 1 runs it only when asked
 
     def __post_init__(self) -> None:
@@ -115,6 +129,9 @@ class MethodSpec:
             raise ValueError(f"method {self.name!r}: an anchor only means something for a restricting sizing")
         if self.prunes_when_offloaded and not self.restricts:
             raise ValueError(f"method {self.name!r}: residency pruning applies to restricting methods only")
+        if bool(self.alone) != bool(self.score is not None and self.score.credits_batch):
+            raise ValueError(f"method {self.name!r}: a method whose score credits the batch names the method it is "
+                             f"alone (`alone`), and only such a method does")
 
     @property
     def speculates(self) -> bool:
@@ -187,8 +204,37 @@ class Coverage:
 def _served_everywhere(name: str, spec: MethodSpec) -> None:
     if name != spec.name:
         raise ValueError(f"method {spec.name!r} registered as {name!r}")
+    _check_parts(spec)
     for backend, coverage in BACKENDS.items():
         _refuse_unserved(backend, coverage, spec)
+
+
+def _check_parts(spec: MethodSpec) -> None:
+    """A new method's roles are free and its declared counterparts are what their definitions say."""
+    for role in spec.roles:
+        holder = next((n for n, s in METHODS.items() if role in s.roles), None)
+        if holder is not None:
+            raise ValueError(f"method {spec.name!r} claims role {role.name}, which {holder!r} holds; exactly one "
+                             f"method holds each role")
+    if spec.budget_twin:
+        twin = METHODS.get(spec.budget_twin)
+        if twin is None or not twin.needs_budget or (twin.score, twin.anchor) != (spec.score, spec.anchor):
+            raise ValueError(f"method {spec.name!r}: its budget_twin {spec.budget_twin!r} must be a registered "
+                             f"fixed-budget method with the same score and anchor")
+    if spec.alone:
+        alone = METHODS.get(spec.alone)
+        assert spec.score is not None                  # `alone` goes with a batch-crediting score (__post_init__)
+        if alone is None or (alone.score, alone.sizing, alone.anchor) != (spec.score.alone, spec.sizing, spec.anchor):
+            raise ValueError(f"method {spec.name!r}: its alone method {spec.alone!r} must be a registered method "
+                             f"with its sizing, its anchor and the score without the batch's terms")
+
+
+def holder(role: Role) -> str:
+    """The one registered method that holds `role`."""
+    held = [n for n, s in METHODS.items() if role in s.roles]
+    if len(held) != 1:
+        raise BackendCoverageError(f"role {role.name} is held by {held or 'no method'}; exactly one method holds it")
+    return held[0]
 
 
 def _serves_every_method(name: str, coverage: Coverage) -> None:
@@ -245,42 +291,35 @@ def _refuse_unserved(backend: str, coverage: Coverage, spec: MethodSpec) -> None
 
 
 def fixed_twin(name: str) -> str:
-    """The fixed-budget method that ranks like `name` (AcceptMoE -> AcceptMoE-B): sizing held at a budget."""
+    """The fixed-budget method that ranks like `name` (AcceptMoE -> AcceptMoE-B; `MethodSpec.budget_twin`)."""
     spec = get_method(name)
-    for other in METHODS.values():
-        if other.needs_budget and other.score == spec.score and other.anchor == spec.anchor:
-            return other.name
-    raise ValueError(f"method {name!r} has no fixed-budget counterpart")
+    if not spec.budget_twin:
+        raise ValueError(f"method {name!r} declares no fixed-budget counterpart (budget_twin)")
+    return spec.budget_twin
 
 
 def alone_twin(name: str) -> str | None:
-    """The method a batch-crediting one (`Score.credits_batch`) is at one block per pass: the same sizing and
-    anchor, its score without the batch's terms (`Score.alone`; AcceptMoE (batch-shared) -> AcceptMoE). None
-    for a method whose sets one request determines."""
-    spec = get_method(name)
-    if spec.score is None or not spec.score.credits_batch:
-        return None
-    return next((m for m, s in METHODS.items() if s.score is spec.score.alone and s.sizing is spec.sizing
-                 and s.anchor == spec.anchor), None)
+    """The method a batch-crediting one (`Score.credits_batch`) is at one block per pass (`MethodSpec.alone`;
+    AcceptMoE (batch-shared) -> AcceptMoE). None for a method whose sets one request determines."""
+    return get_method(name).alone or None
 
 
 for _spec in (
-    MethodSpec("vanilla-ar", Sizing.NONE, None, label="Vanilla AR"),
-    MethodSpec("standard-sd", Sizing.ALL, Score.GATE_MASS, label="Standard SD"),
+    MethodSpec("vanilla-ar", Sizing.NONE, None, label="Vanilla AR", roles=frozenset({Role.REFERENCE})),
+    MethodSpec("standard-sd", Sizing.ALL, Score.GATE_MASS, label="Standard SD",
+               roles=frozenset({Role.BASELINE, Role.CALIBRATION})),
     MethodSpec("count-b", Sizing.FIXED, Score.VOTES, label="Count-B"),
     MethodSpec("moe-spec", Sizing.FIXED, Score.ROUTER_MASS, label="MoE-Spec"),
     MethodSpec("acceptmoe-b", Sizing.FIXED, Score.COMMITMENT, anchor=True, label="AcceptMoE-B"),
     MethodSpec("acceptmoe", Sizing.SELF, Score.COMMITMENT, anchor=True, label="AcceptMoE",
-               prunes_when_offloaded=True, sets_b0=True),
+               prunes_when_offloaded=True, roles=frozenset({Role.SETS_B0, Role.DEFAULT}), budget_twin="acceptmoe-b"),
     MethodSpec("acceptmoe-shared", Sizing.SELF, Score.SHARED_COMMITMENT, anchor=True, label="AcceptMoE (batch-shared)",
-               prunes_when_offloaded=True, beyond_paper=True),
+               prunes_when_offloaded=True, alone="acceptmoe", beyond_paper=True),
 ):
     register_method(_spec)
 _BUILTIN = frozenset(METHODS)
 
-B0_METHOD: str = next(s.name for s in METHODS.values() if s.sets_b0)   # whose traces decide B0
+# each role's one holder, read from the records (`holder` raises at import if a role has none or two)
+REFERENCE, BASELINE, CALIBRATION, B0_METHOD, DEFAULT_METHOD = (holder(r) for r in (
+    Role.REFERENCE, Role.BASELINE, Role.CALIBRATION, Role.SETS_B0, Role.DEFAULT))
 PAPER_METHODS: tuple[str, ...] = tuple(n for n, s in METHODS.items() if not s.beyond_paper)   # Table 1's default
-BASELINE: str = "standard-sd"        # accuracy differences and throughput ratios are taken against it
-REFERENCE: str = "vanilla-ar"        # relative accuracy change is taken against it
-CALIBRATION: str = "standard-sd"     # p_hat is counted from its natural-routing traces
-DEFAULT_METHOD: str = "acceptmoe"    # what runs where a caller names no method (the lm-eval backend, benchmarks)

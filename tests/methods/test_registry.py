@@ -9,15 +9,20 @@ import torch
 
 from acceptmoe.kernels import make_verifier
 from acceptmoe.methods import (
+    B0_METHOD,
+    BASELINE,
     METHODS,
+    REFERENCE,
     BackendCoverageError,
     BlockInfo,
     Fit,
     MethodSpec,
+    Role,
     Router,
     Score,
     Sizing,
     Variant,
+    fixed_twin,
     register_backend,
     register_method,
     registry,
@@ -119,4 +124,22 @@ def test_the_registry_entries_are_consistent():
         register_method(METHODS["acceptmoe"])
     with pytest.raises(ValueError, match="built-in"):
         unregister_method("acceptmoe")
-    assert [s.name for s in METHODS.values() if s.sets_b0] == ["acceptmoe"]
+    assert [s.name for s in METHODS.values() if Role.SETS_B0 in s.roles] == ["acceptmoe"]
+
+
+def test_each_role_is_held_once_and_counterparts_are_checked():
+    held = [r for s in METHODS.values() for r in s.roles]
+    assert sorted(held, key=lambda r: r.value) == sorted(Role, key=lambda r: r.value)     # each exactly once
+    assert (B0_METHOD, BASELINE, REFERENCE) == tuple(registry.holder(r) for r in (Role.SETS_B0, Role.BASELINE, Role.REFERENCE))
+    assert fixed_twin(B0_METHOD) == METHODS[B0_METHOD].budget_twin and METHODS[fixed_twin(B0_METHOD)].needs_budget
+    with pytest.raises(ValueError, match="claims role SETS_B0, which 'acceptmoe' holds"):
+        register_method(MethodSpec("toy-b0", Sizing.SELF, Score.VOTES, roles=frozenset({Role.SETS_B0})))
+    with pytest.raises(ValueError, match="budget_twin 'count-b' must be a registered fixed-budget method with the same"):
+        register_method(MethodSpec("toy-twin", Sizing.SELF, Score.COMMITMENT, anchor=True, budget_twin="count-b"))
+    with pytest.raises(ValueError, match="credits the batch names the method it is alone"):
+        MethodSpec("toy-shared", Sizing.SELF, Score.SHARED_COMMITMENT, anchor=True)
+    with pytest.raises(ValueError, match="alone method 'count-b' must be"):
+        register_method(MethodSpec("toy-shared", Sizing.SELF, Score.SHARED_COMMITMENT, anchor=True, alone="count-b"))
+    assert "toy-b0" not in METHODS and "toy-twin" not in METHODS and "toy-shared" not in METHODS
+    with pytest.raises(ValueError, match="declares no fixed-budget counterpart"):
+        fixed_twin(BASELINE)
