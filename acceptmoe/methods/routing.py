@@ -160,7 +160,8 @@ class Router:
 
     def weights(self, z: Tensor, ids: Tensor, unmasked: Tensor | None = None) -> Tensor:
         """The gating weights fp32 [..., T, k] the experts' outputs are multiplied by: `gates` times `scale`."""
-        return self.gates(z, ids, unmasked) * self.scale
+        w = self.gates(z, ids, unmasked)
+        return w if self.scale == 1.0 else w * self.scale      # x * 1.0 is x: no operation a pass pays for
 
 
 def _member(enum_type, value):
@@ -221,7 +222,7 @@ GROUPING: dict[bool, Callable[[Router, Tensor], Tensor]] = {
 }
 RENORMALISE: dict[bool, Callable[[Tensor, float], Tensor]] = {
     False: lambda w, eps: w,
-    True: lambda w, eps: w / (w.sum(-1, keepdim=True) + eps),
+    True: lambda w, eps: w / (w.sum(-1, keepdim=True) + eps if eps else w.sum(-1, keepdim=True)),   # x + 0.0 is x
 }
 
 # The routers of today's models, by name: values of the record at top-1 (`Router.preset` sets a model's top-k
