@@ -66,7 +66,7 @@ def required_config(ref: str, role: str) -> dict:
 def num_experts(ref: str) -> int | None:
     """Routed experts per MoE layer of a checkpoint reference, or None when its config.json is not at hand."""
     found = model_config(ref)
-    return None if found is None else ModelConfig.from_dict(found).num_experts
+    return None if found is None else ModelConfig.from_dict(found).moe.num_experts
 
 
 @dataclass(frozen=True)
@@ -93,7 +93,7 @@ def model_need(entry, world, store: str, slots: int | None, target: dict | None 
     tokens = PROMPT_TOKENS + world.max_new_tokens(entry) + world.tree.num_draft_tokens
     extra = (draft_bytes(draft, dtype) if draft else 0) + kv_bytes(cfg, dtype, tokens)
     on_host = torch.device(world.device).type == "cpu"      # the store's peak already holds experts and `other`
-    experts = len(cfg.moe_layer_ids) * cfg.num_experts * expert_bytes(cfg, mxfp4_in_config(target), dtype)
+    experts = len(cfg.moe.layer_ids) * cfg.moe.num_experts * expert_bytes(cfg, mxfp4_in_config(target), dtype)
     return Need(b.device + other + extra, b.pinned, b.load_peak + (extra if on_host else 0), experts)
 
 

@@ -87,9 +87,9 @@ def union(E: int, u: float, n: float) -> float:
 def seconds(w: Work, t: Target, world, gpu: DeviceBound, batch: int = 1) -> float:
     """One generation of `w` on `gpu`, `batch` requests sharing every step (the module docstring's model)."""
     cfg, spec = t.cfg, w.variant.spec
-    E, L, X = cfg.num_experts, len(cfg.moe_layer_ids), w.slots
+    E, L, X = cfg.moe.num_experts, len(cfg.moe.layer_ids), w.slots
     bw, h2d = gpu.memory_gbps * 1e9, (gpu.h2d_typical_gbps or gpu.h2d_gbps) * 1e9
-    u = (w.variant.budget or SET_SIZE) if spec.restricts else cfg.top_k
+    u = (w.variant.budget or SET_SIZE) if spec.restricts else cfg.moe.top_k
     draws = batch * (world.tree.num_draft_tokens + 1 if spec.speculates and not spec.restricts else 1)
     U = union(E, u, draws)                                               # experts a step reads per layer
     overhead = EAGER_PASS_S if w.store == "offloaded" else GRAPH_PASS_S

@@ -119,8 +119,8 @@ class PassModel:
         """The target's KV cache one pass reads: keys and values of every layer up to its window (the native
         engine's cache: MLA's expanded per head)."""
         c = self.target
-        per_token = c.cache_heads * (c.head_dim + c.v_head_dim) * self.dtype_bytes
-        return sum(per_token * (context if w is None else min(context, w)) for w in c.windows)
+        per_token = c.attn.cache_heads * (c.attn.head_dim + c.attn.v_head_dim) * self.dtype_bytes
+        return sum(per_token * (context if w is None else min(context, w)) for w in c.attn.windows)
 
     def draft_step_bytes(self, num_steps: int, context: int = CONTEXT) -> int:
         """The draft's passes of one speculative step: the extension through `fc`, then num_steps - 1 levels,

@@ -131,9 +131,9 @@ def shape_of_folder(name: str, folder: Path) -> ExpertShape:
     """A model folder's own expert shape (its config.json; MXFP4 when its checkpoint says so)."""
     cfg = ModelConfig.from_folder(folder)
     quant = (cfg_json(folder).get("quantization_config") or {}).get("quant_method")
-    return ExpertShape(name, cfg.hidden_size, cfg.moe_intermediate_size, cfg.num_experts, cfg.top_k,
-                       len(cfg.moe_layer_ids), cfg.expert_activation, format="mxfp4" if quant == "mxfp4" else "dense",
-                       dtype=cfg.dtype, bias=cfg.expert_bias, source=f"{folder}/config.json")
+    return ExpertShape(name, cfg.hidden_size, cfg.moe.intermediate_size, cfg.moe.num_experts, cfg.moe.top_k,
+                       len(cfg.moe.layer_ids), cfg.moe.activation, format="mxfp4" if quant == "mxfp4" else "dense",
+                       dtype=cfg.dtype, bias=cfg.moe.expert_bias, source=f"{folder}/config.json")
 
 
 def cfg_json(folder: Path) -> dict:

@@ -126,56 +126,23 @@ ROUTER_KEYS = ("num_experts_per_tok", "experts_per_token", "num_experts", "num_l
 
 
 @dataclass(frozen=True)
-class ModelConfig:
-    arch: str                                  # config.json's model_type: the family (`families.FAMILIES`)
-    vocab_size: int
-    hidden_size: int
-    num_layers: int
+class AttentionConfig:
+    """The target's attention: grouped-query (heads, KV heads, head width) or latent (`latent`), its RoPE, its
+    sliding windows per layer, and what a family adds (biases, q/k norms, sinks)."""
     num_heads: int
     num_kv_heads: int
     head_dim: int                              # query/key head width (MLA: nope + rope)
-    num_experts: int
-    moe_intermediate_size: int
-    dense_intermediate_size: int               # MLP width of non-MoE layers (mlp_only_layers, first_k_dense_replace)
-    moe_layers: tuple[bool, ...]               # [num_layers]: layer i has a sparse MoE block
     windows: tuple[int | None, ...]            # [num_layers]: sliding window (keys with q_pos - k_pos < w)
     rope: RopeConfig
-    rms_norm_eps: float
-    router: Router                             # the routing function (`methods.Router`: its axes and top-k)
-    expert_activation: str                     # "swiglu" | "clamped_swiglu"
-    swiglu_alpha: float = 1.702
-    swiglu_limit: float = 7.0
-    attention_bias: bool = False               # q/k/v biases (and the output projection's: `o_bias`)
-    o_bias: bool = False
+    qkv_bias: bool = False                     # q/k/v biases (MLA: its latent projection's)
+    o_bias: bool = False                       # the output projection's bias
     qk_norm: str = ""                          # one of QK_NORMS
-    attention_sinks: bool = False
-    router_bias: bool = False                  # the router projection's own bias (GPT-OSS)
-    expert_bias: bool = False                  # experts with biases b1 [E, 2I], b2 [E, H] (GPT-OSS)
-    shared_intermediate_size: int = 0          # shared experts as one SwiGLU MLP beside the routed ones (0: none)
-    shared_gate: bool = False                  # the shared MLP scaled by sigmoid(a [1, H] projection) (Qwen2-MoE)
+    sinks: bool = False                        # a learnt sink logit per head (GPT-OSS)
     latent: LatentAttention | None = None      # MLA instead of grouped-query attention
-    tie_word_embeddings: bool = False
-    eos_token_ids: tuple[int, ...] = ()
-    max_position_embeddings: int = 0
-    dtype: torch.dtype = torch.float32         # the checkpoint's compute dtype
 
     def __post_init__(self) -> None:
         if self.qk_norm not in QK_NORMS:
             raise ValueError(f"qk_norm {self.qk_norm!r} is not one of {QK_NORMS}")
-
-    @property
-    def moe_layer_ids(self) -> tuple[int, ...]:
-        return tuple(i for i, m in enumerate(self.moe_layers) if m)
-
-    @property
-    def top_k(self) -> int:
-        """Experts per token (`num_experts_per_tok`): the router's."""
-        return self.router.top_k
-
-    @property
-    def selection_bias(self) -> bool:
-        """Whether each MoE layer has a selection bias [E] its router's choice adds (`Router.biased`)."""
-        return self.router.biased
 
     @property
     def rope_dim(self) -> int:
@@ -191,6 +158,54 @@ class ModelConfig:
         """K/V heads the cache keeps per layer: the KV heads, or every head for MLA (kept expanded)."""
         return self.num_heads if self.latent else self.num_kv_heads
 
+
+@dataclass(frozen=True)
+class MoEConfig:
+    """The target's sparse blocks: which layers have one, its experts and their activation, its router, and
+    what a family adds (router and expert biases, shared experts and their gate)."""
+    num_experts: int
+    intermediate_size: int                     # one expert's MLP width
+    layers: tuple[bool, ...]                   # [num_layers]: layer i has a sparse MoE block
+    router: Router                             # the routing function (`methods.Router`: its axes and top-k)
+    activation: str                            # "swiglu" | "clamped_swiglu"
+    swiglu_alpha: float = 1.702                # clamped_swiglu only
+    swiglu_limit: float = 7.0
+    router_bias: bool = False                  # the router projection's own bias (GPT-OSS)
+    expert_bias: bool = False                  # experts with biases b1 [E, 2I], b2 [E, H] (GPT-OSS)
+    shared_intermediate_size: int = 0          # shared experts as one SwiGLU MLP beside the routed ones (0: none)
+    shared_gate: bool = False                  # the shared MLP scaled by sigmoid(a [1, H] projection) (Qwen2-MoE)
+
+    @property
+    def layer_ids(self) -> tuple[int, ...]:
+        return tuple(i for i, m in enumerate(self.layers) if m)
+
+    @property
+    def top_k(self) -> int:
+        """Experts per token (`num_experts_per_tok`): the router's."""
+        return self.router.top_k
+
+    @property
+    def selection_bias(self) -> bool:
+        """Whether each MoE layer has a selection bias [E] its router's choice adds (`Router.biased`)."""
+        return self.router.biased
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """Model-wide facts at the top; the attention's in `attn`, the sparse blocks' in `moe`."""
+    arch: str                                  # config.json's model_type: the family (`families.FAMILIES`)
+    vocab_size: int
+    hidden_size: int
+    num_layers: int
+    attn: AttentionConfig
+    moe: MoEConfig
+    dense_intermediate_size: int               # MLP width of non-MoE layers (mlp_only_layers, first_k_dense_replace)
+    rms_norm_eps: float
+    tie_word_embeddings: bool = False
+    eos_token_ids: tuple[int, ...] = ()
+    max_position_embeddings: int = 0
+    dtype: torch.dtype = torch.float32         # the checkpoint's compute dtype
+
     @classmethod
     def from_dict(cls, raw: dict, extra_eos: tuple[int, ...] = ()) -> ModelConfig:
         arch = raw.get("model_type")
@@ -204,7 +219,7 @@ class ModelConfig:
                                   f"checkpoint of the model")
         try:
             cfg = FAMILIES[arch].parse(raw, extra_eos)
-            wrong = cfg.router.check_experts(cfg.num_experts)
+            wrong = cfg.moe.router.check_experts(cfg.moe.num_experts)
         except KeyError as exc:
             raise CheckpointError(f"config.json of a {arch} model lacks {exc.args[0]!r}; restore the checkpoint's "
                                   f"own config.json") from None
@@ -240,23 +255,34 @@ def _as_ids(value) -> tuple[int, ...]:
     return (int(value),) if isinstance(value, int) else tuple(int(v) for v in value)
 
 
-def common_fields(raw: dict, extra_eos: tuple[int, ...], rope_kinds: tuple[str, ...] = ROPE_KINDS) -> dict:
-    """Fields every family reads the same way (`arch`: the model_type; sizes, heads, experts, rope, eos, dtype);
-    a family's parser overrides what it names differently."""
+def common_fields(raw: dict, extra_eos: tuple[int, ...],
+                  rope_kinds: tuple[str, ...] = ROPE_KINDS) -> tuple[dict, dict]:
+    """What every family reads the same way: the model-wide fields (`arch`: the model_type; sizes, eos, dtype)
+    and the attention's heads and RoPE (`AttentionConfig`'s first fields); a family's parser overrides what it
+    names differently."""
     heads = raw["num_attention_heads"]
     head_dim = raw.get("head_dim") or raw["hidden_size"] // heads
     eos = tuple(dict.fromkeys(_as_ids(raw.get("eos_token_id")) + extra_eos))
     dtype_name = raw.get("dtype") or raw.get("torch_dtype") or "float32"
     if dtype_name not in DTYPES:
         raise CheckpointError(f"config dtype {dtype_name!r} not supported; valid: {', '.join(DTYPES)}")
-    return dict(
-        arch=raw["model_type"], vocab_size=raw["vocab_size"], hidden_size=raw["hidden_size"], num_layers=raw["num_hidden_layers"],
-        num_heads=heads, num_kv_heads=raw.get("num_key_value_heads") or heads, head_dim=head_dim,
-        num_experts=raw.get("num_experts") or raw.get("num_local_experts") or raw.get("n_routed_experts"),
-        rope=rope_config(raw, rope_kinds), rms_norm_eps=raw.get("rms_norm_eps", 1e-6),
-        tie_word_embeddings=bool(raw.get("tie_word_embeddings", False)), eos_token_ids=eos,
-        max_position_embeddings=raw.get("max_position_embeddings", 0), dtype=DTYPES[dtype_name],
-    )
+    top = dict(arch=raw["model_type"], vocab_size=raw["vocab_size"], hidden_size=raw["hidden_size"],
+               num_layers=raw["num_hidden_layers"])
+    attn = dict(num_heads=heads, num_kv_heads=raw.get("num_key_value_heads") or heads, head_dim=head_dim,
+                rope=rope_config(raw, rope_kinds))
+    top.update(rms_norm_eps=raw.get("rms_norm_eps", 1e-6),
+               tie_word_embeddings=bool(raw.get("tie_word_embeddings", False)), eos_token_ids=eos,
+               max_position_embeddings=raw.get("max_position_embeddings", 0), dtype=DTYPES[dtype_name])
+    return top, attn
+
+
+def expert_count(raw: dict) -> int:
+    """Routed experts per MoE layer, by whichever name config.json gives them (none: `ModelConfig.from_dict`
+    names the field missing)."""
+    count = raw.get("num_experts") or raw.get("num_local_experts") or raw.get("n_routed_experts")
+    if count is None:
+        raise KeyError("num_experts")
+    return count
 
 
 def routed(raw: dict, preset: str, **fields) -> Router:
@@ -303,20 +329,20 @@ def moe_layers(raw: dict, num_layers: int, num_experts: int) -> tuple[bool, ...]
     return tuple(i not in dense and num_experts > 0 and (i + 1) % step == 0 for i in range(num_layers))
 
 
-def qwen_moe_fields(raw: dict, extra_eos: tuple[int, ...], family: str) -> dict:
-    """What Qwen3-MoE and Qwen2-MoE read alike: SiLU experts, softmax then top-k (renormalised if
-    `norm_topk_prob`), Qwen's sparse-layer rule (`moe_layers`), one sliding window for every layer or none
-    (Qwen3-MoE's rule; Qwen2-MoE replaces it by its `layer_types`)."""
+def qwen_moe_fields(raw: dict, extra_eos: tuple[int, ...], family: str) -> tuple[dict, dict, dict]:
+    """What Qwen3-MoE and Qwen2-MoE read alike, as (model-wide, `AttentionConfig`, `MoEConfig`) fields: SiLU
+    experts, softmax then top-k (renormalised if `norm_topk_prob`), Qwen's sparse-layer rule (`moe_layers`), one
+    sliding window for every layer or none (Qwen3-MoE's rule; Qwen2-MoE replaces it by its `layer_types`)."""
     silu_experts(raw, family)
-    common = common_fields(raw, extra_eos)
-    n = common["num_layers"]
+    top, attn = common_fields(raw, extra_eos)
+    n, experts = top["num_layers"], expert_count(raw)
     window = raw.get("sliding_window") if raw.get("use_sliding_window") else None
-    return dict(
-        **common, moe_intermediate_size=raw["moe_intermediate_size"],
-        dense_intermediate_size=raw.get("intermediate_size", 0),
-        moe_layers=moe_layers(raw, n, common["num_experts"]), windows=(window,) * n,
-        router=routed(raw, "softmax_topk", renormalize=bool(raw.get("norm_topk_prob", False))),
-        expert_activation="swiglu")
+    moe = dict(num_experts=experts, intermediate_size=raw["moe_intermediate_size"],
+               layers=moe_layers(raw, n, experts),
+               router=routed(raw, "softmax_topk", renormalize=bool(raw.get("norm_topk_prob", False))),
+               activation="swiglu")
+    top.update(dense_intermediate_size=raw.get("intermediate_size", 0))
+    return top, dict(attn, windows=(window,) * n), moe
 
 
 def silu_experts(raw: dict, family: str) -> None:

@@ -127,7 +127,7 @@ class Engine:
         self.source: Path | None = None          # the target's folder (load_engine): where its tokenizer is
         self._tokenizer = None
         self.router: Router = model.router
-        self.num_experts: int = model.config.num_experts
+        self.num_experts: int = model.config.moe.num_experts
         self.device = torch.device(model.device)
         self.eos_token_ids: set[int] = set(model.config.eos_token_ids)
         self.backend = resolve_backend(backend, self.device)
@@ -415,8 +415,8 @@ class Engine:
     def _route_meta(self, meta: dict) -> dict:
         """What a routes file says about the experts beside the routes: shapes, activation, the trace's meta."""
         cfg = self.model.config
-        return {"hidden_size": cfg.hidden_size, "intermediate_size": cfg.moe_intermediate_size,
-                "activation": cfg.expert_activation, "num_hidden_layers": cfg.num_layers,
+        return {"hidden_size": cfg.hidden_size, "intermediate_size": cfg.moe.intermediate_size,
+                "activation": cfg.moe.activation, "num_hidden_layers": cfg.num_layers,
                 "prompt_len": meta["prompt_len"],
                 **{k: meta[k] for k in ("method", "variant", "prune", "selector") if k in meta}}
 

@@ -108,7 +108,7 @@ def block_masks(cfg: ModelConfig, cache: KVCache, start: Start, positions: Tenso
     static pass is given, `KVCache.upto`) and slots past the block are masked, so the masks' shapes do not
     depend on where the block sits."""
     T, dev = positions.shape[0], positions.device
-    windows = {w for w in cfg.windows if w is not None}
+    windows = {w for w in cfg.attn.windows if w is not None}
     if mask is not None and (mask.shape != (T, T) or mask.dtype != torch.bool):
         raise ValueError(f"mask must be bool [T, T] = [{T}, {T}], got {mask.dtype} {tuple(mask.shape)}")
     if isinstance(start, Tensor):
@@ -172,9 +172,9 @@ class Attention(nn.Module):
     @classmethod
     def of(cls, cfg: ModelConfig, layer: int) -> Attention:
         """Layer `layer` of a target."""
-        return cls(cfg.hidden_size, cfg.hidden_size, cfg.num_heads, cfg.num_kv_heads, cfg.head_dim,
-                   bias=cfg.attention_bias, o_bias=cfg.o_bias, qk_norm=cfg.qk_norm, eps=cfg.rms_norm_eps,
-                   sinks=cfg.attention_sinks, window=cfg.windows[layer], layer=layer)
+        return cls(cfg.hidden_size, cfg.hidden_size, cfg.attn.num_heads, cfg.attn.num_kv_heads, cfg.attn.head_dim,
+                   bias=cfg.attn.qkv_bias, o_bias=cfg.attn.o_bias, qk_norm=cfg.attn.qk_norm, eps=cfg.rms_norm_eps,
+                   sinks=cfg.attn.sinks, window=cfg.attn.windows[layer], layer=layer)
 
     @torch.no_grad()
     def fuse(self) -> None:

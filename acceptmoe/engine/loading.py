@@ -82,7 +82,7 @@ def _open(path: Path):
 def packed_experts(ckpt: Checkpoint, cfg: ModelConfig) -> bool:
     """Whether the checkpoint stores its experts MXFP4-packed (the family's `packed` tensor is present)."""
     packed = FAMILIES[cfg.arch].packed
-    return bool(packed) and f"model.layers.{cfg.moe_layer_ids[0]}.{packed}" in ckpt
+    return bool(packed) and f"model.layers.{cfg.moe.layer_ids[0]}.{packed}" in ckpt
 
 
 def expert_weights(ckpt: Checkpoint, cfg: ModelConfig, layer: int, dtype: torch.dtype,
@@ -114,8 +114,8 @@ class PerExpert:
             write(out["w1"], ckpt, f"{p}.gate_up_proj")
             write(out["w2"], ckpt, f"{p}.down_proj")
             return
-        I = cfg.moe_intermediate_size
-        for j in range(cfg.num_experts):
+        I = cfg.moe.intermediate_size
+        for j in range(cfg.moe.num_experts):
             write(out["w1"][j, :I], ckpt, f"{p}.{j}.{self.gate}.weight")
             write(out["w1"][j, I:], ckpt, f"{p}.{j}.{self.up}.weight")
             write(out["w2"][j], ckpt, f"{p}.{j}.{self.down}.weight")

@@ -8,7 +8,7 @@ are defined. The stores allocate by these rules (`store.open_store`) and a test 
 
 - The stored form (`stored_form`) is what `loading.expert_weights` gives per MoE layer: dense `w1` [E, 2I, H],
   `w2` [E, H, I] in the load dtype, or MXFP4 `*_blocks` / `*_scales` (uint8: 16 bytes of E2M1 codes and 1
-  scale byte per 32 values); experts with biases (`ModelConfig.expert_bias`, GPT-OSS) add `b1` [E, 2I], `b2`
+  scale byte per 32 values); experts with biases (`MoEConfig.expert_bias`, GPT-OSS) add `b1` [E, 2I], `b2`
   [E, H] in the load dtype.
 - The kept form (`kept_form`, `expert_math.keeps_packed`): on CUDA the stored form, elsewhere dense.
 - Device: a resident store keeps all E experts of every MoE layer in the kept form; an offloaded one X slots
@@ -53,7 +53,7 @@ def mxfp4_in_config(raw: dict) -> bool:
 
 def stored_form(cfg: ModelConfig, dtype: torch.dtype, mxfp4: bool) -> dict[str, Tensor]:
     """One MoE layer's experts as loading reads them: meta tensors [E, ...] (names as the store's)."""
-    E, H, I = cfg.num_experts, cfg.hidden_size, cfg.moe_intermediate_size
+    E, H, I = cfg.moe.num_experts, cfg.hidden_size, cfg.moe.intermediate_size
     if mxfp4:
         shapes = {"w1_blocks": ((E, 2 * I, H // BLOCK, BLOCK // 2), torch.uint8),
                   "w1_scales": ((E, 2 * I, H // BLOCK), torch.uint8),
@@ -61,7 +61,7 @@ def stored_form(cfg: ModelConfig, dtype: torch.dtype, mxfp4: bool) -> dict[str, 
                   "w2_scales": ((E, H, I // BLOCK), torch.uint8)}
     else:
         shapes = {"w1": ((E, 2 * I, H), dtype), "w2": ((E, H, I), dtype)}
-    if cfg.expert_bias:
+    if cfg.moe.expert_bias:
         shapes.update(b1=((E, 2 * I), dtype), b2=((E, H), dtype))
     return {n: torch.empty(s, dtype=d, device=META) for n, (s, d) in shapes.items()}
 
@@ -135,7 +135,7 @@ def store_bytes(cfg: ModelConfig, dtype: torch.dtype, store: str, slots: int | N
                 device: torch.device | str = "cuda") -> StoreBytes:
     """The expert store `MoEModel.from_pretrained` builds for `cfg` on `device` (its type decides the kept
     form and pinning)."""
-    form, L = stored_form(cfg, dtype, mxfp4), len(cfg.moe_layer_ids)
+    form, L = stored_form(cfg, dtype, mxfp4), len(cfg.moe.layer_ids)
     on_host = torch.device(device).type == "cpu"
     layer = sum(nbytes(t) for t in form.values())
     if store == "resident":
@@ -144,7 +144,7 @@ def store_bytes(cfg: ModelConfig, dtype: torch.dtype, store: str, slots: int | N
     else:
         assert slots is not None                    # an offloaded store has slots
         dev = L * sum(nbytes(t) for t in pool_form(form, dtype, device, slots).values())
-        layout, _ = host_layout(dict.fromkeys(cfg.moe_layer_ids, form), cfg.num_experts)
+        layout, _ = host_layout(dict.fromkeys(cfg.moe.layer_ids, form), cfg.moe.num_experts)
         arena, experts = layout.nbytes, L * layer
         host = arena
     other = other_params(cfg) * torch.empty((), dtype=dtype).element_size()
@@ -156,9 +156,9 @@ def store_bytes(cfg: ModelConfig, dtype: torch.dtype, store: str, slots: int | N
 def other_params(cfg: ModelConfig) -> int:
     """Parameters outside the experts."""
     H, V, L = cfg.hidden_size, cfg.vocab_size, cfg.num_layers
-    router = H * cfg.num_experts + cfg.num_experts * (cfg.router_bias + cfg.selection_bias)
-    shared = 3 * H * cfg.shared_intermediate_size + H * cfg.shared_gate
-    moe = len(cfg.moe_layer_ids)
+    router = H * cfg.moe.num_experts + cfg.moe.num_experts * (cfg.moe.router_bias + cfg.moe.selection_bias)
+    shared = 3 * H * cfg.moe.shared_intermediate_size + H * cfg.moe.shared_gate
+    moe = len(cfg.moe.layer_ids)
     dense_mlp = (L - moe) * 3 * H * cfg.dense_intermediate_size
     embeddings = V * H * (1 if cfg.tie_word_embeddings else 2)
     return embeddings + L * (attention_params(cfg) + 2 * H) + moe * (router + shared) + dense_mlp + H
@@ -166,18 +166,18 @@ def other_params(cfg: ModelConfig) -> int:
 
 def attention_params(cfg: ModelConfig) -> int:
     """One layer's attention parameters: q/k/v/o projections, biases, q/k norms, sinks; or MLA's."""
-    H, a = cfg.hidden_size, cfg.latent
+    H, a = cfg.hidden_size, cfg.attn.latent
     if a is not None:
-        q = cfg.num_heads * cfg.head_dim
+        q = cfg.attn.num_heads * cfg.attn.head_dim
         q_proj = H * q if a.q_lora_rank is None else H * a.q_lora_rank + a.q_lora_rank * (1 + q)
-        kv = H * (a.kv_lora_rank + a.rope) + a.kv_lora_rank * (1 + cfg.num_heads * (a.nope + a.v_head_dim))
-        out = cfg.num_heads * a.v_head_dim * H
-        bias = (a.q_lora_rank or 0) + a.kv_lora_rank + a.rope + H if cfg.attention_bias else 0
+        kv = H * (a.kv_lora_rank + a.rope) + a.kv_lora_rank * (1 + cfg.attn.num_heads * (a.nope + a.v_head_dim))
+        out = cfg.attn.num_heads * a.v_head_dim * H
+        bias = (a.q_lora_rank or 0) + a.kv_lora_rank + a.rope + H if cfg.attn.qkv_bias else 0
         return q_proj + kv + out + bias
-    q, kv = cfg.num_heads * cfg.head_dim, cfg.num_kv_heads * cfg.head_dim
-    params = H * q + 2 * H * kv + q * H + (q + 2 * kv) * cfg.attention_bias + H * cfg.o_bias
-    params += {"": 0, "head": 2 * cfg.head_dim, "projection": q + kv}[cfg.qk_norm]
-    return params + cfg.num_heads * cfg.attention_sinks
+    q, kv = cfg.attn.num_heads * cfg.attn.head_dim, cfg.attn.num_kv_heads * cfg.attn.head_dim
+    params = H * q + 2 * H * kv + q * H + (q + 2 * kv) * cfg.attn.qkv_bias + H * cfg.attn.o_bias
+    params += {"": 0, "head": 2 * cfg.attn.head_dim, "projection": q + kv}[cfg.attn.qk_norm]
+    return params + cfg.attn.num_heads * cfg.attn.sinks
 
 
 def draft_bytes(config: dict, dtype: torch.dtype) -> int:
@@ -192,8 +192,8 @@ def draft_bytes(config: dict, dtype: torch.dtype) -> int:
 
 def kv_bytes(cfg: ModelConfig, dtype: torch.dtype, tokens: int) -> int:
     """The target's KV cache for `tokens` slots: K [tokens, cache heads, head dim] and V [tokens, cache heads,
-    v head dim] of every layer (MLA keeps them expanded per head: `ModelConfig.cache_heads`)."""
-    per_token = cfg.cache_heads * (cfg.head_dim + cfg.v_head_dim)
+    v head dim] of every layer (MLA keeps them expanded per head: `AttentionConfig.cache_heads`)."""
+    per_token = cfg.attn.cache_heads * (cfg.attn.head_dim + cfg.attn.v_head_dim)
     return cfg.num_layers * tokens * per_token * torch.empty((), dtype=dtype).element_size()
 
 

@@ -5,7 +5,7 @@ Queries: `q_b_proj(norm(q_a_proj(x)))` (or one `q_proj` without a q rank), each 
 then `rope` dims with it. Keys and values come from a latent: `kv_a_proj_with_mqa(x)` gives the `kv_lora_rank`
 latent and one `rope` part shared by every head; `kv_b_proj(norm(latent))` expands the latent into each head's
 key part and value (`v_head_dim`, which may differ from the key's width). The cache keeps the expanded per-head
-keys [H, nope + rope] and values [H, v_head_dim] (`ModelConfig.cache_heads` = every head), not the latent:
+keys [H, nope + rope] and values [H, v_head_dim] (`AttentionConfig.cache_heads` = every head), not the latent:
 simpler and the same numbers, at the cost of cache memory (`memory.kv_bytes` counts it). Interleaved RoPE
 (`rope_interleave`, pairs (x0, x1), (x2, x3), ...) is transformers' rotation of the pairs, computed as the
 half-split rotation of the even dims followed by the odd ones (`apply_rope` after that reordering, the same
@@ -24,9 +24,9 @@ from .layers import Linear, RMSNorm, apply_rope, attend
 class LatentAttentionLayer(nn.Module):
     def __init__(self, cfg: ModelConfig, layer: int):
         super().__init__()
-        a, H, n, bias = cfg.latent, cfg.hidden_size, cfg.num_heads, cfg.attention_bias
+        a, H, n, bias = cfg.attn.latent, cfg.hidden_size, cfg.attn.num_heads, cfg.attn.qkv_bias
         assert a is not None                            # `Attention.of` builds this layer for an MLA config only
-        self.layer, self.window, self.a, self.n = layer, cfg.windows[layer], a, n
+        self.layer, self.window, self.a, self.n = layer, cfg.attn.windows[layer], a, n
         if a.q_lora_rank is None:
             self.q_proj = Linear(H, n * (a.nope + a.rope), bias=False)
         else:

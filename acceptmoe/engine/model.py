@@ -55,10 +55,10 @@ class MoEBlock(nn.Module):
     def __init__(self, cfg: ModelConfig):
         super().__init__()
         H = cfg.hidden_size
-        self.router = Linear(H, cfg.num_experts, bias=cfg.router_bias)
-        self.selection_bias = nn.Parameter(torch.zeros(cfg.num_experts)) if cfg.selection_bias else None
-        self.shared = DenseMLP(H, cfg.shared_intermediate_size) if cfg.shared_intermediate_size else None
-        self.shared_gate = Linear(H, 1, bias=False) if cfg.shared_gate else None
+        self.router = Linear(H, cfg.moe.num_experts, bias=cfg.moe.router_bias)
+        self.selection_bias = nn.Parameter(torch.zeros(cfg.moe.num_experts)) if cfg.moe.selection_bias else None
+        self.shared = DenseMLP(H, cfg.moe.shared_intermediate_size) if cfg.moe.shared_intermediate_size else None
+        self.shared_gate = Linear(H, 1, bias=False) if cfg.moe.shared_gate else None
 
     def add_shared(self, x: Tensor, routed: Tensor) -> Tensor:
         """The routed experts' output [T, H] plus the shared experts' on x [T, H] (gated: times sigmoid)."""
@@ -74,9 +74,9 @@ class DecoderLayer(nn.Module):
     def __init__(self, cfg: ModelConfig, layer: int):
         super().__init__()
         self.input_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
-        self.self_attn = LatentAttentionLayer(cfg, layer) if cfg.latent else Attention.of(cfg, layer)
+        self.self_attn = LatentAttentionLayer(cfg, layer) if cfg.attn.latent else Attention.of(cfg, layer)
         self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
-        moe = cfg.moe_layers[layer]
+        moe = cfg.moe.layers[layer]
         self.mlp = MoEBlock(cfg) if moe else DenseMLP(cfg.hidden_size, cfg.dense_intermediate_size)
 
 
@@ -90,7 +90,7 @@ class MoEModel(nn.Module):
                  device: torch.device | str, dtype: torch.dtype):
         super().__init__()
         self.config, self.store, self.dtype, self.device = cfg, store, dtype, torch.device(device)
-        self.router: Router = cfg.router
+        self.router: Router = cfg.moe.router
         _build_skeleton(self, cfg)
         self.load_state_dict(_cast(state, self.device, dtype), assign=True, strict=True)
         self.requires_grad_(False)
@@ -99,7 +99,7 @@ class MoEModel(nn.Module):
         for m in self.modules():
             if isinstance(m, Linear):
                 m.freeze()
-        self.rope = Rope(cfg.rope, cfg.rope_dim, cfg.max_position_embeddings).to(self.device)
+        self.rope = Rope(cfg.attn.rope, cfg.attn.rope_dim, cfg.max_position_embeddings).to(self.device)
 
     @classmethod
     def from_pretrained(cls, path: str | Path, device: torch.device | str = "cpu",
@@ -114,7 +114,7 @@ class MoEModel(nn.Module):
         dtype = DTYPES.get(dtype, dtype) if isinstance(dtype, str) else (dtype or cfg.dtype)
         if not isinstance(dtype, torch.dtype) or dtype not in DTYPES.values():
             raise ValueError(f"dtype {dtype!r} not supported; valid: {', '.join(DTYPES)}")
-        validate_store_args(store, slots, cfg.num_experts)
+        validate_store_args(store, slots, cfg.moe.num_experts)
         ckpt = Checkpoint(path)
         expert_store = load_experts(ckpt, cfg, dtype, store, device, slots)
         names = list(_skeleton_names(cfg))
@@ -124,8 +124,8 @@ class MoEModel(nn.Module):
 
     def new_cache(self, max_len: int) -> KVCache:
         cfg = self.config
-        return KVCache(cfg.num_layers, cfg.cache_heads, cfg.head_dim, max_len, self.dtype, self.device,
-                       cfg.v_head_dim)
+        return KVCache(cfg.num_layers, cfg.attn.cache_heads, cfg.attn.head_dim, max_len, self.dtype, self.device,
+                       cfg.attn.v_head_dim)
 
     def selection_bias(self, layer: int) -> Tensor | None:
         """Layer `layer`'s selection bias [E] fp32 (the `bias=` of routing calls), or None (a dense layer, or a
@@ -224,10 +224,10 @@ def load_experts(ckpt: Checkpoint, cfg: ModelConfig, dtype: torch.dtype, kind: s
     (`memory.stored_form`), then each MoE layer's experts are read straight into where the store keeps them
     (`store.receive`: the device, or the offloaded store's host arena) and handed over before the next layer
     is read, so host memory holds the store's own part and one layer at most (`memory.store_bytes`)."""
-    math = ExpertMath(cfg.expert_activation, dtype, cfg.swiglu_alpha, cfg.swiglu_limit)
+    math = ExpertMath(cfg.moe.activation, dtype, cfg.moe.swiglu_alpha, cfg.moe.swiglu_limit)
     form = stored_form(cfg, dtype, packed_experts(ckpt, cfg))
-    store = open_store(kind, math, {l: form for l in cfg.moe_layer_ids}, cfg.num_experts, device, slots)
-    for l in cfg.moe_layer_ids:
+    store = open_store(kind, math, {l: form for l in cfg.moe.layer_ids}, cfg.moe.num_experts, device, slots)
+    for l in cfg.moe.layer_ids:
         store.put(l, expert_weights(ckpt, cfg, l, dtype, out=store.receive(l)))
     return store
 

@@ -29,8 +29,8 @@ from .train_target import BETAS
 @torch.inference_mode()
 def router_health(model, tok, n: int, seed: int = 0) -> list[dict]:
     """Per MoE layer: normalised load entropy, top expert share, unused experts (natural routing)."""
-    E = model.config.num_experts
-    loads = {l: torch.zeros(E) for l in model.config.moe_layer_ids}
+    E = model.config.moe.num_experts
+    loads = {l: torch.zeros(E) for l in model.config.moe.layer_ids}
 
     def policy(layer, logits):
         ids, w = model.router.natural(logits)
@@ -140,7 +140,7 @@ def build(model_root: Path, accuracy_n: int, routing_n: int, blocks_n: int) -> d
     acc = evaluate(model_root / "target", accuracy_n)
     return {
         "target": {"parameters": tsum["parameters"], "hidden_size": cfg.hidden_size, "num_layers": cfg.num_layers,
-                   "num_experts": cfg.num_experts, "top_k": cfg.top_k, "vocab_size": cfg.vocab_size,
+                   "num_experts": cfg.moe.num_experts, "top_k": cfg.moe.top_k, "vocab_size": cfg.vocab_size,
                    "moe_intermediate_size": tsum["config"]["target"]["moe_intermediate_size"]},
         "train": {"target_tokens": tsum.get("tokens"), "target_seconds": tsum.get("seconds"),
                   "target_loss": tsum.get("final_loss"), "target_steps": tsum.get("steps"),

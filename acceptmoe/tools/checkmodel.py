@@ -59,12 +59,12 @@ def prompts(vocab: int, n: int) -> list[list[int]]:
 
 
 def family_row(cfg: ModelConfig) -> dict:
-    r = cfg.router
+    r = cfg.moe.router
     return {"family": cfg.arch, "label": FAMILIES[cfg.arch].label, "router_kind": r.name,
             "top_k": r.top_k, "renormalize": r.renormalize, "groups": r.groups, "group_top": r.group_top,
             "scale": r.scale, "selection_bias": r.biased,
-            "attention": "latent (MLA)" if cfg.latent else "grouped-query",
-            "shared_experts": cfg.shared_intermediate_size > 0, "moe_layers": len(cfg.moe_layer_ids),
+            "attention": "latent (MLA)" if cfg.attn.latent else "grouped-query",
+            "shared_experts": cfg.moe.shared_intermediate_size > 0, "moe_layers": len(cfg.moe.layer_ids),
             "layers": cfg.num_layers}
 
 
@@ -74,8 +74,8 @@ def reference_overrides(cfg: ModelConfig, raw: dict) -> dict:
     but transformers 5's DeepseekV3Attention repeats them num_attention_heads / num_key_value_heads times and
     fails when that is above 1, so it is loaded with num_key_value_heads = num_attention_heads (the released
     models' setting; the same weights, and its own unrepeated path's logits)."""
-    if cfg.latent and raw.get("num_key_value_heads", cfg.num_heads) != cfg.num_heads:
-        return {"num_key_value_heads": cfg.num_heads}
+    if cfg.attn.latent and raw.get("num_key_value_heads", cfg.attn.num_heads) != cfg.attn.num_heads:
+        return {"num_key_value_heads": cfg.attn.num_heads}
     return {}
 
 
@@ -128,14 +128,14 @@ def memory_rows(cfg: ModelConfig, mxfp4: bool) -> dict:
         cap = gpu.memory_gib * GIB
         if resident["total"] <= cap:
             rows.append({"gpu": gpu.name, "memory_gib": gpu.memory_gib, "fits": "resident",
-                         "slots": cfg.num_experts})
+                         "slots": cfg.moe.num_experts})
             continue
-        slots = next((x for x in range(cfg.num_experts - 1, cfg.top_k - 1, -1)
+        slots = next((x for x in range(cfg.moe.num_experts - 1, cfg.moe.top_k - 1, -1)
                       if weight_bytes(cfg, mxfp4, "offloaded", x)["total"] <= cap), None)
         rows.append({"gpu": gpu.name, "memory_gib": gpu.memory_gib, "fits": "offloaded" if slots else "no",
                      "slots": slots})
-    one_slot = store_bytes(cfg, torch.bfloat16, "offloaded", cfg.top_k, mxfp4).host_experts
-    return {"experts_per_layer": cfg.num_experts, "mxfp4": mxfp4, "resident_gb": resident["total"] / GB,
+    one_slot = store_bytes(cfg, torch.bfloat16, "offloaded", cfg.moe.top_k, mxfp4).host_experts
+    return {"experts_per_layer": cfg.moe.num_experts, "mxfp4": mxfp4, "resident_gb": resident["total"] / GB,
             "experts_gb": resident["experts"] / GB, "other_gb": resident["other"] / GB,
             "host_experts_gb_offloaded": one_slot / GB, "gpus": rows}
 

@@ -61,7 +61,8 @@ def test_stores_allocate_what_memory_says(kind, store, slots, tmp_path, family_c
     assert s.host_expert_bytes() == here.host_experts == on_cuda.host_experts
     if store == "offloaded":
         assert s.arena.nbytes == on_cuda.pinned > 0
-        assert here.host_experts == len(cfg.moe_layer_ids) * cfg.num_experts * expert_bytes(cfg, mxfp4, torch.float32)
+        experts = len(cfg.moe.layer_ids) * cfg.moe.num_experts
+        assert here.host_experts == experts * expert_bytes(cfg, mxfp4, torch.float32)
     else:
         assert on_cuda.pinned == here.host_experts == 0
 
@@ -79,9 +80,9 @@ def test_paper_targets_pin_their_expert_bytes_not_powers_of_two(name):
     raw = json.loads(PAPER[name].read_text())
     cfg, mxfp4 = ModelConfig.from_dict(raw), mxfp4_in_config(raw)
     b = store_bytes(cfg, torch.bfloat16, "offloaded", 48, mxfp4)
-    experts = len(cfg.moe_layer_ids) * cfg.num_experts * expert_bytes(cfg, mxfp4)
+    experts = len(cfg.moe.layer_ids) * cfg.moe.num_experts * expert_bytes(cfg, mxfp4)
     assert b.host_experts == experts and experts <= b.pinned <= experts + 8192 and b.pinned <= 1.1 * experts
-    per_tensor = len(cfg.moe_layer_ids) * sum(1 << (t.numel() * t.element_size() - 1).bit_length()
+    per_tensor = len(cfg.moe.layer_ids) * sum(1 << (t.numel() * t.element_size() - 1).bit_length()
                                               for t in stored_form(cfg, torch.bfloat16, mxfp4).values())
     assert per_tensor / experts == pytest.approx(1.012 if mxfp4 else 4 / 3, abs=0.002)
 

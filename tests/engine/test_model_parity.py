@@ -68,7 +68,7 @@ def test_logits_routing_and_aux_match_transformers(pair):
     aux_layers = (0, 1)
     logits, aux = ours.forward(ids, torch.arange(20), ours.new_cache(32), 0, policy=policy, aux_layers=aux_layers)
     torch.testing.assert_close(logits, out.logits[0], atol=1e-5, rtol=1e-5)
-    assert set(mine) == set(seen) == set(ours.config.moe_layer_ids) == set(ours.store.layer_ids)
+    assert set(mine) == set(seen) == set(ours.config.moe.layer_ids) == set(ours.store.layer_ids)
     for layer in seen:
         assert torch.equal(mine[layer].sort(-1).values, seen[layer].sort(-1).values), (name, layer)
     expected = torch.cat([out.hidden_states[l + 1][0] for l in aux_layers], dim=-1)
@@ -78,21 +78,21 @@ def test_logits_routing_and_aux_match_transformers(pair):
 def test_config_fields(pair):
     hf, ours, name = pair
     cfg = ours.config
-    assert cfg.arch == hf.config.model_type and cfg.num_experts == 8 and cfg.top_k == 2
+    assert cfg.arch == hf.config.model_type and cfg.moe.num_experts == 8 and cfg.moe.top_k == 2
     assert cfg.eos_token_ids == {"qwen3_moe": (1, 2), "gpt_oss": (3,)}.get(cfg.arch, (2,))
     if name == "qwen3_moe_dense_tied":
-        assert cfg.moe_layers == (True, False, True) and ours.router.renormalize is False
+        assert cfg.moe.layers == (True, False, True) and ours.router.renormalize is False
     if name == "qwen3_moe_sparse_step":
-        assert cfg.moe_layers == (False, True, False, True)
+        assert cfg.moe.layers == (False, True, False, True)
     if cfg.arch == "gpt_oss":
-        assert cfg.windows == (4, None, 4) and cfg.rope.kind == "yarn"
+        assert cfg.attn.windows == (4, None, 4) and cfg.attn.rope.kind == "yarn"
     if name == "qwen2_moe":                                   # mlp_only_layers=[1]; a gated shared expert
-        assert cfg.moe_layers == (True, False, True) and cfg.shared_gate and cfg.shared_intermediate_size == 48
+        assert cfg.moe.layers == (True, False, True) and cfg.moe.shared_gate and cfg.moe.shared_intermediate_size == 48
     if name == "deepseek_v3":                                 # first_k_dense_replace=1, MLA, grouped sigmoid
-        assert cfg.moe_layers == (False, True, True) and cfg.latent.v_head_dim == 12 and cfg.head_dim == 24
+        assert cfg.moe.layers == (False, True, True) and cfg.attn.latent.v_head_dim == 12 and cfg.attn.head_dim == 24
         assert (ours.router.groups, ours.router.group_top, ours.router.scale) == (4, 2, 2.5)
         assert ours.selection_bias(1).abs().sum() > 0 and ours.selection_bias(0) is None
-        assert cfg.rope.kind == "yarn" and ours.new_cache(4).v.shape[-1] == 12
+        assert cfg.attn.rope.kind == "yarn" and ours.new_cache(4).v.shape[-1] == 12
 
 
 def test_incremental_decoding_equals_full_forward(pair):

@@ -39,7 +39,7 @@ def test_recording_changes_nothing_and_holds_every_pass(store, slots, method, tm
     passes = list(routes.passes())
     assert [p.output_tokens for p in passes] == [1] + b.accept_lengths
     assert passes[0].ids.shape[1] == len(PROMPT)
-    L, k = len(recorded.model.store.layer_ids), recorded.model.config.top_k
+    L, k = len(recorded.model.store.layer_ids), recorded.model.config.moe.top_k
     assert all(p.ids.shape[0] == L and p.ids.shape[2] == k for p in passes)
     assert all(np.isfinite(p.expert_s) and p.expert_s > 0 for p in passes)      # CPU: measured per pass
     # the counters of the generation, per layer, sum to the engine's

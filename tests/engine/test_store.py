@@ -157,7 +157,7 @@ def test_model_offloaded_equals_resident(family, family_checkpoint):
     assert torch.equal(a, b)
     stats = offloaded.store.stats()
     assert stats["kind"] == "offloaded" and stats["slots"] == 3 and stats["total"]["loads"] > 0
-    assert set(stats["layers"]) == set(offloaded.config.moe_layer_ids)
+    assert set(stats["layers"]) == set(offloaded.config.moe.layer_ids)
 
 
 @pytest.mark.parametrize("kind", ["swiglu", "clamped_swiglu", "mxfp4"])
@@ -252,7 +252,7 @@ def test_from_pretrained_streams_each_layer_into_the_store_before_reading_the_ne
     model = MoEModel.from_pretrained(tmp_path, store=store, slots=slots)
     steps = [("put", e) if isinstance(e, int) else ("read", int(e.split(".")[2]))
              for e in events if isinstance(e, int) or ".mlp.experts." in e]
-    assert [k for k, _ in groupby(steps)] == [(kind, l) for l in model.config.moe_layer_ids for kind in ("read", "put")]
+    assert [k for k, _ in groupby(steps)] == [(kind, l) for l in model.config.moe.layer_ids for kind in ("read", "put")]
 
 
 def test_layers_given_the_same_tensors_share_them_in_the_arena():

@@ -34,7 +34,7 @@ def test_the_skeleton_is_the_real_model_at_the_published_shape_without_memory():
 def test_gpt_oss_skeleton_has_its_windows_and_sinks():
     model = skeleton(model_config("gpt-oss-120b"))
     cfg = model.config
-    assert (cfg.num_layers, cfg.vocab_size, cfg.top_k, cfg.windows[:2]) == (36, 201088, 4, (128, None))
+    assert (cfg.num_layers, cfg.vocab_size, cfg.moe.top_k, cfg.attn.windows[:2]) == (36, 201088, 4, (128, None))
     assert model.layers[0].self_attn.sinks.is_meta and tuple(model.layers[0].self_attn.sinks.shape) == (64,)
 
 

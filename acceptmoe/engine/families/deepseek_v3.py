@@ -7,7 +7,16 @@ from __future__ import annotations
 
 import math
 
-from ..config import LatentAttention, ModelConfig, common_fields, routed, silu_experts
+from ..config import (
+    AttentionConfig,
+    LatentAttention,
+    ModelConfig,
+    MoEConfig,
+    common_fields,
+    expert_count,
+    routed,
+    silu_experts,
+)
 from ..loading import PerExpert
 from . import Family
 
@@ -18,8 +27,8 @@ def _mscale(factor: float, mscale: float) -> float:
 
 def parse(raw: dict, extra_eos: tuple[int, ...]) -> ModelConfig:
     silu_experts(raw, "DeepSeek-V3")
-    common = common_fields(raw, extra_eos)
-    n, rope = common["num_layers"], common["rope"]
+    top, attn = common_fields(raw, extra_eos)
+    n, rope = top["num_layers"], attn["rope"]
     nope, rot = raw["qk_nope_head_dim"], raw["qk_rope_head_dim"]
     scale = (nope + rot) ** -0.5
     params = {**(raw.get("rope_scaling") or {}), **(raw.get("rope_parameters") or {})}
@@ -33,17 +42,18 @@ def parse(raw: dict, extra_eos: tuple[int, ...]) -> ModelConfig:
                              bool(raw.get("rope_interleave", True)), scale)
     dense = raw.get("first_k_dense_replace", 0)
     bias = bool(raw.get("attention_bias", False))
+    size = raw["moe_intermediate_size"]
     return ModelConfig(
+        **top, dense_intermediate_size=raw["intermediate_size"],
         # MLA expands a key and a value for every head from the latent (kv_b_proj): num_key_value_heads shapes
         # nothing (transformers reads it only as a repeat factor; the released models set it to the heads)
-        **{**common, "rope": rope, "head_dim": nope + rot, "num_kv_heads": common["num_heads"]},
-        moe_intermediate_size=raw["moe_intermediate_size"], dense_intermediate_size=raw["intermediate_size"],
-        moe_layers=tuple(i >= dense for i in range(n)), windows=(None,) * n,
-        router=routed(raw, "sigmoid_grouped", renormalize=bool(raw.get("norm_topk_prob", True)),
-                      groups=raw.get("n_group") or 1, group_top=raw.get("topk_group") or 1,
-                      scale=float(raw.get("routed_scaling_factor", 1.0))),
-        expert_activation="swiglu", attention_bias=bias, o_bias=bias,
-        shared_intermediate_size=raw["moe_intermediate_size"] * (raw.get("n_shared_experts") or 0), latent=latent,
+        attn=AttentionConfig(**{**attn, "rope": rope, "head_dim": nope + rot, "num_kv_heads": attn["num_heads"]},
+                             windows=(None,) * n, qkv_bias=bias, o_bias=bias, latent=latent),
+        moe=MoEConfig(expert_count(raw), size, tuple(i >= dense for i in range(n)),
+                      routed(raw, "sigmoid_grouped", renormalize=bool(raw.get("norm_topk_prob", True)),
+                             groups=raw.get("n_group") or 1, group_top=raw.get("topk_group") or 1,
+                             scale=float(raw.get("routed_scaling_factor", 1.0))),
+                      "swiglu", shared_intermediate_size=size * (raw.get("n_shared_experts") or 0)),
     )
 
 

@@ -4,29 +4,39 @@
 attention (q/k RMSNorm per head), with sliding windows per `layer_types`."""
 from __future__ import annotations
 
-from ..config import CheckpointError, ModelConfig, common_fields, routed, silu_experts
+from ..config import (
+    AttentionConfig,
+    CheckpointError,
+    ModelConfig,
+    MoEConfig,
+    common_fields,
+    expert_count,
+    routed,
+    silu_experts,
+)
 from ..loading import PerExpert
 from . import Family
 
 
 def parse(raw: dict, extra_eos: tuple[int, ...]) -> ModelConfig:
     silu_experts(raw, "dots.llm1")
-    common = common_fields(raw, extra_eos)
-    n, window = common["num_layers"], raw.get("sliding_window")
+    top, attn = common_fields(raw, extra_eos)
+    n, window = top["num_layers"], raw.get("sliding_window")
     types = raw.get("layer_types") or ["sliding_attention" if window is not None and i >= raw.get(
         "max_window_layers", n) else "full_attention" for i in range(n)]
     if len(types) != n:
         raise CheckpointError(f"layer_types has {len(types)} entries for {n} layers; give one per layer")
     dense, bias = raw.get("first_k_dense_replace", 0), bool(raw.get("attention_bias", False))
+    size = raw["moe_intermediate_size"]
     return ModelConfig(
-        **common, moe_intermediate_size=raw["moe_intermediate_size"],
-        dense_intermediate_size=raw["intermediate_size"], moe_layers=tuple(i >= dense for i in range(n)),
-        windows=tuple(window if t == "sliding_attention" else None for t in types),
-        router=routed(raw, "sigmoid_grouped", renormalize=bool(raw.get("norm_topk_prob", False)),
-                      groups=raw.get("n_group") or 1, group_top=raw.get("topk_group") or 1,
-                      scale=float(raw.get("routed_scaling_factor", 1.0))),
-        expert_activation="swiglu", attention_bias=bias, o_bias=bias, qk_norm="head",
-        shared_intermediate_size=raw["moe_intermediate_size"] * (raw.get("n_shared_experts") or 0),
+        **top, dense_intermediate_size=raw["intermediate_size"],
+        moe=MoEConfig(expert_count(raw), size, tuple(i >= dense for i in range(n)),
+                      routed(raw, "sigmoid_grouped", renormalize=bool(raw.get("norm_topk_prob", False)),
+                             groups=raw.get("n_group") or 1, group_top=raw.get("topk_group") or 1,
+                             scale=float(raw.get("routed_scaling_factor", 1.0))),
+                      "swiglu", shared_intermediate_size=size * (raw.get("n_shared_experts") or 0)),
+        attn=AttentionConfig(**attn, windows=tuple(window if t == "sliding_attention" else None for t in types),
+                             qkv_bias=bias, o_bias=bias, qk_norm="head"),
     )
 
 

@@ -8,27 +8,25 @@ store's [E, 2I, H] / [E, H, I]), biases `gate_up_proj_bias` [E, 2I], `down_proj_
 [E, H, I/32, 16], `down_proj_scales` [E, H, I/32], kept packed."""
 from __future__ import annotations
 
-from ..config import CheckpointError, ModelConfig, common_fields, routed
+from ..config import AttentionConfig, CheckpointError, ModelConfig, MoEConfig, common_fields, expert_count, routed
 from ..loading import write
 from . import Family
 
 
 def parse(raw: dict, extra_eos: tuple[int, ...]) -> ModelConfig:
-    common = common_fields(raw, extra_eos)
-    n = common["num_layers"]
+    top, attn = common_fields(raw, extra_eos)
+    n = top["num_layers"]
     types = raw.get("layer_types") or ["sliding_attention" if (i + 1) % 2 else "full_attention" for i in range(n)]
     if len(types) != n:
         raise CheckpointError(f"layer_types has {len(types)} entries for {n} layers; give one per layer")
     window = raw.get("sliding_window")
     windows = tuple(window if t == "sliding_attention" else None for t in types)
     bias = bool(raw.get("attention_bias", True))
-    return ModelConfig(
-        **common, moe_intermediate_size=raw["intermediate_size"], dense_intermediate_size=0,
-        moe_layers=(True,) * n, windows=windows, router=routed(raw, "topk_softmax"),
-        expert_activation="clamped_swiglu", swiglu_alpha=float(raw.get("swiglu_alpha", 1.702)),
-        swiglu_limit=float(raw.get("swiglu_limit", 7.0)), attention_bias=bias, o_bias=bias,
-        attention_sinks=True, router_bias=True, expert_bias=True,
-    )
+    moe = MoEConfig(expert_count(raw), raw["intermediate_size"], (True,) * n, routed(raw, "topk_softmax"),
+                    "clamped_swiglu", swiglu_alpha=float(raw.get("swiglu_alpha", 1.702)),
+                    swiglu_limit=float(raw.get("swiglu_limit", 7.0)), router_bias=True, expert_bias=True)
+    return ModelConfig(**top, dense_intermediate_size=0, moe=moe,
+                       attn=AttentionConfig(**attn, windows=windows, qkv_bias=bias, o_bias=bias, sinks=True))
 
 
 def experts(ckpt, cfg: ModelConfig, layer: int, out: dict) -> None:

@@ -3,19 +3,19 @@
 optional sliding window on every layer."""
 from __future__ import annotations
 
-from ..config import ModelConfig, common_fields, routed, silu_experts
+from ..config import AttentionConfig, ModelConfig, MoEConfig, common_fields, expert_count, routed, silu_experts
 from ..loading import PerExpert
 from . import Family
 
 
 def parse(raw: dict, extra_eos: tuple[int, ...]) -> ModelConfig:
     silu_experts(raw, "Mixtral")
-    common = common_fields(raw, extra_eos)
-    n = common["num_layers"]
+    top, attn = common_fields(raw, extra_eos)
+    n = top["num_layers"]
     return ModelConfig(
-        **common, moe_intermediate_size=raw["intermediate_size"], dense_intermediate_size=0,
-        moe_layers=(True,) * n, windows=(raw.get("sliding_window"),) * n,
-        router=routed(raw, "softmax_topk", renormalize=True), expert_activation="swiglu",
+        **top, dense_intermediate_size=0, attn=AttentionConfig(**attn, windows=(raw.get("sliding_window"),) * n),
+        moe=MoEConfig(expert_count(raw), raw["intermediate_size"], (True,) * n,
+                      routed(raw, "softmax_topk", renormalize=True), "swiglu"),
     )
 
 

@@ -2,7 +2,16 @@
 experts, q/k RMSNorm over the whole q and k projections (not per head), no attention biases."""
 from __future__ import annotations
 
-from ..config import CheckpointError, ModelConfig, common_fields, routed, silu_experts
+from ..config import (
+    AttentionConfig,
+    CheckpointError,
+    ModelConfig,
+    MoEConfig,
+    common_fields,
+    expert_count,
+    routed,
+    silu_experts,
+)
 from ..loading import PerExpert
 from . import Family
 
@@ -12,15 +21,14 @@ def parse(raw: dict, extra_eos: tuple[int, ...]) -> ModelConfig:
     if raw.get("clip_qkv") is not None:
         raise CheckpointError(f"clip_qkv={raw['clip_qkv']} is not supported by the native engine's OLMoE; "
                               "use a checkpoint without it")
-    common = common_fields(raw, extra_eos)
-    n = common["num_layers"]
+    top, attn = common_fields(raw, extra_eos)
+    n = top["num_layers"]
     bias = bool(raw.get("attention_bias", False))
+    moe = MoEConfig(expert_count(raw), raw["intermediate_size"], (True,) * n,
+                    routed(raw, "softmax_topk", renormalize=bool(raw.get("norm_topk_prob", False))), "swiglu")
     return ModelConfig(
-        **common, moe_intermediate_size=raw["intermediate_size"], dense_intermediate_size=0,
-        moe_layers=(True,) * n, windows=(None,) * n,
-        router=routed(raw, "softmax_topk", renormalize=bool(raw.get("norm_topk_prob", False))),
-        expert_activation="swiglu",
-        attention_bias=bias, o_bias=bias, qk_norm="projection",
+        **top, dense_intermediate_size=0, moe=moe,
+        attn=AttentionConfig(**attn, windows=(None,) * n, qkv_bias=bias, o_bias=bias, qk_norm="projection"),
     )
 
 

@@ -2,15 +2,16 @@
 dense layers by `mlp_only_layers` / `decoder_sparse_step`, any RoPE of `config.ROPE_KINDS`."""
 from __future__ import annotations
 
-from ..config import ModelConfig, qwen_moe_fields
+from ..config import AttentionConfig, ModelConfig, MoEConfig, qwen_moe_fields
 from ..loading import PerExpert
 from . import Family
 
 
 def parse(raw: dict, extra_eos: tuple[int, ...]) -> ModelConfig:
-    return ModelConfig(**qwen_moe_fields(raw, extra_eos, "Qwen3-MoE"),
-                       attention_bias=bool(raw.get("attention_bias", False)),
-                       o_bias=bool(raw.get("attention_bias", False)), qk_norm="head")
+    top, attn, moe = qwen_moe_fields(raw, extra_eos, "Qwen3-MoE")
+    bias = bool(raw.get("attention_bias", False))
+    return ModelConfig(**top, attn=AttentionConfig(**attn, qkv_bias=bias, o_bias=bias, qk_norm="head"),
+                       moe=MoEConfig(**moe))
 
 
 FAMILY = Family("qwen3_moe", "Qwen3-MoE", parse, PerExpert(), names=((".mlp.router.", ".mlp.gate."),),

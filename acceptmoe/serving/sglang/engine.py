@@ -135,7 +135,7 @@ class SGLangBackend:
                       torch.float32: "float32"}.get(dtype, str(dtype))
         self.version = sglang.__version__
         self.eos_token_ids = set(model.eos_token_ids)
-        self.fit = Fit(model.router, model.num_experts, self.tree.num_steps, "resident")
+        self.fit = Fit(model.moe.router, model.moe.num_experts, self.tree.num_steps, "resident")
         self.pools, self.server_args = None, server_args
         if memory is not None:
             kv_dtype = str(model.dtype).removeprefix("torch.") if self.dtype == "auto" else self.dtype

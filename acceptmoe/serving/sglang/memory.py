@@ -82,7 +82,7 @@ def size_pools(target: Path, draft: Path, tree, dtype: str, requests: int, reque
     head = json.loads((Path(draft) / "config.json").read_text())
     draft_heads = head.get("num_key_value_heads") or head["num_attention_heads"]
     draft_dim = head.get("head_dim") or head["hidden_size"] // head["num_attention_heads"]
-    per_token = (kv_bytes(model.num_kv_heads, model.head_dim, model.num_layers, tp, dtype)
+    per_token = (kv_bytes(model.attn.num_kv_heads, model.attn.head_dim, model.num_layers, tp, dtype)
                  + kv_bytes(draft_heads, draft_dim, head.get("num_hidden_layers", 1), tp, dtype))
     step = tree.num_steps * tree.topk + tree.num_draft_tokens
     return Pools(requests=int(requests), tokens_per_request=int(request_tokens) + step, kv_bytes_per_token=per_token,

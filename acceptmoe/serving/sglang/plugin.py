@@ -71,7 +71,7 @@ def served_router(runner) -> Router | None:
 
     hf = getattr(getattr(runner, "model_config", None), "hf_config", None)
     raw = hf.to_dict() if hf is not None else {}
-    return ModelConfig.from_dict(raw).router if raw.get("model_type") in FAMILIES else None
+    return ModelConfig.from_dict(raw).moe.router if raw.get("model_type") in FAMILIES else None
 
 
 def limits_of(runner, graph_max_bs: int = 0) -> Limits:

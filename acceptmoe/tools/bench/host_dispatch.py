@@ -60,10 +60,10 @@ def skeleton(cfg: ModelConfig) -> MoEModel:
     """A MoEModel of `cfg` with every weight, expert and counter on the meta device (no memory)."""
     dtype = cfg.dtype
     state = dict(_build_skeleton(nn.Module(), cfg).named_parameters())                  # meta tensors
-    E, H, I = cfg.num_experts, cfg.hidden_size, cfg.moe_intermediate_size
+    E, H, I = cfg.moe.num_experts, cfg.hidden_size, cfg.moe.intermediate_size
     experts = {l: {"w1": torch.empty(E, 2 * I, H, dtype=dtype, device="meta"),
-                   "w2": torch.empty(E, H, I, dtype=dtype, device="meta")} for l in cfg.moe_layer_ids}
-    math = ExpertMath(cfg.expert_activation, dtype, cfg.swiglu_alpha, cfg.swiglu_limit)
+                   "w2": torch.empty(E, H, I, dtype=dtype, device="meta")} for l in cfg.moe.layer_ids}
+    math = ExpertMath(cfg.moe.activation, dtype, cfg.moe.swiglu_alpha, cfg.moe.swiglu_limit)
     return MoEModel(cfg, make_store("resident", math, experts, E, "meta"), state, "meta", dtype)
 
 
@@ -72,7 +72,7 @@ def passes(model: MoEModel, context: int) -> dict[str, tuple]:
     `context` committed tokens, over the cache bucket each reads (as `Engine` builds them)."""
     cfg = model.config
     cache = model.new_cache(1 << (context + TREE_TOKENS).bit_length())                 # meta: nothing allocated
-    plan = Variant(B0_METHOD).bind(Fit(model.router, cfg.num_experts, DEPTH), commitment=P_HAT)
+    plan = Variant(B0_METHOD).bind(Fit(model.router, cfg.moe.num_experts, DEPTH), commitment=P_HAT)
     verifier = make_verifier("torch", plan, "cpu")
     aux = tuple(range(3))                     # three captured layers, as an EAGLE-3 verify pass (which ones
                                               # does not change the dispatch)
@@ -105,8 +105,8 @@ def run(shape: str, calls: int, context: int) -> dict:
     cfg = model_config(shape)
     model = skeleton(cfg)
     rows = {name: time_dispatch(make, inputs, calls) for name, (make, inputs) in passes(model, context).items()}
-    return {"shape": shape, "layers": cfg.num_layers, "hidden_size": cfg.hidden_size, "experts": cfg.num_experts,
-            "top_k": cfg.top_k, "vocab_size": cfg.vocab_size, "context": context, "calls": calls,
+    return {"shape": shape, "layers": cfg.num_layers, "hidden_size": cfg.hidden_size, "experts": cfg.moe.num_experts,
+            "top_k": cfg.moe.top_k, "vocab_size": cfg.vocab_size, "context": context, "calls": calls,
             "dispatch_us_median": rows["verify"]["median_us"], "passes": rows}
 
 

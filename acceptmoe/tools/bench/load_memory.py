@@ -134,8 +134,8 @@ def main(argv: list[str] | None = None) -> int:
         else:
             path = REPO / "models" / "tiny" / "target" if args.model == "tiny" else Path(args.model)
         cfg = ModelConfig.from_folder(path)
-        rows = [(store, device, measure(path, store, slots and min(slots, cfg.num_experts), device))
+        rows = [(store, device, measure(path, store, slots and min(slots, cfg.moe.num_experts), device))
                 for device in args.devices for store, slots in RUNS]
-        print(f"{path.name}: {len(cfg.moe_layer_ids)} MoE layers x {cfg.num_experts} experts\n")
+        print(f"{path.name}: {len(cfg.moe.layer_ids)} MoE layers x {cfg.moe.num_experts} experts\n")
         print(report(rows))
     return 0

@@ -102,7 +102,7 @@ def run_all(device, model_dir: Path, out: Path, prompts: int = 4, tokens: int = 
             open_engines.callback(engine.close)
             return engine
         engines = {"resident": load()}
-        E = engines["resident"].model.config.num_experts
+        E = engines["resident"].model.config.moe.num_experts
         engines["offloaded"] = load(store="offloaded", slots=max(1, E // 4))
         ids = tiny_prompts(AutoTokenizer.from_pretrained(model_dir / "target"), prompts)
         engines["offloaded"].model.store.reset_counters()

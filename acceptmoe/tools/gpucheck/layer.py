@@ -40,10 +40,10 @@ def random_model(shape: dict, device, dtype=torch.bfloat16, seed: int = 0):
     device = torch.device(device)
     state = {n: (torch.ones(p.shape) if n.endswith("norm.weight") else torch.randn(p.shape) * 0.02)
              for n, p in _build_skeleton(nn.Module(), cfg).named_parameters()}
-    E, H, I = cfg.num_experts, cfg.hidden_size, shape["moe_intermediate_size"]
+    E, H, I = cfg.moe.num_experts, cfg.hidden_size, shape["moe_intermediate_size"]
     experts = {l: {"w1": torch.randn(E, 2 * I, H, device=device, dtype=dtype) * 0.02,
-                   "w2": torch.randn(E, H, I, device=device, dtype=dtype) * 0.02} for l in cfg.moe_layer_ids}
-    store = make_store("resident", ExpertMath(cfg.expert_activation, dtype), experts, E, device)
+                   "w2": torch.randn(E, H, I, device=device, dtype=dtype) * 0.02} for l in cfg.moe.layer_ids}
+    store = make_store("resident", ExpertMath(cfg.moe.activation, dtype), experts, E, device)
     return MoEModel(cfg, store, state, device, dtype)
 
 
@@ -86,7 +86,7 @@ def layer_work(device, shape: dict = QWEN3_30B_LAYERS, dtype=torch.bfloat16, con
     V = model.config.vocab_size
     prompt = torch.randint(0, V, (context,), generator=gen).to(device)
     block = random_block(tree_tokens, gen)
-    plan = Variant(B0_METHOD).bind(Fit(model.router, model.config.num_experts, max_depth=5), commitment=P_HAT)
+    plan = Variant(B0_METHOD).bind(Fit(model.router, model.config.moe.num_experts, max_depth=5), commitment=P_HAT)
     verifier = make_verifier("auto", plan, device)
     verifier.prepare([block])
     decode, verify = [], []

@@ -52,7 +52,8 @@ def time_layer_shape(device, shape: dict = QWEN3_30B_LAYERS, dtype=torch.bfloat1
         return out.ids[0], out.weights[0]
 
     fwd = lambda x, **kw: lambda: model.forward(x["ids"], x["positions"], cache, context, **kw)      # noqa: E731
-    logits = torch.randn(tree_tokens, model.config.num_experts, generator=torch.Generator().manual_seed(1)).to(device)
+    E = model.config.moe.num_experts
+    logits = torch.randn(tree_tokens, E, generator=torch.Generator().manual_seed(1)).to(device)
     rows = [_row("decode step (1 token)", fwd(one), device, repeats),
             _row(f"verify step ({tree_tokens} tokens, natural routing)", fwd(tree, mask=tree["mask"]), device, repeats),
             _row(f"verify step ({tree_tokens} tokens, AcceptMoE)", fwd(tree, mask=tree["mask"], policy=policy),
