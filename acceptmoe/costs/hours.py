@@ -87,8 +87,8 @@ def union(E: int, u: float, n: float) -> float:
 def seconds(w: Work, t: Target, world, gpu: DeviceBound, batch: int = 1) -> float:
     """One generation of `w` on `gpu`, `batch` requests sharing every step (the module docstring's model)."""
     cfg, spec = t.cfg, w.variant.spec
-    E, L, X = cfg.moe.num_experts, len(cfg.moe.layer_ids), w.slots
-    bw, h2d = gpu.memory_gbps * 1e9, (gpu.h2d_typical_gbps or gpu.h2d_gbps) * 1e9
+    E, L = cfg.moe.num_experts, len(cfg.moe.layer_ids)
+    bw, h2d = gpu.memory_gbps * 1e9, gpu.h2d_typical * 1e9
     u = (w.variant.budget or SET_SIZE) if spec.restricts else cfg.moe.top_k
     draws = batch * (world.tree.num_draft_tokens + 1 if spec.speculates and not spec.restricts else 1)
     U = union(E, u, draws)                                               # experts a step reads per layer
@@ -98,6 +98,9 @@ def seconds(w: Work, t: Target, world, gpu: DeviceBound, batch: int = 1) -> floa
         step += world.tree.num_steps * (t.draft / bw + overhead)
     prefill = (t.other + L * E * t.expert) / bw + EAGER_PASS_S
     if w.store == "offloaded":
+        X = w.slots
+        if X is None:
+            raise ValueError(f"{w.phase}: work on an offloaded store names no slots X")
         step += L * (U * (1 - X / E) * t.expert / h2d + HOST_READ_S)
         prefill += L * (E - X) * t.expert / h2d
     steps = math.ceil(w.tokens / (TAU if spec.speculates else 1))

@@ -136,7 +136,7 @@ class PassModel:
         """Device-memory bytes of one target step: the pass's experts (the caller's count), its other weights
         and KV cache, and with speculation the draft's passes. A step batching `requests` requests reads the
         weights (target and draft) once and each request's KV cache (target and draft) once."""
-        draft = 0
+        draft: float = 0
         if speculative:
             draft_kv = self.draft_step_bytes(num_steps, context) - self.draft_step_bytes(num_steps, 0)
             draft = self.draft_step_bytes(num_steps, context) + (requests - 1) * draft_kv
@@ -161,10 +161,10 @@ def pass_model(name: str, target: str | None = None, draft: str | None = None) -
 
 
 def link_gbps(gpu: DeviceBound, link: str) -> float:
-    """The host-to-device bandwidth of `gpu`: its published peak, or the measured-typical figure."""
+    """The host-to-device bandwidth of `gpu`: its published peak, or the measured-typical figure (`DeviceBound.h2d_typical`)."""
     if link not in LINKS:
         raise ValueError(f"link {link!r}; valid: {', '.join(LINKS)}")
-    return gpu.h2d_gbps if link == "published" else gpu.h2d_typical_gbps
+    return gpu.h2d_gbps if link == "published" else gpu.h2d_typical
 
 
 def step_bound(read: float, moved: float, gpu: DeviceBound, link: str = "published") -> float:

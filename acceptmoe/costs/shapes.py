@@ -41,6 +41,12 @@ class DeviceBound:
     h2d_typical_gbps: float | None = None
     memory_gib: float | None = None
 
+    @property
+    def h2d_typical(self) -> float:
+        """What pinned host-to-device copies move in practice: the measured-typical figure, or the published
+        one where none is given."""
+        return self.h2d_typical_gbps or self.h2d_gbps
+
 
 # Pinned copies over PCIe 5.0 x16 (63 GB/s per direction published) measure about 53 GB/s: 52.8 GB/s on an H100
 # with nvbandwidth (NVIDIA/nvbandwidth issue #24), the same 80-85 % of peak PCIe 4.0 x16 shows (24-26 of 31.5 GB/s,
