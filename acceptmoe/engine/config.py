@@ -2,8 +2,10 @@
 
 Each model family (`config.json`'s `model_type`) is one record in `acceptmoe/engine/families/` (docs/models.md
 lists them and the steps to add one): its parser fills the fields below, so the model code, the store and the
-memory rules read fields, never the family's name. Fields a family does not use keep their neutral defaults
-(no biases, no norms, no shared experts, grouped-query attention, one router group).
+memory rules read fields, never the family's name. Model-wide facts sit at the top of `ModelConfig`, the
+attention's in `cfg.attn` (`AttentionConfig`), the sparse blocks' in `cfg.moe` (`MoEConfig`), one name per fact.
+Fields a family does not use keep their neutral defaults (no biases, no norms, no shared experts, grouped-query
+attention, one router group).
 """
 from __future__ import annotations
 
