@@ -118,9 +118,9 @@ class PassModel:
     def kv_bytes(self, context: int = CONTEXT) -> int:
         """The target's KV cache one pass reads: keys and values of every layer up to its window (the native
         engine's cache: MLA's expanded per head)."""
-        c = self.target
-        per_token = c.attn.cache_heads * (c.attn.head_dim + c.attn.v_head_dim) * self.dtype_bytes
-        return sum(per_token * (context if w is None else min(context, w)) for w in c.attn.windows)
+        a = self.target.attn
+        per_token = a.cache_heads * (a.head_dim + a.v_head_dim) * self.dtype_bytes
+        return sum(per_token * (context if w is None else min(context, w)) for w in a.windows)
 
     def draft_step_bytes(self, num_steps: int, context: int = CONTEXT) -> int:
         """The draft's passes of one speculative step: the extension through `fc`, then num_steps - 1 levels,

@@ -172,9 +172,10 @@ class Attention(nn.Module):
     @classmethod
     def of(cls, cfg: ModelConfig, layer: int) -> Attention:
         """Layer `layer` of a target."""
-        return cls(cfg.hidden_size, cfg.hidden_size, cfg.attn.num_heads, cfg.attn.num_kv_heads, cfg.attn.head_dim,
-                   bias=cfg.attn.qkv_bias, o_bias=cfg.attn.o_bias, qk_norm=cfg.attn.qk_norm, eps=cfg.rms_norm_eps,
-                   sinks=cfg.attn.sinks, window=cfg.attn.windows[layer], layer=layer)
+        a = cfg.attn
+        return cls(cfg.hidden_size, cfg.hidden_size, a.num_heads, a.num_kv_heads, a.head_dim, bias=a.qkv_bias,
+                   o_bias=a.o_bias, qk_norm=a.qk_norm, eps=cfg.rms_norm_eps, sinks=a.sinks, window=a.windows[layer],
+                   layer=layer)
 
     @torch.no_grad()
     def fuse(self) -> None:

@@ -155,10 +155,10 @@ def store_bytes(cfg: ModelConfig, dtype: torch.dtype, store: str, slots: int | N
 
 def other_params(cfg: ModelConfig) -> int:
     """Parameters outside the experts."""
-    H, V, L = cfg.hidden_size, cfg.vocab_size, cfg.num_layers
-    router = H * cfg.moe.num_experts + cfg.moe.num_experts * (cfg.moe.router_bias + cfg.moe.selection_bias)
-    shared = 3 * H * cfg.moe.shared_intermediate_size + H * cfg.moe.shared_gate
-    moe = len(cfg.moe.layer_ids)
+    H, V, L, m = cfg.hidden_size, cfg.vocab_size, cfg.num_layers, cfg.moe
+    router = H * m.num_experts + m.num_experts * (m.router_bias + m.selection_bias)
+    shared = 3 * H * m.shared_intermediate_size + H * m.shared_gate
+    moe = len(m.layer_ids)
     dense_mlp = (L - moe) * 3 * H * cfg.dense_intermediate_size
     embeddings = V * H * (1 if cfg.tie_word_embeddings else 2)
     return embeddings + L * (attention_params(cfg) + 2 * H) + moe * (router + shared) + dense_mlp + H
@@ -166,18 +166,18 @@ def other_params(cfg: ModelConfig) -> int:
 
 def attention_params(cfg: ModelConfig) -> int:
     """One layer's attention parameters: q/k/v/o projections, biases, q/k norms, sinks; or MLA's."""
-    H, a = cfg.hidden_size, cfg.attn.latent
+    H, at, a = cfg.hidden_size, cfg.attn, cfg.attn.latent
     if a is not None:
-        q = cfg.attn.num_heads * cfg.attn.head_dim
+        q = at.num_heads * at.head_dim
         q_proj = H * q if a.q_lora_rank is None else H * a.q_lora_rank + a.q_lora_rank * (1 + q)
-        kv = H * (a.kv_lora_rank + a.rope) + a.kv_lora_rank * (1 + cfg.attn.num_heads * (a.nope + a.v_head_dim))
-        out = cfg.attn.num_heads * a.v_head_dim * H
-        bias = (a.q_lora_rank or 0) + a.kv_lora_rank + a.rope + H if cfg.attn.qkv_bias else 0
+        kv = H * (a.kv_lora_rank + a.rope) + a.kv_lora_rank * (1 + at.num_heads * (a.nope + a.v_head_dim))
+        out = at.num_heads * a.v_head_dim * H
+        bias = (a.q_lora_rank or 0) + a.kv_lora_rank + a.rope + H if at.qkv_bias else 0
         return q_proj + kv + out + bias
-    q, kv = cfg.attn.num_heads * cfg.attn.head_dim, cfg.attn.num_kv_heads * cfg.attn.head_dim
-    params = H * q + 2 * H * kv + q * H + (q + 2 * kv) * cfg.attn.qkv_bias + H * cfg.attn.o_bias
-    params += {"": 0, "head": 2 * cfg.attn.head_dim, "projection": q + kv}[cfg.attn.qk_norm]
-    return params + cfg.attn.num_heads * cfg.attn.sinks
+    q, kv = at.num_heads * at.head_dim, at.num_kv_heads * at.head_dim
+    params = H * q + 2 * H * kv + q * H + (q + 2 * kv) * at.qkv_bias + H * at.o_bias
+    params += {"": 0, "head": 2 * at.head_dim, "projection": q + kv}[at.qk_norm]
+    return params + at.num_heads * at.sinks
 
 
 def draft_bytes(config: dict, dtype: torch.dtype) -> int:
@@ -193,7 +193,8 @@ def draft_bytes(config: dict, dtype: torch.dtype) -> int:
 def kv_bytes(cfg: ModelConfig, dtype: torch.dtype, tokens: int) -> int:
     """The target's KV cache for `tokens` slots: K [tokens, cache heads, head dim] and V [tokens, cache heads,
     v head dim] of every layer (MLA keeps them expanded per head: `AttentionConfig.cache_heads`)."""
-    per_token = cfg.attn.cache_heads * (cfg.attn.head_dim + cfg.attn.v_head_dim)
+    at = cfg.attn
+    per_token = at.cache_heads * (at.head_dim + at.v_head_dim)
     return cfg.num_layers * tokens * per_token * torch.empty((), dtype=dtype).element_size()
 
 
