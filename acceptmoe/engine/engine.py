@@ -49,7 +49,7 @@ from acceptmoe.errors import UserError
 from acceptmoe.kernels import Verifier, make_verifier, resolve_backend
 from acceptmoe.methods import Fit, Plan, Router
 
-from .backend import Capabilities, GenerationOptions
+from .backend import Capabilities, GenerationOptions, per_request
 from .eagle3 import Eagle3Draft, Eagle3Drafter
 from .graphs import Inputs, StepGraphs, resolve_steps
 from .kv import KVCache
@@ -116,7 +116,7 @@ class Engine:
     name = "native"
     capabilities: ClassVar[Capabilities] = Capabilities(records_routes=True, offloads=True,
                                                         switches_plans_freely=True, verifies_batched=True,
-                                                        samples=True)
+                                                        samples=("cpu", "cuda"))
 
     def __init__(self, model, draft: Eagle3Draft | None = None, backend: str = "auto", tree: TreeShape = TreeShape(),
                  steps: str = "auto"):
@@ -187,12 +187,16 @@ class Engine:
         return self._finish(gen, run)
 
     def generate_many(self, prompts: Sequence[Sequence[int]], plan: Plan, max_new_tokens: int,
-                      options: GenerationOptions = GenerationOptions()) -> list[Generation]:
-        """One generation per prompt, in order, each alone (batch 1; `generate_batch` verifies them together)."""
-        return [self.generate(p, plan, max_new_tokens, options) for p in prompts]
+                      options: GenerationOptions | Sequence[GenerationOptions] = GenerationOptions()
+                      ) -> list[Generation]:
+        """One generation per prompt, in order, each alone (batch 1; `generate_batch` verifies them together);
+        `options`: one record for all, or one per prompt."""
+        return [self.generate(p, plan, max_new_tokens, o)
+                for p, o in zip(prompts, per_request(options, len(prompts)), strict=True)]
 
     def generate_batch(self, prompts: Sequence, plan: Plan, max_new_tokens: int,
-                       options: GenerationOptions = GenerationOptions()) -> list[Generation]:
+                       options: GenerationOptions | Sequence[GenerationOptions] = GenerationOptions()
+                       ) -> list[Generation]:
         """Speculative generations that verify together, as a serving engine's batch: the requests start
         together; each step every unfinished one drafts its own tree, and one target pass verifies all their
         trees (`MoEModel.forward_batch`: attention per request, each MoE layer's routing and experts over the
@@ -200,12 +204,13 @@ class Engine:
         the batch and none joins. Per request: its Generation, as `generate` returns it; a step's time is the
         batched step's; with options.record_routes its verify passes hold the rows it sent in each batched pass
         (and the store counters in `routes.meta` are the whole batch's). Every pass runs eagerly, each request
-        over caches of its own. A one-prompt batch is `generate` in eager mode."""
+        over caches of its own; `options` is one record for all or one per prompt (each request draws from its
+        own generator). A one-prompt batch is `generate` in eager mode."""
         if not isinstance(plan, Plan) or not plan.spec.speculates:
             raise UserError("generate_batch verifies draft trees together: give a speculating plan "
                             "(Vanilla AR has no verify pass to batch; use generate_many)")
-        starts = [self._start(p, plan, max_new_tokens, options, eager=True)
-                  for p in prompts]
+        starts = [self._start(p, plan, max_new_tokens, o, eager=True)
+                  for p, o in zip(prompts, per_request(options, len(prompts)), strict=True)]
         gens = [Generation([], [], [], run.trace) for _, run, _ in starts]
         for (req, run, drafter), gen in zip(starts, gens, strict=True):
             t0 = self._clock()
@@ -394,7 +399,7 @@ class Engine:
             raise TypeError(f"options is a GenerationOptions, got {type(options).__name__}")
         req = Request(plan, max_new_tokens, options)
         meta = trace_meta(self.name, plan, self.tree, self.model.store.kind, prompt.numel(), max_new_tokens,
-                          options.ignore_eos)
+                          options.ignore_eos, options.sampling())
         cache_len = prompt.numel() + max_new_tokens + self.tree.num_draft_tokens
         cache = self.model.new_cache(cache_len) if eager else self.steps.cache("target", cache_len,
                                                                                 self.model.new_cache)
