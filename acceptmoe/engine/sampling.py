@@ -88,3 +88,22 @@ def accept(tree: DraftTree, logits: Tensor, options: GenerationOptions,
     the target's after each node. Greedy: the longest path of argmax tokens; sampling: the tree rejection rule
     above, exact in distribution."""
     return tree.accept(next_tokens(logits, options, gen))
+
+
+def exact_law(model, prompt: list[int], options: GenerationOptions, length: int) -> dict[tuple[int, ...], float]:
+    """Vanilla AR's exact law of the first `length` tokens after `prompt`: the product of the target's
+    conditionals under `options` (`distribution`), each from one full forward pass of `model` (an engine's
+    `MoEModel`) over prompt and prefix. What the exactness checks test samples against."""
+    law: dict[tuple[int, ...], float] = {(): 1.0}
+    device = model.device
+    for _ in range(length):
+        nxt: dict[tuple[int, ...], float] = {}
+        for prefix, weight in law.items():
+            ids = torch.tensor(prompt + list(prefix), device=device)
+            logits, _ = model.forward(ids, torch.arange(len(ids), device=device), model.new_cache(len(ids)), 0)
+            p = distribution(logits[-1:], options)[0].double().cpu()
+            for t in torch.nonzero(p).flatten().tolist():
+                nxt[prefix + (t,)] = weight * float(p[t])
+        law = nxt
+    return law
+
