@@ -42,6 +42,9 @@ class GenerationOptions:
     ignore_eos: bool = False       # generate max_new_tokens past any EOS (timed runs)
     trace_layers: bool = True      # the trace's per-layer fields (blocks are always traced)
     record_routes: bool = False    # keep what every target pass sent to the experts (`Generation.routes`)
+    record_divergence: bool = False  # a restricting method, sampling, resident store: per accepted position, KL
+                                   # and TV of its verify pass's distribution from natural routing's (one extra
+                                   # all-experts pass of the same tree per step; `Generation.divergence`)
     temperature: float = 0.0       # 0: greedy; > 0: sample from softmax(logits / temperature), cut below
     top_k: int = 0                 # keep the top_k most likely tokens (0: no cut)
     top_p: float = 1.0             # keep the smallest set of most likely tokens holding top_p of the mass

@@ -56,7 +56,7 @@ from .kv import KVCache
 from .passes import TargetPass
 from .restriction import LayerRecord, Restriction
 from .routes import PassRoutes, RouteLog, Routes
-from .sampling import accept, generator, next_tokens
+from .sampling import accept, check_divergence, divergence, generator, next_tokens
 from .text import as_ids, encode, is_text, load_tokenizer
 from .trace import Trace, trace_meta
 from .tree import TreeShape
@@ -82,6 +82,8 @@ class Generation:
     prefill_time: float = 0.0         # seconds of the prefill pass (it yields tokens[0])
     stop_reason: str = "length"       # "eos" | "length"
     routes: Routes | None = None      # what every target pass sent to the experts (options.record_routes)
+    divergence: list[tuple[float, float]] | None = None   # (KL, TV) per accepted position and bonus of every
+                                      # verify pass (options.record_divergence; `sampling.divergence`)
     text: str | None = None           # the reply decoded (special tokens dropped) when the prompt was text
 
     @property
@@ -110,6 +112,7 @@ class GenerationState:
     done: bool = False
     stop_reason: str = "length"
     prompt: Tensor | None = None      # the prompt's ids [P] on the device
+    divergence: list[tuple[float, float]] | None = None   # options.record_divergence: (KL, TV) per position
 
 
 class Engine:
@@ -297,9 +300,12 @@ class Engine:
         tree = drafter.propose(run.tokens[-1])
         run.cache.check(run.length, tree.num_tokens)
         inputs: Inputs = {"ids": tree.tokens, "positions": tree.positions, "start": run.length, "mask": tree.mask}
+        natural = None
+        if run.divergence is not None:   # first, so the verify pass below rewrites the tree's cache slots
+            natural, _, _, _ = TargetPass(self.model, run.cache.upto(run.length + tree.num_tokens))(inputs)
         logits, aux, stats, routes = self.steps.run(self._verify_pass(tree, req, run), inputs)
         return self._accept(req, run, drafter, step, tree, logits, aux, None if stats is None else stats[:, 0],
-                            routes)
+                            routes, natural)
 
     def _batch_step(self, active: list[tuple[Request, GenerationState, Eagle3Drafter]], step: int) -> list[int]:
         """One batched verification pass over every active request's tree (`generate_batch`); their outputs."""
@@ -338,10 +344,14 @@ class Engine:
         return done
 
     def _accept(self, req: Request, run: GenerationState, drafter: Eagle3Drafter, step: int, tree, logits: Tensor,
-                aux: Tensor, stats: Tensor | None, routes: tuple | None) -> int:
+                aux: Tensor, stats: Tensor | None, routes: tuple | None, natural: Tensor | None = None) -> int:
         """Acceptance of one verified tree (`sampling.accept`): trace its block, commit the accepted path and the
         bonus, keep their cache slots and feed them to the drafter; the tokens output."""
         path, bonus = accept(tree, logits, req.options, run.rng)
+        if natural is not None:
+            assert run.divergence is not None
+            kl, tv = divergence(logits[path], natural[path], req.options)
+            run.divergence += list(zip(kl.tolist(), tv.tolist(), strict=True))
         new = tree.tokens[path[1:]].tolist() + [bonus]
         layer_rows = stats.tolist() if stats is not None else ([] if req.options.trace_layers else None)
         run.trace.add_block(step, tree.parents.tolist(), path, layer_rows)
@@ -405,6 +415,9 @@ class Engine:
                                                                                 self.model.new_cache)
         routes = RouteLog.begin(self.model.store) if options.record_routes else None
         run = GenerationState(cache, Trace(meta=meta), routes, generator(options, self.device), prompt=prompt)
+        if options.record_divergence:
+            check_divergence(plan, options, self.model.store.kind, eager)
+            run.divergence = []
         drafter = None
         if speculates:
             assert self.draft is not None                                      # refused above otherwise
@@ -412,7 +425,7 @@ class Engine:
         return req, run, drafter
 
     def _finish(self, gen: Generation, run: GenerationState) -> Generation:
-        gen.tokens, gen.stop_reason = run.tokens, run.stop_reason
+        gen.tokens, gen.stop_reason, gen.divergence = run.tokens, run.stop_reason, run.divergence
         if run.routes is not None:
             gen.routes = run.routes.finish(self._route_meta(run.trace.meta))
         return gen

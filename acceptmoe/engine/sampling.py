@@ -37,6 +37,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from acceptmoe.errors import UserError
+
 from .backend import GenerationOptions
 from .tree import DraftTree
 
@@ -106,4 +108,26 @@ def exact_law(model, prompt: list[int], options: GenerationOptions, length: int)
                 nxt[prefix + (t,)] = weight * float(p[t])
         law = nxt
     return law
+
+
+def divergence(restricted: Tensor, natural: Tensor, options: GenerationOptions) -> tuple[Tensor, Tensor]:
+    """Per row of two logits [n, V] (a restricted verify pass's and natural routing's at the same positions):
+    KL(restricted || natural) in nats and the total variation, both between their `distribution`s under
+    `options`. KL is inf where the restricted law puts mass on a token the natural one cut (top-k / top-p)."""
+    p = distribution(restricted, options).double()
+    q = distribution(natural, options).double()
+    terms = torch.where(p > 0, p * (p.log() - q.log()), torch.zeros_like(p))
+    return terms.sum(-1), 0.5 * (p - q).abs().sum(-1)
+
+
+def check_divergence(plan, options: GenerationOptions, store: str, batched: bool) -> None:
+    """`options.record_divergence` is asked of one sampled generation of a restricting method on a resident
+    store (an extra pass would move an offloaded store's residency, which its pruning reads)."""
+    why = ("it compares a restricting method's verify pass with natural routing's" if not plan.spec.restricts
+           or not plan.spec.speculates else "it compares sampled distributions (temperature > 0)"
+           if options.greedy else "an extra pass would move the offloaded store's residency" if store != "resident"
+           else "generate_batch does not record it" if batched else None)
+    if why is not None:
+        raise UserError(f"record_divergence: {why}; record it with a restricting method, temperature > 0, a resident "
+                        f"store and generate / generate_many")
 
