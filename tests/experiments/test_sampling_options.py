@@ -54,3 +54,10 @@ def test_per_prompt_options_and_the_trace_record():
     assert "sampling" not in engine.generate(prompts[0], plan, 4).trace.meta          # greedy: as before
     batched = engine.generate_batch(prompts, plan, 6, opts)
     assert [g.tokens for g in batched] == [g.tokens for g in alone]
+
+
+def test_tables_say_how_the_run_decoded():
+    world = load_experiment(Table1Config, "tiny", {}).world
+    assert world.sampling.describe() == "greedy"
+    hot = load_experiment(Table1Config, "tiny", {"world.sampling.temperature": 0.6, "world.sampling.top_p": 0.9}).world
+    assert hot.sampling.describe() == "sampled at temperature 0.6 (top-k off, top-p 0.9, seed 0)"

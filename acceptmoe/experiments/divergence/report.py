@@ -62,8 +62,9 @@ def _iv(rec: dict, name: str, low: str, high: str, fmt: str) -> str:
 
 def markdown(records: list[dict], cfg: DivergenceConfig) -> str:
     pct = 100 * cfg.world.bootstrap.confidence
-    lines = [f"**Divergence from natural routing under sampling** (top-k {cfg.world.sampling.top_k or 'off'}, "
-             f"top-p {cfg.world.sampling.top_p}; {cfg.max_new_tokens} new tokens; {pct:.0f}% bootstrap intervals "
+    s = cfg.world.sampling
+    lines = [f"**Divergence from natural routing under sampling** (top-k {s.top_k or 'off'}, top-p {s.top_p:g}, "
+             f"seed {s.seed}; {cfg.max_new_tokens} new tokens; {pct:.0f}% bootstrap intervals "
              f"over prompts). KL(restricted || natural) in nats and total variation of each verify pass's "
              f"next-token distribution at the accepted positions and the bonus, against one all-experts pass of the "
              f"same tree; tau: accepted tokens per target step.", "",

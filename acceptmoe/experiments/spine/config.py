@@ -253,6 +253,13 @@ class SamplingConfig:
     def greedy(self) -> bool:
         return self.options().greedy
 
+    def describe(self) -> str:
+        """How the run decodes, in a table's words: "greedy", or the sampling settings."""
+        if self.greedy:
+            return "greedy"
+        return (f"sampled at temperature {self.temperature:g} (top-k {self.top_k or 'off'}, top-p {self.top_p:g}, "
+                f"seed {self.seed})")
+
     def options(self, *identity: str | int, **recording) -> GenerationOptions:
         """The options of one request named by `identity` (model, task, split, prompt id), with `recording`'s
         fields (ignore_eos, trace_layers, record_routes)."""
