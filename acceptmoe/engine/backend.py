@@ -17,6 +17,9 @@ after a generation and never change what it computes.
 """
 from __future__ import annotations
 
+import dataclasses
+import hashlib
+import json
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -33,11 +36,15 @@ class GenerationOptions:
     temperature 0 is greedy decoding, exactly as without these fields; above 0 the target's logits are divided
     by it, then cut to the top_k tokens (0: all), then to the top_p nucleus (1: all), and the speculating
     methods accept draft tokens by tree rejection sampling. A seed makes a generation reproducible on one
-    machine (None: fresh randomness); the requests of one `generate_many` / `generate_batch` call share it,
-    each drawing from its own generator seeded with it."""
+    machine (None: fresh randomness); `generate_many` / `generate_batch` take one options record for all their
+    requests (each then draws from its own generator seeded with the same seed) or one per request
+    (`per_request`), which is how a run gives every prompt its own stream (`for_request`)."""
     ignore_eos: bool = False       # generate max_new_tokens past any EOS (timed runs)
     trace_layers: bool = True      # the trace's per-layer fields (blocks are always traced)
     record_routes: bool = False    # keep what every target pass sent to the experts (`Generation.routes`)
+    record_divergence: bool = False  # a restricting method, sampling, resident store: per accepted position, KL
+                                   # and TV of its verify pass's distribution from natural routing's (one extra
+                                   # all-experts pass of the same tree per step; `Generation.divergence`)
     temperature: float = 0.0       # 0: greedy; > 0: sample from softmax(logits / temperature), cut below
     top_k: int = 0                 # keep the top_k most likely tokens (0: no cut)
     top_p: float = 1.0             # keep the smallest set of most likely tokens holding top_p of the mass
@@ -61,6 +68,39 @@ class GenerationOptions:
         """Temperature 0: the argmax, whatever top_k, top_p and seed say."""
         return self.temperature == 0
 
+    def sampling(self) -> dict | None:
+        """The sampling fields as recorded (a trace's meta, a run's rows); None when greedy, so a greedy record is
+        exactly what it was before sampling existed."""
+        if self.greedy:
+            return None
+        return {"temperature": self.temperature, "top_k": self.top_k, "top_p": self.top_p, "seed": self.seed}
+
+    def for_request(self, *identity: str | int) -> GenerationOptions:
+        """These options for one request named by `identity` (model, task, split, prompt id, ...): the seed
+        becomes `request_seed(seed, *identity)`, so reruns and resumes draw the same stream and no two prompts
+        share one. Greedy or unseeded options come back unchanged."""
+        if self.greedy or self.seed is None:
+            return self
+        return dataclasses.replace(self, seed=request_seed(self.seed, *identity))
+
+
+def request_seed(seed: int, *identity: str | int) -> int:
+    """The one rule deriving a request's seed from a run's seed and the request's identity: the first 63 bits of
+    SHA-256 over them (stable across processes and machines, unlike `hash`)."""
+    text = json.dumps([int(seed), *[str(part) for part in identity]], separators=(",", ":"))
+    return int.from_bytes(hashlib.sha256(text.encode()).digest()[:8], "big") >> 1
+
+
+def per_request(options: GenerationOptions | Sequence[GenerationOptions], n: int) -> list[GenerationOptions]:
+    """One options record per request of a `generate_many` / `generate_batch` call: the record given for all, or
+    the sequence given (one per prompt)."""
+    if isinstance(options, GenerationOptions):
+        return [options] * n
+    out = list(options)
+    if len(out) != n or not all(isinstance(o, GenerationOptions) for o in out):
+        raise TypeError(f"options: one GenerationOptions, or one per prompt ({n}), got {len(out)} items")
+    return out
+
 
 @dataclass(frozen=True)
 class Capabilities:
@@ -71,7 +111,12 @@ class Capabilities:
     switches_plans_freely: bool    # one generation's plan may differ from the last at no cost (a timed run can
                                    # interleave variants prompt by prompt)
     verifies_batched: bool         # `generate_batch`: several requests' trees in one verify pass
-    samples: bool = False          # GenerationOptions with temperature > 0 (a backend without it refuses them)
+    samples: tuple[str, ...] = ()  # device kinds ("cpu", "cuda") where it runs GenerationOptions with
+                                   # temperature > 0 exactly; elsewhere it refuses them
+
+    def samples_on(self, device: str) -> bool:
+        """Whether this backend samples (temperature > 0) on `device` ("cpu", "cuda", "cuda:1", ...)."""
+        return str(device).partition(":")[0] in self.samples
 
 
 @runtime_checkable
@@ -95,8 +140,9 @@ class EngineBackend(Protocol):
         `capabilities` lack)."""
 
     def generate_many(self, prompts: Sequence[Sequence[int]], plan: Plan, max_new_tokens: int,
-                      options: GenerationOptions = GenerationOptions()) -> list:
-        """One `Generation` per prompt, in prompt order (a backend may run them concurrently)."""
+                      options: GenerationOptions | Sequence[GenerationOptions] = GenerationOptions()) -> list:
+        """One `Generation` per prompt, in prompt order (a backend may run them concurrently); `options`: one
+        record for all, or one per prompt (`per_request`)."""
 
     def clock(self) -> float:
         """Wall seconds after the device's queued work has finished (generations are timed with it)."""

@@ -49,14 +49,14 @@ from acceptmoe.errors import UserError
 from acceptmoe.kernels import Verifier, make_verifier, resolve_backend
 from acceptmoe.methods import Fit, Plan, Router
 
-from .backend import Capabilities, GenerationOptions
+from .backend import Capabilities, GenerationOptions, per_request
 from .eagle3 import Eagle3Draft, Eagle3Drafter
 from .graphs import Inputs, StepGraphs, resolve_steps
 from .kv import KVCache
 from .passes import TargetPass
 from .restriction import LayerRecord, Restriction
 from .routes import PassRoutes, RouteLog, Routes
-from .sampling import accept, generator, next_tokens
+from .sampling import accept, check_divergence, divergence, generator, next_tokens
 from .text import as_ids, encode, is_text, load_tokenizer
 from .trace import Trace, trace_meta
 from .tree import TreeShape
@@ -82,6 +82,8 @@ class Generation:
     prefill_time: float = 0.0         # seconds of the prefill pass (it yields tokens[0])
     stop_reason: str = "length"       # "eos" | "length"
     routes: Routes | None = None      # what every target pass sent to the experts (options.record_routes)
+    divergence: list[tuple[float, float]] | None = None   # (KL, TV) per accepted position and bonus of every
+                                      # verify pass (options.record_divergence; `sampling.divergence`)
     text: str | None = None           # the reply decoded (special tokens dropped) when the prompt was text
 
     @property
@@ -110,13 +112,14 @@ class GenerationState:
     done: bool = False
     stop_reason: str = "length"
     prompt: Tensor | None = None      # the prompt's ids [P] on the device
+    divergence: list[tuple[float, float]] | None = None   # options.record_divergence: (KL, TV) per position
 
 
 class Engine:
     name = "native"
     capabilities: ClassVar[Capabilities] = Capabilities(records_routes=True, offloads=True,
                                                         switches_plans_freely=True, verifies_batched=True,
-                                                        samples=True)
+                                                        samples=("cpu", "cuda"))
 
     def __init__(self, model, draft: Eagle3Draft | None = None, backend: str = "auto", tree: TreeShape = TreeShape(),
                  steps: str = "auto"):
@@ -187,12 +190,16 @@ class Engine:
         return self._finish(gen, run)
 
     def generate_many(self, prompts: Sequence[Sequence[int]], plan: Plan, max_new_tokens: int,
-                      options: GenerationOptions = GenerationOptions()) -> list[Generation]:
-        """One generation per prompt, in order, each alone (batch 1; `generate_batch` verifies them together)."""
-        return [self.generate(p, plan, max_new_tokens, options) for p in prompts]
+                      options: GenerationOptions | Sequence[GenerationOptions] = GenerationOptions()
+                      ) -> list[Generation]:
+        """One generation per prompt, in order, each alone (batch 1; `generate_batch` verifies them together);
+        `options`: one record for all, or one per prompt."""
+        return [self.generate(p, plan, max_new_tokens, o)
+                for p, o in zip(prompts, per_request(options, len(prompts)), strict=True)]
 
     def generate_batch(self, prompts: Sequence, plan: Plan, max_new_tokens: int,
-                       options: GenerationOptions = GenerationOptions()) -> list[Generation]:
+                       options: GenerationOptions | Sequence[GenerationOptions] = GenerationOptions()
+                       ) -> list[Generation]:
         """Speculative generations that verify together, as a serving engine's batch: the requests start
         together; each step every unfinished one drafts its own tree, and one target pass verifies all their
         trees (`MoEModel.forward_batch`: attention per request, each MoE layer's routing and experts over the
@@ -200,12 +207,13 @@ class Engine:
         the batch and none joins. Per request: its Generation, as `generate` returns it; a step's time is the
         batched step's; with options.record_routes its verify passes hold the rows it sent in each batched pass
         (and the store counters in `routes.meta` are the whole batch's). Every pass runs eagerly, each request
-        over caches of its own. A one-prompt batch is `generate` in eager mode."""
+        over caches of its own; `options` is one record for all or one per prompt (each request draws from its
+        own generator). A one-prompt batch is `generate` in eager mode."""
         if not isinstance(plan, Plan) or not plan.spec.speculates:
             raise UserError("generate_batch verifies draft trees together: give a speculating plan "
                             "(Vanilla AR has no verify pass to batch; use generate_many)")
-        starts = [self._start(p, plan, max_new_tokens, options, eager=True)
-                  for p in prompts]
+        starts = [self._start(p, plan, max_new_tokens, o, eager=True)
+                  for p, o in zip(prompts, per_request(options, len(prompts)), strict=True)]
         gens = [Generation([], [], [], run.trace) for _, run, _ in starts]
         for (req, run, drafter), gen in zip(starts, gens, strict=True):
             t0 = self._clock()
@@ -292,9 +300,12 @@ class Engine:
         tree = drafter.propose(run.tokens[-1])
         run.cache.check(run.length, tree.num_tokens)
         inputs: Inputs = {"ids": tree.tokens, "positions": tree.positions, "start": run.length, "mask": tree.mask}
+        natural = None
+        if run.divergence is not None:   # first, so the verify pass below rewrites the tree's cache slots
+            natural, _, _, _ = TargetPass(self.model, run.cache.upto(run.length + tree.num_tokens))(inputs)
         logits, aux, stats, routes = self.steps.run(self._verify_pass(tree, req, run), inputs)
         return self._accept(req, run, drafter, step, tree, logits, aux, None if stats is None else stats[:, 0],
-                            routes)
+                            routes, natural)
 
     def _batch_step(self, active: list[tuple[Request, GenerationState, Eagle3Drafter]], step: int) -> list[int]:
         """One batched verification pass over every active request's tree (`generate_batch`); their outputs."""
@@ -333,10 +344,14 @@ class Engine:
         return done
 
     def _accept(self, req: Request, run: GenerationState, drafter: Eagle3Drafter, step: int, tree, logits: Tensor,
-                aux: Tensor, stats: Tensor | None, routes: tuple | None) -> int:
+                aux: Tensor, stats: Tensor | None, routes: tuple | None, natural: Tensor | None = None) -> int:
         """Acceptance of one verified tree (`sampling.accept`): trace its block, commit the accepted path and the
         bonus, keep their cache slots and feed them to the drafter; the tokens output."""
         path, bonus = accept(tree, logits, req.options, run.rng)
+        if natural is not None:
+            assert run.divergence is not None
+            kl, tv = divergence(logits[path], natural[path], req.options)
+            run.divergence += list(zip(kl.tolist(), tv.tolist(), strict=True))
         new = tree.tokens[path[1:]].tolist() + [bonus]
         layer_rows = stats.tolist() if stats is not None else ([] if req.options.trace_layers else None)
         run.trace.add_block(step, tree.parents.tolist(), path, layer_rows)
@@ -394,12 +409,15 @@ class Engine:
             raise TypeError(f"options is a GenerationOptions, got {type(options).__name__}")
         req = Request(plan, max_new_tokens, options)
         meta = trace_meta(self.name, plan, self.tree, self.model.store.kind, prompt.numel(), max_new_tokens,
-                          options.ignore_eos)
+                          options.ignore_eos, options.sampling())
         cache_len = prompt.numel() + max_new_tokens + self.tree.num_draft_tokens
         cache = self.model.new_cache(cache_len) if eager else self.steps.cache("target", cache_len,
                                                                                 self.model.new_cache)
         routes = RouteLog.begin(self.model.store) if options.record_routes else None
         run = GenerationState(cache, Trace(meta=meta), routes, generator(options, self.device), prompt=prompt)
+        if options.record_divergence:
+            check_divergence(plan, options, self.model.store.kind, eager)
+            run.divergence = []
         drafter = None
         if speculates:
             assert self.draft is not None                                      # refused above otherwise
@@ -407,7 +425,7 @@ class Engine:
         return req, run, drafter
 
     def _finish(self, gen: Generation, run: GenerationState) -> Generation:
-        gen.tokens, gen.stop_reason = run.tokens, run.stop_reason
+        gen.tokens, gen.stop_reason, gen.divergence = run.tokens, run.stop_reason, run.divergence
         if run.routes is not None:
             gen.routes = run.routes.finish(self._route_meta(run.trace.meta))
         return gen

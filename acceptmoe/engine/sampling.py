@@ -37,6 +37,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from acceptmoe.errors import UserError
+
 from .backend import GenerationOptions
 from .tree import DraftTree
 
@@ -88,3 +90,44 @@ def accept(tree: DraftTree, logits: Tensor, options: GenerationOptions,
     the target's after each node. Greedy: the longest path of argmax tokens; sampling: the tree rejection rule
     above, exact in distribution."""
     return tree.accept(next_tokens(logits, options, gen))
+
+
+def exact_law(model, prompt: list[int], options: GenerationOptions, length: int) -> dict[tuple[int, ...], float]:
+    """Vanilla AR's exact law of the first `length` tokens after `prompt`: the product of the target's
+    conditionals under `options` (`distribution`), each from one full forward pass of `model` (an engine's
+    `MoEModel`) over prompt and prefix. What the exactness checks test samples against."""
+    law: dict[tuple[int, ...], float] = {(): 1.0}
+    device = model.device
+    for _ in range(length):
+        nxt: dict[tuple[int, ...], float] = {}
+        for prefix, weight in law.items():
+            ids = torch.tensor(prompt + list(prefix), device=device)
+            logits, _ = model.forward(ids, torch.arange(len(ids), device=device), model.new_cache(len(ids)), 0)
+            p = distribution(logits[-1:], options)[0].double().cpu()
+            for t in torch.nonzero(p).flatten().tolist():
+                nxt[prefix + (t,)] = weight * float(p[t])
+        law = nxt
+    return law
+
+
+def divergence(restricted: Tensor, natural: Tensor, options: GenerationOptions) -> tuple[Tensor, Tensor]:
+    """Per row of two logits [n, V] (a restricted verify pass's and natural routing's at the same positions):
+    KL(restricted || natural) in nats and the total variation, both between their `distribution`s under
+    `options`. KL is inf where the restricted law puts mass on a token the natural one cut (top-k / top-p)."""
+    p = distribution(restricted, options).double()
+    q = distribution(natural, options).double()
+    terms = torch.where(p > 0, p * (p.log() - q.log()), torch.zeros_like(p))
+    return terms.sum(-1), 0.5 * (p - q).abs().sum(-1)
+
+
+def check_divergence(plan, options: GenerationOptions, store: str, batched: bool) -> None:
+    """`options.record_divergence` is asked of one sampled generation of a restricting method on a resident
+    store (an extra pass would move an offloaded store's residency, which its pruning reads)."""
+    why = ("it compares a restricting method's verify pass with natural routing's" if not plan.spec.restricts
+           or not plan.spec.speculates else "it compares sampled distributions (temperature > 0)"
+           if options.greedy else "an extra pass would move the offloaded store's residency" if store != "resident"
+           else "generate_batch does not record it" if batched else None)
+    if why is not None:
+        raise UserError(f"record_divergence: {why}; record it with a restricting method, temperature > 0, a resident "
+                        f"store and generate / generate_many")
+

@@ -108,11 +108,16 @@ def layer_stats(layer: int, natural_ids: Tensor, routed_ids: Tensor, out, valid:
 
 
 def trace_meta(engine: str, plan: Plan, tree, store: str, prompt_len: int, max_new_tokens: int,
-               ignore_eos: bool) -> dict:
-    """The `meta` line of a generation's trace, the same fields and types whichever engine wrote it."""
-    return {"engine": engine, **plan.describe(), "tree": dataclasses.asdict(tree) if plan.spec.speculates else None,
+               ignore_eos: bool, sampling: dict | None = None) -> dict:
+    """The `meta` line of a generation's trace, the same fields and types whichever engine wrote it; `sampling`
+    (`GenerationOptions.sampling()`: temperature, top_k, top_p, the request's seed) only when it sampled, so
+    a greedy trace is what it was before sampling existed."""
+    meta = {"engine": engine, **plan.describe(), "tree": dataclasses.asdict(tree) if plan.spec.speculates else None,
             "store": store, "prompt_len": int(prompt_len), "max_new_tokens": int(max_new_tokens),
             "ignore_eos": bool(ignore_eos)}
+    if sampling is not None:
+        meta["sampling"] = dict(sampling)
+    return meta
 
 
 def layer_columns(layer_rows: Sequence[Sequence[float]]) -> dict[str, list]:

@@ -8,7 +8,7 @@ seeds (deterministic on one machine). Power: for an alternative law q at total v
 (on the cells tested, rare cells pooled so each expects >= 5), the noncentrality is
 n * sum((q - p)^2 / p) >= 4 n delta^2 (Cauchy-Schwarz, sum p = 1); the smallest delta detected with 80 % power
 against every such q is therefore sqrt(lambda_80 / 4n), lambda_80 the noncentrality at which the noncentral
-chi-square passes the critical value with probability 0.8 (`min_detectable_tv`, computed in each test).
+chi-square passes the critical value with probability 0.8 (`acceptmoe.evals.goodness`, computed in each test).
 """
 from __future__ import annotations
 
@@ -17,18 +17,17 @@ from collections import Counter
 
 import pytest
 import torch
-from scipy import optimize, stats
 
 from acceptmoe.engine import DraftTree, TreeShape, load_engine
 from acceptmoe.engine.backend import GenerationOptions
-from acceptmoe.engine.sampling import accept, distribution, generator
+from acceptmoe.engine.sampling import accept, distribution, exact_law, generator
 from acceptmoe.errors import UserError
+from acceptmoe.evals.goodness import ALPHA, chi_square, min_detectable_tv
 from acceptmoe.paths import TINY
 
 from spec_checkpoints import one_thread
 from variants import plan
 
-ALPHA = 0.01
 P_HAT = (1.0, 0.7, 0.4, 0.2)
 # "Question: Tom has 3 apples and buys 4 more. How many apples does he have?\nAnswer:" in the tiny tokenizer
 QUESTION = [51, 87, 343, 75, 312, 28, 428, 413, 429, 223, 21, 810, 406, 484, 223, 22, 533, 16, 385, 368, 810,
@@ -51,31 +50,6 @@ def engine():
 
 def sampled(**kw) -> GenerationOptions:
     return GenerationOptions(ignore_eos=True, trace_layers=False, **kw)
-
-
-def min_detectable_tv(n: int, df: int, alpha: float = ALPHA, power: float = 0.8) -> float:
-    """The smallest total variation a chi-square test with df degrees of freedom over n samples detects
-    with `power` against every alternative (module docstring)."""
-    crit = stats.chi2.ppf(1 - alpha, df)
-    lam = optimize.brentq(lambda x: stats.ncx2.sf(crit, df, x) - power, 1e-9, 1e6)
-    return math.sqrt(lam / (4 * n))
-
-
-def chi_square(samples: list[tuple[int, ...]], law: dict[tuple[int, ...], float]) -> tuple[float, float, int]:
-    """(statistic, p-value, df) of samples against an exact law; cells expecting < 5 pooled into one, which
-    joins the smallest kept cell when it expects < 5 itself. A sample outside the law's support fails."""
-    n, counts = len(samples), Counter(samples)
-    outside = [s for s in counts if law.get(s, 0.0) <= 0]
-    assert not outside, f"sampled outside the target's support: {outside[:5]}"
-    kept = sorted((c for c in law if law[c] * n >= 5), key=lambda c: -law[c])
-    obs, exp = [float(counts[c]) for c in kept], [law[c] * n for c in kept]
-    rest_obs, rest_exp = n - sum(obs), n - sum(exp)
-    if rest_exp >= 5:
-        obs, exp = obs + [rest_obs], exp + [rest_exp]
-    else:
-        obs[-1], exp[-1] = obs[-1] + rest_obs, exp[-1] + rest_exp
-    res = stats.chisquare(obs, exp)
-    return float(res.statistic), float(res.pvalue), len(obs) - 1
 
 
 # ----- the options record -----
@@ -206,34 +180,18 @@ def test_the_tree_rule_has_the_recursive_rules_law():
     assert pvalue > ALPHA, f"chi2 = {stat:.1f}, df = {df}, p = {pvalue:.2g}"
 
 
-def target_law(engine, prompt: list[int], options: GenerationOptions, length: int) -> dict[tuple[int, ...], float]:
-    """Vanilla AR's exact law of the first `length` tokens: the product of the target's conditionals under
-    options (`sampling.distribution`), each from one full forward pass over prompt and prefix."""
-    law = {(): 1.0}
-    for _ in range(length):
-        nxt = {}
-        for prefix, weight in law.items():
-            ids = torch.tensor(prompt + list(prefix))
-            logits, _ = engine.model.forward(ids, torch.arange(len(ids)), engine.model.new_cache(len(ids)), 0)
-            p = distribution(logits[-1:], options)[0].double()
-            for t in torch.nonzero(p).flatten().tolist():
-                nxt[prefix + (t,)] = weight * float(p[t])
-        law = nxt
-    return law
-
-
 @pytest.mark.slow
 def test_standard_sd_draws_the_first_tokens_with_vanilla_ars_law(engine):
     """The first two tokens after UNSURE at temperature 1, top_k 6, top_p 0.95, tree (3, 4, 12): the first is
     the prefill's draw, the second the first tree step's (a root child accepted in 56 % of draws, the bonus
     drawn from the residual in 44 %). Standard SD over 1000 seeds and Vanilla AR over 500 other seeds, each
-    against `target_law` (11 pairs; 10 and 9 df once rare pairs are pooled): min_detectable_tv (80 % power,
+    against `sampling.exact_law` (11 pairs; 10 and 9 df once rare pairs are pooled): min_detectable_tv (80 % power,
     alpha 0.01) is 0.074 for Standard SD and 0.104 for Vanilla AR (asserted below 0.08 and 0.11). Against
     the likely wrong rules, computed for these trees, the power is 1.0: the bonus drawn from p rather than
     the residual (TV 0.21; chi2 = 245 when injected), acceptance min(1, p / q) with q the draft's softmax
     (TV 0.44), and greedy acceptance with a sampled bonus (TV 0.43; chi2 = 839 when injected)."""
     options = dict(temperature=1.0, top_k=6, top_p=0.95)
-    law = target_law(engine, UNSURE, GenerationOptions(**options), 2)
+    law = exact_law(engine.model, UNSURE, GenerationOptions(**options), 2)
     for method, seeds, bound in (("standard-sd", range(1000), 0.08), ("vanilla-ar", range(1000, 1500), 0.11)):
         p = plan(engine, method)
         samples = [tuple(engine.generate(UNSURE, p, 2, sampled(seed=s, **options)).tokens) for s in seeds]

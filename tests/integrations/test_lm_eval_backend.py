@@ -97,3 +97,50 @@ def test_long_prompts_are_left_truncated_as_lm_evals_hf_backend_truncates_them()
     with pytest.raises(UserError, match="leaves no room for a prompt"):
         lm.generate_until([Instance("generate_until", {}, ("x", {"until": [], "max_gen_toks": 600}), 2)])
     assert AcceptMoELM(method="vanilla-ar", max_length=64).prompt_ids(long, 16) == ids[-48:]
+
+
+def test_sampling_gen_kwargs_through_lm_evals_command_line(tmp_path, monkeypatch):
+    """`--gen_kwargs do_sample=true,temperature=...` reaches the engine as GenerationOptions: a seed reproduces
+    the replies, another seed draws others, and the results JSON records the settings."""
+    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    from acceptmoe.integrations.lm_eval import backend as lm_eval_model
+
+    def sampled(out: Path, seed: int) -> tuple[list[str], dict]:
+        assert lm_eval_model.main(["--model", "acceptmoe", "--model_args", f"method=standard-sd,seed={seed}",
+                                   "--tasks", "acceptmoe_tiny_gsm", "--limit", "3", "--apply_chat_template",
+                                   "--gen_kwargs", "do_sample=true,temperature=1.5,top_p=0.98", "--device", "cpu",
+                                   "--output_path", str(out), "--log_samples"]) == 0
+        (result,) = out.rglob("results_*.json")
+        rows = [json.loads(line) for f in out.rglob("samples_*.jsonl") for line in f.read_text().splitlines()]
+        rows = sorted((r for r in rows if r["filter"] == "strict-match"), key=lambda r: r["doc_id"])
+        return [r["resps"][0][0] for r in rows], json.loads(result.read_text())["acceptmoe"]
+
+    first, meta = sampled(tmp_path / "a", 1)
+    again, _ = sampled(tmp_path / "b", 1)
+    other, _ = sampled(tmp_path / "c", 2)
+    assert first == again and first != other and len(first) == 3
+    assert meta["sampling"] == [{"temperature": 1.5, "top_k": 0, "top_p": 0.98, "seed": 1}]
+
+
+def test_request_options_follow_lm_evals_normalised_kwargs():
+    from lm_eval.api.instance import Instance
+    from lm_eval.models.utils import normalize_gen_kwargs
+
+    from acceptmoe.engine import GenerationOptions
+    from acceptmoe.integrations.lm_eval.backend import AcceptMoELM
+    lm = AcceptMoELM(method="vanilla-ar", seed=5)
+
+    def options(kwargs: dict, doc: int = 0) -> GenerationOptions:
+        req = Instance("generate_until", {}, ("q", kwargs), doc, metadata=("t", doc, 1))
+        return lm.options(req, normalize_gen_kwargs(kwargs, 8))
+
+    assert options({"do_sample": False, "temperature": 0.7}).greedy                   # lm-eval: greedy wins
+    assert options({"temperature": 0.0}).greedy and options({}).greedy
+    a = options({"do_sample": True, "temperature": 0.6, "top_p": 0.9, "top_k": 20})
+    assert (a.temperature, a.top_p, a.top_k) == (0.6, 0.9, 20)
+    repeat = options({"temperature": 0.6})                      # do_sample absent: temperature > 0 samples
+    assert not repeat.greedy and repeat.seed != a.seed          # the same request again: its next stream
+    assert options({"temperature": 0.6}, doc=1).seed not in (a.seed, repeat.seed)
+    with pytest.raises(UserError, match="top_p must be in"):
+        options({"do_sample": True, "temperature": 0.6, "top_p": 0})

@@ -18,7 +18,6 @@ import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 
-from acceptmoe.engine.backend import GenerationOptions
 from acceptmoe.evals.tasks import get_task
 from acceptmoe.methods import B0_METHOD, CommitmentTable, Plan
 
@@ -103,8 +102,10 @@ def run_draw(loaded, plan: Plan, pool: Pool, chosen) -> BatchedDraw:
     tasks = [get_task(pool.keys[i][1]) for i in chosen]
     examples = [pool.example(i) for i in chosen]
     prompts = [prompt_ids(loaded.tokenizer, t.messages(ex), model) for t, ex in zip(tasks, examples, strict=True)]
-    gens = loaded.engine.generate_batch(prompts, plan, loaded.world.max_new_tokens(model),
-                                        GenerationOptions(record_routes=True))
+    world = loaded.world
+    options = [world.sampling.options(model.name, t.name, world.eval_split, ex["id"], record_routes=True)
+               for t, ex in zip(tasks, examples, strict=True)]
+    gens = loaded.engine.generate_batch(prompts, plan, world.max_new_tokens(model), options)
     members = []
     for task, ex, gen in zip(tasks, examples, gens, strict=True):
         reply = decode(loaded.tokenizer, gen.tokens, model.response_format)

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from acceptmoe.engine.backend import GenerationOptions
 from acceptmoe.engine.trace import commitment_table
 from acceptmoe.evals.tasks import get_task
 from acceptmoe.methods import CALIBRATION, CommitmentTable, Variant
@@ -54,7 +53,8 @@ def calibrate_source(loaded: Loaded, world: WorldConfig, source: str, paths: Run
         if ex["id"] in log:
             continue
         ids = prompt_ids(loaded.tokenizer, task.messages(ex), loaded.model)
-        gen = loaded.engine.generate(ids, plan, max_new, GenerationOptions(trace_layers=False))
+        gen = loaded.engine.generate(ids, plan, max_new,
+                                     world.sampling.options(name, source, split, ex["id"], trace_layers=False))
         log.append(ex["id"], gen.trace)
         progress(f"{name} calibrate {source}")
     by_key = {t.meta["key"]: t for t in log.read()}
@@ -63,6 +63,8 @@ def calibrate_source(loaded: Loaded, world: WorldConfig, source: str, paths: Run
                   "task_version": task.version, "prompts": len(examples), "max_new_tokens": max_new,
                   "calibrates": [t for t in world.tasks if world.calibration.source(t) == source],
                   "dtype": world.dtype, "device": world.device}
+    if not world.sampling.greedy:                 # p_hat under sampling is its own; greedy provenance unchanged
+        provenance["sampling"] = world.sampling.options().sampling()
     table = commitment_table(traces, max_depth=world.tree.num_steps, provenance=provenance)
     out.parent.mkdir(parents=True, exist_ok=True)
     table.save(out)

@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, NamedTuple
 
+from acceptmoe.engine.backend import GenerationOptions
 from acceptmoe.engine.tree import TreeShape
 from acceptmoe.errors import UserError, shown
 from acceptmoe.evals import stats
@@ -231,6 +232,43 @@ class GenerationConfig:
 
 
 @dataclass(frozen=True)
+class SamplingConfig:
+    """How every generation of a run picks its tokens (docs/method.md, "Sampling"): the defaults are
+    `GenerationOptions`' own (temperature 0: greedy), except `seed`: a run always seeds, and each request draws
+    from its own stream, `GenerationOptions.for_request(model, task, split, prompt id)` of this seed, so a
+    rerun or resume reproduces on one machine and no two prompts share a stream (the methods of one prompt
+    share its stream)."""
+    temperature: float = GenerationOptions.temperature
+    top_k: int = GenerationOptions.top_k
+    top_p: float = GenerationOptions.top_p
+    seed: int = 0                                  # the run's seed (request seeds derive from it)
+
+    def __post_init__(self) -> None:
+        try:
+            self.options()                         # GenerationOptions' checks, one place
+        except UserError as exc:
+            raise ConfigKeyError(str(exc)) from None
+
+    @property
+    def greedy(self) -> bool:
+        return self.options().greedy
+
+    def describe(self) -> str:
+        """How the run decodes, in a table's words: "greedy", or the sampling settings."""
+        if self.greedy:
+            return "greedy"
+        return (f"sampled at temperature {self.temperature:g} (top-k {self.top_k or 'off'}, top-p {self.top_p:g}, "
+                f"seed {self.seed})")
+
+    def options(self, *identity: str | int, **recording) -> GenerationOptions:
+        """The options of one request named by `identity` (model, task, split, prompt id), with `recording`'s
+        fields (ignore_eos, trace_layers, record_routes)."""
+        base = GenerationOptions(temperature=self.temperature, top_k=self.top_k, top_p=self.top_p, seed=self.seed,
+                                 **recording)
+        return base.for_request(*identity) if identity else base
+
+
+@dataclass(frozen=True)
 class CalibrationConfig:
     prompts: int = 64                           # training prompts per (model, calibration source)
     split: str = "train"                        # the split calibration draws from (never the eval split)
@@ -302,6 +340,7 @@ class WorldConfig:
     tree: TreeShape = TreeShape()
     selector: SelectorConfig = SelectorConfig()
     generation: GenerationConfig = GenerationConfig()
+    sampling: SamplingConfig = SamplingConfig()
     calibration: CalibrationConfig = CalibrationConfig()
     b0: B0Config = B0Config()
     bootstrap: BootstrapConfig = BootstrapConfig()
@@ -319,6 +358,8 @@ class WorldConfig:
         check_engine(self.engine)
         if self.generation.record_routes:
             check_engine(self.engine, routes=True)
+        if not self.sampling.greedy:
+            check_engine(self.engine, sampling_on=self.device)
         names = [m.name for m in self.models]
         if not names or len(set(names)) != len(names):
             raise ConfigKeyError(f"models need unique names, got {names}")

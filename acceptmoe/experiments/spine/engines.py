@@ -38,9 +38,14 @@ ENGINES.lazy("native", "acceptmoe.engine.engine:Engine")
 ENGINES.lazy("sglang", "acceptmoe.serving.sglang.engine:SGLangBackend")
 
 
-def check_engine(name: str, store: str = "resident", routes: bool = False) -> None:
-    """Refuse, before a run starts, an engine this machine cannot import or one that lacks what the run needs."""
+def check_engine(name: str, store: str = "resident", routes: bool = False, sampling_on: str | None = None) -> None:
+    """Refuse, before a run starts, an engine this machine cannot import or one that lacks what the run needs
+    (`sampling_on`: the device a run sampling at temperature > 0 runs on)."""
     caps = backend_class(name).capabilities
+    if sampling_on is not None and not caps.samples_on(sampling_on):
+        raise UserError(f"sampling.temperature > 0: the {name} engine does not sample exactly on {sampling_on} "
+                        f"({caps.samples or 'nowhere'} only); use an engine that does "
+                        f"({', '.join(n for n in ENGINES.names() if _samples_on(n, sampling_on))}) or temperature 0")
     if routes and not caps.records_routes:
         raise UserError(f"generation.record_routes: the {name} engine does not record routes (it does not expose "
                         f"what each pass sent to the experts): drop --record-routes or use an engine that does "
@@ -71,6 +76,13 @@ def engines_that(capability: str) -> list[str]:
         except UserError:                         # not installed here
             continue
     return found
+
+
+def _samples_on(name: str, device: str) -> bool:
+    try:
+        return backend_class(name).capabilities.samples_on(device)
+    except UserError:                             # not installed here
+        return False
 
 
 def open_backend(name: str, **settings) -> EngineBackend:

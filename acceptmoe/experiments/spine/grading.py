@@ -28,7 +28,6 @@ from concurrent.futures import Future, ProcessPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
 
-from acceptmoe.engine.backend import GenerationOptions
 from acceptmoe.evals.tasks import Grade, Task, get_task
 from acceptmoe.evals.tasks.from_file import file_of, register_file
 from acceptmoe.methods import Plan
@@ -63,7 +62,8 @@ def generated(pair: PairRun, indices: Sequence[int], plan: Plan, trace_layers: b
     per index, in order."""
     model, world = pair.loaded.model, pair.loaded.world
     prompts = [prompt_ids(pair.loaded.tokenizer, pair.task.messages(pair.examples[i]), model) for i in indices]
-    options = GenerationOptions(trace_layers=trace_layers, record_routes=record_routes)
+    options = [world.sampling.options(model.name, pair.task.name, world.eval_split, pair.examples[i]["id"],
+                                      trace_layers=trace_layers, record_routes=record_routes) for i in indices]
     gens = pair.loaded.engine.generate_many(prompts, plan, world.max_new_tokens(model), options)
     return list(zip(prompts, gens, strict=True))
 

@@ -23,7 +23,9 @@ from .runs import Run, SampleLog, code_state, discard_if_empty, lock_run, open_r
 CONFIG_OPTIONS = {"limit": "limit", "methods": "methods", "budgets_from": "budgets_from",   # option -> config key
                   "engine": "world.engine", "record_routes": "world.generation.record_routes",
                   "calibration_limit": "world.calibration.prompts",
-                  "resident_prompts": "resident.prompts", "offload_prompts": "offload.prompts"}
+                  "resident_prompts": "resident.prompts", "offload_prompts": "offload.prompts",
+                  "temperature": "world.sampling.temperature", "top_p": "world.sampling.top_p",
+                  "top_k": "world.sampling.top_k", "seed": "world.sampling.seed"}
 
 
 def positive_int(text: str) -> int:
@@ -51,8 +53,21 @@ def add_run_options(p: argparse.ArgumentParser, limit_help: str = "evaluation pr
                    help="the engine that runs the models (default: the preset's, native)")
     p.add_argument("--record-routes", action="store_true", default=None,
                    help="save what every target pass sent to the experts (routes/, for `replay`; native engine)")
+    add_sampling_options(p)
     p.add_argument("--allow-code-change", action="store_true",
                    help="with --resume: continue although the code differs from the run's (commit or local changes)")
+
+
+def add_sampling_options(p: argparse.ArgumentParser) -> None:
+    """--temperature, --top-p, --top-k, --seed: how every generation of the run picks its tokens (the world's
+    `sampling:`; its defaults are `GenerationOptions`': greedy)."""
+    p.add_argument("--temperature", type=float, default=None,
+                   help="sample at this temperature (default: the preset's, 0 = greedy decoding)")
+    p.add_argument("--top-p", type=float, default=None, help="nucleus: keep the most likely tokens holding this "
+                   "share of the mass (default: 1, all)")
+    p.add_argument("--top-k", type=int, default=None, help="keep the k most likely tokens (default: 0, all)")
+    p.add_argument("--seed", type=int, default=None, help="the run's sampling seed; each prompt draws from a stream "
+                   "derived from it and its identity (default: 0)")
 
 
 def add_methods_option(p: argparse.ArgumentParser) -> None:

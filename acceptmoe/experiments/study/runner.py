@@ -18,7 +18,6 @@ import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 
-from acceptmoe.engine.backend import GenerationOptions
 from acceptmoe.engine.trace import commitment_table
 from acceptmoe.evals.tasks import get_task
 from acceptmoe.methods import B0_METHOD, BASELINE, CommitmentTable, Variant, fixed_twin
@@ -48,7 +47,8 @@ def onpolicy_table(loaded: Loaded, cfg: CalibrationStudyConfig, source: str, nat
         if ex["id"] in log:
             continue
         ids = prompt_ids(loaded.tokenizer, task.messages(ex), loaded.model)
-        gen = loaded.engine.generate(ids, plan, w.max_new_tokens(loaded.model), GenerationOptions(trace_layers=True))
+        gen = loaded.engine.generate(ids, plan, w.max_new_tokens(loaded.model),
+                                     w.sampling.options(name, source, split, ex["id"], trace_layers=True))
         gen.trace.meta.update(index=index, example_id=ex["id"])
         log.append(ex["id"], gen.trace)
     traces = log.read()

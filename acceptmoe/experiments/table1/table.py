@@ -264,7 +264,8 @@ def render_markdown(t: Table1) -> str:
     h2, r2, _ = difference_rows(t)
     h3, r3 = speed_rows(t)
     parts = [f"# Table 1 ({t.cfg.world.preset} preset)\n",
-             render.markdown(h1, r1, "Accuracy (%), greedy; B0 = matched budget of the fixed-budget methods"),
+             render.markdown(h1, r1, f"Accuracy (%), {t.cfg.world.sampling.describe()}; B0 = matched budget of "
+                                     f"the fixed-budget methods"),
              render.markdown(h2, r2, f"Accuracy difference from Standard SD (pp) with paired {conf} intervals "
                                      f"over prompts: Newcombe's paired score interval (mean: over the pooled "
                                      f"prompts of equally large pairs, else the bootstrap stratified by pair)"),

@@ -42,7 +42,6 @@ from dataclasses import dataclass
 
 from tqdm import tqdm
 
-from acceptmoe.engine.backend import GenerationOptions
 from acceptmoe.evals.tasks import get_task
 from acceptmoe.methods import Plan, Variant
 
@@ -104,8 +103,8 @@ def bound(loaded: Loaded, variant: Variant, budget: PairBudget | None) -> Plan:
 
 
 def records_routes(u: Unit, warmup: bool) -> bool:
-    """Routes are saved for the evaluation generations of repetition 0 (greedy decoding repeats them in the
-    others), when the world records routes."""
+    """Routes are saved for the evaluation generations of repetition 0 (the others repeat them: greedy, or the
+    same per-prompt sampling stream), when the world records routes."""
     return u.cfg.world.generation.record_routes and u.rep == 0 and not warmup
 
 
@@ -114,8 +113,10 @@ def generate_timed(u: Unit, index: int, ex: dict, plan: Plan, warmup: bool = Fal
     engine = u.loaded.engine
     ids = prompt_ids(u.loaded.tokenizer, u.task.messages(ex), u.loaded.model)
     engine.reset_counters()
-    options = GenerationOptions(ignore_eos=True, trace_layers=u.phase == "offload-counters",
-                                record_routes=records_routes(u, warmup))
+    world = u.cfg.world
+    options = world.sampling.options(u.loaded.model.name, u.task.name, world.eval_split, ex["id"], ignore_eos=True,
+                                     trace_layers=u.phase == "offload-counters",
+                                     record_routes=records_routes(u, warmup))
     start = engine.clock()
     gen = engine.generate(ids, plan, u.cfg.world.generation.timed_tokens, options)
     wall = engine.clock() - start

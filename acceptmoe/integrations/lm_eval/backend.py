@@ -15,19 +15,25 @@ YAML file; the run is labelled `model=<target folder>__<variant>` unless model_a
 lm-eval writes it under `<output_path>/<label>/` instead of a random name; and each results JSON the run
 wrote gets an "acceptmoe" entry: the plan, and per task tau, the mean set size and the truncations.
 
-Only `generate_until` is implemented (greedy, through `EngineBackend.generate`); log-likelihood requests are
+Only `generate_until` is implemented (through `EngineBackend.generate`); log-likelihood requests are
 refused with a clear error. Prompts are truncated as lm-eval's own HF backend truncates them: its
 `normalize_gen_kwargs` gives the generation budget (`max_gen_toks`), and a prompt longer than the model's
 context (`max_length`: as lm-eval's `resolve_max_length` reads the target's config and tokenizer, or the
 model_arg) minus that budget keeps its last tokens (left truncation); a budget that leaves no room is an
-error, as there.
+error, as there. Sampling follows the request's gen kwargs as lm-eval normalises them (`--gen_kwargs
+do_sample=true,temperature=0.6,top_p=0.95,top_k=20`, or a task's `generation_kwargs`): `do_sample` false (or
+temperature 0) is greedy decoding; otherwise temperature, top_p and top_k become the request's
+`GenerationOptions` (docs/method.md "Sampling"). Each request draws from its own stream, seeded by
+`GenerationOptions.for_request` from the `seed` model_arg and the request's task, document, index and
+repeat, so a rerun reproduces on one machine and a task's repeats draw apart; the results JSON's
+"acceptmoe" entry lists the sampling settings the run used.
 
 model_args: target, draft (folders or hub ids), method (a registry name), budget (fixed-size methods), beta,
 commitment (a CommitmentTable JSON, as `./reproduce.sh calibrate` writes under
 RUN/calibration/<model>/<task>-<split>.json) or p_hat (e.g. "1.0;0.8;0.6"), prune (true/false), engine
 (native | sglang), device, dtype, tree ("5;10;64": num_steps;topk;num_draft_tokens), max_gen_toks,
 max_length (the context in tokens; default: the target's, as lm-eval's HF backend resolves it), model (the
-run's label). The method's settings become a `Variant`, bound to the opened engine (`Variant.bind`), which
+run's label), seed (the sampling seed, default the experiments' 0). The method's settings become a `Variant`, bound to the opened engine (`Variant.bind`), which
 checks the rest.
 """
 from __future__ import annotations
@@ -45,9 +51,10 @@ from lm_eval.api.registry import register_model
 from lm_eval.models.utils import normalize_gen_kwargs, resolve_max_length
 
 from acceptmoe.commands import command
+from acceptmoe.engine.backend import GenerationOptions
 from acceptmoe.engine.tree import TreeShape
 from acceptmoe.errors import UserError
-from acceptmoe.experiments.spine.config import GenerationConfig, WorldConfig
+from acceptmoe.experiments.spine.config import GenerationConfig, SamplingConfig, WorldConfig
 from acceptmoe.experiments.spine.engines import open_backend
 from acceptmoe.experiments.spine.prompts import load_tokenizer, resolve_checkpoint
 from acceptmoe.experiments.spine.rows import TraceStats
@@ -87,19 +94,20 @@ def variant_of(method: str, budget=None, prune=None, beta=None) -> Variant:
 
 @register_model(NAME)
 class AcceptMoELM(LM):
-    """Greedy generation with one `Variant` of a target + EAGLE-3 draft pair."""
+    """Generation (greedy, or sampled as a request's gen kwargs say) with one `Variant` of a target + EAGLE-3
+    draft pair."""
 
     def __init__(self, target: str = TARGET, draft: str = DRAFT,
                  method: str = DEFAULT_METHOD, budget: int | None = None, beta: float | None = None,
                  commitment: str | None = None, p_hat: str | None = None, prune=None, engine: str = WORLD["engine"],
                  device: str = WORLD["device"], dtype: str = WORLD["dtype"], tree: str = TREE,
                  max_gen_toks: int = MAX_GEN_TOKS, max_length: int | None = None, batch_size=1,
-                 model: str | None = None, **unused) -> None:
+                 model: str | None = None, seed: int = SamplingConfig.seed, **unused) -> None:
         super().__init__()
         if unused:
             raise UserError(f"unknown model_args {sorted(unused)}; valid: target, draft, method, budget, beta, "
                             f"commitment, p_hat, prune, engine, device, dtype, tree, max_gen_toks, max_length, "
-                            f"model")
+                            f"model, seed")
         variant = variant_of(method, budget, prune, beta)
         if commitment is not None and p_hat is not None:
             raise UserError("give commitment (a CommitmentTable JSON) or p_hat, not both")
@@ -119,6 +127,12 @@ class AcceptMoELM(LM):
             max_length = resolve_max_length(AutoConfig.from_pretrained(target_dir), self.tokenizer)
         self.max_length = int(max_length)
         self.batch_size = int(batch_size)
+        try:
+            self.seed = int(seed)
+        except ValueError:
+            raise UserError(f"model_args: seed={seed!r} is not a whole number; give e.g. seed=0") from None
+        self.drawn: dict[tuple, int] = defaultdict(int)   # request identity -> requests seen with it (repeats)
+        self.sampling: set[tuple] = set()                 # (temperature, top_k, top_p) of the sampled requests
         self.stats = _Counts()                       # the whole run
         self.per_task: dict[str, _Counts] = defaultdict(_Counts)
         INSTANCES.append(self)
@@ -143,12 +157,11 @@ class AcceptMoELM(LM):
             kwargs = normalize_gen_kwargs(dict(gen_kwargs), self.max_gen_toks)
             until = kwargs.get("until") or []
             until = [until] if isinstance(until, str) else list(until)
-            if kwargs.get("do_sample") or (kwargs.get("temperature") or 0) > 0:
-                raise UserError("the acceptmoe backend decodes greedily: set do_sample=false, temperature=0")
+            options = self.options(req, kwargs)
             budget = int(kwargs["max_gen_toks"])
             counts = (self.stats, self.per_task[req.task_name or "-"])
             ids = self.prompt_ids(context, budget, counts)
-            gen = self.engine.generate(ids, self.plan, budget)
+            gen = self.engine.generate(ids, self.plan, budget, options)
             text = self.tokenizer.decode(gen.tokens, skip_special_tokens=True)
             cut = min((i for i in (text.find(s) for s in until if s) if i >= 0), default=len(text))
             out.append(text[:cut])
@@ -156,6 +169,23 @@ class AcceptMoELM(LM):
                 c.add(gen)
             self.cache_hook.add_partial("generate_until", (context, gen_kwargs), text[:cut])
         return out
+
+    def options(self, req, kwargs: dict) -> GenerationOptions:
+        """The request's `GenerationOptions` from its normalised gen kwargs: greedy unless do_sample (lm-eval
+        sets temperature 0 when do_sample is false); else temperature, top_p, top_k and the request's seed."""
+        if not kwargs.get("do_sample") or not float(kwargs.get("temperature") or 0) > 0:
+            return GenerationOptions()
+        try:
+            top_k, top_p = kwargs.get("top_k"), kwargs.get("top_p")
+            base = GenerationOptions(temperature=float(kwargs["temperature"]),
+                                     top_k=GenerationOptions.top_k if top_k is None else int(top_k),
+                                     top_p=GenerationOptions.top_p if top_p is None else float(top_p), seed=self.seed)
+        except (TypeError, ValueError) as exc:
+            raise UserError(f"gen_kwargs: {exc}; give numbers, e.g. temperature=0.6,top_p=0.95,top_k=20") from None
+        identity = (req.task_name or "-", req.doc_id, req.idx)
+        self.drawn[identity] += 1
+        self.sampling.add((base.temperature, base.top_k, base.top_p))
+        return base.for_request(*identity, self.drawn[identity] - 1)
 
     def prompt_ids(self, context: str, max_gen_toks: int, counts: tuple = ()) -> list[int]:
         """The prompt's tokens, left-truncated to `max_length - max_gen_toks` as lm-eval's HF backend does
@@ -186,7 +216,8 @@ class AcceptMoELM(LM):
 
     def record(self) -> dict:
         """What a results JSON carries for this backend: the plan and, per task, the statistics."""
-        return {"plan": self.plan.describe(), "max_length": self.max_length,
+        sampled = [{"temperature": t, "top_k": k, "top_p": p, "seed": self.seed} for t, k, p in sorted(self.sampling)]
+        return {"plan": self.plan.describe(), "max_length": self.max_length, **({"sampling": sampled} if sampled else {}),
                 "tasks": {task: c.record() for task, c in sorted(self.per_task.items())}}
 
 

@@ -42,7 +42,7 @@ from typing import ClassVar
 
 import torch
 
-from acceptmoe.engine.backend import Capabilities, GenerationOptions
+from acceptmoe.engine.backend import Capabilities, GenerationOptions, per_request
 from acceptmoe.engine.config import ModelConfig
 from acceptmoe.engine.trace import BlockRecord, Trace, trace_meta
 from acceptmoe.errors import UserError
@@ -111,12 +111,26 @@ def open_engine(target, draft, device: str = "cuda", dtype=None, store: str = "r
                          memory=dict(requests=requests, request_tokens=request_tokens, cap=memory_cap), **settings)
 
 
+def sampling_params(options: GenerationOptions, max_new_tokens: int) -> dict:
+    """SGLang's sampling parameters for one request: temperature 0 (greedy) exactly as before sampling existed;
+    otherwise temperature, top_k (SGLang's -1 is our 0: no cut), top_p and the request's seed (`sampling_seed`,
+    which seeds SGLang's verify coins too)."""
+    params = {"temperature": 0.0, "max_new_tokens": max_new_tokens, "ignore_eos": options.ignore_eos}
+    if not options.greedy:
+        params.update(temperature=options.temperature, top_k=options.top_k or -1, top_p=options.top_p)
+        if options.seed is not None:
+            params["sampling_seed"] = options.seed
+    return params
+
+
 class SGLangBackend:
     name = "sglang"
     # no X-slot expert cache; routes stay inside the server; a plan a captured graph holds starts a new server
     # (config.server_restart); generate_many runs its prompts concurrently, which SGLang batches as it schedules
+    # it samples only on CUDA: on a CPU SGLang's EAGLE verify commits the argmax even at temperature > 0
     capabilities: ClassVar[Capabilities] = Capabilities(records_routes=False, offloads=False,
-                                                        switches_plans_freely=False, verifies_batched=False)
+                                                        switches_plans_freely=False, verifies_batched=False,
+                                                        samples=("cuda",))
 
     @classmethod
     def open(cls, **settings) -> SGLangBackend:
@@ -145,12 +159,17 @@ class SGLangBackend:
             free = torch.cuda.mem_get_info()[0] if str(device).startswith("cuda") else None
             self.server_args = {**self.pools.server_args(device, free, memory["cap"]), **server_args}
         # a CUDA graph captured at the start holds the plugin's calls: some plan changes need a new server
-        self.graphs = str(self.server_args.get("device", "cuda")).startswith("cuda") and \
+        self.graphs = self.device.startswith("cuda") and \
             not self.server_args.get("disable_cuda_graph", False)
         self._engine, self._key, self._plugin, self.dump = None, None, None, dump
         self.starts = 0                                     # servers started over this backend's life
         self._dir = Path(tempfile.mkdtemp(prefix="acceptmoe-sglang-"))
         self._settings = self._dir / "plugin.json"          # the plugin's settings, rewritten between generations
+
+    @property
+    def device(self) -> str:
+        """The device SGLang runs on (its server argument; SGLang's own default is CUDA)."""
+        return str(self.server_args.get("device", "cuda"))
 
     # ----- one server for consecutive plans (the plugin re-reads its settings file) -----
     def _open(self, plan: Plan):
@@ -217,30 +236,37 @@ class SGLangBackend:
         return self.generate_many([prompt_ids], plan, max_new_tokens, options)[0]
 
     def generate_many(self, prompts: Sequence[Sequence[int]], plan: Plan, max_new_tokens: int,
-                      options: GenerationOptions = GenerationOptions()) -> list:
+                      options: GenerationOptions | Sequence[GenerationOptions] = GenerationOptions()) -> list:
         from acceptmoe.engine.engine import Generation
 
-        if not options.greedy:
-            raise UserError(f"temperature={options.temperature}: the SGLang backend decodes greedily here (sampling "
-                            f"through SGLang is not wired yet); sample with the native engine (--engine native) "
-                            f"or set temperature 0")
+        each = per_request(options, len(prompts))
+        options = each[0] if each else GenerationOptions()
+        if any((o.ignore_eos, o.trace_layers, o.record_routes) != (options.ignore_eos, options.trace_layers,
+                                                                   options.record_routes) for o in each):
+            raise ValueError("the SGLang backend takes one ignore_eos, trace_layers and record_routes per call")
+        sampled = [o for o in each if not o.greedy]
+        if sampled and not self.capabilities.samples_on(self.device):
+            raise UserError(f"temperature={sampled[0].temperature}: SGLang's EAGLE verify on {self.device} commits "
+                            f"the argmax whatever the temperature (eagle_utils._verify_uses_greedy), so it would not "
+                            f"sample; sample with the native engine (--engine native), run SGLang on a CUDA GPU, or "
+                            f"set temperature 0")
         if options.record_routes:
             raise UserError("record_routes: the SGLang backend does not record routes; record them with the native "
                             "engine (--engine native)")
         if plan.fit != self.fit:
             raise UserError(f"plan {plan.name} was bound to {plan.fit}, not to this engine ({self.fit})")
         engine = self._open(plan)
-        params = {"temperature": 0.0, "max_new_tokens": max_new_tokens, "ignore_eos": options.ignore_eos}
+        params = [sampling_params(o, max_new_tokens) for o in each]
         start = time.perf_counter()
         outs = engine.generate(input_ids=[list(map(int, p)) for p in prompts], sampling_params=params)
         wall = time.perf_counter() - start
         steps = self._new_steps()
         gens = []
-        for prompt, out in zip(prompts, outs, strict=False):
+        for prompt, out, opts in zip(prompts, outs, each, strict=False):
             meta = out["meta_info"]
             blocks = steps.get(str(meta["id"]), [])
             trace = Trace(meta=trace_meta(self.name, plan, self.tree, "resident", len(prompt), max_new_tokens,
-                                          options.ignore_eos),
+                                          options.ignore_eos, opts.sampling()),
                           blocks=[b if options.trace_layers else BlockRecord(b.step, b.parents, b.path, b.accept_length)
                                   for b in blocks])
             tokens = list(out["output_ids"])

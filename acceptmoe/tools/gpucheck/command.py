@@ -14,6 +14,9 @@ What it runs, counted (the stages in order; `run_all`'s defaults):
 - lossless, pinned: 12 generations of 32 tokens (4 prompts x AR, SD resident, SD offloaded);
 - replay: 4 recorded generations; 2 generations x 8 passes replayed twice per store at Qwen3-30B-A3B's expert
   shape;
+- sglang-sampling: 1000 Standard SD requests of 2 tokens at temperature 1 through SGLang on the GPU, in
+  the SGLang environment (a child process; SKIP without one), chi-square against the target's exact law
+  (`sglang_sampling`);
 - timing: 24 tiny generations of 32 tokens, 7 layer-shape rows of 24 calls, 6 experts rows of 3 paths x 23
   calls.
 No stage starts after BUDGET_S seconds (8 minutes): one due later is recorded as not run (a check: SKIP with
@@ -83,6 +86,7 @@ def run_all(device, model_dir: Path, out: Path, prompts: int = 4, tokens: int = 
     from .graphs import check_graphs, check_layer_graphs
     from .kernel import check_kernel, check_kernel_torch
     from .parity import check_parity
+    from .sglang_sampling import check_sglang_sampling
     from .timing import time_layer_shape, time_tiny
     device = torch.device(device)
     out.mkdir(parents=True, exist_ok=True)
@@ -96,6 +100,7 @@ def run_all(device, model_dir: Path, out: Path, prompts: int = 4, tokens: int = 
         stages.check("parity", lambda: check_parity(device, Path(tmp)))
     stages.check("graphs", lambda: check_graphs(device, model_dir))
     stages.check("layer-graphs", lambda: check_layer_graphs(device, layer_shape))
+    stages.check("sglang-sampling", lambda: check_sglang_sampling(model_dir, device))
     with contextlib.ExitStack() as open_engines:                # every engine closed, however a stage ends
         def load(**kw):
             engine = load_engine(model_dir, device=device, **kw)

@@ -44,6 +44,10 @@ DETAILS = {
     "layer-graphs": _graphs,
     "lossless": lambda c: f"{sum(r['equal'] for r in c['rows'])} of {len(c['rows'])} generations equal",
     "pinned": _pinned,
+    "sglang-sampling": lambda c: (f"{c['samples']} samples, chi2 {c['chi2']} on {c['df']} df, p {c['p']:.3g} "
+                                  f"(alpha {c['alpha']}; 80 % power at TV {c['min_detectable_tv']}); empirical TV "
+                                  f"{c['empirical_tv']}" if "chi2" in c else
+                                  f"sampled outside the target's support: {c['outside_support']}"),
     "replay": lambda c: ", ".join(f"{v}: {m}" for v, m in c["counters"].items()),
 }
 
