@@ -72,6 +72,7 @@ class Capabilities:
                                    # interleave variants prompt by prompt)
     verifies_batched: bool         # `generate_batch`: several requests' trees in one verify pass
     samples: bool = False          # GenerationOptions with temperature > 0 (a backend without it refuses them)
+    admits: bool = False           # a method with token-side admission (`Admission`; a backend without it refuses)
 
 
 @runtime_checkable

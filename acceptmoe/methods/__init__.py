@@ -16,12 +16,14 @@ Every top-k and ranking follows one rule, `topk` (value descending, ties to the 
 verifier an engine calls per MoE layer (torch, cpu and Triton backends) is `acceptmoe.kernels.make_verifier(backend,
 plan, device)`; it agrees exactly with `select`, `prune` and `route`.
 """
+from .admission import UnionGrowth, VerifyCost, admitted
 from .commitment import CommitmentTable
 from .config import ConfigError, SelectorConfig
 from .reference import Selection, best_first, commitment_weight, effective_rank, prune, route, select, select_pass
 from .registry import (
     B0_METHOD,
     BASELINE,
+    Admission,
     CALIBRATION,
     DEFAULT_METHOD,
     METHODS,
@@ -49,6 +51,7 @@ from .tree import BlockInfo, TreeError
 from .variant import Fit, Plan, Variant
 
 __all__ = [
+    "Admission", "UnionGrowth", "VerifyCost", "admitted",
     "B0_METHOD", "BASELINE", "CALIBRATION", "DEFAULT_METHOD", "PAPER_METHODS", "REFERENCE", "BackendCoverageError", "BlockInfo", "CommitmentTable",
     "ConfigError", "Fit", "METHODS", "MethodSpec", "Order", "Plan", "ROUTER_NAMES", "ROUTER_PRESETS", "Role", "Router", "Score",
     "Scoring",
