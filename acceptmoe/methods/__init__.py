@@ -44,6 +44,7 @@ from .registry import (
     register_backend,
     register_method,
     unregister_method,
+    verifier_methods,
 )
 from .routing import ROUTER_NAMES, ROUTER_PRESETS, Router, route_in
 from .topk import first_k_in, order_desc, rank_desc, topk, topk_ids
@@ -59,5 +60,5 @@ __all__ = [
     "alone_twin", "best_first", "commitment_weight", "effective_rank", "first_k_in", "fixed_twin", "get_method", "order_desc",
     "prune", "rank_desc", "register_backend", "register_method", "route", "route_in", "select", "select_pass", "topk",
     "topk_ids",
-    "unregister_method",
+    "unregister_method", "verifier_methods",
 ]

@@ -324,6 +324,12 @@ def _refuse_unserved(backend: str, coverage: Coverage, spec: MethodSpec) -> None
                                    f"Score and Sizing member)")
 
 
+def verifier_methods() -> tuple[str, ...]:
+    """The speculating methods whose verify passes differ in their selector: every one but those that admit
+    draft nodes (an admitting method's verifier is its selector's; admission only shapes the tree it gets)."""
+    return tuple(n for n, s in METHODS.items() if s.speculates and not s.admits)
+
+
 def fixed_twin(name: str) -> str:
     """The fixed-budget method that ranks like `name` (AcceptMoE -> AcceptMoE-B; `MethodSpec.budget_twin`)."""
     spec = get_method(name)
