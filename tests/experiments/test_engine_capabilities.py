@@ -26,7 +26,7 @@ def plain():
 def test_the_native_engine_declares_everything_the_runners_ask():
     caps = ENGINES["native"].capabilities
     assert caps == Capabilities(records_routes=True, offloads=True, switches_plans_freely=True, verifies_batched=True,
-                                samples=True)
+                                samples=True, admits=True)
 
 
 def test_a_run_needing_what_the_engine_lacks_is_refused_by_capability(plain):
