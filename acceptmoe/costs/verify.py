@@ -6,7 +6,8 @@ over a grid of tree sizes and expert-union sizes, fitted by least squares, saved
 
 The formula is `methods.admission.VerifyCost.seconds` (one place); this module measures and fits its parameters.
 `profile` times the engine's own verify pass (`MoEModel.forward` over a tree after a prompt, the per-layer
-routing of a `Restriction`) with natural routing and with Count-B at each budget of the grid, so the union of
+routing of a `Restriction`) with natural routing (the baseline) and with the fixed-budget twin of B0's method
+(AcceptMoE-B) at each budget of the grid, so the union of
 experts a pass reads moves apart from its token count; each point is the median of `repeats` timed passes, the
 experts read are the pass's measured mean routed union per layer. `DEFAULT_PROFILE` is the committed profile of
 the tiny world on CPU, which runs use unless a world names another (`WorldConfig.verify_cost`).
@@ -23,7 +24,7 @@ from acceptmoe.engine.restriction import LayerRecord, Restriction
 from acceptmoe.engine.trace import LAYER_FIELDS
 from acceptmoe.engine.tree import ancestor_mask
 from acceptmoe.errors import UserError
-from acceptmoe.methods import Variant, VerifyCost
+from acceptmoe.methods import B0_METHOD, BASELINE, Variant, VerifyCost, fixed_twin
 
 PROFILES = Path(__file__).resolve().parent / "profiles"
 DEFAULT_PROFILE = PROFILES / "tiny-cpu.json"
@@ -69,7 +70,7 @@ def fit(samples: list[dict], expert_bytes: int, moe_layers: int, source: str) ->
 
 
 def profile(engine, tokens: list[int], budgets: list[int], repeats: int = 5, seed: int = 0) -> list[dict]:
-    """Timed verify passes: per tree size in `tokens` and per routing (natural, then Count-B at each budget of
+    """Timed verify passes: per tree size in `tokens` and per routing (natural, then the fixed-budget twin of B0's method at each budget of
     `budgets`), the median seconds and the measured experts read (and fetched) per MoE layer."""
     model, gen = engine.model, torch.Generator().manual_seed(seed)
     vocab = model.config.vocab_size
@@ -83,8 +84,8 @@ def profile(engine, tokens: list[int], budgets: list[int], repeats: int = 5, see
         positions = PROMPT_TOKENS + (parents >= 0).long().to(engine.device)
         mask = ancestor_mask(parents).to(engine.device)
         for budget in [None, *budgets]:
-            variant = Variant("standard-sd") if budget is None else Variant("count-b", budget=budget)
-            plan = variant.bind(engine.fit)
+            variant = Variant(BASELINE) if budget is None else Variant(fixed_twin(B0_METHOD), budget=budget)
+            plan = variant.bind(engine.fit, commitment=(1.0,) * (engine.fit.max_depth + 1))
             samples.append(_time(engine, plan, ids, positions, cache, mask, parents, repeats) | {"budget": budget})
     return samples
 

@@ -31,7 +31,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--slots", type=int, default=None, help="X slots per layer of the offloaded store")
     p.add_argument("--tokens", type=int, nargs="+", default=list(DEFAULT_TOKENS), help="tree sizes (root included)")
     p.add_argument("--budgets", type=int, nargs="+", default=None,
-                   help="Count-B budgets (expert-union caps); default: top_k, 2 top_k, 4 top_k, ... below E")
+                   help="fixed budgets (expert-union caps); default: top_k, 2 top_k, 4 top_k, ... below E")
     p.add_argument("--repeats", type=int, default=5)
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's)")
     p.add_argument("--out", type=Path, default=Path("results/profile-verify/profile.json"))
