@@ -70,8 +70,9 @@ def fit(samples: list[dict], expert_bytes: int, moe_layers: int, source: str) ->
 
 
 def profile(engine, tokens: list[int], budgets: list[int], repeats: int = 5, seed: int = 0) -> list[dict]:
-    """Timed verify passes: per tree size in `tokens` and per routing (natural, then the fixed-budget twin of B0's method at each budget of
-    `budgets`), the median seconds and the measured experts read (and fetched) per MoE layer."""
+    """Timed verify passes: per tree size in `tokens` and per routing (natural, then the fixed-budget twin of B0's
+    method at each budget of `budgets`), the median seconds and the measured experts read (and fetched) per MoE
+    layer."""
     model, gen = engine.model, torch.Generator().manual_seed(seed)
     vocab = model.config.vocab_size
     prompt = torch.randint(0, vocab, (PROMPT_TOKENS,), generator=gen).to(engine.device)

@@ -12,6 +12,12 @@ A method is three choices (docs/method.md, "Verifier-side selectors"):
 | `acceptmoe`   | `COMMITMENT`                       | yes         | `SELF`: abs(A) + effective rank |
 | `acceptmoe-shared` | `SHARED_COMMITMENT`           | yes         | `SELF`                          |
 
+A fourth choice, the draft side (`Admission`: docs/method.md, "Token-side admission"), decides which drafted
+nodes the pass verifies: every one (`ALL`, the paper's methods) or a survival-ranked, ancestor-closed prefix under
+a verify-cost model (`SURVIVAL`, `PREFIX`, `COSTED`; one rule each in `methods.admission.RULES`). The admitting
+entries (`standard-sd-survival`, ..., `acceptmoe-costed`) are beyond the paper, and their verifiers are their
+selectors' (`verifier_methods()` lists the methods whose verify passes differ).
+
 Every backend (the readable reference in `reference.py`, the torch, cpu and Triton verifiers in
 `acceptmoe.kernels`) implements each `Score` and each `Sizing` member once, for any combination, and
 declares what it maps with `register_backend` when its module loads. A method that a loaded backend
