@@ -21,6 +21,9 @@ own generator (`sampling`; Vanilla AR then draws from the same distribution). Th
 path and the drafter is fed the accepted tokens with the target's features.
 `generate_batch` runs several speculative generations in step, verifying all their trees in one target pass
 (`MoEModel.forward_batch`), as a serving engine's batch does; every other part of the loop is shared.
+A method with token-side admission (`MethodSpec.admits`; docs/method.md, "Token-side admission") verifies the
+admitted subtree of each drafted tree (`admission.Admitting`, per request, also in `generate_batch`, whose
+blocks may then differ in size); the trace records the tree that was verified.
 
 A generation's settings (`Request`: the plan, the token cap, its `GenerationOptions`) never change while it
 runs; its state is a `GenerationState` (cache, tokens, trace). Passes are `StepGraphs` steps (`passes.TargetPass`
