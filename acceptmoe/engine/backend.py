@@ -113,6 +113,7 @@ class Capabilities:
     verifies_batched: bool         # `generate_batch`: several requests' trees in one verify pass
     samples: tuple[str, ...] = ()  # device kinds ("cpu", "cuda") where it runs GenerationOptions with
                                    # temperature > 0 exactly; elsewhere it refuses them
+    admits: bool = False           # a method with token-side admission (`Admission`; a backend without it refuses)
 
     def samples_on(self, device: str) -> bool:
         """Whether this backend samples (temperature > 0) on `device` ("cpu", "cuda", "cuda:1", ...)."""

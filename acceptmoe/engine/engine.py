@@ -21,6 +21,9 @@ own generator (`sampling`; Vanilla AR then draws from the same distribution). Th
 path and the drafter is fed the accepted tokens with the target's features.
 `generate_batch` runs several speculative generations in step, verifying all their trees in one target pass
 (`MoEModel.forward_batch`), as a serving engine's batch does; every other part of the loop is shared.
+A method with token-side admission (`MethodSpec.admits`; docs/method.md, "Token-side admission") verifies the
+admitted subtree of each drafted tree (`admission.Admitting`, per request, also in `generate_batch`, whose
+blocks may then differ in size); the trace records the tree that was verified.
 
 A generation's settings (`Request`: the plan, the token cap, its `GenerationOptions`) never change while it
 runs; its state is a `GenerationState` (cache, tokens, trace). Passes are `StepGraphs` steps (`passes.TargetPass`
@@ -49,6 +52,7 @@ from acceptmoe.errors import UserError
 from acceptmoe.kernels import Verifier, make_verifier, resolve_backend
 from acceptmoe.methods import Fit, Plan, Router
 
+from .admission import Admitting, fetch_share
 from .backend import Capabilities, GenerationOptions, per_request
 from .eagle3 import Eagle3Draft, Eagle3Drafter
 from .graphs import Inputs, StepGraphs, resolve_steps
@@ -113,13 +117,14 @@ class GenerationState:
     stop_reason: str = "length"
     prompt: Tensor | None = None      # the prompt's ids [P] on the device
     divergence: list[tuple[float, float]] | None = None   # options.record_divergence: (KL, TV) per position
+    admission: Admitting | None = None   # token-side admission (an admitting plan), its measured union growth
 
 
 class Engine:
     name = "native"
     capabilities: ClassVar[Capabilities] = Capabilities(records_routes=True, offloads=True,
                                                         switches_plans_freely=True, verifies_batched=True,
-                                                        samples=("cpu", "cuda"))
+                                                        samples=("cpu", "cuda"), admits=True)
 
     def __init__(self, model, draft: Eagle3Draft | None = None, backend: str = "auto", tree: TreeShape = TreeShape(),
                  steps: str = "auto"):
@@ -297,7 +302,7 @@ class Engine:
         return output
 
     def _sd_step(self, req: Request, run: GenerationState, drafter: Eagle3Drafter, step: int) -> int:
-        tree = drafter.propose(run.tokens[-1])
+        tree = self._propose(run, drafter)
         run.cache.check(run.length, tree.num_tokens)
         inputs: Inputs = {"ids": tree.tokens, "positions": tree.positions, "start": run.length, "mask": tree.mask}
         natural = None
@@ -314,17 +319,19 @@ class Engine:
         plan, aux_layers = req.plan, self._aux_layers()
         trees, segments = [], []
         for _, run, drafter in active:
-            tree = drafter.propose(run.tokens[-1])
+            tree = self._propose(run, drafter)
             run.cache.check(run.length, tree.num_tokens)
             trees.append(tree)
             segments.append(Segment(tree.tokens, tree.positions, run.cache, run.length, tree.mask))
-        record = LayerRecord(self.router) if req.options.trace_layers else None
+        record = LayerRecord(self.router) if self._records(req, active[0][1]) else None
         policy = None
         if plan.spec.restricts or record is not None:
             verifier = _verifier(self.backend, plan, self.device)
             verifier.prepare([t.block for t in trees])
+            sizes = tuple(t.num_tokens for t in trees)
             policy = Restriction(verifier, self.model.store, self.router, plan.prune, record,
-                                 self.model.selection_bias, blocks=len(trees))
+                                 self.model.selection_bias, blocks=len(trees),
+                                 sizes=sizes if len(set(sizes)) > 1 else ())
         recording = req.options.record_routes
         recorder = PassRoutes(self.model.store, timed=self.device.type == "cpu") if recording else None
         outs = self.model.forward_batch(segments, policy, aux_layers, recorder)
@@ -353,8 +360,11 @@ class Engine:
             kl, tv = divergence(logits[path], natural[path], req.options)
             run.divergence += list(zip(kl.tolist(), tv.tolist(), strict=True))
         new = tree.tokens[path[1:]].tolist() + [bonus]
-        layer_rows = stats.tolist() if stats is not None else ([] if req.options.trace_layers else None)
+        traced = req.options.trace_layers
+        layer_rows = stats.tolist() if stats is not None and traced else ([] if traced else None)
         run.trace.add_block(step, tree.parents.tolist(), path, layer_rows)
+        if run.admission is not None:
+            run.admission.observe(tree.num_tokens, stats)
         output = self._commit(req, run, new)
         if routes is not None:
             assert run.routes is not None
@@ -370,14 +380,26 @@ class Engine:
         """The verification pass of this step over the cache's prefix it reads (`KVCache.upto`): natural
         routing without a verifier when nothing restricts or records; otherwise the plan's verifier, prepared
         with this step's tree (its buffers are refilled in place, so a captured pass sees each step's tree)."""
-        plan, aux = req.plan, self._aux_layers()
+        plan, aux, record = req.plan, self._aux_layers(), self._records(req, run)
         cache = run.cache.upto(run.length + tree.num_tokens)
-        if not plan.spec.restricts and not req.options.trace_layers:
+        if not plan.spec.restricts and not record:
             return TargetPass(self.model, cache, aux_layers=aux, routes=req.options.record_routes)
         verifier = _verifier(self.backend, plan, self.device)
         verifier.prepare([tree.block])
-        return TargetPass(self.model, cache, verifier, plan.prune, req.options.trace_layers, aux,
-                          req.options.record_routes)
+        return TargetPass(self.model, cache, verifier, plan.prune, record, aux, req.options.record_routes)
+
+    def _propose(self, run: GenerationState, drafter: Eagle3Drafter):
+        """This step's draft tree: as drafted, or its admitted subtree (an admitting plan)."""
+        tree = drafter.propose(run.tokens[-1])
+        if run.admission is None:
+            return tree
+        return run.admission.truncate(tree, fetch_share(self.model.store))
+
+    @staticmethod
+    def _records(req: Request, run: GenerationState) -> bool:
+        """The verify pass computes its per-layer rows: for the trace, or for an admission rule that counts
+        experts (recording never changes the computation)."""
+        return req.options.trace_layers or (run.admission is not None and run.admission.measures)
 
     def _start(self, prompt, plan: Plan, max_new_tokens: int, options: GenerationOptions,
                eager: bool = False) -> tuple[Request, GenerationState, Eagle3Drafter | None]:
@@ -414,7 +436,8 @@ class Engine:
         cache = self.model.new_cache(cache_len) if eager else self.steps.cache("target", cache_len,
                                                                                 self.model.new_cache)
         routes = RouteLog.begin(self.model.store) if options.record_routes else None
-        run = GenerationState(cache, Trace(meta=meta), routes, generator(options, self.device), prompt=prompt)
+        run = GenerationState(cache, Trace(meta=meta), routes, generator(options, self.device), prompt=prompt,
+                              admission=Admitting.start(plan))
         if options.record_divergence:
             check_divergence(plan, options, self.model.store.kind, eager)
             run.divergence = []

@@ -39,13 +39,13 @@ class LayerRecord:
     rows: list[Tensor] = field(default_factory=list)
 
     def add(self, layer: int, logits: Tensor, ids: Tensor, out: VerifierOutput, natural_ids: Tensor | None,
-            bias: Tensor | None = None) -> None:
+            bias: Tensor | None = None, valid: Tensor | None = None) -> None:
         """One layer's rows, one per block: logits [B, T, E], ids [B, T, k]; the natural ids (computed here,
         with the layer's selection bias, unless the layer routed naturally), the routed ids and the verifier's
         sets."""
         if natural_ids is None:
             natural_ids = natural(self.router, logits.flatten(0, 1), bias)[0].view(ids.shape)
-        self.rows.append(layer_stats(layer, natural_ids, ids, out))
+        self.rows.append(layer_stats(layer, natural_ids, ids, out, valid))
 
     def stacked(self) -> Tensor | None:
         """[L, B, 6], or None when no layer was recorded."""
@@ -62,9 +62,12 @@ class Restriction:
     record: LayerRecord | None = None
     biases: Callable[[int], Tensor | None] | None = None   # layer -> its selection bias [E] (MoEModel.selection_bias)
     blocks: int = 1
+    sizes: tuple[int, ...] = ()       # the blocks' token counts when they differ (admission); () = equal blocks
 
     def route(self, layer: int, logits: Tensor) -> tuple[Tensor, Tensor]:
         """logits [B * T, E] -> ids, weights [B * T, k]: inside S when the plan restricts, else natural."""
+        if self.sizes:
+            return self._route_padded(layer, logits)
         restricts = self.verifier.plan.spec.restricts
         resident = self.store.resident(layer).to(logits.device) if self.prune else None
         bias = self.biases(layer) if self.biases is not None else None                # [E] | None
@@ -78,6 +81,29 @@ class Restriction:
         if self.record is not None:
             shaped = ids.view(self.blocks, -1, ids.shape[-1])
             self.record.add(layer, z, shaped, out, natural_ids=None if restricts else shaped, bias=bias)
+        return ids, weights
+
+    def _route_padded(self, layer: int, logits: Tensor) -> tuple[Tensor, Tensor]:
+        """`route` for blocks of different sizes (logits [sum T, E], block after block): each block padded to
+        the longest, its padding rows outside every count (the verifier's prepared token counts, the record's
+        valid mask), then the real rows back."""
+        restricts = self.verifier.plan.spec.restricts
+        resident = self.store.resident(layer).to(logits.device) if self.prune else None
+        bias = self.biases(layer) if self.biases is not None else None
+        T, dev = max(self.sizes), logits.device
+        valid = torch.arange(T, device=dev)[None, :] < torch.tensor(self.sizes, device=dev)[:, None]   # [B, T]
+        z = logits.new_zeros(len(self.sizes), T, logits.shape[-1])
+        z[valid] = logits
+        out = self.verifier(z, resident, route=restricts, bias=bias)
+        if restricts:
+            assert out.ids is not None and out.weights is not None
+            ids, weights = out.ids[valid], out.weights[valid]
+        else:
+            ids, weights = natural(self.router, logits, bias)
+        if self.record is not None:
+            shaped = ids.new_zeros(len(self.sizes), T, ids.shape[-1])
+            shaped[valid] = ids
+            self.record.add(layer, z, shaped, out, natural_ids=None if restricts else shaped, bias=bias, valid=valid)
         return ids, weights
 
     __call__ = route                  # MoEModel.forward calls its policy per layer

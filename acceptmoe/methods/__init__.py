@@ -16,6 +16,7 @@ Every top-k and ranking follows one rule, `topk` (value descending, ties to the 
 verifier an engine calls per MoE layer (torch, cpu and Triton backends) is `acceptmoe.kernels.make_verifier(backend,
 plan, device)`; it agrees exactly with `select`, `prune` and `route`.
 """
+from .admission import UnionGrowth, VerifyCost, admitted
 from .commitment import CommitmentTable
 from .config import ConfigError, SelectorConfig
 from .reference import Selection, best_first, commitment_weight, effective_rank, prune, route, select, select_pass
@@ -27,6 +28,7 @@ from .registry import (
     METHODS,
     PAPER_METHODS,
     REFERENCE,
+    Admission,
     BackendCoverageError,
     MethodSpec,
     Order,
@@ -42,6 +44,7 @@ from .registry import (
     register_backend,
     register_method,
     unregister_method,
+    verifier_methods,
 )
 from .routing import ROUTER_NAMES, ROUTER_PRESETS, Router, route_in
 from .topk import first_k_in, order_desc, rank_desc, topk, topk_ids
@@ -49,6 +52,7 @@ from .tree import BlockInfo, TreeError
 from .variant import Fit, Plan, Variant
 
 __all__ = [
+    "Admission", "UnionGrowth", "VerifyCost", "admitted",
     "B0_METHOD", "BASELINE", "CALIBRATION", "DEFAULT_METHOD", "PAPER_METHODS", "REFERENCE", "BackendCoverageError", "BlockInfo", "CommitmentTable",
     "ConfigError", "Fit", "METHODS", "MethodSpec", "Order", "Plan", "ROUTER_NAMES", "ROUTER_PRESETS", "Role", "Router", "Score",
     "Scoring",
@@ -56,5 +60,5 @@ __all__ = [
     "alone_twin", "best_first", "commitment_weight", "effective_rank", "first_k_in", "fixed_twin", "get_method", "order_desc",
     "prune", "rank_desc", "register_backend", "register_method", "route", "route_in", "select", "select_pass", "topk",
     "topk_ids",
-    "unregister_method",
+    "unregister_method", "verifier_methods",
 ]

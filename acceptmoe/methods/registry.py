@@ -12,6 +12,12 @@ A method is three choices (docs/method.md, "Verifier-side selectors"):
 | `acceptmoe`   | `COMMITMENT`                       | yes         | `SELF`: abs(A) + effective rank |
 | `acceptmoe-shared` | `SHARED_COMMITMENT`           | yes         | `SELF`                          |
 
+A fourth choice, the draft side (`Admission`: docs/method.md, "Token-side admission"), decides which drafted
+nodes the pass verifies: every one (`ALL`, the paper's methods) or a survival-ranked, ancestor-closed prefix under
+a verify-cost model (`SURVIVAL`, `PREFIX`, `COSTED`; one rule each in `methods.admission.RULES`). The admitting
+entries (`standard-sd-survival`, ..., `acceptmoe-costed`) are beyond the paper, and their verifiers are their
+selectors' (`verifier_methods()` lists the methods whose verify passes differ).
+
 Every backend (the readable reference in `reference.py`, the torch, cpu and Triton verifiers in
 `acceptmoe.kernels`) implements each `Score` and each `Sizing` member once, for any combination, and
 declares what it maps with `register_backend` when its module loads. A method that a loaded backend
@@ -71,6 +77,26 @@ class Sizing(enum.Enum):
     SELF = "self"      # abs(A) + n_er, the effective rank of the residual (non-anchor) demand
 
 
+class Admission(enum.Enum):
+    """Which drafted nodes the verify pass admits (the draft-side axis; docs/method.md, "Token-side admission"):
+    the admitted set is always ancestor-closed, a prefix of the nodes ranked by survival. It only truncates
+    the tree, so with `Sizing.ALL` a method stays lossless."""
+    ALL = "all"              # every drafted node (the paper's methods)
+    SURVIVAL = "survival"    # top-n by survival, n maximising (1 + expected accepted) / (fixed + per-token cost)
+    PREFIX = "prefix"        # the prefix maximising expected tokens per modeled verify cost, experts included
+    COSTED = "costed"        # the prefix whose acceptance gain beats the tokens and the method's experts it adds
+
+    @property
+    def truncates(self) -> bool:
+        """It may drop drafted nodes (needs a verify-cost profile)."""
+        return self is not Admission.ALL
+
+    @property
+    def models_experts(self) -> bool:
+        """Its cost counts the experts the pass reads (it needs each pass's measured unions)."""
+        return self in (Admission.PREFIX, Admission.COSTED)
+
+
 class UnknownRouterError(UnknownName, ValueError):
     """A router preset name that `routing.ROUTER_PRESETS` does not have; the message names the closest and the
     valid ones."""
@@ -120,6 +146,7 @@ class MethodSpec:
     budget_twin: str = ""     # the fixed-budget method ranking like it (registered before it): its sizing at B
     alone: str = ""           # a batch-crediting method: the method it is at one block per pass
     beyond_paper: bool = False   # not one of the paper's six methods: Table 1 runs it only when asked
+    admission: Admission = Admission.ALL   # the draft nodes the verify pass admits (`Admission`)
 
     def __post_init__(self) -> None:
         if (self.sizing is Sizing.NONE) != (self.score is None):
@@ -129,6 +156,9 @@ class MethodSpec:
             raise ValueError(f"method {self.name!r}: an anchor only means something for a restricting sizing")
         if self.prunes_when_offloaded and not self.restricts:
             raise ValueError(f"method {self.name!r}: residency pruning applies to restricting methods only")
+        if self.admission.truncates and not self.speculates:
+            raise ValueError(f"method {self.name!r}: admission truncates a draft tree; a method without one admits "
+                             f"nothing (Admission.ALL)")
         if bool(self.alone) != bool(self.score is not None and self.score.credits_batch):
             raise ValueError(f"method {self.name!r}: a method whose score credits the batch names the method it is "
                              f"alone (`alone`), and only such a method does")
@@ -137,6 +167,16 @@ class MethodSpec:
     def speculates(self) -> bool:
         """Drafts a tree and verifies it (False: plain greedy decoding)."""
         return self.sizing is not Sizing.NONE
+
+    @property
+    def admits(self) -> bool:
+        """Truncates the draft tree before verifying it (`Admission.truncates`): needs a verify-cost profile."""
+        return self.admission.truncates
+
+    @property
+    def sets_b0(self) -> bool:
+        """Its traces give the pair's B0 (`Role.SETS_B0`)."""
+        return Role.SETS_B0 in self.roles
 
     @property
     def restricts(self) -> bool:
@@ -290,6 +330,12 @@ def _refuse_unserved(backend: str, coverage: Coverage, spec: MethodSpec) -> None
                                    f"Score and Sizing member)")
 
 
+def verifier_methods() -> tuple[str, ...]:
+    """The speculating methods whose verify passes differ in their selector: every one but those that admit
+    draft nodes (an admitting method's verifier is its selector's; admission only shapes the tree it gets)."""
+    return tuple(n for n, s in METHODS.items() if s.speculates and not s.admits)
+
+
 def fixed_twin(name: str) -> str:
     """The fixed-budget method that ranks like `name` (AcceptMoE -> AcceptMoE-B; `MethodSpec.budget_twin`)."""
     spec = get_method(name)
@@ -315,6 +361,16 @@ for _spec in (
                prunes_when_offloaded=True, roles=frozenset({Role.SETS_B0, Role.DEFAULT}), budget_twin="acceptmoe-b"),
     MethodSpec("acceptmoe-shared", Sizing.SELF, Score.SHARED_COMMITMENT, anchor=True, label="AcceptMoE (batch-shared)",
                prunes_when_offloaded=True, alone="acceptmoe", beyond_paper=True),
+    # token-side admission (docs/method.md, "Token-side admission"): the draft-side axis on the same selectors
+    MethodSpec("standard-sd-survival", Sizing.ALL, Score.GATE_MASS, label="Standard SD (survival admission)",
+               admission=Admission.SURVIVAL, beyond_paper=True),
+    MethodSpec("standard-sd-prefix", Sizing.ALL, Score.GATE_MASS, label="Standard SD (prefix admission)",
+               admission=Admission.PREFIX, beyond_paper=True),
+    MethodSpec("acceptmoe-survival", Sizing.SELF, Score.COMMITMENT, anchor=True,
+               label="AcceptMoE (survival admission)", prunes_when_offloaded=True, admission=Admission.SURVIVAL,
+               beyond_paper=True),
+    MethodSpec("acceptmoe-costed", Sizing.SELF, Score.COMMITMENT, anchor=True, label="AcceptMoE (expert-cost admission)",
+               prunes_when_offloaded=True, admission=Admission.COSTED, beyond_paper=True),
 ):
     register_method(_spec)
 _BUILTIN = frozenset(METHODS)

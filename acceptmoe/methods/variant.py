@@ -28,6 +28,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from .admission import VerifyCost
 from .config import ConfigError, SelectorConfig
 from .registry import METHODS, MethodSpec, get_method
 from .routing import Router
@@ -113,13 +114,15 @@ class Variant:
 
     # ----- run time -----
     def bind(self, fit: Fit, *, commitment: Sequence[float] | None = None, b0: int | None = None,
-             selector: SelectorConfig = SelectorConfig()) -> Plan:
-        """This variant fitted to an engine: `selector` with the overrides, the budget (pinned, else `b0`) and
-        p_hat (`commitment`), each used only if the method needs it; checked once (see `Plan`)."""
+             selector: SelectorConfig = SelectorConfig(), cost: VerifyCost | None = None) -> Plan:
+        """This variant fitted to an engine: `selector` with the overrides, the budget (pinned, else `b0`),
+        p_hat (`commitment`) and the verify-cost profile (`cost`, for an admitting method), each used only if
+        the method needs it; checked once (see `Plan`)."""
         spec, fields = self.spec, dict(self.overrides)
         fields["budget"] = (self.budget if self.budget is not None else b0) if spec.needs_budget else None
         fields["p_hat"] = tuple(commitment) if spec.needs_commitment and commitment is not None else None
-        return Plan(self, fit, dataclasses.replace(selector, **fields), self.prunes(fit.store))
+        return Plan(self, fit, dataclasses.replace(selector, **fields), self.prunes(fit.store),
+                    cost if spec.admits else None)
 
     def prunes(self, store: str) -> bool:
         """Whether residency-aware pruning is on for this variant under an expert store of kind `store`: as
@@ -151,6 +154,7 @@ class Plan:
     fit: Fit
     selector: SelectorConfig     # complete: budget set for fixed-size methods, p_hat for commitment methods
     prune: bool                  # residency-aware pruning of S against the expert pool
+    cost: VerifyCost | None = None   # the verify-cost profile an admitting method weighs its prefix with
 
     def __post_init__(self) -> None:
         spec, cfg, k, E = self.spec, self.selector, self.fit.router.top_k, self.fit.num_experts
@@ -173,6 +177,15 @@ class Plan:
                                   f"give one per depth 0..{self.fit.max_depth} (calibrate with the same tree shape)")
         elif cfg.p_hat is not None:
             raise ConfigError(f"variant {name} takes no p_hat")
+        if spec.admits and self.cost is None:
+            raise ConfigError(f"variant {name} admits draft nodes under a verify-cost model: bind a profile "
+                              f"(variant.bind(..., cost=acceptmoe.costs.verify.load_profile(...)); "
+                              f"`./reproduce.sh profile-verify` measures one)")
+        if not spec.admits and self.cost is not None:
+            raise ConfigError(f"variant {name} admits every drafted node and takes no verify-cost profile")
+        if self.cost is not None and self.fit.store == "offloaded" and self.cost.fetch_per_byte_s is None:
+            raise ConfigError(f"variant {name}: the verify-cost profile ({self.cost.source or 'unnamed'}) has no "
+                              f"fetch cost for an offloaded store: profile one with --store offloaded")
         if self.prune and self.fit.store != "offloaded":
             raise ConfigError(f"variant {name}: residency pruning needs an offloaded expert store (this one is "
                               f"{self.fit.store}); drop prune or open the engine with store='offloaded'")
@@ -210,4 +223,7 @@ class Plan:
     def describe(self) -> dict:
         """JSON-ready record of what generation uses (for traces)."""
         sel = {k: list(v) if isinstance(v, tuple) else v for k, v in dataclasses.asdict(self.selector).items()}
-        return {"method": self.variant.method, "variant": self.name, "selector": sel, "prune": self.prune}
+        out = {"method": self.variant.method, "variant": self.name, "selector": sel, "prune": self.prune}
+        if self.cost is not None:                    # admitting methods only: other records stay as they were
+            out["admission"] = {"rule": self.spec.admission.value, "cost": self.cost.to_json()}
+        return out

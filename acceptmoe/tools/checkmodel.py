@@ -30,6 +30,7 @@ import torch
 from acceptmoe.commands import command, parser
 from acceptmoe.costs.fit import GB
 from acceptmoe.costs.shapes import GPUS
+from acceptmoe.costs.verify import load_profile
 from acceptmoe.engine import Engine, TreeShape
 from acceptmoe.engine.backend import GenerationOptions
 from acceptmoe.engine.config import CheckpointError, ModelConfig
@@ -164,7 +165,8 @@ def methods_rows(engine: Engine) -> dict:
     methods = {}
     for name in METHODS:
         try:
-            Variant(name).bind(engine.fit, commitment=(1.0,) * (engine.tree.num_steps + 1), b0=k)
+            Variant(name).bind(engine.fit, commitment=(1.0,) * (engine.tree.num_steps + 1), b0=k,
+                              cost=load_profile())
             methods[name] = "ok"
         except ConfigError as exc:
             methods[name] = str(exc)

@@ -7,6 +7,7 @@ import json
 import pytest
 import torch
 
+from acceptmoe.costs.verify import load_profile
 from acceptmoe.engine import DraftTree, Eagle3Drafter, Engine, Trace, TreeShape, load_engine
 from acceptmoe.engine.backend import GenerationOptions
 from acceptmoe.engine.trace import commitment_table, load_traces, save_traces
@@ -357,7 +358,7 @@ def test_every_method_runs_on_every_family(family, family_checkpoint, family_dra
     eng = load_engine(target=folder, draft=family_draft, tree=SMALL)
     off = load_engine(target=folder, draft=family_draft, store="offloaded", slots=3, tree=SMALL)
     prompt, n = [5, 9, 27, 11, 40], 10
-    bind = lambda e, name, **kw: Variant(name, **kw).bind(e.fit, commitment=P_HAT, b0=3)   # k=2 < 3 < E=8
+    bind = lambda e, name, **kw: Variant(name, **kw).bind(e.fit, commitment=P_HAT, b0=3, cost=load_profile())   # k=2 < 3 < E=8
     truth = eng.generate(prompt, bind(eng, "vanilla-ar"), n, IGNORE_EOS).tokens
     for name, spec in METHODS.items():
         gen = eng.generate(prompt, bind(eng, name), n, GenerationOptions(ignore_eos=True, trace_layers=spec.speculates))

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 import pytest
 import torch
 
+from acceptmoe.costs.verify import load_profile
 from acceptmoe.engine import Engine, TreeShape, load_engine
 from acceptmoe.engine.backend import GenerationOptions
 from acceptmoe.engine.eagle3 import DraftExtend, DraftLevel
@@ -26,6 +27,7 @@ IGNORE_EOS = GenerationOptions(ignore_eos=True)        # every generation runs t
 
 TINY = "models/tiny"
 P_HAT = (1.0, 0.8, 0.64, 0.512, 0.41, 0.33)
+COST = load_profile()        # the admitting methods' verify cost (the committed tiny-world CPU profile)
 PROMPTS = [[1, 17, 42, 99, 7, 300, 12], [5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21]]
 LONG = [3 + (37 * i) % 1000 for i in range(180)]    # 180 + 90 tokens: passes cross the bucket at 256
 
@@ -41,7 +43,7 @@ def test_static_passes_equal_eager_for_every_method(engines):
     that close; where the trees agree, so do accepted paths and, to rounding, per-layer fields."""
     same_trees = 0
     for name in METHODS:
-        variant = Variant(name).bind(engines["eager"].fit, commitment=P_HAT, b0=24)    # both engines' fit
+        variant = Variant(name).bind(engines["eager"].fit, commitment=P_HAT, b0=24, cost=COST)    # both engines' fit
         for ids in PROMPTS:
             static, eager = (engines[m].generate(ids, variant, 40, IGNORE_EOS) for m in ("static", "eager"))
             assert static.tokens == eager.tokens, name
@@ -165,7 +167,7 @@ def test_static_passes_never_read_the_device(engines):
     eng.steps.run = lambda step, inputs: original(Watched(step), inputs)
     try:
         for name in METHODS:
-            eng.generate(PROMPTS[0], Variant(name).bind(eng.fit, commitment=P_HAT, b0=24), 16, IGNORE_EOS)
+            eng.generate(PROMPTS[0], Variant(name).bind(eng.fit, commitment=P_HAT, b0=24, cost=COST), 16, IGNORE_EOS)
     finally:
         del eng.steps.run
     host_reads = {op: n for op, n in seen.items()
@@ -190,7 +192,7 @@ def test_static_passes_equal_eager_across_a_bucket_boundary(engines):
     at both buckets."""
     eng = engines["static"]
     for name in METHODS:
-        variant = Variant(name).bind(eng.fit, commitment=P_HAT, b0=24)
+        variant = Variant(name).bind(eng.fit, commitment=P_HAT, b0=24, cost=COST)
         static, eager = (engines[m].generate(LONG, variant, 90, IGNORE_EOS) for m in ("static", "eager"))
         assert static.tokens == eager.tokens, name
     held = {(type(key[0]).__name__, key[0].cache.max_len) for key in eng.steps.entries

@@ -26,7 +26,7 @@ def plain():
 def test_the_native_engine_declares_everything_the_runners_ask():
     caps = ENGINES["native"].capabilities
     assert caps == Capabilities(records_routes=True, offloads=True, switches_plans_freely=True, verifies_batched=True,
-                                samples=("cpu", "cuda"))
+                                samples=("cpu", "cuda"), admits=True)
     assert caps.samples_on("cpu") and caps.samples_on("cuda:1")
 
 

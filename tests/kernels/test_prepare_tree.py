@@ -7,7 +7,7 @@ import torch
 
 from acceptmoe.kernels import make_verifier
 from acceptmoe.kernels.verifier import tree_depths
-from acceptmoe.methods import METHODS, BlockInfo, Fit, Router, Variant
+from acceptmoe.methods import METHODS, BlockInfo, Fit, Router, Variant, verifier_methods
 
 E, K, T, DEPTH = 32, 4, 12, 4
 P_HAT = (1.0, 0.8, 0.5, 0.3, 0.2)
@@ -33,7 +33,7 @@ def test_tree_depths_equal_the_block_rule():
         assert got.tolist() == [BlockInfo.from_parents(p).depth.tolist() for p in ts]
 
 
-@pytest.mark.parametrize("method", [m for m, s in METHODS.items() if s.restricts])
+@pytest.mark.parametrize("method", [m for m in verifier_methods() if METHODS[m].restricts])
 def test_prepare_tree_equals_prepare(method):
     budget = 8 if METHODS[method].needs_budget else None
     plan = Variant(method, budget=budget).bind(Fit(Router.preset("softmax_topk", K), E, DEPTH), commitment=P_HAT)

@@ -21,7 +21,6 @@ import torch
 
 from acceptmoe.kernels import VerifierInputError, VerifierOutput, make_verifier
 from acceptmoe.methods import (
-    METHODS,
     BlockInfo,
     Fit,
     Plan,
@@ -33,9 +32,10 @@ from acceptmoe.methods import (
     route,
     select,
     select_pass,
+    verifier_methods,
 )
 
-SPECULATING = tuple(name for name, spec in METHODS.items() if spec.speculates)
+SPECULATING = verifier_methods()     # an admitting method verifies with its selector's verifier
 ROUTERS = {
     "renorm": Router.preset("softmax_topk", 1, renormalize=True),
     "raw": Router.preset("softmax_topk", 1, renormalize=False),

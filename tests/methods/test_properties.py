@@ -7,7 +7,6 @@ from hypothesis import strategies as st
 from acceptmoe.kernels import make_verifier
 from acceptmoe.kernels.torch_verifier import prune_batched
 from acceptmoe.methods import (
-    METHODS,
     BlockInfo,
     Fit,
     Order,
@@ -26,11 +25,12 @@ from acceptmoe.methods import (
     select,
     select_pass,
     topk,
+    verifier_methods,
 )
 from acceptmoe.methods.fixed import rank_guard, to_fixed
 from acceptmoe.methods.topk import first_k_in, topk_ids
 
-SPECULATING = tuple(name for name, spec in METHODS.items() if spec.speculates)     # every verifier method
+SPECULATING = verifier_methods()     # every verifier method (an admitting method verifies with its selector's)
 
 
 def plan_of(method: str, block, router, cfg, budget, E: int, store: str = "resident") -> Plan:

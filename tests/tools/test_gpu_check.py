@@ -10,7 +10,7 @@ import torch
 from acceptmoe.cli import main as cli_main
 from acceptmoe.engine import load_engine
 from acceptmoe.engine.families import FAMILIES
-from acceptmoe.methods import METHODS, ROUTER_NAMES, BlockInfo, Fit, Router, Variant
+from acceptmoe.methods import METHODS, ROUTER_NAMES, BlockInfo, Fit, Router, Variant, verifier_methods
 from acceptmoe.tools.gpucheck import agreement, checks, command, graphs, kernel, parity, table, timing
 
 TINY = Path(__file__).parents[2] / "models" / "tiny"
@@ -35,7 +35,7 @@ def test_tied_logits_have_ties_at_the_top_k_boundary():
 
 
 # ----- the kernel against the torch backend -----
-PER_ROUTER = sum(1 + s.restricts for s in METHODS.values() if s.speculates)    # cases per router: pruning on, off
+PER_ROUTER = sum(1 + METHODS[m].restricts for m in verifier_methods())    # cases per router: pruning on, off
 CHECKED = len(ROUTER_NAMES) + 1                  # routers the checks run: every preset, and the grouped sigmoid
 def test_kernel_check_against_torch_passes_under_the_interpreter():
     res = kernel.check_kernel_torch("cpu", T=7, E=16, k=2)

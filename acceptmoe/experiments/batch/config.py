@@ -77,7 +77,7 @@ class BatchStudyConfig:
     draws: int = 32                                   # request draws per batch size
     slots: int = 48                                   # X of the X-slot pool
     shapes_at: tuple[str, ...] = ("tiny", "qwen3-30b-a3b", "gpt-oss-120b")
-    methods: tuple[str, ...] | None = None            # None: every speculating method of the registry
+    methods: tuple[str, ...] | None = None            # None: every speculating method that admits every node
     seed: int = 0
     bootstrap_resamples: int = 2000
 
@@ -119,8 +119,9 @@ class BatchStudyConfig:
         return [DraftShape.parse(t) for t in self.trees]
 
     def method_names(self) -> tuple[str, ...]:
-        """The methods batched, in registry order: the configured ones, or every method that speculates."""
-        chosen = self.methods if self.methods is not None else tuple(METHODS)
+        """The methods batched, in registry order: the configured ones, or every method that speculates and
+        verifies every drafted node (a method with token-side admission, `MethodSpec.admits`, runs when named)."""
+        chosen = self.methods if self.methods is not None else tuple(m for m, s in METHODS.items() if not s.admits)
         return tuple(m for m in METHODS if m in chosen and METHODS[m].speculates)
 
     def composed(self) -> tuple[str, ...]:

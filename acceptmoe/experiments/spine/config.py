@@ -345,6 +345,8 @@ class WorldConfig:
     b0: B0Config = B0Config()
     bootstrap: BootstrapConfig = BootstrapConfig()
     serving: ServingConfig = ServingConfig()
+    verify_cost: str | None = None              # verify-cost profile JSON for admitting methods (profile-verify;
+                                                # None: the committed tiny-world CPU profile, costs/profiles)
 
     def pairs(self) -> list[Pair]:
         """Every (model, task) pair, models in order, then tasks."""

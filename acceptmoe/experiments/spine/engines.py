@@ -28,7 +28,7 @@ import torch
 from acceptmoe.costs.fit import check_model_fits
 from acceptmoe.engine.backend import EngineBackend
 from acceptmoe.errors import UserError
-from acceptmoe.methods import Plan, Variant, get_method
+from acceptmoe.methods import Plan, Variant, VerifyCost, get_method
 from acceptmoe.registry import Registry
 
 # engine name -> its `EngineBackend` class, imported on first use; the class declares its `capabilities` and
@@ -101,12 +101,30 @@ class Loaded:
     target: Path
     draft: Path | None             # None: the model has no draft (methods that do not speculate only)
     world: object                  # config.WorldConfig
+    run_dir: Path | None = None    # where the run records what it loaded (the verify-cost profile)
 
     def plan(self, variant: Variant, commitment: Sequence[float] | None = None, b0: int | None = None) -> Plan:
-        """`variant` bound to this engine, the pair's p_hat and B0 and the world's selector."""
+        """`variant` bound to this engine, the pair's p_hat and B0, the world's selector and, for a method that
+        admits draft nodes, the world's verify-cost profile (recorded in the run folder)."""
         if self.draft is None and variant.spec.speculates:
             raise no_draft(self.model.name, [variant.name])
-        return variant.bind(self.engine.fit, commitment=commitment, b0=b0, selector=self.world.selector)
+        cost = self.verify_cost() if variant.spec.admits else None
+        return variant.bind(self.engine.fit, commitment=commitment, b0=b0, selector=self.world.selector, cost=cost)
+
+    def verify_cost(self) -> VerifyCost:
+        """The world's verify-cost profile (`WorldConfig.verify_cost`; None: the committed tiny-world CPU one),
+        copied once into the run folder as verify-cost.json with where it came from."""
+        from acceptmoe.costs.verify import DEFAULT_PROFILE, load_profile
+        from acceptmoe.paths import REPO
+        given = self.world.verify_cost                      # type: ignore[attr-defined]
+        path = DEFAULT_PROFILE if given is None else (Path(given) if Path(given).is_absolute() else REPO / given)
+        cost = load_profile(path)
+        if self.run_dir is not None:
+            out = Path(self.run_dir) / "verify-cost.json"
+            if not out.is_file():
+                out.write_text(json.dumps({"profile": str(path), "cost": cost.to_json()}, indent=1, sort_keys=True)
+                               + "\n")
+        return cost
 
     def expert_pool(self):
         """The engine's offloaded expert store (`pool_state`, `restore_pool`: its X-slot pool saved and put back
@@ -121,6 +139,15 @@ def no_draft(model: str, methods) -> UserError:
                      f"with `./reproduce.sh train-draft --target <target> --out <dir> --prompts <file>` (or take "
                      f"a released EAGLE-3 draft) and set the model's `draft:`, or run only methods that need none "
                      f"(docs/own-model.md)")
+
+
+def require_admission(engine: str, methods) -> None:
+    """Stop before any work when a method of `methods` (names) admits draft nodes (`MethodSpec.admits`) and the
+    engine does not (`Capabilities.admits`)."""
+    admitting = [m for m in methods if get_method(m).admits]
+    if admitting and not backend_class(engine).capabilities.admits:
+        raise UserError(f"{', '.join(admitting)}: token-side admission runs on the native engine only (the {engine} "
+                        f"engine verifies every drafted node): use --engine native, or drop these methods")
 
 
 def require_drafts(world, methods) -> None:
@@ -160,7 +187,7 @@ def load_model(model, world, run_dir: Path, store: str = "resident", slots: int 
                           store=store, slots=slots, tree=world.tree, **serving)
     with open(Path(run_dir) / "engines.jsonl", "a") as f:
         f.write(json.dumps({"model": model.name, **engine.describe()}, sort_keys=True) + "\n")
-    return Loaded(model, engine, load_tokenizer(target), target, draft, world)
+    return Loaded(model, engine, load_tokenizer(target), target, draft, world, Path(run_dir))
 
 
 def set_threads(world) -> None:

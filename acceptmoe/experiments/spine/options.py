@@ -15,7 +15,7 @@ from pathlib import Path
 from acceptmoe.engine.engine import check_device
 from acceptmoe.errors import UserError
 
-from .engines import ENGINES, backend_class, require_drafts
+from .engines import ENGINES, backend_class, require_admission, require_drafts
 from .prompts import resolve_checkpoint
 from .runs import Run, SampleLog, code_state, discard_if_empty, lock_run, open_run, record_resume
 
@@ -112,6 +112,7 @@ def open_or_resume(command: str, args: argparse.Namespace, load: Callable[[dict]
     methods = getattr(cfg, "method_names", None)
     if methods is not None:
         require_drafts(cfg.world, methods())           # a speculative method without a draft: before any work
+        require_admission(cfg.world.engine, methods())   # token-side admission on an engine without it
     for model in cfg.world.models:
         resolve_checkpoint(model.target)
         if model.draft is not None:

@@ -51,6 +51,7 @@ from lm_eval.api.registry import register_model
 from lm_eval.models.utils import normalize_gen_kwargs, resolve_max_length
 
 from acceptmoe.commands import command
+from acceptmoe.costs.verify import load_profile
 from acceptmoe.engine.backend import GenerationOptions
 from acceptmoe.engine.tree import TreeShape
 from acceptmoe.errors import UserError
@@ -116,7 +117,8 @@ class AcceptMoELM(LM):
         self.engine = open_backend(engine, target=target_dir, draft=draft_dir, device=device, dtype=dtype,
                                    tree=TreeShape(*_numbers(tree, int)))
         try:
-            self.plan = variant.bind(self.engine.fit, commitment=phat)
+            cost = load_profile() if variant.spec.admits else None    # admission: the committed profile
+            self.plan = variant.bind(self.engine.fit, commitment=phat, cost=cost)
         except ConfigError as exc:
             raise UserError(f"model_args: {exc} (p_hat: commitment=<table.json> from ./reproduce.sh calibrate, or "
                             f"p_hat=1.0;0.8;...; budget=<B> for fixed-budget methods)") from None

@@ -39,7 +39,16 @@ from pathlib import Path
 
 from acceptmoe.errors import UserError
 from acceptmoe.kernels.verifier import same_calls
-from acceptmoe.methods import METHODS, CommitmentTable, ConfigError, Fit, Plan, SelectorConfig, Variant
+from acceptmoe.methods import (
+    METHODS,
+    CommitmentTable,
+    ConfigError,
+    Fit,
+    Plan,
+    SelectorConfig,
+    Variant,
+    verifier_methods,
+)
 from acceptmoe.yamlfile import read_mapping
 
 ENV_FILE = "ACCEPTMOE_SGLANG_CONFIG"
@@ -110,6 +119,9 @@ def validate(raw: Mapping) -> PluginConfig:
     if method is not None and (method not in METHODS or not METHODS[method].speculates):
         valid = ", ".join(n for n, s in METHODS.items() if s.speculates)
         raise PluginConfigError(f"ACCEPTMOE_METHOD={method!r} is not a verifier method; valid: {valid}")
+    if method is not None and METHODS[method].admits:
+        raise PluginConfigError(f"ACCEPTMOE_METHOD={method}: token-side admission runs in the native engine only; the "
+                                f"plugin verifies every drafted node (valid here: {', '.join(verifier_methods())})")
     prune = _bool("prune", vals.get("prune", False))
     if prune:
         raise PluginConfigError("ACCEPTMOE_PRUNE: residency pruning needs an offloaded expert store, which SGLang "

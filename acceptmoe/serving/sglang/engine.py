@@ -253,6 +253,9 @@ class SGLangBackend:
         if options.record_routes:
             raise UserError("record_routes: the SGLang backend does not record routes; record them with the native "
                             "engine (--engine native)")
+        if plan.spec.admits:
+            raise UserError(f"method {plan.spec.name}: token-side admission ({plan.spec.admission.value}) is not wired "
+                            f"into the SGLang backend; run it with the native engine (--engine native)")
         if plan.fit != self.fit:
             raise UserError(f"plan {plan.name} was bound to {plan.fit}, not to this engine ({self.fit})")
         engine = self._open(plan)

@@ -25,9 +25,9 @@ from dataclasses import dataclass
 import torch
 
 from acceptmoe.commands import command, parser
-from acceptmoe.methods import METHODS, Router
+from acceptmoe.methods import METHODS, Router, verifier_methods
 
-SPECULATING = tuple(name for name, spec in METHODS.items() if spec.speculates)
+SPECULATING = verifier_methods()     # an admitting method verifies with its selector's verifier
 # name -> (router, E): the evaluated targets' layer shapes, the next size up, and DeepSeek-V3's grouped router
 ROUTERS = {
     "qwen3": (Router.preset("softmax_topk", 8), 128),

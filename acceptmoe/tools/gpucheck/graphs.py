@@ -40,6 +40,7 @@ def check_graphs(device, model_dir: Path = Path("models/tiny")) -> dict:
     """On the tiny world, every method: steps="graphs" gives the tokens and the trace of steps="static" (the
     same passes run eagerly), whose tokens equal "eager"'s; graphs were replayed and no capture fell back.
     Without CUDA only static = eager runs: FAIL if they differ, else SKIP (the graphs themselves unchecked)."""
+    from acceptmoe.costs.verify import load_profile
     from acceptmoe.engine import load_engine
     device = torch.device(device)
     modes = ("eager", "static", "graphs") if device.type == "cuda" else ("eager", "static")
@@ -50,7 +51,7 @@ def check_graphs(device, model_dir: Path = Path("models/tiny")) -> dict:
         for i, ids in enumerate(prompts):
             out = {}
             for mode, engine in engines.items():
-                plan = Variant(name).bind(engine.fit, commitment=P_HAT, b0=24)
+                plan = Variant(name).bind(engine.fit, commitment=P_HAT, b0=24, cost=load_profile())
                 gen = engine.generate(ids, plan, 24, GenerationOptions(ignore_eos=True))
                 out[mode] = (gen.tokens, gen.trace.lines())
             row = {"method": name, "prompt": i, "static_equal_eager": out["static"][0] == out["eager"][0]}

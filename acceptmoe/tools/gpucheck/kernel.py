@@ -40,14 +40,14 @@ def tied_logits(T: int, E: int, k: int, gen: torch.Generator, ties: bool = True)
 def kernel_cases(T: int, E: int, k: int, seed: int, ties: bool):
     """(router, plan, block, logits, resident | None) for every speculating method, every router preset, with and
     without residency pruning (pruning only where the method restricts, under an offloaded store)."""
-    from acceptmoe.methods import ROUTER_NAMES, Router
+    from acceptmoe.methods import ROUTER_NAMES, Router, verifier_methods
     gen = torch.Generator().manual_seed(seed)
     routers = [Router.preset(name, k) for name in ROUTER_NAMES] + [
         Router.preset("sigmoid_grouped", k, groups=4, group_top=2, scale=2.5)]                # E / 2 experts hold k
     for router in routers:
         for method, spec in METHODS.items():
             for prune in ((False, True) if spec.restricts else (False,)):
-                if not spec.speculates:
+                if method not in verifier_methods():      # no verify pass, or one its selector's verifier serves
                     continue
                 block = random_block(T, gen)
                 logits = tied_logits(T, E, k, gen, ties)

@@ -20,7 +20,18 @@ from sglang.srt.layers.moe.topk import TopKConfig, select_experts
 
 from acceptmoe.engine.backend import GenerationOptions
 from acceptmoe.engine.tree import TreeShape, ancestor_mask
-from acceptmoe.methods import METHODS, BlockInfo, CommitmentTable, Fit, Router, Variant, route, select, select_pass
+from acceptmoe.methods import (
+    METHODS,
+    BlockInfo,
+    CommitmentTable,
+    Fit,
+    Router,
+    Variant,
+    route,
+    select,
+    select_pass,
+    verifier_methods,
+)
 from acceptmoe.serving.sglang.config import load_config
 from acceptmoe.serving.sglang.runtime import Limits, Runtime, output_lengths, read_steps
 
@@ -171,7 +182,7 @@ def test_restricted_tokens_and_sets_equal_the_native_engine(restricted, prompts,
         assert [b.layers["set_size"] for b in ours] == [b.layers["set_size"] for b in gen.trace.blocks]
 
 
-@pytest.mark.parametrize("method", [m for m, s in METHODS.items() if s.restricts])
+@pytest.mark.parametrize("method", [m for m in verifier_methods() if METHODS[m].restricts])   # admitting: native only
 def test_every_restricting_method_through_the_runtime_on_real_passes(method, standard, p_hat):
     """The plugin's runtime, fed the verify passes SGLang ran live (their linked-list trees and router logits),
     gives `select`'s sets and Eq. 2 routing for every restricting method."""

@@ -19,6 +19,29 @@ def test_bad_setting_stops_the_process_with_one_message():
     assert "error: acceptmoe plugin: method count-b needs a budget" in proc.stderr
 
 
+def test_an_admitting_method_is_refused_by_the_plugin():
+    proc = run(ACCEPTMOE_METHOD="standard-sd-survival")
+    assert proc.returncode != 0 and "loaded" not in proc.stdout
+    assert "token-side admission runs in the native engine only" in proc.stderr
+
+
+def test_the_backend_refuses_an_admitting_method_before_a_server_starts():
+    import pytest
+
+    from acceptmoe.costs.verify import load_profile
+    from acceptmoe.errors import UserError
+    from acceptmoe.methods import Variant
+    from acceptmoe.serving.sglang.engine import SGLangBackend
+
+    from common import ROOT
+
+    backend = SGLangBackend(ROOT / "models" / "tiny" / "target", ROOT / "models" / "tiny" / "draft")
+    plan = Variant("acceptmoe-costed").bind(backend.fit, commitment=(1.0,) * 6, cost=load_profile())
+    with pytest.raises(UserError, match="token-side admission .* not wired into the SGLang backend"):
+        backend.generate([1, 2, 3], plan, 4)
+    assert backend.starts == 0
+
+
 def test_good_settings_load():
     proc = run(ACCEPTMOE_METHOD="count-b", ACCEPTMOE_BUDGET="16")
     assert proc.returncode == 0 and "loaded" in proc.stdout, proc.stderr
