@@ -99,20 +99,20 @@ def test_a_resumed_session_counts_from_its_own_start(tmp_path):
     """Units finished before the session started are in its done count, not in its rate: a session that
     started 100 s ago with 10 of 40 done and has finished 5 since runs at 0.05 units/s, 25 left: ETA 500 s."""
     (tmp_path / "config.json").write_text(json.dumps({"experiment": "table1", "preset": "tiny"}))
-    bar = RunProgress.start(tmp_path, {"a": (30, 10), "b": (10, 0)}, show=False)
+    bar = RunProgress.start(tmp_path, {"z": (30, 10), "b": (10, 0)}, show=False)     # kinds in the run's order
     old = (bar.started - dt.timedelta(hours=1)).isoformat()
     with open(tmp_path / "units.jsonl", "w") as f:                            # a previous session's units
-        f.writelines(json.dumps({"kind": "a", "time": old}) + "\n" for _ in range(10))
-    for kind in "aabbb":
+        f.writelines(json.dumps({"kind": "z", "time": old}) + "\n" for _ in range(10))
+    for kind in "zzbbb":
         bar.tick(kind)
     snap = read_progress(tmp_path)
-    assert snap is not None and snap.done == {"a": 12, "b": 3} and snap.session_units == 5
+    assert snap is not None and snap.done == {"z": 12, "b": 3} and snap.session_units == 5
     e = snap.estimate(snap.started + dt.timedelta(seconds=100))
     assert e.units_done == 15 and e.rate == pytest.approx(0.05) and e.eta_s == pytest.approx(500)
-    assert line(e) == "15/40 units (38%) [a 12/30, b 3/10], 3.00 units/min, ETA 0:08:20"
+    assert line(e) == "15/40 units (38%) [z 12/30, b 3/10], 3.00 units/min, ETA 0:08:20"
     assert line(bar.estimate(bar.started + dt.timedelta(seconds=100))) == line(e)    # the running line: the same
     assert Estimate({"a": 0}, {"a": 3}, 0, 5.0).eta_s is None                # no unit yet: no rate, no ETA
-    assert "units: 15/40 units (38%)" in report(tmp_path)
+    assert "units: 15/40 units (38%) [z 12/30, b 3/10]" in report(tmp_path)
 
 
 def test_a_folder_that_is_not_a_run_is_one_error_line(tmp_path):

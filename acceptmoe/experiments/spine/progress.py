@@ -4,8 +4,9 @@ The one implementation behind the running experiment's progress line (`RunProgre
 
 Files in the run folder (beside `runs`' files):
 
-    progress.json   written as a session starts: {"started", "pid", "kinds": {kind: {"total", "done"}}}, "done"
-                    the kind's units already finished then (counted from the run's own logs by its runner)
+    progress.json   written as a session starts: {"started", "pid", "kinds": [{"kind", "total", "done"}, ...]} in
+                    the run's order, "done" the kind's units already finished then (counted from the run's own
+                    logs by its runner)
     units.jsonl     one line per unit finished: {"kind", "time"} (UTC, ISO 8601), appended and flushed as each
                     unit's row (or trace) is saved; rows' bytes are untouched
     errors.jsonl    one line per session that ended on an error: {"time", "error", "done", "total"}
@@ -111,8 +112,8 @@ class RunProgress:
               stream: TextIO | None = None) -> RunProgress:
         """A new session of the run in `folder`; `kinds`: kind -> (units in the whole run, units done now)."""
         p = cls(folder, kinds, show, stream or sys.stderr)
-        write_json(p.folder / PROGRESS, {"started": stamp(p.started), "pid": os.getpid(),
-                                          "kinds": {k: {"total": t, "done": d} for k, (t, d) in kinds.items()}})
+        write_json(p.folder / PROGRESS, {"started": stamp(p.started), "pid": os.getpid(),       # kinds in run order
+                                          "kinds": [{"kind": k, "total": t, "done": d} for k, (t, d) in kinds.items()]})
         return p
 
     def estimate(self, at: dt.datetime | None = None) -> Estimate:
@@ -164,7 +165,7 @@ def read_progress(folder: Path) -> Snapshot | None:
     try:
         meta = json.loads((Path(folder) / PROGRESS).read_text())
         started = dt.datetime.fromisoformat(meta["started"])
-        kinds = {str(k): (int(v["total"]), int(v["done"])) for k, v in meta["kinds"].items()}
+        kinds = {str(v["kind"]): (int(v["total"]), int(v["done"])) for v in meta["kinds"]}
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return None
     done, units, last = {k: d for k, (_, d) in kinds.items()}, 0, None
