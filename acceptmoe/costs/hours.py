@@ -59,6 +59,8 @@ class Work:
     graded: bool
     batched: bool              # handed to the engine `generation.batch` at a time (generate_many)
     slots: int | None = None   # X of an offloaded store
+    timed: bool = False        # a timed phase: its variants interleaved on one engine, never split across devices
+    repetitions: int = 1       # a timed phase's repetitions (each a fresh engine), `generations` counts them all
 
 
 @dataclass(frozen=True)
@@ -107,14 +109,21 @@ def seconds(w: Work, t: Target, world, gpu: DeviceBound, batch: int = 1) -> floa
     return prefill + steps * step / batch + (GRADE_S if w.graded else 0.0)
 
 
+def generation_seconds(w: Work, t: Target, world, gpu: DeviceBound, engine: str) -> float:
+    """One generation of `w` on `engine`. Native: every generation alone. SGLang: batched phases
+    `generation.batch` at a time, offloaded phases on the native engine."""
+    batch = world.generation.batch if engine == "sglang" and w.batched and w.store == "resident" else 1
+    return seconds(w, t, world, gpu, batch)
+
+
 def hours(work: list[Work], t: Target, world, gpu: DeviceBound, engine: str) -> float:
-    """Native: every generation alone. SGLang: batched phases `generation.batch` at a time, offloaded phases
-    on the native engine."""
-    total = 0.0
-    for w in work:
-        batch = world.generation.batch if engine == "sglang" and w.batched and w.store == "resident" else 1
-        total += w.generations * seconds(w, t, world, gpu, batch)
-    return total / 3600
+    """Every generation of `work` one after another on one device (`generation_seconds`)."""
+    return sum(w.generations * generation_seconds(w, t, world, gpu, engine) for w in work) / 3600
+
+
+def weight_bytes(t: Target) -> int:
+    """Every byte a device loads for the model: each MoE layer's experts, the other weights, the draft."""
+    return len(t.cfg.moe.layer_ids) * t.cfg.moe.num_experts * t.expert + t.other + t.draft
 
 
 ASSUMPTIONS = (

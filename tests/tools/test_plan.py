@@ -94,3 +94,40 @@ def test_load_model_refuses_a_model_this_machine_cannot_hold_before_reading_it(t
     fits = dataclasses.replace(world, models=(ModelEntry("tiny", str(Path("models/tiny/target")),
                                                          world.models[0].draft),))
     assert model_need(fits.models[0], fits, "resident", None).host_peak < mem_available()
+
+
+def test_a_greedy_schedule_loads_each_model_once_per_device_and_keeps_timed_units_whole():
+    """Longest first onto the device where it finishes first: 4 units of 10 s of one model on 2 devices give
+    2 x (load + 20 s); a second model's unit goes where its own load is cheapest; a timed phase is one unit per
+    repetition."""
+    from acceptmoe.costs.schedule import SHARD_GENERATIONS, Unit, schedule, split, timed
+    load = {"a": 5.0, "b": 100.0}.__getitem__
+    s = schedule([Unit("a", "p", 10.0, False)] * 4, load, 2)
+    assert s.per_device_s == [25.0, 25.0] and s.loads == [["a"], ["a"]] and s.makespan_s == 25.0
+    s = schedule([Unit("a", "p", 10.0, False)] * 4 + [Unit("b", "q", 30.0, True)], load, 2)
+    assert s.loads == [["b"], ["a"]] and s.per_device_s == [130.0, 45.0]
+    assert schedule([Unit("a", "p", 10.0, False)] * 4, load, 1).per_device_s == [45.0]
+    shards = split("a", "p", 2 * SHARD_GENERATIONS + 1, 2.0)
+    assert [u.seconds for u in shards] == [2.0 * SHARD_GENERATIONS] * 2 + [2.0] and not any(u.timed for u in shards)
+    assert [u.seconds for u in timed("a", "t", 60.0, 3)] == [20.0] * 3
+
+
+def test_plan_gpus_spreads_the_whole_run_and_says_it_is_an_estimate():
+    """`--gpus 4`: per GPU and engine, the one-device and four-device wall clock of the same schedule, each
+    device's hours, the speedup; the makespan is at least the work divided among the devices and at least the
+    longest unit; fig4's timed phases are one unit per model and repetition."""
+    out = plan("--preset", "tiny", "--experiment", "table1", "--limit", "3", "--gpus", "4")
+    assert out.returncode == 0, out.stderr
+    assert "across 4 GPUs" in out.stdout and "an estimate from the cost model" in out.stdout
+    assert "| 4 GPUs h" in out.stdout and "--gpus N: each device loads a model once" in out.stdout
+    data = json.loads(plan("--preset", "tiny", "--experiment", "fig4", "--limit", "2", "--gpus", "4", "--json").stdout)
+    assert {r["model"] for r in data["models"]} and data["devices"]
+    for r in data["devices"]:
+        assert len(r["per_device_hours"]) == 4 and r["est_hours_n"] == max(r["per_device_hours"])
+        assert r["est_hours_1"] / 4 - 0.01 <= r["est_hours_n"] <= r["est_hours_1"] + 0.01
+        assert r["speedup"] is None or 1 <= r["speedup"] <= 4
+        assert r["timed_units"] == len(data["models"]) // len(GPUS) * (5 + 1)      # fig4: 5 repetitions + counters
+    single = json.loads(plan("--preset", "tiny", "--experiment", "table1", "--gpus", "1", "--json").stdout)["devices"]
+    assert all(r["speedup"] in (1, None) and r["est_hours_1"] == r["est_hours_n"] for r in single)
+    bad = plan("--preset", "tiny", "--experiment", "table1", "--gpus", "0")
+    assert bad.returncode == 2 and bad.stderr.startswith("error:") and bad.stderr.count("\n") == 1

@@ -19,8 +19,6 @@ import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 
-from tqdm import tqdm
-
 from acceptmoe.engine.routes import Routes
 from acceptmoe.evals.tasks import get_task
 from acceptmoe.methods import Variant
@@ -30,6 +28,7 @@ from ..spine.config import Pair
 from ..spine.engines import opened, set_threads
 from ..spine.grading import PairRun, run_graded
 from ..spine.layout import RunPaths
+from ..spine.progress import RunProgress
 from ..spine.runs import Run, SampleLog, unit_key
 from .batched import Pool, ServerBudget, quality_sums, run_draw, same_passes, server_budget
 from .compose import Request, StoreCounter, compose, draw_requests
@@ -151,6 +150,9 @@ def counted_row(cfg: BatchStudyConfig, batch: int, cell: Cell) -> dict:
 def run_experiment(cfg: BatchStudyConfig, run: Run, show_progress: bool = True) -> dict:
     set_threads(cfg.world)
     samples = SampleLog(run.path / "samples.jsonl")
+    keys = [unit_key(shape.folder, b) for shape in cfg.shapes() for b in cfg.batch_sizes]
+    bar = RunProgress.start(run.path, {"batch size": (len(keys), sum(k in samples for k in keys))},
+                            show=show_progress)
     for shape in cfg.shapes():
         root = shape.folder_in(run.path)
         todo = [b for b in cfg.batch_sizes if unit_key(shape.folder, b) not in samples]
@@ -167,6 +169,7 @@ def run_experiment(cfg: BatchStudyConfig, run: Run, show_progress: bool = True) 
             plans = {Variant(m).name: loaded.plan(Variant(m), commitment=budget.p_hat, b0=budget.b0)
                      for m in cfg.method_names()}
             cell = Cell(shape, pool, requests, quality, loaded, plans, counter, SampleLog(root / "batched.jsonl"))
-            for batch in tqdm(todo, disable=not show_progress, desc=f"{shape.describe()}: batches", unit="size"):
+            for batch in todo:
                 samples.append(unit_key(shape.folder, batch), counted_row(cfg, batch, cell))
+                bar.tick("batch size", f"{shape.describe()}: batch {batch}")
     return {"trees": list(cfg.trees), "batch_sizes": list(cfg.batch_sizes)}

@@ -39,9 +39,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
 import torch
-from tqdm import tqdm
 
 from acceptmoe.costs.shapes import ExpertShape, get_shape, parse_dtype
 from acceptmoe.engine.routes import Routes
@@ -49,10 +47,11 @@ from acceptmoe.engine.store import PoolState, make_store
 from acceptmoe.errors import UserError
 
 from ..spine.engines import set_threads
+from ..spine.progress import RunProgress
 from ..spine.runs import Run, SampleLog, unit_key, write_json
 from . import bandwidth
 from .config import ReplayConfig
-from .source import GenKey, Recording, find_recording, select, step_passes
+from .source import GenKey, Recording, find_recording, select
 
 CPU_DTYPE_REASON = ("CPU: fp32, because bf16 matrix multiplication on a CPU without bf16 units is emulated and "
                     "compute-bound (time would not follow bytes); GPU bounds use the shape's bf16 bytes")
@@ -319,19 +318,21 @@ def run_replay(cfg: ReplayConfig, run: Run, show_progress: bool = True) -> dict:
     write_json(run.path / "replay.json", plan.describe())
     if not (run.path / "engine-ratios.json").is_file():
         write_json(run.path / "engine-ratios.json", engine_ratios(plan))
-    todo = [u for u in schedule(plan, cfg.repeats) if unit_of(u[0], u[1], u[3], u[4]) not in samples]
-    total = sum(_step_passes(plan.recording, v, (key,), plan.steps) for _, _, _, key, v, _ in todo)
+    every = schedule(plan, cfg.repeats)
+    todo = [u for u in every if unit_of(u[0], u[1], u[3], u[4]) not in samples]
     sets = weight_sets(plan, cfg) if todo else []
-    with tqdm(total=total, disable=not show_progress, unit="pass", dynamic_ncols=True) as bar:
-        for label in plan.stores:
-            units = [u for u in todo if u[0] == label]
-            if units:
-                replay_store(plan, cfg, label, units, sets, samples, bar)
+    counts = {label: (sum(u[0] == label for u in every), sum(u[0] == label for u in todo)) for label in plan.stores}
+    bar = RunProgress.start(run.path, {label: (total, total - left) for label, (total, left) in counts.items()},
+                            show=show_progress)
+    for label in plan.stores:
+        units = [u for u in todo if u[0] == label]
+        if units:
+            replay_store(plan, cfg, label, units, sets, samples, bar)
     return {"generations": len(plan.keys), "stores": list(plan.stores)}
 
 
 def replay_store(plan: ReplayPlan, cfg: ReplayConfig, label: str, units: list, sets: list, samples: SampleLog,
-                 bar) -> None:
+                 bar: RunProgress) -> None:
     """One store's units in order, after an untimed warm-up generation; each replayed generation is one row."""
     rec = plan.recording
     store = build_store(plan, "resident" if label == "resident" else "offloaded", sets)
@@ -349,8 +350,7 @@ def replay_store(plan: ReplayPlan, cfg: ReplayConfig, label: str, units: list, s
                **({"natural_tokens": natural} if recorded else {})}
         samples.append(unit_of(label, rnd, key, v), {"store": label, "round": rnd, "variant": v, "position": pos,
                                                      "generations": [gen]})
-        bar.update(sum(k != "prefill" for k in g["kinds"]))
-        bar.set_description(f"{label} r{rnd} {key.name} {v}", refresh=False)
+        bar.tick(label, f"{label} r{rnd} {key.name} {v}")
     del store
     gc.collect()
 
@@ -377,10 +377,3 @@ def engine_ratios(plan: ReplayPlan) -> dict:
     return {"store": store, "table": str(table.relative_to(rec.root.parents[2])), "tasks": sorted(tasks),
             "ratios": out}
 
-
-def _step_passes(rec: Recording, variant: str, keys, cap: int | None) -> int:
-    n = 0
-    for key in keys:
-        with np.load(rec.path(variant, key)) as z:
-            n += min(step_passes(z["kind"]), cap or 1 << 30)
-    return n

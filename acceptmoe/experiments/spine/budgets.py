@@ -11,6 +11,7 @@ into `<dest>` with its layout (`layout.RunPaths`) and resume the same way: calib
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -51,10 +52,33 @@ def read_budgets(world: WorldConfig, folder: Path) -> dict[Pair, PairBudget]:
     return out
 
 
-def compute_budgets(world: WorldConfig, dest: Path, limit: int | None) -> dict[Pair, PairBudget]:
+def b0_prompts(world: WorldConfig, limit: int | None) -> int:
+    """Evaluation prompts per task B0's method runs on: the B0 rule's, at most `limit`."""
+    return min(x for x in (limit, max(world.b0.prompts, world.b0.fallback_prompts)) if x is not None)
+
+
+def budget_counts(world: WorldConfig, dest: Path, limit: int | None) -> dict[str, tuple[int, int]]:
+    """kind -> (units `compute_budgets` runs into `dest`, those finished): calibration prompts and B0's
+    generations (for the progress line)."""
+    n, paths, samples = b0_prompts(world, limit), RunPaths(dest), SampleLog(dest / "samples.jsonl")
+    cal, b0 = [0, 0], [0, 0]
+    for model in world.models:
+        pairs = [p for p in world.pairs() if p.model == model.name]
+        finished = all(paths.b0(p).is_file() for p in pairs)
+        total, done = calibration.counts(world, paths, model.name)
+        keys = [unit_key(p.model, p.task, ex["id"], B0_METHOD) for p in pairs
+                for ex in get_task(p.task).load(world.eval_split, n)]
+        cal = [cal[0] + total, cal[1] + (total if finished else done)]
+        b0 = [b0[0] + len(keys), b0[1] + (len(keys) if finished else sum(k in samples for k in keys))]
+    return {"calibration": (cal[0], cal[1]), "b0": (b0[0], b0[1])}
+
+
+def compute_budgets(world: WorldConfig, dest: Path, limit: int | None,
+                    progress: Callable[[str, str], None] = lambda kind, desc: None) -> dict[Pair, PairBudget]:
     """Calibration and B0's method on the first `limit` evaluation prompts (at most the B0 rule's) into
-    `dest`, then B0 from those traces; finished files are reused (resume)."""
-    n = min(x for x in (limit, max(world.b0.prompts, world.b0.fallback_prompts)) if x is not None)
+    `dest`, then B0 from those traces; finished files are reused (resume). `progress(kind, desc)` after each
+    unit (kinds as `budget_counts`')."""
+    n = b0_prompts(world, limit)
     dest.mkdir(parents=True, exist_ok=True)
     if not (dest / "config.json").is_file():
         write_json(dest / "config.json", {"experiment": "budgets", "config": {"world": world, "limit": n}})
@@ -65,23 +89,27 @@ def compute_budgets(world: WorldConfig, dest: Path, limit: int | None) -> dict[P
         if all(paths.b0(p).is_file() for p in pairs):
             continue
         with opened(model, world, dest) as loaded:
-            tables = {s: calibration.calibrate_source(loaded, world, s, paths) for s in calibration.sources(world)}
+            tables = {s: calibration.calibrate_source(loaded, world, s, paths, lambda d: progress("calibration", d))
+                      for s in calibration.sources(world)}
             for pair in pairs:
                 task, table = get_task(pair.task), tables[world.calibration.source(pair.task)]
                 run = PairRun(loaded, task, task.load(world.eval_split, n), samples)
                 log = TraceLog(paths.traces(pair, B0_METHOD), keep=samples)
                 units = [(i, unit_key(pair.model, pair.task, ex["id"], B0_METHOD))
                          for i, ex in enumerate(run.examples)]
-                run_graded(run, loaded.plan(Variant(B0_METHOD), commitment=table.p_hat), units, log=log)
+                run_graded(run, loaded.plan(Variant(B0_METHOD), commitment=table.p_hat), units, log=log,
+                           progress=lambda d: progress("b0", d))
                 b0_for_pair(log, world.b0, paths.b0(pair))
     return read_budgets(world, dest)
 
 
-def pair_budgets(world: WorldConfig, run_dir: Path, source: str | Path | None,
-                 limit: int | None) -> dict[Pair, PairBudget]:
-    """The pairs' budgets (from `source`, else computed into `run_dir/budgets`), recorded in
-    `run_dir/budgets-used.json` so the run's tables never need the source folder again."""
-    budgets = read_budgets(world, Path(source)) if source else compute_budgets(world, run_dir / "budgets", limit)
+def pair_budgets(world: WorldConfig, run_dir: Path, source: str | Path | None, limit: int | None,
+                 progress: Callable[[str, str], None] = lambda kind, desc: None) -> dict[Pair, PairBudget]:
+    """The pairs' budgets (from `source`, else computed into `run_dir/budgets`, `progress` as
+    `compute_budgets`'), recorded in `run_dir/budgets-used.json` so the run's tables never need the source
+    folder again."""
+    budgets = read_budgets(world, Path(source)) if source else compute_budgets(world, run_dir / "budgets", limit,
+                                                                              progress)
     write_json(run_dir / USED, [{"model": pair.model, "task": pair.task, "b0": b.b0, "decision": b.decision.to_json(),
                                  "source": b.source, "p_hat": list(b.table.p_hat), "proposed": b.table.proposed,
                                  "committed": b.table.committed} for pair, b in budgets.items()])

@@ -71,12 +71,21 @@ def calibrate_source(loaded: Loaded, world: WorldConfig, source: str, paths: Run
     return table
 
 
-def pending(world: WorldConfig, paths: RunPaths, model: str) -> int:
-    """Calibration prompts still to run for `model` (for the progress bar)."""
-    total = 0
+def counts(world: WorldConfig, paths: RunPaths, model: str) -> tuple[int, int]:
+    """(calibration prompts of `model` in the whole run, those finished) (for the progress line)."""
+    total = done = 0
     for source in sources(world):
+        examples = calibration_examples(world, source)
+        total += len(examples)
         if paths.calibration(model, source, world.calibration.split).is_file():
+            done += len(examples)
             continue
-        done = TraceLog(paths.calibration_traces(model, source, world.calibration.split))
-        total += sum(ex["id"] not in done for ex in calibration_examples(world, source))
-    return total
+        log = TraceLog(paths.calibration_traces(model, source, world.calibration.split))
+        done += sum(ex["id"] in log for ex in examples)
+    return total, done
+
+
+def pending(world: WorldConfig, paths: RunPaths, model: str) -> int:
+    """Calibration prompts still to run for `model`."""
+    total, done = counts(world, paths, model)
+    return total - done

@@ -16,6 +16,7 @@ from acceptmoe.engine.engine import check_device
 from acceptmoe.errors import UserError
 
 from .engines import ENGINES, backend_class, require_admission, require_drafts
+from .progress import record_error
 from .prompts import resolve_checkpoint
 from .runs import Run, SampleLog, code_state, discard_if_empty, lock_run, open_run, record_resume
 
@@ -171,7 +172,8 @@ def check_same_code(recorded: dict, run_dir: Path, allowed: bool) -> dict:
 def run_to_completion(command: str, run: Run, work: Callable[[], dict | None]) -> bool:
     """Run `work` into `run` and write its summary (`work`'s fields, rows, this session's seconds).
     Ctrl-C keeps every finished row, prints the resume command and returns False. A new run that ends
-    (Ctrl-C or an error) before writing anything but its config leaves no folder."""
+    (Ctrl-C or an error) before writing anything but its config leaves no folder; an error after that is
+    recorded in the folder's `errors.jsonl` (`progress.record_error`, shown by `status`) and propagates."""
     print(f"run folder: {run.path}{' (resumed)' if run.resumed else ''}", flush=True)
     start = time.perf_counter()
     try:
@@ -182,8 +184,9 @@ def run_to_completion(command: str, run: Run, work: Callable[[], dict | None]) -
         else:
             print(f"\ninterrupted; finished rows are saved. Resume with: ./reproduce.sh {command} --resume {run.path}")
         return False
-    except BaseException:
-        discard_if_empty(run)          # a run that failed before its first result leaves no folder behind
+    except BaseException as exc:
+        if not discard_if_empty(run) and isinstance(exc, Exception):  # no result yet: no folder left behind
+            record_error(run.path, exc)
         raise
     run.finish({**extra, "rows": len(SampleLog(run.path / "samples.jsonl")),
                 "seconds_this_session": round(time.perf_counter() - start, 1)})

@@ -8,7 +8,7 @@
   removed (`discard_if_empty`).
 - `lock_run(folder)`: the process that opens a run folder holds an exclusive lock on its `.lock` file
   (fcntl.flock, released when the process ends), so a second process on the same folder refuses
-  (`RunLocked`) instead of writing duplicate rows.
+  (`RunLocked`) instead of writing duplicate rows; `lock_holder(folder)` says whether one holds it now.
 - Folders that cannot be made or written (a read-only file system, a full disk, `--results` naming a
   regular file) are `RunFolderError`s naming the path and the fix.
 - `recorded_experiment(folder)`: the experiment a run folder's `config.json` names (so copied runs, e.g.
@@ -41,7 +41,8 @@ from acceptmoe.errors import UserError
 from acceptmoe.paths import REPO
 
 LOCK_NAME = ".lock"
-KEEP_WHEN_EMPTY = ("config.json", LOCK_NAME, "resumes.jsonl")  # a folder holding only these has no results
+PROGRESS_NAME = "progress.json"   # a session's unit counts (`progress`)
+KEEP_WHEN_EMPTY = ("config.json", LOCK_NAME, "resumes.jsonl", PROGRESS_NAME)  # a folder holding only these has no results
 
 
 class RunFolderError(UserError):
@@ -91,6 +92,40 @@ def lock_run(path: Path) -> None:
     except OSError:  # the pid is only a courtesy to whoever finds the lock taken
         pass
     _HELD[key] = fd
+
+
+def lock_holder(path: Path) -> tuple[bool, str | None]:
+    """(whether a process holds run folder `path`'s lock now, the pid its `.lock` file names). Read from
+    /proc/locks where there is one (taking the lock to test it could refuse a run starting that instant), else
+    by trying a shared lock and letting it go."""
+    lock = Path(path) / LOCK_NAME
+    try:
+        named = lock.read_text(errors="replace").strip() or None
+        st = lock.stat()
+    except OSError:
+        return False, None
+    inode = f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}:{st.st_ino}"
+    try:
+        table = Path("/proc/locks").read_text()
+    except OSError:
+        return _try_lock(lock), named
+    for entry in table.splitlines():
+        fields = entry.split()
+        if "FLOCK" in fields and inode in fields:
+            return True, fields[fields.index(inode) - 1]
+    return False, named
+
+
+def _try_lock(lock: Path) -> bool:
+    """Whether another process holds `lock` (a shared lock taken and released at once)."""
+    fd = os.open(lock, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        return False
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)
 
 
 def release_run(path: Path) -> None:

@@ -15,10 +15,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from tqdm import tqdm
-
 from acceptmoe.evals.tasks import get_task
-from acceptmoe.methods import CALIBRATION, METHODS, CommitmentTable, Variant
+from acceptmoe.methods import B0_METHOD, CALIBRATION, METHODS, CommitmentTable, Variant
 
 from ..spine import calibration
 from ..spine.b0 import B0Decision, b0_for_pair
@@ -26,6 +24,7 @@ from ..spine.config import ModelEntry, Pair
 from ..spine.engines import opened, set_threads
 from ..spine.grading import PairRun, run_graded
 from ..spine.layout import RunPaths
+from ..spine.progress import RunProgress
 from ..spine.runs import Run, SampleLog, unit_key
 from ..spine.tracelog import TraceLog
 from .config import Table1Config
@@ -37,7 +36,7 @@ def method_order(methods: tuple[str, ...]) -> list[str]:
     """Calibration's method first (the engine that calibrated serves it on), then the method whose traces give B0,
     then the fixed-budget methods (at B0), then the rest."""
     ordered = [m for m in METHODS if m in methods]
-    first = [m for m in ordered if m == CALIBRATION] + [m for m in ordered if METHODS[m].sets_b0]
+    first = [m for m in ordered if m == CALIBRATION] + [m for m in ordered if m == B0_METHOD]
     fixed = [m for m in ordered if METHODS[m].needs_budget]
     return first + fixed + [m for m in ordered if m not in first + fixed]
 
@@ -54,25 +53,30 @@ def run_method(run: PairRun, method: str, table: CommitmentTable | None, b0: B0D
     plan = run.loaded.plan(Variant(method), commitment=table.p_hat if table else None, b0=b0.b0 if b0 else None)
     log = TraceLog(paths.traces(run.pair, method), keep=run.samples)
     units = [(i, unit_key(run.pair.model, run.pair.task, ex["id"], method)) for i, ex in enumerate(run.examples)]
-    run_graded(run, plan, units, trace_layers=cfg.trace_layers or plan.spec.sets_b0, log=log, progress=progress,
+    run_graded(run, plan, units, trace_layers=cfg.trace_layers or method == B0_METHOD, log=log, progress=progress,
                routes_as="table1")
-    return b0_for_pair(log, cfg.world.b0, paths.b0(run.pair)) if plan.spec.sets_b0 else b0
+    return b0_for_pair(log, cfg.world.b0, paths.b0(run.pair)) if method == B0_METHOD else b0
 
 
 def eval_examples(cfg: Table1Config) -> dict[str, list[dict]]:
     return {t: get_task(t).load(cfg.world.eval_split, cfg.limit) for t in cfg.world.tasks}
 
 
-def pending_units(cfg: Table1Config, model: str, examples: dict[str, list[dict]], samples: SampleLog) -> int:
-    return sum(unit_key(model, t, ex["id"], meth) not in samples
-               for t in cfg.world.tasks for ex in examples[t] for meth in cfg.methods)
+def unit_counts(cfg: Table1Config, model: str, examples: dict[str, list[dict]], samples: SampleLog,
+                paths: RunPaths) -> dict[str, tuple[int, int]]:
+    """kind -> (units of `model` in the whole run, those finished): calibration prompts (where a method needs
+    p_hat) and graded (prompt, method) generations."""
+    keys = [unit_key(model, t, ex["id"], meth) for t in cfg.world.tasks for ex in examples[t] for meth in cfg.methods]
+    out = {"calibration": calibration.counts(cfg.world, paths, model)} if needs_calibration(cfg.methods) else {}
+    return {**out, "generation": (len(keys), sum(k in samples for k in keys))}
 
 
 def run_model(model: ModelEntry, cfg: Table1Config, paths: RunPaths, samples: SampleLog,
-              examples: dict[str, list[dict]], progress: Progress) -> None:
+              examples: dict[str, list[dict]], bar: RunProgress) -> None:
     """Calibration, then each method on every pair of one model (the engine is closed when this returns)."""
+    progress = bar.reporter("generation")
     with opened(model, cfg.world, paths.root) as loaded:
-        tables = {s: calibration.calibrate_source(loaded, cfg.world, s, paths, progress)
+        tables = {s: calibration.calibrate_source(loaded, cfg.world, s, paths, bar.reporter("calibration"))
                   for s in calibration.sources(cfg.world)} if needs_calibration(cfg.methods) else {}
         runs = [PairRun(loaded, get_task(task), examples[task], samples) for task in cfg.world.tasks]
         b0: dict[str, B0Decision | None] = {task: None for task in cfg.world.tasks}
@@ -93,16 +97,13 @@ def run_experiment(cfg: Table1Config, run: Run, show_progress: bool = True) -> d
     set_threads(cfg.world)
     paths, samples = RunPaths(run.path), SampleLog(run.path / "samples.jsonl")
     examples = eval_examples(cfg)
-    calibrates = needs_calibration(cfg.methods)
-    todo = {m.name: pending_units(cfg, m.name, examples, samples)
-            + (calibration.pending(cfg.world, paths, m.name) if calibrates else 0) for m in cfg.world.models}
-    with tqdm(total=sum(todo.values()), disable=not show_progress, unit="gen", dynamic_ncols=True) as bar:
-        def progress(desc: str) -> None:
-            bar.set_description(desc, refresh=False)
-            bar.update(1)
-        for model in cfg.world.models:
-            if todo[model.name]:
-                run_model(model, cfg, paths, samples, examples, progress)
+    counts = {m.name: unit_counts(cfg, m.name, examples, samples, paths) for m in cfg.world.models}
+    kinds = {k: (sum(c[k][0] for c in counts.values()), sum(c[k][1] for c in counts.values()))
+             for k in next(iter(counts.values()))}
+    bar = RunProgress.start(run.path, kinds, show=show_progress)
+    for model in cfg.world.models:
+        if any(total > done for total, done in counts[model.name].values()):
+            run_model(model, cfg, paths, samples, examples, bar)
     return saved_b0(cfg, paths)
 
 

@@ -40,16 +40,15 @@ import os
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from tqdm import tqdm
-
 from acceptmoe.evals.tasks import get_task
 from acceptmoe.methods import Plan, Variant
 
-from ..spine.budgets import PairBudget, pair_budgets
+from ..spine.budgets import PairBudget, budget_counts, pair_budgets
 from ..spine.config import Pair
 from ..spine.engines import Loaded, opened, set_threads
 from ..spine.grading import PairRun, run_graded, save_routes
 from ..spine.layout import RunPaths
+from ..spine.progress import RunProgress
 from ..spine.prompts import decode, prompt_ids
 from ..spine.rows import COUNTER_FIELDS, Generated, Graded, NaturalEnd, TimedRow, TraceStats
 from ..spine.runs import Run, SampleLog, unit_key
@@ -208,10 +207,15 @@ def run_interleaved(u: Unit, variants: tuple[Variant, ...], pools: OwnPools, pro
                 pools.leave(v)
 
 
+def phase_keys(cfg: ThroughputConfig, phase: str, rep: int, model: str, examples: dict[str, list[dict]]) -> list[str]:
+    """The unit keys of one repetition of a phase for one model."""
+    return [unit_key(phase, rep, model, t, v, ex["id"]) for t in cfg.world.tasks for v in cfg.names(phase)
+            for ex in examples[t][:cfg.prompts(phase)]]
+
+
 def pending(cfg: ThroughputConfig, phase: str, rep: int, model: str, samples: SampleLog,
             examples: dict[str, list[dict]]) -> int:
-    return sum(unit_key(phase, rep, model, t, v, ex["id"]) not in samples for t in cfg.world.tasks
-               for v in cfg.names(phase) for ex in examples[t][:cfg.prompts(phase)])
+    return sum(k not in samples for k in phase_keys(cfg, phase, rep, model, examples))
 
 
 def run_timed_phase(cfg: ThroughputConfig, phase: str, samples: SampleLog, budgets: dict, progress: Progress) -> None:
@@ -255,26 +259,28 @@ def run_sweep_phase(cfg: ThroughputConfig, samples: SampleLog, budgets: dict, pr
                                progress=progress, routes_as="sweep")
 
 
-def total_units(cfg: ThroughputConfig, samples: SampleLog) -> int:
-    n = 0
+def unit_counts(cfg: ThroughputConfig, samples: SampleLog) -> dict[str, tuple[int, int]]:
+    """phase -> (its units in the whole run, those finished), in the run's order."""
+    out = {}
     for phase in cfg.phases:
+        keys = []
         for m in cfg.world.models:
             examples = {t: examples_for(cfg, phase, t, m, samples.path.parent) for t in cfg.world.tasks}
-            n += sum(pending(cfg, phase, r, m.name, samples, examples) for r in range(repetitions(cfg, phase)))
-    return n
+            keys += [k for r in range(repetitions(cfg, phase)) for k in phase_keys(cfg, phase, r, m.name, examples)]
+        out[phase] = (len(keys), sum(k in samples for k in keys))
+    return out
 
 
 def run_experiment(cfg: ThroughputConfig, run: Run, show_progress: bool = True) -> None:
     """Every phase of `cfg` into `run` (budgets first when a variant needs them)."""
     set_threads(cfg.world)
     samples = SampleLog(run.path / "samples.jsonl")
-    budgets = pair_budgets(cfg.world, run.path, cfg.budgets_from, cfg.limit) if needs_budgets(cfg) else {}
-    with tqdm(total=total_units(cfg, samples), disable=not show_progress, unit="gen", dynamic_ncols=True) as bar:
-        def progress(desc: str) -> None:
-            bar.set_description(desc, refresh=False)
-            bar.update(1)
-        for phase in cfg.phases:
-            if phase == "sweep":
-                run_sweep_phase(cfg, samples, budgets, progress)
-            else:
-                run_timed_phase(cfg, phase, samples, budgets, progress)
+    computes = needs_budgets(cfg) and not cfg.budgets_from
+    kinds = budget_counts(cfg.world, run.path / "budgets", cfg.limit) if computes else {}
+    bar = RunProgress.start(run.path, {**kinds, **unit_counts(cfg, samples)}, show=show_progress)
+    budgets = pair_budgets(cfg.world, run.path, cfg.budgets_from, cfg.limit, bar.tick) if needs_budgets(cfg) else {}
+    for phase in cfg.phases:
+        if phase == "sweep":
+            run_sweep_phase(cfg, samples, budgets, bar.reporter(phase))
+        else:
+            run_timed_phase(cfg, phase, samples, budgets, bar.reporter(phase))

@@ -20,7 +20,8 @@ def work(experiment: str, preset, overrides: dict) -> tuple[object, dict[str, li
                 continue
             store, slots = ("offloaded", cfg.offload.slots) if phase.startswith("offload") else ("resident", None)
             work += [Work(phase, v, store, repetitions(cfg, phase) * (cfg.prompts(phase) + 1),
-                          w.generation.timed_tokens, phase == "offload-counters", False, slots)
+                          w.generation.timed_tokens, phase == "offload-counters", False, slots, timed=True,
+                          repetitions=repetitions(cfg, phase))
                      for t in w.tasks for v in cfg.variants(phase)]
         out[m.name] = work
     return w, out
