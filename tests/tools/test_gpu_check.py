@@ -248,9 +248,9 @@ def test_run_all_on_cpu_writes_the_json_beside_the_table(tmp_path):
     res = command.run_all("cpu", TINY, tmp_path, prompts=1, tokens=6, layer_shape=SMALL_SHAPE,
                           kernel_shape=(5, 16, 2), replay_shape="tiny", budget_s=float("inf"))
     assert [c["check"] for c in res["checks"]] == ["kernel", "kernel-reference", "experts", "parity", "graphs",
-                                                   "layer-graphs", "lossless", "pinned", "replay"]
+                                                   "layer-graphs", "sglang-sampling", "lossless", "pinned", "replay"]
     verdicts = {c["check"]: c["verdict"] for c in res["checks"]}
-    assert verdicts["kernel"] == verdicts["lossless"] == "PASS" and verdicts["layer-graphs"] == "SKIP"
+    assert verdicts["kernel"] == verdicts["lossless"] == "PASS" and verdicts["layer-graphs"] == verdicts["sglang-sampling"] == "SKIP"
     assert not res["not_run"] and set(res["seconds"]) >= set(verdicts)
     saved = json.loads((tmp_path / "gpu_check.json").read_text())
     assert saved["checks"] == res["checks"] and set(saved["timing"]) == set(res["timing"])
@@ -262,9 +262,9 @@ def test_run_all_starts_no_stage_after_its_budget(tmp_path, capsys):
     res = command.run_all("cpu", TINY, tmp_path, prompts=1, tokens=6, layer_shape=SMALL_SHAPE,
                           kernel_shape=(5, 16, 2), replay_shape="tiny", budget_s=-1)
     assert all(c["verdict"] == "SKIP" and c["reason"].startswith("not run:") for c in res["checks"])
-    assert len(res["checks"]) == 9 and res["timing"] == {} and not res["seconds"]
+    assert len(res["checks"]) == 10 and res["timing"] == {} and not res["seconds"]
     assert "| kernel | SKIP | not run:" in (tmp_path / "gpu_check.md").read_text()
-    assert capsys.readouterr().out.count("not run:") == 9
+    assert capsys.readouterr().out.count("not run:") == 10
 
 
 def test_replay_check_runs_its_cpu_side_and_fails_when_the_pool_is_not_restored(tmp_path, monkeypatch):

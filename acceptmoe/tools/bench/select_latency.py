@@ -19,9 +19,9 @@ import torch
 
 from acceptmoe.commands import command, parser
 from acceptmoe.kernels import make_verifier
-from acceptmoe.methods import METHODS, BlockInfo, Fit, Router, Variant, route, select
+from acceptmoe.methods import BlockInfo, Fit, Router, Variant, route, select, verifier_methods
 
-SPECULATING = tuple(name for name, spec in METHODS.items() if spec.speculates)
+SPECULATING = verifier_methods()   # an admitting method verifies with its selector's verifier
 POOL = 64                         # distinct router-logit tensors the timed calls cycle through
 
 

@@ -39,9 +39,12 @@ REPO = Path(__file__).resolve().parents[3]
 
 def sglang_python() -> str | None:
     """The interpreter of an SGLang environment: this one, ACCEPTMOE_SGLANG_PYTHON, or .venv-sglang."""
-    from importlib.util import find_spec
-    if find_spec("sglang") is not None:
+    from importlib.metadata import PackageNotFoundError, version
+    try:                                  # the installed distribution (a folder named sglang on sys.path is not it)
+        version("sglang")
         return sys.executable
+    except PackageNotFoundError:
+        pass
     given = os.environ.get("ACCEPTMOE_SGLANG_PYTHON")
     built = REPO / ".venv-sglang" / "bin" / "python"
     return given if given else (str(built) if built.is_file() else None)
