@@ -3,9 +3,9 @@
 A reader of results, not an experiment: it runs nothing and owns no config section. It reads other
 experiments' run folders through their record builders only (Table 1's table, the throughput records and
 report's `load_records`, the study's tables, the replay's report, the batch study's records, the divergence
-report), the one
-exception to "an experiment package imports no other": its record says it reads (`reads=True`), and each
-experiment's record names the modules a reader may import (`records=`), which the import-graph test holds it to.
+report), the one exception to "an experiment package imports no other": its record says it reads
+(`reads=True`), and each experiment's record names the modules a reader may import (`records=`), which the
+import-graph test holds it to.
 The claims themselves (id, text, the paper's value and direction) live in `spine.paper`, where the
 throughput report's paper column reads them too.
 

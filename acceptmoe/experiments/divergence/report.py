@@ -62,7 +62,7 @@ def summarise(rows: list[dict], cfg: DivergenceConfig) -> list[dict]:
 
 def paired(rows: list[dict], cfg: DivergenceConfig, method: str, against: str) -> list[dict]:
     """Per temperature, `method` minus `against` on the prompts both ran: the mean TV difference and the accuracy
-    difference (pp), each with its 95 % interval and the prompts it rests on; TV is None where `against` routes
+    difference (pp), each with its 95 % interval and the units it rests on; no TV keys where either side routes
     naturally (no divergence recorded)."""
     boot = cfg.world.bootstrap
     key = lambda r: (r["model"], r["task"], str(r["example_id"]))             # noqa: E731
