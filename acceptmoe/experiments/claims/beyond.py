@@ -1,20 +1,24 @@
-"""What a batch study's run says about the findings beyond the paper (`spine.paper.BEYOND`): one `Measured` per
-finding, each (draft shape, batch size) cell, or each draft shape, judged on its own 95 % interval. Every number
-comes from the batch study's record builders (`batch.records`), never recomputed here.
+"""What a batch study's or a divergence run says about the findings beyond the paper (`spine.paper.BEYOND`): one
+`Measured` per finding, each (draft shape, batch size) cell, each draft shape, or each (baseline,) temperature,
+judged on its own 95 % interval. Every number comes from the experiments' record builders (`batch.records`,
+`divergence.report`), never recomputed here.
 
     batch_rows(run_dir) -> [Measured, ...]
+    divergence_rows(run_dir) -> [Measured, ...]
 """
 from __future__ import annotations
 
 from pathlib import Path
 
-from acceptmoe.methods import B0_METHOD, Variant
+from acceptmoe.methods import B0_METHOD, BASELINE, METHODS, Variant, fixed_twin
 
 from ..batch import records as batch_records
+from ..divergence import report as divergence_report
 from .measured import CI, Measured, engine_measures, meta, where, world_of
 from .verdict import Evidence
 
 SELF = Variant(B0_METHOD).name          # AcceptMoE (the self-sized method whose traces decide B0)
+PROMPTS = "prompts"
 
 
 def _cells(recs: list[dict], key: str, label) -> tuple[Evidence, ...]:
@@ -64,4 +68,49 @@ def batch_rows(run: Path) -> list[Measured]:
         out.append(_measured("batch-shared-accuracy", "; ".join(f"{c.label} {c.estimate:+.1f} pp" for c in cells),
                              f"per cell {min(c.low for c in cells):+.1f} to {max(c.high for c in cells):+.1f} pp (95 %)",
                              cells, ran))
+    return out
+
+
+def _temperature(t: float) -> str:
+    return f"T={t}"            # as the divergence report writes it
+
+
+def fixed_baselines(methods: tuple[str, ...]) -> list[str]:
+    """The fixed-budget baselines among a run's methods: every fixed-budget method of the paper but AcceptMoE's
+    own fixed twin (Count-B, MoE-Spec)."""
+    return [m for m in methods if METHODS[m].needs_budget and not METHODS[m].beyond_paper
+            and m != fixed_twin(B0_METHOD)]
+
+
+def divergence_rows(run: Path) -> list[Measured]:
+    """AcceptMoE's TV from natural routing per temperature (the report's own records), its TV minus each
+    fixed-budget baseline's and its accuracy minus Standard SD's, paired over prompts (`divergence.report.paired`)."""
+    cfg, rows = divergence_report.load(Path(run))
+    world = meta(run)["world"]
+    base = dict(measures=f"{engine_measures(world)}: sampled generations, each verify pass beside an all-experts "
+                         f"pass of the same tree", run=where(run), world=world_of(world))
+    out = []
+    own = [dict(r, unit=PROMPTS) for r in divergence_report.summarise(rows, cfg) if r["method"] == B0_METHOD]
+    cells = _cells(own, "tv", lambda r: _temperature(r["temperature"]))
+    if cells:
+        out.append(_measured("divergence-acceptmoe", "; ".join(f"{c.label} {c.estimate:.4f}" for c in cells)
+                             + " (TV, mean over prompts)",
+                             f"per cell {min(c.low for c in cells):.4f} to {max(c.high for c in cells):.4f} (95 %)",
+                             cells, base))
+    vs = [dict(r, unit=PROMPTS) for b in fixed_baselines(cfg.method_names())
+          for r in divergence_report.paired(rows, cfg, B0_METHOD, b)]
+    label = lambda r: f"{METHODS[r['against']].label} {_temperature(r['temperature'])}"     # noqa: E731
+    cells = _cells(vs, "tv_diff", label)
+    if cells:
+        out.append(_measured("divergence-vs-fixed", "; ".join(f"{c.label} {c.estimate:+.4f}" for c in cells)
+                             + " (TV difference, paired over prompts)",
+                             f"per cell {min(c.low for c in cells):+.4f} to {max(c.high for c in cells):+.4f} (95 %)",
+                             cells, base))
+    acc = [dict(r, unit=PROMPTS) for r in divergence_report.paired(rows, cfg, B0_METHOD, BASELINE)]
+    cells = _cells(acc, "accuracy_diff", lambda r: _temperature(r["temperature"]))
+    if cells:
+        out.append(_measured("divergence-accuracy", "; ".join(f"{c.label} {c.estimate:+.1f} pp" for c in cells)
+                             + " (paired over prompts)",
+                             f"per cell {min(c.low for c in cells):+.1f} to {max(c.high for c in cells):+.1f} pp (95 %)",
+                             cells, base))
     return out

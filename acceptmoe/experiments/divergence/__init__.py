@@ -2,17 +2,19 @@
 "Sampling"; docs/commands.md, "divergence"). For every registered method that restricts experts, at each
 temperature: KL and total variation of its verify passes' next-token distributions from natural routing's at
 the same positions, the acceptance length and the accuracy, each with a bootstrap interval over prompts;
-Standard SD beside them (natural routing: no divergence by construction).
+Standard SD beside them (natural routing: no divergence by construction). The claims table reads its newest
+reference run (`claims=`) through `report` (`summarise`, and `paired`: one method minus another over prompts).
 
 | module     | what it holds                                                            |
 |------------|--------------------------------------------------------------------------|
 | `config`   | `DivergenceConfig`, the `divergence:` section                            |
 | `runner`   | p_hat and B0 (`spine.budgets`), then every (temperature, method, prompt) |
-| `report`   | the report from saved rows only                                          |
+| `report`   | the report from saved rows only; `paired` differences for the claims     |
 | `commands` | `divergence`                                                             |
 """
 from acceptmoe.experiments.spine.catalog import Experiment
 
 # found by `spine.catalog` (docs/architecture.md, "Experiments are found")
 EXPERIMENT = Experiment(__name__, order=36, config="config:DivergenceConfig",
-                        tables={"divergence": "report:write_report"}, records=("report", "config"))
+                        tables={"divergence": "report:write_report"}, claims=("divergence",),
+                        records=("report", "config"))

@@ -5,6 +5,12 @@ distributions (each prompt's mean over its positions, then the mean over prompts
 interval over prompts (`evals.stats`, the project's interval rules; prompts resampled within each pair).
 
     text = write_report(run_dir)      # writes divergence.md and divergence.csv, returns the Markdown
+    cfg, rows = load(run_dir); paired(rows, cfg, "acceptmoe", "count-b")   # per temperature, paired over prompts
+
+`paired` is a record builder for readers of results (the claims table), not part of the report's tables: one
+method minus another on the same prompts (each prompt's own sampling stream, the same for every method), TV
+by the bootstrap over prompts within each pair, accuracy by Newcombe's paired score interval
+(`stats.paired_bootstrap_diff`, the rule of every paired 0/1 difference).
 """
 from __future__ import annotations
 
@@ -54,6 +60,33 @@ def summarise(rows: list[dict], cfg: DivergenceConfig) -> list[dict]:
     return out
 
 
+def paired(rows: list[dict], cfg: DivergenceConfig, method: str, against: str) -> list[dict]:
+    """Per temperature, `method` minus `against` on the prompts both ran: the mean TV difference and the accuracy
+    difference (pp), each with its 95 % interval and the units it rests on; no TV keys where either side routes
+    naturally (no divergence recorded)."""
+    boot = cfg.world.bootstrap
+    key = lambda r: (r["model"], r["task"], str(r["example_id"]))             # noqa: E731
+    out = []
+    for t in cfg.temperatures:
+        by = {m: {key(r): r for r in rows if r["temperature"] == t and r["method"] == m} for m in (method, against)}
+        both = sorted(set(by[method]) & set(by[against]))
+        if not both:
+            continue
+        a, b = ([by[m][k] for k in both] for m in (method, against))
+        strata = [f"{m}|{task}" for m, task, _ in both]
+        rec: dict = {"temperature": t, "method": method, "against": against, "prompts": len(both)}
+        tvs = [[r["tv"] for r in side] for side in (a, b)]
+        if all(v is not None and math.isfinite(v) for side in tvs for v in side):
+            iv = stats.paired_bootstrap_diff(*tvs, cfg.bootstrap_resamples, boot.confidence, boot.seed, strata)
+            rec |= {"tv_diff": iv.estimate, "tv_diff_low": iv.low, "tv_diff_high": iv.high, "tv_diff_n": iv.n}
+        acc = stats.paired_bootstrap_diff([float(r["correct"]) for r in a], [float(r["correct"]) for r in b],
+                                          cfg.bootstrap_resamples, boot.confidence, boot.seed, strata)
+        rec |= {"accuracy_diff": 100 * acc.estimate, "accuracy_diff_low": 100 * acc.low,
+                "accuracy_diff_high": 100 * acc.high, "accuracy_diff_n": acc.n, "accuracy_diff_rule": acc.method}
+        out.append(rec)
+    return out
+
+
 def _iv(rec: dict, name: str, low: str, high: str, fmt: str) -> str:
     if name not in rec:
         return "natural routing"
@@ -76,10 +109,16 @@ def markdown(records: list[dict], cfg: DivergenceConfig) -> str:
     return "\n".join(lines)
 
 
-def write_report(run_dir: Path) -> str:
+def load(run_dir: Path) -> tuple[DivergenceConfig, list[dict]]:
+    """A run folder's saved config and rows."""
     run_dir = Path(run_dir)
     cfg = from_saved(DivergenceConfig, json.loads((run_dir / "config.json").read_text())["config"])
-    rows = list(SampleLog(run_dir / "samples.jsonl"))
+    return cfg, list(SampleLog(run_dir / "samples.jsonl"))
+
+
+def write_report(run_dir: Path) -> str:
+    run_dir = Path(run_dir)
+    cfg, rows = load(run_dir)
     if not rows:
         raise NothingToTabulate(f"{run_dir}: no rows yet; run ./reproduce.sh divergence --resume {run_dir}")
     records = summarise(rows, cfg)

@@ -159,8 +159,11 @@ CLAIMS: tuple[Claim, ...] = (
 )
 
 # Findings beyond the paper: questions it leaves open, asked of this reproduction with the paper's own direction
-# as the hypothesis (their rows in the claims table say so; docs/method.md's table lists the paper's claims only).
+# as the hypothesis (their rows in the claims table say so; docs/method.md's claims table lists the paper's claims
+# only, its margins table both).
 NOT_IN_PAPER = "beyond the paper (it measures batch 1, 64-token trees)"
+NOT_SAMPLED = "beyond the paper (it decodes greedily, temperature 0)"
+TV_TOLERANCE = 0.01           # the divergence a restricted verify pass may have from natural routing (our choice)
 BEYOND: tuple[Claim, ...] = (
     Claim("batch-reads", "experts read per output token, AcceptMoE vs Standard SD, when B requests verify together "
                          "(the union of their sets per layer), per draft shape and batch size",
@@ -187,6 +190,23 @@ BEYOND: tuple[Claim, ...] = (
           (Part("", NOT_IN_PAPER),),
           Expect("equivalent", "equal within 1 pp in every cell (the interval inside [-1, +1])", 0.0, 1.0,
                  every_pair=True, margin_from="accuracy-vs-sd's margin, carried over"), "batch-study", beyond=True),
+    Claim("divergence-acceptmoe", "total variation of AcceptMoE's verify-pass next-token distribution from natural "
+                                  "routing's, under sampling, per temperature (mean over positions, then prompts)",
+          (Part("", NOT_SAMPLED),),
+          Expect("below", f"within {TV_TOLERANCE:g} of natural routing at every temperature (TV < {TV_TOLERANCE:g})",
+                 TV_TOLERANCE, every_pair=True,
+                 margin_from=f"our choice: at most {100 * TV_TOLERANCE:g} % of the next-token probability mass moved "
+                             f"per position, the size of accuracy-vs-sd's 1 pp margin"), "divergence", beyond=True),
+    Claim("divergence-vs-fixed", "total variation from natural routing, AcceptMoE minus each fixed-budget baseline "
+                                 "(Count-B, MoE-Spec at B0) on the same prompts, under sampling, per temperature",
+          (Part("", NOT_SAMPLED),),
+          Expect("below", "less divergence than every fixed-budget baseline at every temperature (difference < 0)",
+                 every_pair=True), "divergence", beyond=True),
+    Claim("divergence-accuracy", "accuracy under sampling, AcceptMoE minus Standard SD on the same prompts, per "
+                                 "temperature",
+          (Part("", NOT_SAMPLED),),
+          Expect("equivalent", "equal within 1 pp at every temperature (the interval inside [-1, +1])", 0.0, 1.0,
+                 every_pair=True, margin_from="accuracy-vs-sd's margin, carried over"), "divergence", beyond=True),
 )
 BY_ID = {c.id: c for c in CLAIMS + BEYOND}
 
@@ -202,9 +222,10 @@ def docs_table() -> str:
 
 
 def margins_table() -> str:
-    """docs/method.md's list of the margins and tolerances the verdicts use, and where each comes from."""
+    """docs/method.md's list of the margins and tolerances the verdicts use, and where each comes from (the
+    findings beyond the paper too)."""
     rows = []
-    for c in CLAIMS:
+    for c in CLAIMS + BEYOND:
         for p in (c.parts if c.split else [None]):
             e = p.expect if p else c.expect
             if e.margin_from:
