@@ -26,7 +26,7 @@ class DivergenceConfig:
     world: WorldConfig
     temperatures: tuple[float, ...] = (0.6, 1.0)
     methods: tuple[str, ...] | None = None   # restricting methods (None: every registered one)
-    prompts: int = 4                         # evaluation prompts per (model, task)
+    prompts: int = 5                         # evaluation prompts per (model, task)
     max_new_tokens: int = 48                 # per generation (the report's steps; short keeps it a few minutes)
     limit: int | None = None                 # caps prompts and the budgets' calibration / B0 prompts
     budgets_from: str | None = None          # a Table 1 run folder: reuse its p_hat and B0
