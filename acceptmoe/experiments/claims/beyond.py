@@ -89,28 +89,21 @@ def divergence_rows(run: Path) -> list[Measured]:
     world = meta(run)["world"]
     base = dict(measures=f"{engine_measures(world)}: sampled generations, each verify pass beside an all-experts "
                          f"pass of the same tree", run=where(run), world=world_of(world))
-    out = []
     own = [dict(r, unit=PROMPTS) for r in divergence_report.summarise(rows, cfg) if r["method"] == B0_METHOD]
-    cells = _cells(own, "tv", lambda r: _temperature(r["temperature"]))
-    if cells:
-        out.append(_measured("divergence-acceptmoe", "; ".join(f"{c.label} {c.estimate:.4f}" for c in cells)
-                             + " (TV, mean over prompts)",
-                             f"per cell {min(c.low for c in cells):.4f} to {max(c.high for c in cells):.4f} (95 %)",
-                             cells, base))
     vs = [dict(r, unit=PROMPTS) for b in fixed_baselines(cfg.method_names())
           for r in divergence_report.paired(rows, cfg, B0_METHOD, b)]
-    label = lambda r: f"{METHODS[r['against']].label} {_temperature(r['temperature'])}"     # noqa: E731
-    cells = _cells(vs, "tv_diff", label)
-    if cells:
-        out.append(_measured("divergence-vs-fixed", "; ".join(f"{c.label} {c.estimate:+.4f}" for c in cells)
-                             + " (TV difference, paired over prompts)",
-                             f"per cell {min(c.low for c in cells):+.4f} to {max(c.high for c in cells):+.4f} (95 %)",
-                             cells, base))
     acc = [dict(r, unit=PROMPTS) for r in divergence_report.paired(rows, cfg, B0_METHOD, BASELINE)]
-    cells = _cells(acc, "accuracy_diff", lambda r: _temperature(r["temperature"]))
-    if cells:
-        out.append(_measured("divergence-accuracy", "; ".join(f"{c.label} {c.estimate:+.1f} pp" for c in cells)
-                             + " (paired over prompts)",
-                             f"per cell {min(c.low for c in cells):+.1f} to {max(c.high for c in cells):+.1f} pp (95 %)",
-                             cells, base))
+    by_temperature = lambda r: _temperature(r["temperature"])                                # noqa: E731
+    by_baseline = lambda r: f"{METHODS[r['against']].label} {_temperature(r['temperature'])}"  # noqa: E731
+    rows_of = (("divergence-acceptmoe", own, "tv", by_temperature, "{:.4f}", "", " (TV, mean over prompts)"),
+               ("divergence-vs-fixed", vs, "tv_diff", by_baseline, "{:+.4f}", "", " (TV difference, paired over prompts)"),
+               ("divergence-accuracy", acc, "accuracy_diff", by_temperature, "{:+.1f}", " pp", " (paired over prompts)"))
+    out = []
+    for claim_id, records, key, label, num, unit, what in rows_of:
+        cells = _cells(records, key, label)
+        if cells:
+            ours = "; ".join(f"{c.label} {num.format(c.estimate)}{unit}" for c in cells) + what
+            spread = (f"per cell {num.format(min(c.low for c in cells))} to {num.format(max(c.high for c in cells))}"
+                      f"{unit} (95 %)")
+            out.append(_measured(claim_id, ours, spread, cells, base))
     return out
