@@ -38,7 +38,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import gc
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -54,6 +53,7 @@ from acceptmoe.methods import Fit, Plan, Router
 
 from .admission import Admitting, fetch_share
 from .backend import Capabilities, GenerationOptions, per_request
+from .device import check_device, free_memory
 from .eagle3 import Eagle3Draft, Eagle3Drafter
 from .graphs import Inputs, StepGraphs, resolve_steps
 from .kv import KVCache
@@ -482,27 +482,6 @@ class Engine:
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
         return time.perf_counter()
-
-
-def free_memory() -> None:
-    """Collect what nothing references, then empty torch's device cache and its pinned host cache (the caching
-    host allocator keeps freed page-locked blocks until asked: without this, every model a process opens adds
-    its pinned bytes to the last one's)."""
-    gc.collect()
-    if torch.cuda.is_available():
-        torch.cuda.synchronize()
-        torch.cuda.empty_cache()
-        torch.accelerator.empty_host_cache()
-
-
-def check_device(device: str | torch.device) -> None:
-    """A device this machine has; otherwise one user error naming what to pass instead."""
-    dev = torch.device(device)
-    if dev.type == "cuda" and not torch.cuda.is_available():
-        raise UserError(f"device {str(device)!r}: this machine has no CUDA GPU (or torch was built without CUDA); "
-                        f"use device cpu (presets: `device: cpu`; lm-eval: --device cpu)")
-    if dev.type == "cuda" and dev.index is not None and dev.index >= torch.cuda.device_count():
-        raise UserError(f"device {str(device)!r}: only {torch.cuda.device_count()} CUDA device(s) here")
 
 
 def load_engine(path: str | Path | None = None, device: str | torch.device = "cpu", dtype=None,

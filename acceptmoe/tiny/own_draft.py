@@ -31,7 +31,8 @@ import torch
 
 from acceptmoe.commands import command, parser
 from acceptmoe.engine.backend import GenerationOptions
-from acceptmoe.engine.engine import check_device, load_engine
+from acceptmoe.engine.device import check_device
+from acceptmoe.engine.engine import load_engine
 from acceptmoe.engine.text import load_tokenizer, prompt_ids
 from acceptmoe.engine.tree import TreeShape
 from acceptmoe.errors import UserError

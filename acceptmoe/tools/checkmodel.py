@@ -34,8 +34,8 @@ from acceptmoe.costs.verify import load_profile
 from acceptmoe.engine import Engine, TreeShape
 from acceptmoe.engine.backend import GenerationOptions
 from acceptmoe.engine.config import CheckpointError, ModelConfig
+from acceptmoe.engine.device import check_device
 from acceptmoe.engine.eagle3 import Eagle3Draft
-from acceptmoe.engine.engine import check_device
 from acceptmoe.engine.families import FAMILIES
 from acceptmoe.engine.memory import mxfp4_in_config, store_bytes, weight_bytes
 from acceptmoe.engine.model import MoEModel

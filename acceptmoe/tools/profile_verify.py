@@ -42,7 +42,7 @@ def main(argv: list[str] | None = None) -> int:
         torch.set_num_threads(a.threads)
     from acceptmoe.costs.verify import fit, profile, save_profile
     from acceptmoe.engine import load_engine
-    from acceptmoe.engine.engine import check_device
+    from acceptmoe.engine.device import check_device
 
     check_device(a.device)
     engine = load_engine(a.model, device=a.device, store=a.store, slots=a.slots)

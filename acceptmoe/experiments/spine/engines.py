@@ -196,5 +196,5 @@ def set_threads(world) -> None:
 
 
 def free_device_memory() -> None:
-    from acceptmoe.engine.engine import free_memory
+    from acceptmoe.engine.device import free_memory
     free_memory()

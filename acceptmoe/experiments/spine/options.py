@@ -12,7 +12,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from acceptmoe.engine.engine import check_device
+from acceptmoe.engine.device import check_device
 from acceptmoe.errors import UserError
 
 from .engines import ENGINES, backend_class, require_admission, require_drafts
