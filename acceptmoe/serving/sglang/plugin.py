@@ -9,6 +9,7 @@ registered hooks. No installed SGLang file is edited. The hooks:
 | `DecodeCudaGraphRunner.capture`                  | AROUND | a target TARGET_VERIFY graph captures the restricted routing |
 | `TopK.forward`                                   | AROUND | target layers of those passes: mask router logits outside each request's set (Eq. 2) |
 | `eagle_utils.eagle_sample`                       | AFTER  | accepted paths and accept lengths per request -> routing records |
+| `eagle_utils._verify_uses_greedy` (CPU only)     | AROUND | verify at temperature > 0 samples as on CUDA (`cpu.sampling`) |
 
 Draft layers (`TopK.is_draft`), the draft worker, prefill and plain decode passes pass through untouched
 (plain decode is restricted only under the test switch `ACCEPTMOE_FORCE_DECODE`). With no method and no trace
@@ -54,6 +55,10 @@ def load() -> None:
     HookRegistry.register(TARGETS["capture"], _around_capture, HookType.AROUND)
     HookRegistry.register(TARGETS["topk"], _around_topk, HookType.AROUND)
     HookRegistry.register(TARGETS["sample"], _after_sample, HookType.AFTER)
+    from sglang.srt.utils import is_cpu
+    if is_cpu():                                         # SGLang's sampling verify on the CPU engine
+        from .cpu import sampling
+        sampling.install(HookRegistry, HookType)
     log.info("acceptmoe plugin loaded: %s", RUNTIME.cfg.describe())
 
 

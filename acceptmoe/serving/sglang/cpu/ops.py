@@ -13,6 +13,13 @@ cross-attention, scaled fp8 KV) instead of a silently different result.
     build_draft_decode_metadata_cpu                   per-candidate req->token rows for multi-step draft decode
     assign_req_to_token_pool_cpu, assign_draft_cache_locs_contiguous_cpu, assign_extend_cache_locs_cpu,
     fill_bonus_tokens_cpu, fill_accept_out_cache_loc_cpu, copy_all_layer_kv_cache_cpu   KV slot bookkeeping
+    murmur_hash32_cpu                                 the per-request seeded hash (seeded sampling coins)
+
+and, for verify at temperature > 0, the three ops SGLang's sampling branch calls that have no CPU version at
+all (`SAMPLING`, bound in by `acceptmoe.serving.sglang.cpu.sampling`):
+
+    tree_speculative_sampling_target_only             the tree rejection rule (sgl-kernel's CUDA kernel)
+    top_k_renorm_prob, top_p_renorm_prob              top-k / top-p renormalisation (flashinfer's on CUDA)
 
 These run on the host with Python loops over requests (a CPU serving batch is small); they are correctness
 stand-ins, not kernels. `register()` puts the two attention ops under `torch.ops.sgl_kernel`, where the
@@ -31,7 +38,8 @@ from torch import Tensor
 OPS = ("extend_attention_cpu", "decode_attention_cpu", "build_tree_kernel_efficient_cpu", "verify_tree_greedy_cpu",
        "build_draft_decode_metadata_cpu", "assign_req_to_token_pool_cpu", "assign_draft_cache_locs_contiguous_cpu",
        "assign_extend_cache_locs_cpu", "fill_bonus_tokens_cpu", "fill_accept_out_cache_loc_cpu",
-       "copy_all_layer_kv_cache_cpu")
+       "copy_all_layer_kv_cache_cpu", "murmur_hash32_cpu")
+SAMPLING = ("tree_speculative_sampling_target_only", "top_k_renorm_prob", "top_p_renorm_prob")
 
 
 class UnsupportedOpError(NotImplementedError):
@@ -283,11 +291,132 @@ def copy_all_layer_kv_cache_cpu(data_ptrs, strides, tgt_loc, src_loc) -> None:
         buf[tgt] = buf[src]
 
 
+# ----- sampling -----
+_MASK32 = 0xFFFFFFFF
+
+
+def _rotl32(x: Tensor, r: int) -> Tensor:
+    return ((x << r) | (x >> (32 - r))) & _MASK32
+
+
+def _murmur_mix(h: Tensor, k: Tensor) -> Tensor:
+    k = _rotl32((k * 0xCC9E2D51) & _MASK32, 15)
+    h = h ^ ((k * 0x1B873593) & _MASK32)
+    return (_rotl32(h, 13) * 5 + 0xE6546B64) & _MASK32
+
+
+def murmur_hash32_cpu(seed: Tensor, positions: Tensor, col_indices: Tensor) -> Tensor:
+    """uint32 [n, m]: MurmurHash3 (32 bit) of the blocks (seed low, seed high, position, column) per row and column,
+    as SGLang's Triton kernel (`kernels/ops/sampling/murmur_hash.py`). int64 arithmetic, every product masked to
+    its low 32 bits (two's complement keeps them exact)."""
+    s = seed.reshape(-1, 1).view(torch.int64) if seed.dtype == torch.uint64 else seed.reshape(-1, 1).long()
+    pos = (positions.reshape(-1, 1).view(torch.int64) if positions.dtype == torch.uint64
+           else positions.reshape(-1, 1).long()) & _MASK32
+    col = col_indices.reshape(1, -1).long() & _MASK32
+    h = _murmur_mix(torch.zeros_like(s), s & _MASK32)
+    h = _murmur_mix(h, (s >> 32) & _MASK32)
+    h = _murmur_mix(h, pos)
+    h = _murmur_mix(h.expand(-1, col.shape[1]), col.expand(h.shape[0], -1))
+    h = h ^ 16
+    h = ((h ^ (h >> 16)) * 0x85EBCA6B) & _MASK32
+    h = ((h ^ (h >> 13)) * 0xC2B2AE35) & _MASK32
+    return (h ^ (h >> 16)).to(torch.uint32)
+
+
+def _per_row(value, rows: int, dtype) -> Tensor:
+    return value.reshape(-1).to(dtype) if isinstance(value, Tensor) else torch.full((rows,), value, dtype=dtype)
+
+
+def top_k_renorm_prob(probs: Tensor, top_k) -> Tensor:
+    """Each row's probabilities kept where they reach its k-th largest (ties with it kept, flashinfer's pivot
+    rule; k >= V keeps all), renormalised."""
+    v = probs.shape[-1]
+    k = _per_row(top_k, probs.shape[0], torch.long).clamp(1, v)
+    kth = probs.sort(dim=-1, descending=True).values.gather(1, (k - 1)[:, None])
+    kept = probs.masked_fill(probs < kth, 0.0)
+    return kept / kept.sum(-1, keepdim=True)
+
+
+def top_p_renorm_prob(probs: Tensor, top_p) -> Tensor:
+    """Each row's smallest top set holding at least top_p of its mass (every token tied with the last one kept,
+    flashinfer's pivot rule), renormalised."""
+    ranked = probs.sort(dim=-1, descending=True).values
+    p = _per_row(top_p, probs.shape[0], probs.dtype)
+    last = (ranked.cumsum(-1) < p[:, None]).sum(-1).clamp(max=probs.shape[-1] - 1)
+    kept = probs.masked_fill(probs < ranked.gather(1, last[:, None]), 0.0)
+    return kept / kept.sum(-1, keepdim=True)
+
+
+def _residual_draw(q: Tensor, p: Tensor | None, coin: Tensor) -> int:
+    """Inverse-CDF draw from relu(q - p) (q alone when p is None) with `coin` in [0, 1): the first index whose
+    running sum exceeds coin * total; past the end (rounding), the last index with mass, else the last index."""
+    relu = q if p is None else (q - p).clamp_min(0)
+    cdf = relu.cumsum(0)
+    u = coin * relu.sum()
+    at = int(torch.searchsorted(cdf, u.reshape(1), right=True))
+    if at < relu.numel():
+        return at
+    valid = torch.nonzero(relu > 0).flatten()
+    return int(valid[-1]) if valid.numel() else relu.numel() - 1
+
+
+def tree_speculative_sampling_target_only(predicts, accept_index, accept_token_num, candidates, retrive_index,
+                                          retrive_next_token, retrive_next_sibling, uniform_samples,
+                                          uniform_samples_for_final_sampling, target_probs, draft_probs,
+                                          threshold_single=1.0, threshold_acc=1.0, deterministic=True) -> None:
+    """sgl-kernel's `TreeSpeculativeSamplingTargetOnly` (sglang/kernels/jit/include/sgl_kernel/speculative/
+    sampling.cuh) per request, in fp32: from the root, with the coin uniform_samples[b, node] of the last accepted
+    node, try its children in sibling order, adding each child's target probability to a running sum, and accept
+    the first child with target mass whose running sum exceeds coin * threshold_acc (or whose own probability
+    reaches threshold_single); a rejected child's target probability is copied into draft_probs (so the residual
+    below leaves it out). At most accept_index.shape[1] - 1 accepts. The bonus token is drawn from
+    relu(target - draft_probs) at the last accepted node (target alone after a full-depth accept) with the coin
+    uniform_samples_for_final_sampling[b]. `predicts[parent]` = the token after each accepted node;
+    `accept_index` (pre-filled with -1), `accept_token_num`, `predicts`, `draft_probs` are written in place.
+    `deterministic` picks the CUDA scan algorithm only: no effect here."""
+    bs, n = candidates.shape
+    steps = accept_index.shape[1]
+    target, drafted = target_probs.reshape(bs * n, -1), draft_probs.reshape(bs * n, -1)
+    cand, ri = candidates.tolist(), retrive_index.tolist()
+    first, sib = retrive_next_token.tolist(), retrive_next_sibling.tolist()
+    coins = uniform_samples.reshape(bs, n).float()
+    finals = uniform_samples_for_final_sampling.reshape(bs).float()
+    single = torch.tensor(threshold_single, dtype=torch.float32)
+    acc_div = torch.tensor(threshold_acc, dtype=torch.float32)
+    for b in range(bs):
+        row, coin, last = b * n, coins[b, 0], ri[b][0]
+        prob_acc = torch.zeros((), dtype=torch.float32)
+        accept_index[b, 0] = last
+        accepted, cur = 0, 0
+        for _ in range(1, steps):
+            cur = first[b][cur]
+            while cur != -1:
+                token = cand[b][cur]
+                single_p = target[row, token].float()
+                prob_acc = prob_acc + single_p
+                if single_p > 0 and (coin < prob_acc / acc_div or single_p >= single):
+                    prob_acc = torch.zeros((), dtype=torch.float32)
+                    row, coin = b * n + cur, coins[b, cur]
+                    predicts[last] = token
+                    accepted += 1
+                    accept_index[b, accepted] = ri[b][cur]
+                    last = ri[b][cur]
+                    break
+                drafted[row, token] = target[row, token]
+                cur = sib[b][cur]
+            if cur == -1:
+                break
+        accept_token_num[b] = accepted
+        residual = None if accepted == steps - 1 else drafted[row].float()
+        predicts[last] = _residual_draw(target[row].float(), residual, finals[b])
+
+
 def register() -> None:
     """Make the attention ops reachable as `torch.ops.sgl_kernel.<name>`, where the attention backend reads them,
     unless a real sgl-kernel library registered them. A plain namespace: the backend only calls them, so no
     dispatcher schema is needed."""
     if hasattr(torch.ops.sgl_kernel, "decode_attention_cpu"):
         return
-    torch.ops.sgl_kernel = types.SimpleNamespace(extend_attention_cpu=extend_attention_cpu,
-                                                 decode_attention_cpu=decode_attention_cpu)
+    torch.ops.sgl_kernel = types.SimpleNamespace(
+        extend_attention_cpu=extend_attention_cpu, decode_attention_cpu=decode_attention_cpu,
+        murmur_hash32_cpu=types.SimpleNamespace(default=murmur_hash32_cpu))   # called as `.default`
