@@ -1,6 +1,7 @@
 """The divergence report: the engine's record of a restricting method's divergence from natural routing never
 changes the generation, is zero where the sets hold every expert, and is refused where it means nothing; the
-experiment runs on the tiny world, writes its report and rebuilds it from saved rows alone."""
+experiment runs on the tiny world, writes its report and rebuilds it from saved rows alone, and records its
+progress units for `./reproduce.sh status`."""
 from __future__ import annotations
 
 import math
@@ -11,7 +12,9 @@ from acceptmoe.cli import main
 from acceptmoe.engine import GenerationOptions, load_engine
 from acceptmoe.errors import UserError
 from acceptmoe.experiments import tables
+from acceptmoe.experiments.spine.progress import read_progress
 from acceptmoe.experiments.spine.runs import SampleLog
+from acceptmoe.experiments.status import report as status_report
 from acceptmoe.methods import Variant
 
 P_HAT = (1.0, 0.8, 0.64, 0.512, 0.41, 0.33)
@@ -46,6 +49,10 @@ def test_the_report_runs_and_rebuilds_from_its_rows(tmp_path, capsys):
     assert len(rows) == 2 * 3 * 4                    # temperatures x (Standard SD + 2 methods) x tasks, 1 prompt
     assert all((r["kl"] is None) == (r["method"] == "standard-sd") for r in rows)
     assert all(r["kl"] > 0 and 0 < r["tv"] <= 1 for r in rows if r["method"] == "count-b")
+    snap = read_progress(run)                        # ./reproduce.sh status reads the same units
+    assert snap.total == snap.done and snap.done["generation"] == len(rows) and snap.session_units >= len(rows)
+    assert set(snap.total) == {"calibration", "b0", "generation"}    # budgets computed here, then the rows
+    assert f"generation {len(rows)}/{len(rows)}" in status_report(run)
     report = (run / "divergence.md").read_bytes()
     (run / "divergence.md").unlink()
     assert tables.main(["--run", str(run)]) == 0 and (run / "divergence.md").read_bytes() == report

@@ -61,3 +61,37 @@ def test_tables_say_how_the_run_decoded():
     assert world.sampling.describe() == "greedy"
     hot = load_experiment(Table1Config, "tiny", {"world.sampling.temperature": 0.6, "world.sampling.top_p": 0.9}).world
     assert hot.sampling.describe() == "sampled at temperature 0.6 (top-k off, top-p 0.9, seed 0)"
+
+
+def _source_run(folder, sampling=None):
+    """A run folder's config.json as Table 1 writes it (`sampling`: the world's settings; None: a run made before
+    sampling existed)."""
+    import json
+    folder.mkdir()
+    world = {"preset": "tiny"} if sampling is None else {"preset": "tiny", "sampling": sampling}
+    (folder / "config.json").write_text(json.dumps({"experiment": "table1", "config": {"world": world}}))
+    return folder
+
+
+def test_budgets_from_a_run_that_sampled_otherwise_is_refused(tmp_path, capsys):
+    from acceptmoe.errors import UserError
+    from acceptmoe.experiments.spine.budgets import check_source_sampling
+    greedy = load_experiment(Table1Config, "tiny", {}).world
+    hot = load_experiment(Table1Config, "tiny", {"world.sampling.temperature": 1.0, "world.sampling.top_p": 0.9}).world
+    sampled = _source_run(tmp_path / "sampled", {"temperature": 1.0, "top_k": 0, "top_p": 0.9, "seed": 0})
+    old = _source_run(tmp_path / "old")
+    check_source_sampling(hot, sampled)                                  # the same settings: reused
+    check_source_sampling(greedy, old)                                   # no record: the greedy defaults
+    with pytest.raises(UserError, match=r"temperature 1\.0 there, 0\.0 here, top_p 0\.9 there, 1\.0 here"):
+        check_source_sampling(greedy, sampled)
+    with pytest.raises(UserError, match=r"temperature 0\.0 there, 1\.0 here"):
+        check_source_sampling(hot, old)
+    reseeded = load_experiment(Table1Config, "tiny", {"world.sampling.temperature": 1.0,
+                                                      "world.sampling.top_p": 0.9, "world.sampling.seed": 5}).world
+    with pytest.raises(UserError, match=r"seed 0 there, 5 here"):
+        check_source_sampling(reseeded, sampled)
+    # the command line: one error line, exit 2, before a run folder is made
+    assert main(["divergence", "--limit", "1", "--budgets-from", str(sampled), "--results", str(tmp_path / "r")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error: --budgets-from") and "temperature 1.0 there, 0.0 here" in err[0]
+    assert "drop --budgets-from" in err[0] and not (tmp_path / "r").exists()

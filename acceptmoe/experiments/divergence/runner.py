@@ -4,6 +4,8 @@ divergence of a restricting method's verify passes from natural routing (`Genera
 one extra all-experts pass of the same tree per step, before the restricted one, so the generation is the one
 it would be without it). One row per generation in samples.jsonl; an interrupted run resumes at the first
 unfinished unit. Each prompt draws from its own stream (`SamplingConfig.options`), the same for every method.
+Progress (the running line and `./reproduce.sh status`) goes through `spine.progress.RunProgress`: the budgets'
+units when they are computed here, then one "generation" unit per row.
 """
 from __future__ import annotations
 
@@ -12,9 +14,11 @@ import math
 from acceptmoe.evals.tasks import get_task
 from acceptmoe.methods import METHODS, Variant
 
-from ..spine.budgets import PairBudget, pair_budgets
+from ..spine.budgets import PairBudget, budget_counts, pair_budgets
 from ..spine.config import Pair
 from ..spine.engines import Loaded, opened, set_threads
+from ..spine.grading import Progress
+from ..spine.progress import RunProgress
 from ..spine.prompts import decode, prompt_ids
 from ..spine.runs import Run, SampleLog, unit_key
 from .config import DivergenceConfig
@@ -37,7 +41,15 @@ def row_of(gen, temperature: float, method: str, model: str, task: str, ex: dict
             "tv": sum(tv for _, tv in div) / len(div) if div else None}
 
 
-def run_pair(loaded: Loaded, cfg: DivergenceConfig, task_name: str, budget: PairBudget, samples: SampleLog) -> None:
+def unit_keys(cfg: DivergenceConfig) -> list[str]:
+    """Every generation's key (one row each), in run order."""
+    return [unit_key(m.name, t, temperature, method, ex["id"]) for m in cfg.world.models for t in cfg.world.tasks
+            for temperature in cfg.temperatures for method in cfg.method_names()
+            for ex in get_task(t).load(cfg.world.eval_split, cfg.n_prompts())]
+
+
+def run_pair(loaded: Loaded, cfg: DivergenceConfig, task_name: str, budget: PairBudget, samples: SampleLog,
+             progress: Progress = lambda desc: None) -> None:
     w, model, task = cfg.world, loaded.model, get_task(task_name)
     examples = task.load(w.eval_split, cfg.n_prompts())
     for temperature in cfg.temperatures:
@@ -55,13 +67,19 @@ def run_pair(loaded: Loaded, cfg: DivergenceConfig, task_name: str, budget: Pair
                 reply = decode(loaded.tokenizer, gen.tokens, model.response_format)
                 grade = task.score_many([ex], [reply], response_format=model.response_format)[0]
                 samples.append(key, row_of(gen, temperature, method, model.name, task_name, ex, grade.correct))
+                progress(f"{model.name} {task_name} t={temperature:g} {method}")
 
 
-def run_experiment(cfg: DivergenceConfig, run: Run) -> None:
+def run_experiment(cfg: DivergenceConfig, run: Run, show_progress: bool = True) -> None:
     set_threads(cfg.world)
     samples = SampleLog(run.path / "samples.jsonl")
-    budgets = pair_budgets(cfg.world, run.path, cfg.budgets_from, cfg.limit or BUDGET_PROMPTS)
+    limit = cfg.limit or BUDGET_PROMPTS
+    kinds = budget_counts(cfg.world, run.path / "budgets", limit) if not cfg.budgets_from else {}
+    keys = unit_keys(cfg)
+    bar = RunProgress.start(run.path, {**kinds, "generation": (len(keys), sum(k in samples for k in keys))},
+                            show=show_progress)
+    budgets = pair_budgets(cfg.world, run.path, cfg.budgets_from, limit, bar.tick)
     for model in cfg.world.models:
         with opened(model, cfg.world, run.path) as loaded:
             for task in cfg.world.tasks:
-                run_pair(loaded, cfg, task, budgets[Pair(model.name, task)], samples)
+                run_pair(loaded, cfg, task, budgets[Pair(model.name, task)], samples, bar.reporter("generation"))

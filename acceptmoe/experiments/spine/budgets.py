@@ -4,7 +4,8 @@
     budgets[Pair("tiny", "tiny-gsm")].b0, budgets[Pair("tiny", "tiny-gsm")].table
 
 With `source` (a Table 1 run folder) its `calibration/<model>/<source>-<split>.json` and `b0/<model>/<task>.json`
-are read; a missing file is an error naming the run and the fix. Without it, the same steps Table 1 takes run
+are read; a missing file is an error naming the run and the fix, and so is a source run that drew its tokens
+otherwise than this one (`check_source_sampling`: p_hat and B0 are measured on the tokens a run draws). Without it, the same steps Table 1 takes run
 into `<dest>` with its layout (`layout.RunPaths`) and resume the same way: calibration on the training split
 (`calibration`), B0's method graded on the first evaluation prompts (`grading`), B0 from its traces (`b0`).
 """
@@ -12,15 +13,16 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from acceptmoe.errors import UserError
 from acceptmoe.evals.tasks import get_task
 from acceptmoe.methods import B0_METHOD, CommitmentTable, Variant
 
 from . import calibration
 from .b0 import B0Decision, b0_for_pair
-from .config import Pair, WorldConfig
+from .config import Pair, SamplingConfig, WorldConfig
 from .engines import opened, set_threads
 from .grading import PairRun, run_graded
 from .layout import RunPaths
@@ -38,8 +40,33 @@ class PairBudget:
     decision: B0Decision        # the saved B0 decision (mean set size, interval, prompts used, rule)
 
 
+def source_sampling(folder: Path) -> dict:
+    """The sampling settings (temperature, top_k, top_p, seed) a run folder's config.json records; a run made
+    before sampling existed records none and decoded greedily with the defaults."""
+    meta = Path(folder) / "config.json"
+    try:
+        recorded = json.loads(meta.read_text())["config"]["world"].get("sampling") or {}
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        raise UserError(f"--budgets-from {folder}: no readable {meta.name} with the run's world; give a Table 1 run "
+                        f"folder (results/table1/<preset>/<run-id>), or drop --budgets-from") from None
+    return {**asdict(SamplingConfig()), **recorded}
+
+
+def check_source_sampling(world: WorldConfig, folder: Path) -> None:
+    """The source run of --budgets-from drew its tokens as this run does (temperature, top_k, top_p, seed)."""
+    there, here = source_sampling(folder), asdict(world.sampling)
+    differ = [k for k in ("temperature", "top_k", "top_p", "seed") if float(there[k]) != float(here[k])]
+    if differ:
+        values = ", ".join(f"{k} {there[k]!r} there, {here[k]!r} here" for k in differ)
+        raise UserError(f"--budgets-from {folder}: that run sampled otherwise than this one ({values}); p_hat and B0 "
+                        f"are measured on the tokens a run draws: give a Table 1 run made with the same sampling "
+                        f"settings, run this one with that run's settings, or drop --budgets-from")
+
+
 def read_budgets(world: WorldConfig, folder: Path) -> dict[Pair, PairBudget]:
-    """Every (model, task) pair's B0 and commitment table from a Table 1 run folder's saved files."""
+    """Every (model, task) pair's B0 and commitment table from a Table 1 run folder's saved files, after
+    `check_source_sampling`."""
+    check_source_sampling(world, folder)
     paths, out = RunPaths(folder), {}
     for pair in world.pairs():
         cal = paths.calibration(pair.model, world.calibration.source(pair.task), world.calibration.split)

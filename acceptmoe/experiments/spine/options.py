@@ -109,6 +109,9 @@ def open_or_resume(command: str, args: argparse.Namespace, load: Callable[[dict]
         return cfg, run
     cfg = load(given)
     backend_class(cfg.world.engine)                       # fail before creating a run folder
+    if getattr(cfg, "budgets_from", None):
+        from .budgets import check_source_sampling
+        check_source_sampling(cfg.world, Path(cfg.budgets_from))
     check_device(cfg.world.device)
     methods = getattr(cfg, "method_names", None)
     if methods is not None:

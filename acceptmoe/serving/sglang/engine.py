@@ -127,10 +127,11 @@ class SGLangBackend:
     name = "sglang"
     # no X-slot expert cache; routes stay inside the server; a plan a captured graph holds starts a new server
     # (config.server_restart); generate_many runs its prompts concurrently, which SGLang batches as it schedules
-    # it samples only on CUDA: on a CPU SGLang's EAGLE verify commits the argmax even at temperature > 0
+    # it samples with SGLang's own verify rule: on CUDA its sgl-kernel kernel, on a CPU the same rule as torch code
+    # (`cpu.sampling`; SGLang alone commits the argmax there)
     capabilities: ClassVar[Capabilities] = Capabilities(records_routes=False, offloads=False,
                                                         switches_plans_freely=False, verifies_batched=False,
-                                                        samples=("cuda",))
+                                                        samples=("cuda", "cpu"))
 
     @classmethod
     def open(cls, **settings) -> SGLangBackend:
@@ -246,10 +247,9 @@ class SGLangBackend:
             raise ValueError("the SGLang backend takes one ignore_eos, trace_layers and record_routes per call")
         sampled = [o for o in each if not o.greedy]
         if sampled and not self.capabilities.samples_on(self.device):
-            raise UserError(f"temperature={sampled[0].temperature}: SGLang's EAGLE verify on {self.device} commits "
-                            f"the argmax whatever the temperature (eagle_utils._verify_uses_greedy), so it would not "
-                            f"sample; sample with the native engine (--engine native), run SGLang on a CUDA GPU, or "
-                            f"set temperature 0")
+            raise UserError(f"temperature={sampled[0].temperature}: the SGLang backend samples on "
+                            f"{', '.join(self.capabilities.samples)}, not on {self.device}; sample with the native "
+                            f"engine (--engine native), run SGLang on one of those, or set temperature 0")
         if options.record_routes:
             raise UserError("record_routes: the SGLang backend does not record routes; record them with the native "
                             "engine (--engine native)")

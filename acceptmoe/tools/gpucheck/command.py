@@ -15,8 +15,8 @@ What it runs, counted (the stages in order; `run_all`'s defaults):
 - replay: 4 recorded generations; 2 generations x 8 passes replayed twice per store at Qwen3-30B-A3B's expert
   shape;
 - sglang-sampling: 1000 Standard SD requests of 2 tokens at temperature 1 through SGLang on the GPU, in
-  the SGLang environment (a child process; SKIP without one), chi-square against the target's exact law
-  (`sglang_sampling`);
+  the SGLang environment (a child process; SKIP without one or off CUDA), chi-square against the target's
+  exact law (`sglang_sampling`): sgl-kernel's CUDA verify kernel itself;
 - timing: 24 tiny generations of 32 tokens, 7 layer-shape rows of 24 calls, 6 experts rows of 3 paths x 23
   calls.
 No stage starts after BUDGET_S seconds (8 minutes): one due later is recorded as not run (a check: SKIP with
@@ -102,7 +102,8 @@ def run_all(device, model_dir: Path, out: Path, prompts: int = 4, tokens: int = 
     stages.check("layer-graphs", lambda: check_layer_graphs(device, layer_shape))
     stages.check("sglang-sampling", lambda: check_sglang_sampling(model_dir, device) if device.type == "cuda" else
                  {"check": "sglang-sampling", "verdict": "SKIP",
-                  "reason": "SGLang samples only on CUDA (on a CPU its verify commits the argmax)"})
+                  "reason": "checks sgl-kernel's CUDA sampling kernel (on a CPU the same measurement runs through "
+                            "its torch stand-in: tests/sglang/live/test_sampling.py)"})
     with contextlib.ExitStack() as open_engines:                # every engine closed, however a stage ends
         def load(**kw):
             engine = load_engine(model_dir, device=device, **kw)

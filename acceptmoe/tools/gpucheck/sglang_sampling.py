@@ -12,8 +12,10 @@ target's exact law (docs/method.md, "Sampling"), the native engine's exactness t
 SGLang lives in its own environment (its pins differ from ours), so `check_sglang_sampling` runs this module
 there as a child process (`python -m acceptmoe.tools.gpucheck.sglang_sampling`): the interpreter running
 gpu-check when it has SGLang, else ACCEPTMOE_SGLANG_PYTHON, else the repository's .venv-sglang; with none of
-them the check is SKIP, naming the command that builds one. SGLang only samples on CUDA (on a CPU its verify
-commits the argmax), so the check needs the GPU gpu-check runs on.
+them the check is SKIP, naming the command that builds one. gpu-check runs it on CUDA, through sgl-kernel's
+verify kernel; the live SGLang tests run the same measurement on a CPU, where the kernel is replaced by its torch
+stand-in (`serving/sglang/cpu/sampling.py`). The per-request seeds reach SGLang's coins only in its
+deterministic-inference mode, which this check does not turn on (docs/sglang.md).
 """
 from __future__ import annotations
 
