@@ -17,6 +17,9 @@ registered through `attention_registry`) also needs a hook on the draft backend 
     cpu.prepare_process()                        # before importing sglang: stand-ins on the path, CPU engine on
     sglang.Engine(..., **cpu.SERVER_ARGS, speculative_algorithm="EAGLE3", ...)
 
+At temperature > 0, `sampling` (installed by the plugin in SGLang's processes) lets SGLang's verify take its
+sampling branch, which SGLang keeps to CUDA, with torch versions of the three ops that branch calls.
+
 `prepare_process` refuses, with one line naming the version and the missing piece, any SGLang other than the
 one these contracts were read from; `check_verify_backend` (called by the plugin on the first CPU verify
 pass) refuses a verify pass that would run without the tree mask.

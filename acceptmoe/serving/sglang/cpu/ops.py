@@ -1,7 +1,7 @@
 """Torch versions of the `sgl_kernel` CPU ops SGLang 0.5.23's EAGLE path calls, for CPUs without its kernel build.
 
 SGLang's CPU speculative path (the `intel_amx` attention backend, `EAGLEWorkerV2`) calls eleven ops of
-sgl-kernel's CPU library. No wheel on the registry ships that library, so on a CPU without it these pure-torch
+sgl-kernel's CPU library (and seeded sampling a twelfth, the hash). No wheel on the registry ships that library, so on a CPU without it these pure-torch
 versions stand in, with the same signatures and the same contracts as the C++ sources (sgl-kernel
 `csrc/cpu/speculative.cpp`, `extend.cpp`, `decode.cpp`): outputs written in place where the C++ op writes in
 place, int32/int64 index tensors accepted where it accepts both, and one loud error for every feature the
@@ -412,8 +412,8 @@ def tree_speculative_sampling_target_only(predicts, accept_index, accept_token_n
 
 
 def register() -> None:
-    """Make the attention ops reachable as `torch.ops.sgl_kernel.<name>`, where the attention backend reads them,
-    unless a real sgl-kernel library registered them. A plain namespace: the backend only calls them, so no
+    """Make the attention ops and the seeded hash reachable as `torch.ops.sgl_kernel.<name>`, where SGLang reads
+    them, unless a real sgl-kernel library registered them. A plain namespace: the backend only calls them, so no
     dispatcher schema is needed."""
     if hasattr(torch.ops.sgl_kernel, "decode_attention_cpu"):
         return
