@@ -148,6 +148,7 @@ class PooledEngine:
     def __init__(self, model, world, run_dir: Path):
         ray = _ray()
         from ray.util import ActorPool
+
         from .engines import backend_class
         spec = active()
         assert spec is not None
@@ -181,22 +182,15 @@ class PooledEngine:
         calls = list(calls)
         for i, (prompt, plan, max_new, options) in enumerate(calls):
             self.pool.submit(lambda a, v: a.generate.remote(*v), (i, list(prompt), plan, max_new, options))
-        ready: dict[int, tuple[str, Any]] = {}
+        ready: dict[int, tuple[str, Any]] = {}      # arrived before an earlier call's: held until its turn
         nxt = 0
-        try:
-            while nxt < len(calls):
-                if nxt not in ready:
-                    index, label, gen = self.pool.get_next_unordered()
-                    ready[index] = (label, gen)
-                    continue
-                yield ready.pop(nxt)
-                nxt += 1
-        finally:                                  # a stop drains what is still in flight (nothing is saved)
-            while self.pool.has_next():
-                try:
-                    self.pool.get_next_unordered()
-                except Exception:                 # noqa: BLE001 - the stop's own error propagates
-                    pass
+        while nxt < len(calls):                   # a stop leaves units in flight: `close` ends their workers
+            if nxt not in ready:
+                index, label, gen = self.pool.get_next_unordered()
+                ready[index] = (label, gen)
+                continue
+            yield ready.pop(nxt)
+            nxt += 1
 
     def generate(self, prompt_ids: Sequence[int], plan, max_new_tokens: int, options=None):
         from acceptmoe.engine.backend import GenerationOptions

@@ -58,6 +58,11 @@ def add_run_options(p: argparse.ArgumentParser, limit_help: str = "evaluation pr
     add_sampling_options(p)
     p.add_argument("--allow-code-change", action="store_true",
                    help="with --resume: continue although the code differs from the run's (commit or local changes)")
+    add_cluster_option(p)
+
+
+def add_cluster_option(p: argparse.ArgumentParser) -> None:
+    """--cluster: where the run's untimed units run (`spine.cluster`); timed units stay in this process."""
     p.add_argument("--cluster", default=None, metavar="auto|local|ADDRESS",
                    help="run the units on Ray workers (the cluster extra; docs/cluster.md): local (this machine, a "
                         "worker per GPU or per world.threads cores), auto (the Ray cluster this machine joined), or "
