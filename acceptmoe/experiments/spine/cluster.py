@@ -125,13 +125,16 @@ class Worker:
     def __init__(self, label: str, model, world):
         from .engines import load_model, set_threads
         set_threads(world)
-        self.label, self.model = label, model.name
-        self.loaded = load_model(model, world, Path(tempfile.mkdtemp(prefix="acceptmoe-worker-")))
+        self.label, self.model, self.refused = label, model.name, None
+        try:
+            self.loaded = load_model(model, world, Path(tempfile.mkdtemp(prefix="acceptmoe-worker-")))
+        except UserError as exc:              # the model does not fit this worker's device, ...: the driver says so
+            self.refused = str(exc)
 
     def describe(self) -> dict:
         import ray
-        return {"model": self.model, "worker": self.label, "pid": os.getpid(), "node": ray.util.get_node_ip_address(),
-                **self.loaded.engine.describe()}
+        where = {"model": self.model, "worker": self.label, "pid": os.getpid(), "node": ray.util.get_node_ip_address()}
+        return {**where, "refused": self.refused} if self.refused else {**where, **self.loaded.engine.describe()}
 
     def engine_facts(self) -> tuple:
         e = self.loaded.engine
@@ -162,6 +165,10 @@ class PooledEngine:
                             f"add GPU nodes or run on CPU")
         self.actors = [remote.remote(f"w{i}", model, world) for i in range(count)]
         self.workers = ray.get([a.describe.remote() for a in self.actors])
+        refused = [w for w in self.workers if "refused" in w]
+        if refused:
+            self.close()
+            raise UserError(f"--cluster: worker {refused[0]['worker']} on {refused[0]['node']}: {refused[0]['refused']}")
         self.name, self.fit, self.eos_token_ids = ray.get(self.actors[0].engine_facts.remote())
         self.pool = ActorPool(self.actors)
         self._record(Path(run_dir), spec, resources)

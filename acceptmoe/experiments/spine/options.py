@@ -15,7 +15,7 @@ from pathlib import Path
 from acceptmoe.engine.device import check_device
 from acceptmoe.errors import UserError
 
-from .cluster import use_cluster
+from .cluster import check_pooled, use_cluster
 from .engines import ENGINES, backend_class, require_admission, require_drafts
 from .progress import record_error
 from .prompts import resolve_checkpoint
@@ -112,6 +112,7 @@ def open_or_resume(command: str, args: argparse.Namespace, load: Callable[[dict]
         saved = read_saved(args.resume, command)
         check_resume_options(given, saved["config"])
         cfg = from_saved(saved["config"])
+        check_pooled(cfg.world)
         backend_class(cfg.world.engine)                   # an SGLang run resumes where SGLang is installed
         lock_run(args.resume)
         now = check_same_code(saved.get("environment", {}), args.resume, args.allow_code_change)
@@ -119,6 +120,7 @@ def open_or_resume(command: str, args: argparse.Namespace, load: Callable[[dict]
         record_resume(run, now)
         return cfg, run
     cfg = load(given)
+    check_pooled(cfg.world)                               # --cluster with an engine that serves its own batches
     backend_class(cfg.world.engine)                       # fail before creating a run folder
     check_device(cfg.world.device)
     methods = getattr(cfg, "method_names", None)
