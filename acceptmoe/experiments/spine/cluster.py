@@ -25,8 +25,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import os
-import tempfile
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -122,12 +121,10 @@ def worker_count(world, resources: dict) -> int:
 class Worker:
     """A Ray actor's body: one model opened once, generating the units it is handed."""
 
-    def __init__(self, label: str, model, world):
-        from .engines import load_model, set_threads
-        set_threads(world)
+    def __init__(self, label: str, model, world, load: Callable):
         self.label, self.model, self.refused = label, model.name, None
         try:
-            self.loaded = load_model(model, world, Path(tempfile.mkdtemp(prefix="acceptmoe-worker-")))
+            self.loaded = load(model, world)
         except UserError as exc:              # the model does not fit this worker's device, ...: the driver says so
             self.refused = str(exc)
 
@@ -148,22 +145,21 @@ class PooledEngine:
     """The driver's engine when units run on Ray workers: `fit`, `describe` and `generate` as an in-process
     engine has them (a `generate` call is one unit, run on a free worker), `map` for many units at once."""
 
-    def __init__(self, model, world, run_dir: Path):
+    def __init__(self, model, world, run_dir: Path, capabilities, load: Callable):
+        """`load(model, world) -> engines.Loaded`: what each worker runs once to open the model."""
         ray = _ray()
         from ray.util import ActorPool
-
-        from .engines import backend_class
         spec = active()
         assert spec is not None
         _start(spec)
-        self.capabilities = backend_class(world.engine).capabilities
+        self.capabilities = capabilities
         resources = worker_resources(world)
         remote = ray.remote(max_restarts=RESTARTS, max_task_retries=RESTARTS, **resources)(Worker)
         count = worker_count(world, resources)
         if count < 1:
             raise UserError(f"--cluster {spec.where}: the cluster offers no GPU for the {world.device} device; "
                             f"add GPU nodes or run on CPU")
-        self.actors = [remote.remote(f"w{i}", model, world) for i in range(count)]
+        self.actors = [remote.remote(f"w{i}", model, world, load) for i in range(count)]
         self.workers = ray.get([a.describe.remote() for a in self.actors])
         refused = [w for w in self.workers if "refused" in w]
         if refused:

@@ -18,6 +18,7 @@ a run that needs what its engine lacks is refused here, before it starts.
 from __future__ import annotations
 
 import json
+import tempfile
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -182,8 +183,14 @@ def pooled_model(model, world, run_dir: Path) -> Loaded:
     cluster.check_pooled(world)                             # each worker checks the model fits its device
     target = resolve_checkpoint(model.target)
     draft = resolve_checkpoint(model.draft) if model.draft is not None else None
-    engine = cluster.PooledEngine(model, world, Path(run_dir))
+    engine = cluster.PooledEngine(model, world, Path(run_dir), backend_class(world.engine).capabilities, worker_model)
     return Loaded(model, engine, load_tokenizer(target), target, draft, world, Path(run_dir))
+
+
+def worker_model(model, world) -> Loaded:
+    """What a --cluster worker opens once: `model` on its device, its provenance left to the driver."""
+    set_threads(world)
+    return load_model(model, world, Path(tempfile.mkdtemp(prefix="acceptmoe-worker-")))
 
 
 def load_model(model, world, run_dir: Path, store: str = "resident", slots: int | None = None) -> Loaded:
