@@ -90,6 +90,9 @@ def test_a_cluster_run_gives_the_one_process_results_and_shows_its_workers(setup
     assert re.search(r"workers: [12] \(units this session: w\d \d+(, w\d \d+)?\)", during.stdout), during.stdout
     same_results(run, reference)
     assert [r["key"] for r in rows(run)] == [r["key"] for r in rows(reference)]
+    assert run.name.rsplit("-", 1)[1] == reference.name.rsplit("-", 1)[1]     # the config's hash: --cluster no part
+    config = json.loads((run / "config.json").read_text())
+    assert config["config"] == json.loads((reference / "config.json").read_text())["config"]
     (session,) = [json.loads(ln) for ln in (run / "cluster.jsonl").read_text().splitlines()]
     assert session["cluster"] == "local" and [w["worker"] for w in session["workers"]] == ["w0", "w1"]
     assert session["per_worker"] == {"num_cpus": 1}
