@@ -61,13 +61,16 @@ _ACTIVE: ClusterSpec | None = None
 
 
 def use_cluster(text: str | None) -> None:
-    """The process's --cluster (None: run in process); checks that Ray is installed before any work."""
+    """The process's --cluster (None: run in process); checks that Ray is installed and, for a cluster of
+    others' making (auto, an address), connects to it, before any work; a local Ray starts at first use."""
     global _ACTIVE
     if text is None:
         _ACTIVE = None
         return
     spec = ClusterSpec.parse(text)
     _ray()
+    if spec.where != "local":
+        _start(spec)
     _ACTIVE = spec
 
 
