@@ -3,7 +3,8 @@
 #   ./reproduce.sh test            create .venv if needed, install the project with test extras, run the linter
 #                                  (ruff), the type checker (mypy) and pytest (a worker per core, up to 4),
 #                                  then the SGLang plugin's live tests in their own environment (.venv-sglang)
-#   ./reproduce.sh <sub> [args]    run an experiment subcommand (python -m acceptmoe <sub> [args])
+#   ./reproduce.sh <sub> [args]    run an experiment subcommand (python -m acceptmoe <sub> [args]); with --cluster
+#                                  the cluster extra (Ray) is installed too (docs/cluster.md)
 #   ./reproduce.sh cross-engine    native engine against SGLang; it and `--engine sglang` run in the SGLang
 #                                  environment: ACCEPTMOE_SGLANG_PYTHON's as it is, else .venv-sglang, built by
 #                                  scripts/sglang-env.sh on first use (SGLang's CUDA build on a GPU machine)
@@ -82,7 +83,10 @@ case "$sub" in
         ensure_bwrap
         exec "$(scripts/sglang-env.sh)" -m acceptmoe "$sub" "$@" ;;
     esac
-    ensure_env eval
+    case " $* " in
+      *" --cluster "*|*" --cluster="*) ensure_env eval,cluster ;;   # Ray (docs/cluster.md)
+      *) ensure_env eval ;;
+    esac
     ensure_bwrap
     exec "$PY" -m acceptmoe "$sub" "$@"
     ;;

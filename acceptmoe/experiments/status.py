@@ -7,6 +7,7 @@ nothing written).
     units done / total, per kind   progress.json and units.jsonl (`spine.progress`, the running line's numbers)
     rows written                   samples.jsonl's lines
     rate and ETA                   this session's units over its seconds (`spine.progress.Estimate`)
+    workers                        under --cluster: each Ray worker's units this session (units.jsonl)
     last error                     errors.jsonl (`spine.progress.record_error`)
 
 A folder that is not a run is one `error:` line (exit code 2). docs/commands.md shows the output.
@@ -74,6 +75,9 @@ def report(run: Path, at: dt.datetime | None = None) -> str:
             eta = (f"ETA {clock(e.eta_s)} (about {end.strftime('%H:%M')} UTC)" if running
                    else f"ETA {clock(e.eta_s)} once resumed at this rate")
         out.append(f"rate: {rate_text(e.rate)} over {since}; {eta}")
+        if e.workers:
+            out.append(f"workers: {len(e.workers)} (units this session: "
+                       f"{', '.join(f'{w} {n}' for w, n in sorted(e.workers.items()))})")
     err = last_error(run)
     if err is not None:
         where = f" (after {err['done']}/{err['total']} units)" if err.get("total") is not None else ""

@@ -115,6 +115,26 @@ def test_a_resumed_session_counts_from_its_own_start(tmp_path):
     assert "units: 15/40 units (38%) [z 12/30, b 3/10]" in report(tmp_path)
 
 
+def test_units_of_ray_workers_are_counted_per_worker_this_session(tmp_path):
+    """Under --cluster each unit names its worker: the running line and status count each worker's units of
+    this session (a previous session's are not counted); units without a worker (in process) add nothing."""
+    (tmp_path / "config.json").write_text(json.dumps({"experiment": "table1", "preset": "tiny"}))
+    bar = RunProgress.start(tmp_path, {"generation": (10, 2)}, show=False)
+    old = (bar.started - dt.timedelta(hours=1)).isoformat()
+    with open(tmp_path / "units.jsonl", "w") as f:
+        f.writelines(json.dumps({"kind": "generation", "time": old, "worker": "w0"}) + "\n" for _ in range(2))
+    for worker in ("w1", "w0", "w1", None):
+        bar.tick("generation", "d", worker)
+    snap = read_progress(tmp_path)
+    assert snap is not None and snap.workers == {"w0": 1, "w1": 2} and snap.session_units == 4
+    e = snap.estimate(snap.started + dt.timedelta(seconds=60))
+    assert line(e) == "6/10 units (60%), 4.00 units/min, ETA 0:01:00, per worker: w0 1, w1 2"
+    assert line(bar.estimate(bar.started + dt.timedelta(seconds=60))) == line(e)
+    assert "workers: 2 (units this session: w0 1, w1 2)" in report(tmp_path)
+    lines = [json.loads(ln) for ln in (tmp_path / "units.jsonl").read_text().splitlines()]
+    assert [u.get("worker") for u in lines[2:]] == ["w1", "w0", "w1", None]    # in process: no worker field
+
+
 def test_a_folder_that_is_not_a_run_is_one_error_line(tmp_path):
     for folder in (tmp_path, tmp_path / "missing"):
         out = status(folder)

@@ -17,7 +17,7 @@ from acceptmoe.errors import UserError
 from acceptmoe.evals.stats import MIN_UNITS
 
 from ..spine.config import from_saved
-from ..spine.options import open_or_resume, positive_int, run_and_report
+from ..spine.options import add_cluster_option, open_or_resume, positive_int, run_and_report
 from .config import EXPERIMENT, ReplayConfig, load_replay_config
 from .report import write_outputs
 from .runner import plan_replay, run_replay
@@ -53,6 +53,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--results", type=Path, default=None, help="results root (default: results/)")
     p.add_argument("--allow-code-change", action="store_true",
                    help="with --resume: continue although the code differs from the run's")
+    add_cluster_option(p)          # a replay is timed: it runs in this process (docs/cluster.md)
     return p
 
 

@@ -115,8 +115,8 @@ def compute_budgets(world: WorldConfig, dest: Path, limit: int | None,
         pairs = [p for p in world.pairs() if p.model == model.name]
         if all(paths.b0(p).is_file() for p in pairs):
             continue
-        with opened(model, world, dest) as loaded:
-            tables = {s: calibration.calibrate_source(loaded, world, s, paths, lambda d: progress("calibration", d))
+        with opened(model, world, dest, pooled=True) as loaded:
+            tables = {s: calibration.calibrate_source(loaded, world, s, paths, lambda d, _w=None: progress("calibration", d))
                       for s in calibration.sources(world)}
             for pair in pairs:
                 task, table = get_task(pair.task), tables[world.calibration.source(pair.task)]
@@ -125,7 +125,7 @@ def compute_budgets(world: WorldConfig, dest: Path, limit: int | None,
                 units = [(i, unit_key(pair.model, pair.task, ex["id"], B0_METHOD))
                          for i, ex in enumerate(run.examples)]
                 run_graded(run, loaded.plan(Variant(B0_METHOD), commitment=table.p_hat), units, log=log,
-                           progress=lambda d: progress("b0", d))
+                           progress=lambda d, _w=None: progress("b0", d))
                 b0_for_pair(log, world.b0, paths.b0(pair))
     return read_budgets(world, dest)
 

@@ -15,13 +15,14 @@ from acceptmoe.engine.trace import commitment_table
 from acceptmoe.evals.tasks import get_task
 from acceptmoe.methods import CALIBRATION, CommitmentTable, Variant
 
+from .cluster import generations
 from .config import WorldConfig
 from .engines import Loaded
 from .layout import RunPaths
 from .prompts import prompt_ids
 from .tracelog import TraceLog
 
-Progress = Callable[[str], None]
+Progress = Callable[[str, "str | None"], None]     # (what finished, the worker that generated it; None: here)
 
 
 def sources(world: WorldConfig) -> list[str]:
@@ -38,7 +39,7 @@ def calibration_examples(world: WorldConfig, source: str) -> list[dict]:
 
 
 def calibrate_source(loaded: Loaded, world: WorldConfig, source: str, paths: RunPaths,
-                     progress: Progress = lambda _: None) -> CommitmentTable:
+                     progress: Progress = lambda *_: None) -> CommitmentTable:
     """The source's CommitmentTable for this model: loaded if saved, else computed (resuming traces)."""
     name, split = loaded.model.name, world.calibration.split
     out = paths.calibration(name, source, split)
@@ -49,14 +50,12 @@ def calibrate_source(loaded: Loaded, world: WorldConfig, source: str, paths: Run
     log = TraceLog(paths.calibration_traces(name, source, split))
     max_new = world.max_new_tokens(loaded.model)
     plan = loaded.plan(Variant(CALIBRATION))
-    for ex in examples:
-        if ex["id"] in log:
-            continue
-        ids = prompt_ids(loaded.tokenizer, task.messages(ex), loaded.model)
-        gen = loaded.engine.generate(ids, plan, max_new,
-                                     world.sampling.options(name, source, split, ex["id"], trace_layers=False))
+    todo = [ex for ex in examples if ex["id"] not in log]
+    calls = ((prompt_ids(loaded.tokenizer, task.messages(ex), loaded.model), plan, max_new,
+              world.sampling.options(name, source, split, ex["id"], trace_layers=False)) for ex in todo)
+    for ex, (worker, gen) in zip(todo, generations(loaded.engine, calls), strict=True):   # in process: lazily
         log.append(ex["id"], gen.trace)
-        progress(f"{name} calibrate {source}")
+        progress(f"{name} calibrate {source}", worker)
     by_key = {t.meta["key"]: t for t in log.read()}
     traces = [by_key[ex["id"]] for ex in examples]
     provenance = {"target": loaded.model.target, "draft": loaded.model.draft, "task": source, "split": split,

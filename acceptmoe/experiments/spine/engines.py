@@ -18,6 +18,7 @@ a run that needs what its engine lacks is refused here, before it starts.
 from __future__ import annotations
 
 import json
+import tempfile
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -30,6 +31,8 @@ from acceptmoe.engine.backend import EngineBackend
 from acceptmoe.errors import UserError
 from acceptmoe.methods import Plan, Variant, VerifyCost, get_method
 from acceptmoe.registry import Registry
+
+from . import cluster
 
 # engine name -> its `EngineBackend` class, imported on first use; the class declares its `capabilities` and
 # `open`s one from settings
@@ -159,15 +162,35 @@ def require_drafts(world, methods) -> None:
 
 
 @contextmanager
-def opened(model, world, run_dir: Path, store: str = "resident", slots: int | None = None) -> Iterator[Loaded]:
+def opened(model, world, run_dir: Path, store: str = "resident", slots: int | None = None,
+           pooled: bool = False) -> Iterator[Loaded]:
     """`load_model` for the length of a `with` block: the engine is closed when the block ends, however it ends,
-    so the next model, repetition or variant set opens on a device (and, for SGLang, a host) this one left."""
-    loaded = load_model(model, world, run_dir, store, slots)
+    so the next model, repetition or variant set opens on a device (and, for SGLang, a host) this one left.
+    `pooled` (units that are not timed): under `--cluster` the engine is a pool of Ray workers, each holding
+    the model (`spine.cluster`); otherwise, or for timed units, the model opens in this process."""
+    loaded = pooled_model(model, world, run_dir) if pooled and cluster.active() else \
+        load_model(model, world, run_dir, store, slots)
     try:
         yield loaded
     finally:
         loaded.engine.close()
         free_device_memory()
+
+
+def pooled_model(model, world, run_dir: Path) -> Loaded:
+    """`model` on the --cluster's workers (`cluster.PooledEngine`); the tokenizer here, for prompts and replies."""
+    from .prompts import load_tokenizer, resolve_checkpoint
+    cluster.check_pooled(world)                             # each worker checks the model fits its device
+    target = resolve_checkpoint(model.target)
+    draft = resolve_checkpoint(model.draft) if model.draft is not None else None
+    engine = cluster.PooledEngine(model, world, Path(run_dir), backend_class(world.engine).capabilities, worker_model)
+    return Loaded(model, engine, load_tokenizer(target), target, draft, world, Path(run_dir))
+
+
+def worker_model(model, world) -> Loaded:
+    """What a --cluster worker opens once: `model` on its device, its provenance left to the driver."""
+    set_threads(world)
+    return load_model(model, world, Path(tempfile.mkdtemp(prefix="acceptmoe-worker-")))
 
 
 def load_model(model, world, run_dir: Path, store: str = "resident", slots: int | None = None) -> Loaded:

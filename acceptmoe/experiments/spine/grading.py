@@ -32,6 +32,7 @@ from acceptmoe.evals.tasks import Grade, Task, get_task
 from acceptmoe.evals.tasks.from_file import file_of, register_file
 from acceptmoe.methods import Plan
 
+from .cluster import PooledEngine, generations
 from .config import Pair
 from .engines import Loaded
 from .layout import RunPaths
@@ -40,7 +41,7 @@ from .rows import Generated, Graded, GradedRow, TraceStats
 from .runs import SampleLog
 from .tracelog import TraceLog
 
-Progress = Callable[[str], None]
+Progress = Callable[[str, "str | None"], None]     # (what finished, the worker that generated it; None: here)
 
 
 @dataclass
@@ -60,12 +61,40 @@ def generated(pair: PairRun, indices: Sequence[int], plan: Plan, trace_layers: b
               record_routes: bool = False) -> list[tuple[list[int], object]]:
     """Generate the prompts at `indices` with `plan` in one `generate_many` call: (prompt ids, generation)
     per index, in order."""
+    prompts, options = _requests(pair, indices, trace_layers, record_routes)
+    gens = pair.loaded.engine.generate_many(prompts, plan, pair.loaded.world.max_new_tokens(pair.loaded.model),
+                                            options)
+    return list(zip(prompts, gens, strict=True))
+
+
+def _requests(pair: PairRun, indices: Sequence[int], trace_layers: bool, record_routes: bool) -> tuple[list, list]:
+    """The prompt ids and generation options of the prompts at `indices`."""
     model, world = pair.loaded.model, pair.loaded.world
     prompts = [prompt_ids(pair.loaded.tokenizer, pair.task.messages(pair.examples[i]), model) for i in indices]
     options = [world.sampling.options(model.name, pair.task.name, world.eval_split, pair.examples[i]["id"],
                                       trace_layers=trace_layers, record_routes=record_routes) for i in indices]
-    gens = pair.loaded.engine.generate_many(prompts, plan, world.max_new_tokens(model), options)
-    return list(zip(prompts, gens, strict=True))
+    return prompts, options
+
+
+def produced(pair: PairRun, todo: Sequence[tuple[int, str]], plan: Plan, trace_layers: bool,
+             record_routes: bool) -> Iterator[tuple[int, str, list[int], object, str | None]]:
+    """(example index, unit key, prompt ids, generation, worker) per unit of `todo`, in order, lazily: in
+    batches of `generation.batch` on an in-process engine (worker None), or every unit at once on a pooled
+    one (`spine.cluster`: each prompt a Ray task; worker: the one that ran it)."""
+    if isinstance(pair.loaded.engine, PooledEngine):
+        prompts, options = _requests(pair, [i for i, _ in todo], trace_layers, record_routes)
+        max_new = pair.loaded.world.max_new_tokens(pair.loaded.model)
+        calls = [(ids, plan, max_new, o) for ids, o in zip(prompts, options, strict=True)]
+        for (index, key), ids, (worker, gen) in zip(todo, prompts, generations(pair.loaded.engine, calls),
+                                                    strict=True):
+            yield index, key, ids, gen, worker
+        return
+    step = pair.loaded.world.generation.batch
+    for start in range(0, len(todo), step):
+        batch = todo[start:start + step]
+        for (index, key), (ids, gen) in zip(batch, generated(pair, [i for i, _ in batch], plan, trace_layers,
+                                                             record_routes), strict=True):
+            yield index, key, ids, gen, None
 
 
 def grading_workers(world) -> int:
@@ -108,15 +137,17 @@ class Reply:
     gen: object
     response: str
     grade: Future | Grade
+    worker: str | None = None
 
 
-def _reply(pair: PairRun, index: int, key: str, ids: list[int], gen, pool: ProcessPoolExecutor | None) -> Reply:
+def _reply(pair: PairRun, index: int, key: str, ids: list[int], gen, pool: ProcessPoolExecutor | None,
+           worker: str | None = None) -> Reply:
     model, ex = pair.loaded.model, pair.examples[index]
     response = decode(pair.loaded.tokenizer, gen.tokens, model.response_format)
     args = (pair.task.name, ex, response, model.response_format, file_of(pair.task.name))
     grade = pair.task.score_many([ex], [response], response_format=model.response_format)[0] if pool is None \
         else pool.submit(grade_reply, *args)
-    return Reply(index, key, ids, gen, response, grade)
+    return Reply(index, key, ids, gen, response, grade, worker)
 
 
 def _row(pair: PairRun, plan: Plan, reply: Reply) -> GradedRow:
@@ -132,12 +163,11 @@ def _row(pair: PairRun, plan: Plan, reply: Reply) -> GradedRow:
 
 def run_graded(pair: PairRun, plan: Plan, units: Sequence[tuple[int, str]], *, trace_layers: bool = True,
                log: TraceLog | None = None, relabel: Callable[[GradedRow], GradedRow] = lambda row: row,
-               progress: Progress = lambda _: None, routes_as: str | None = None) -> None:
+               progress: Progress = lambda *_: None, routes_as: str | None = None) -> None:
     """Every unit (example index, unit key) not yet in the sample log, generated with `plan` and graded;
     `relabel` adds the experiment's fields to a row (the sweep's variant and phase, ...); `routes_as` names
     the phase under which the routes of these generations are saved when the world records routes."""
     todo = [(i, key) for i, key in units if key not in pair.samples]
-    step = pair.loaded.world.generation.batch
     record = routes_as is not None and pair.loaded.world.generation.record_routes
     paths = RunPaths(pair.samples.path.parent)
 
@@ -148,17 +178,14 @@ def run_graded(pair: PairRun, plan: Plan, units: Sequence[tuple[int, str]], *, t
         if record:
             save_routes(reply.gen, paths.routes(routes_as, pair.pair, plan.name, 0, reply.index), reply.key)
         pair.samples.append(reply.key, relabel(row).to_json())
-        progress(f"{pair.pair.model} {pair.pair.task} {plan.name}")
+        progress(f"{pair.pair.model} {pair.pair.task} {plan.name}", reply.worker)
 
     waiting: deque[Reply] = deque()                           # generated, in unit order, not yet saved
     with grading_pool(grading_workers(pair.loaded.world)) as pool:
         try:
-            for start in range(0, len(todo), step):
-                batch = todo[start:start + step]
-                for (index, key), (ids, gen) in zip(batch, generated(pair, [i for i, _ in batch], plan,
-                                                                     trace_layers, record), strict=True):
-                    waiting.append(_reply(pair, index, key, ids, gen, pool))
-                    _save_ready(waiting, save, wait=False)
+            for index, key, ids, gen, worker in produced(pair, todo, plan, trace_layers, record):
+                waiting.append(_reply(pair, index, key, ids, gen, pool, worker))
+                _save_ready(waiting, save, wait=False)
             _save_ready(waiting, save, wait=True)
         finally:                                              # a stop keeps every reply graded before it
             _save_ready(waiting, save, wait=False, quiet=True)

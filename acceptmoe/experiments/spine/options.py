@@ -15,6 +15,7 @@ from pathlib import Path
 from acceptmoe.engine.device import check_device
 from acceptmoe.errors import UserError
 
+from .cluster import check_pooled, use_cluster
 from .engines import ENGINES, backend_class, require_admission, require_drafts
 from .progress import record_error
 from .prompts import resolve_checkpoint
@@ -41,8 +42,8 @@ def positive_int(text: str) -> int:
 
 
 def add_run_options(p: argparse.ArgumentParser, limit_help: str = "evaluation prompts per task (overrides the preset)") -> None:
-    """--preset, --limit, --calibration-limit, --resume, --results, --engine, --record-routes: the options every
-    experiment command takes."""
+    """--preset, --limit, --calibration-limit, --resume, --results, --engine, --record-routes, --cluster: the
+    options every experiment command takes."""
     p.add_argument("--preset", default="tiny", help="configs/presets/<name>.yaml or a YAML path (default: tiny)")
     p.add_argument("--limit", type=positive_int, default=None, help=limit_help)
     p.add_argument("--calibration-limit", type=positive_int, default=None, metavar="N",
@@ -57,6 +58,15 @@ def add_run_options(p: argparse.ArgumentParser, limit_help: str = "evaluation pr
     add_sampling_options(p)
     p.add_argument("--allow-code-change", action="store_true",
                    help="with --resume: continue although the code differs from the run's (commit or local changes)")
+    add_cluster_option(p)
+
+
+def add_cluster_option(p: argparse.ArgumentParser) -> None:
+    """--cluster: where the run's untimed units run (`spine.cluster`); timed units stay in this process."""
+    p.add_argument("--cluster", default=None, metavar="auto|local|ADDRESS",
+                   help="run the units on Ray workers (the cluster extra; docs/cluster.md): local (this machine, a "
+                        "worker per GPU or per world.threads cores), auto (the Ray cluster this machine joined), or "
+                        "a Ray address; never part of the config, so a run resumes with or without it")
 
 
 def add_sampling_options(p: argparse.ArgumentParser) -> None:
@@ -93,6 +103,7 @@ def open_or_resume(command: str, args: argparse.Namespace, load: Callable[[dict]
     """The one way a command gets its config and run folder: `--resume RUN_DIR` reopens that folder with its
     frozen config; otherwise `load(overrides)` builds the config and a new (or matching unfinished) run opens."""
     given = overrides_of(args)
+    use_cluster(getattr(args, "cluster", None))           # Ray missing or a bad address: before any work
     if args.resume is not None:
         meta = args.resume / "config.json"
         if not args.resume.is_dir() or not meta.is_file():
@@ -101,6 +112,7 @@ def open_or_resume(command: str, args: argparse.Namespace, load: Callable[[dict]
         saved = read_saved(args.resume, command)
         check_resume_options(given, saved["config"])
         cfg = from_saved(saved["config"])
+        check_pooled(cfg.world)
         backend_class(cfg.world.engine)                   # an SGLang run resumes where SGLang is installed
         lock_run(args.resume)
         now = check_same_code(saved.get("environment", {}), args.resume, args.allow_code_change)
@@ -108,6 +120,7 @@ def open_or_resume(command: str, args: argparse.Namespace, load: Callable[[dict]
         record_resume(run, now)
         return cfg, run
     cfg = load(given)
+    check_pooled(cfg.world)                               # --cluster with an engine that serves its own batches
     backend_class(cfg.world.engine)                       # fail before creating a run folder
     if getattr(cfg, "budgets_from", None):
         from .budgets import check_source_sampling

@@ -8,11 +8,13 @@ Files in the run folder (beside `runs`' files):
                     the run's order, "done" the kind's units already finished then (counted from the run's own
                     logs by its runner)
     units.jsonl     one line per unit finished: {"kind", "time"} (UTC, ISO 8601), appended and flushed as each
-                    unit's row (or trace) is saved; rows' bytes are untouched
+                    unit's row (or trace) is saved; rows' bytes are untouched. Under --cluster a line also names
+                    the Ray worker that generated the unit ({"worker": "w0"}), and the line gives each
+                    worker's count this session
     errors.jsonl    one line per session that ended on an error: {"time", "error", "done", "total"}
 
     p = RunProgress.start(run.path, {"generation": (total, done)})   # runner, once per session
-    p.tick("generation", "tiny tiny-gsm acceptmoe")                  # after each unit's row is saved
+    p.tick("generation", "tiny tiny-gsm acceptmoe", "w0")            # after each unit's row is saved
     snap = read_progress(run.path)                                     # status: the same numbers, from the files
     line(snap.estimate(now))
 
@@ -21,6 +23,7 @@ left at that rate. A session is one process's run; a resumed run starts a new on
 """
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import json
 import os
@@ -52,6 +55,7 @@ class Estimate:
     total: dict[str, int]
     session_units: int
     session_s: float
+    workers: dict[str, int] = dataclasses.field(default_factory=dict)   # worker -> its units this session
 
     @property
     def units_done(self) -> int:
@@ -93,7 +97,12 @@ def units_text(e: Estimate) -> str:
 def line(e: Estimate) -> str:
     """The progress line: units done / total (per kind), the rate and the ETA."""
     eta = "-" if e.eta_s is None else clock(e.eta_s)
-    return f"{units_text(e)}, {rate_text(e.rate)}, ETA {eta}"
+    return f"{units_text(e)}, {rate_text(e.rate)}, ETA {eta}{workers_text(e)}"
+
+
+def workers_text(e: Estimate) -> str:
+    """', per worker: w0 5, w1 4' (units each Ray worker generated this session), or nothing in process."""
+    return f", per worker: {', '.join(f'{w} {n}' for w, n in sorted(e.workers.items()))}" if e.workers else ""
 
 
 class RunProgress:
@@ -105,6 +114,7 @@ class RunProgress:
         self.total = {k: t for k, (t, _) in kinds.items()}
         self.done = {k: d for k, (_, d) in kinds.items()}
         self.started, self.session_units, self.printed = now_utc(), 0, 0.0
+        self.workers: dict[str, int] = {}
         self.inplace = show and stream.isatty()
 
     @classmethod
@@ -118,14 +128,17 @@ class RunProgress:
 
     def estimate(self, at: dt.datetime | None = None) -> Estimate:
         return Estimate(dict(self.done), dict(self.total), self.session_units,
-                        ((at or now_utc()) - self.started).total_seconds())
+                        ((at or now_utc()) - self.started).total_seconds(), dict(self.workers))
 
-    def tick(self, kind: str, desc: str = "") -> None:
-        """One unit of `kind` finished (its row or trace saved)."""
+    def tick(self, kind: str, desc: str = "", worker: str | None = None) -> None:
+        """One unit of `kind` finished (its row or trace saved); `worker`: the Ray worker that generated it."""
         t = now_utc()
+        entry = {"kind": kind, "time": stamp(t)} | ({"worker": worker} if worker is not None else {})
         with open(self.folder / UNITS, "a") as f:
-            f.write(json.dumps({"kind": kind, "time": stamp(t)}) + "\n")
+            f.write(json.dumps(entry) + "\n")
         self.done[kind] = self.done.get(kind, 0) + 1
+        if worker is not None:
+            self.workers[worker] = self.workers.get(worker, 0) + 1
         self.session_units += 1
         if not self.show:
             return
@@ -139,8 +152,9 @@ class RunProgress:
             self.printed = time.monotonic()
 
     def reporter(self, kind: str):
-        """A `Progress` callback (desc -> None) for the runners' functions: each call is one unit of `kind`."""
-        return lambda desc: self.tick(kind, desc)
+        """A `Progress` callback (desc, worker=None) for the runners' functions: each call is one unit of
+        `kind`."""
+        return lambda desc, worker=None: self.tick(kind, desc, worker)
 
 
 @dataclass(frozen=True)
@@ -152,11 +166,13 @@ class Snapshot:
     done: dict[str, int]
     session_units: int
     last_unit: dt.datetime | None
+    workers: dict[str, int] = dataclasses.field(default_factory=dict)
 
     def estimate(self, at: dt.datetime | None) -> Estimate:
         """At `at` (now, while the run runs); None: at its last unit (a run that has stopped)."""
         end = at or self.last_unit or self.started
-        return Estimate(dict(self.done), dict(self.total), self.session_units, (end - self.started).total_seconds())
+        return Estimate(dict(self.done), dict(self.total), self.session_units, (end - self.started).total_seconds(),
+                        dict(self.workers))
 
 
 def read_progress(folder: Path) -> Snapshot | None:
@@ -168,7 +184,7 @@ def read_progress(folder: Path) -> Snapshot | None:
         kinds = {str(v["kind"]): (int(v["total"]), int(v["done"])) for v in meta["kinds"]}
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return None
-    done, units, last = {k: d for k, (_, d) in kinds.items()}, 0, None
+    done, units, last, workers = {k: d for k, (_, d) in kinds.items()}, 0, None, {}
     for entry in _lines(Path(folder) / UNITS):
         try:
             t = dt.datetime.fromisoformat(entry["time"])
@@ -177,7 +193,9 @@ def read_progress(folder: Path) -> Snapshot | None:
         if t >= started:
             done[entry.get("kind", "?")] = done.get(entry.get("kind", "?"), 0) + 1
             units, last = units + 1, t
-    return Snapshot(started, meta.get("pid"), {k: t for k, (t, _) in kinds.items()}, done, units, last)
+            if isinstance(entry.get("worker"), str):
+                workers[entry["worker"]] = workers.get(entry["worker"], 0) + 1
+    return Snapshot(started, meta.get("pid"), {k: t for k, (t, _) in kinds.items()}, done, units, last, workers)
 
 
 def record_error(folder: Path, exc: BaseException) -> None:

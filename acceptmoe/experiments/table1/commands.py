@@ -60,7 +60,7 @@ def calibrate(argv: list[str] | None = None) -> int:
     set_threads(cfg.world)
     paths = RunPaths(run.path)
     for model in cfg.world.models:
-        with opened(model, cfg.world, run.path) as loaded:
+        with opened(model, cfg.world, run.path, pooled=True) as loaded:
             for source in calibration.sources(cfg.world):
                 table = calibration.calibrate_source(loaded, cfg.world, source, paths)
                 p_hat = ", ".join(f"{p:.3f}" for p in table.p_hat)

@@ -29,7 +29,7 @@ from ..spine.runs import Run, SampleLog, unit_key
 from ..spine.tracelog import TraceLog
 from .config import Table1Config
 
-Progress = Callable[[str], None]
+Progress = Callable[[str, "str | None"], None]
 
 
 def method_order(methods: tuple[str, ...]) -> list[str]:
@@ -75,7 +75,7 @@ def run_model(model: ModelEntry, cfg: Table1Config, paths: RunPaths, samples: Sa
               examples: dict[str, list[dict]], bar: RunProgress) -> None:
     """Calibration, then each method on every pair of one model (the engine is closed when this returns)."""
     progress = bar.reporter("generation")
-    with opened(model, cfg.world, paths.root) as loaded:
+    with opened(model, cfg.world, paths.root, pooled=True) as loaded:
         tables = {s: calibration.calibrate_source(loaded, cfg.world, s, paths, bar.reporter("calibration"))
                   for s in calibration.sources(cfg.world)} if needs_calibration(cfg.methods) else {}
         runs = [PairRun(loaded, get_task(task), examples[task], samples) for task in cfg.world.tasks]
