@@ -147,6 +147,7 @@ def test_a_killed_worker_loses_only_its_unit_and_an_interrupted_run_resumes_with
     ("", "--cluster '': give auto, local or a Ray address"),
     ("head node", "--cluster 'head node': give auto, local or a Ray address"),
     ("somewhere", "--cluster 'somewhere': not auto, local or a Ray address (host:port, ray://host:port)"),
+    ("127.0.0.1:1", "--cluster 127.0.0.1:1: nothing answers there"),   # refused at once, not Ray's retries
 ])
 def test_a_bad_cluster_value_is_one_error_line(value, message, tmp_path):
     out = subprocess.run([sys.executable, "-m", "acceptmoe", "table1", "--limit", "1", "--results", str(tmp_path),

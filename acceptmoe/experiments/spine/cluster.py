@@ -25,6 +25,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import os
+import socket
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -98,11 +99,24 @@ def _start(spec: ClusterSpec) -> None:
     if spec.where == "local":
         ray.init(num_cpus=os.cpu_count() or 1, **quiet)
     else:
+        _reachable(spec.where)
         try:
             ray.init(address=spec.where, log_to_driver=False, configure_logging=False)
         except (ConnectionError, RuntimeError, ValueError) as exc:
             raise UserError(f"--cluster {spec.where}: no Ray cluster there ({str(exc)[:200]}); start one "
                             f"(`ray start --head`, docs/cluster.md) or use --cluster local") from None
+
+
+def _reachable(where: str, timeout_s: float = 10.0) -> None:
+    """An explicit address must answer a TCP connect within `timeout_s` (Ray itself retries for minutes)."""
+    if where == "auto":
+        return
+    host, _, port = where.removeprefix("ray://").rpartition(":")
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=timeout_s).close()
+    except (OSError, ValueError) as exc:
+        raise UserError(f"--cluster {where}: nothing answers there ({exc}); start the head node "
+                        f"(`ray start --head`, docs/cluster.md) or check the address") from None
 
 
 def worker_resources(world) -> dict:
