@@ -31,7 +31,7 @@ import numpy as np
 from acceptmoe.commands import command, parser
 from acceptmoe.costs.shapes import get_shape
 from acceptmoe.evals.stats import bootstrap_mean, bootstrap_ratio, paired_bootstrap_speedup
-from acceptmoe.methods import B0_METHOD, BASELINE, METHODS
+from acceptmoe.methods import B0_METHOD, BASELINE, METHODS, get_method
 
 from ..spine import render
 from ..spine.config import from_saved, load_experiment
@@ -54,7 +54,7 @@ UNIT = "prompts"
 
 
 def admits_any(methods) -> bool:
-    return any(METHODS[m].admits for m in methods)
+    return any(get_method(m).admits for m in methods)
 
 
 def _columns(t: Table1, method: str) -> dict[str, np.ndarray]:
@@ -183,8 +183,11 @@ def main(argv: list[str] | None = None) -> int:
     add_run_options(p)
     add_methods_option(p)
     args = p.parse_args(argv)
-    if args.methods is None:
+    if args.methods is None and args.resume is None:
         args.methods = list(COMPARED)
+    if args.methods is not None and not admits_any(args.methods):
+        p.error(f"--methods {' '.join(args.methods)}: none admits draft nodes, so there is nothing to compare; add "
+                f"one of {', '.join(ADMITTING)} (or run `./reproduce.sh table1`)")
     cfg, run = open_or_resume(EXPERIMENT, args, lambda o: load_experiment(Table1Config, args.preset, o),
                               lambda saved: from_saved(Table1Config, saved))
     if not run_to_completion(EXPERIMENT, run, lambda: run_summary(cfg, run)):
