@@ -16,6 +16,7 @@ from acceptmoe.experiments.claims import table as claims_table
 from acceptmoe.experiments.claims.beyond import admission_rows
 from acceptmoe.experiments.spine.runs import SampleLog
 from acceptmoe.experiments.table1 import admission
+from acceptmoe.experiments.table1 import commands as table1_commands
 from acceptmoe.experiments.table1.table import build_table1
 from acceptmoe.methods import METHODS
 
@@ -30,7 +31,7 @@ def run(tmp_path_factory) -> Path:
     root = tmp_path_factory.mktemp("admission")
     world.make_models(root)
     preset = world.write_preset(root, root)
-    assert admission.main(["--preset", str(preset), "--limit", "2", "--results", str(root / "r")]) == 0
+    assert table1_commands.admission_main(["--preset", str(preset), "--limit", "2", "--results", str(root / "r")]) == 0
     (folder,) = (root / "r" / "admission" / "test").iterdir()
     return folder
 
@@ -82,7 +83,7 @@ def test_claims_rows_need_enough_prompts(run):
 
 def test_a_method_list_without_admission_is_refused(capsys):
     with pytest.raises(SystemExit) as exc:
-        admission.main(["--methods", "standard-sd", "acceptmoe"])
+        table1_commands.admission_main(["--methods", "standard-sd", "acceptmoe"])
     assert exc.value.code == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert "error: --methods standard-sd acceptmoe: none admits draft nodes" in err[-1]

@@ -5,7 +5,7 @@
 | `config`   | `Table1Config`, the `table1:` section                                    |
 | `runner`   | the method order and the runs (calibration, B0, every method)            |
 | `table`    | the table from saved results only (Markdown, CSV, LaTeX)                 |
-| `commands` | `table1`, `calibrate`, `b0`                                              |
+| `commands` | `table1`, `calibrate`, `b0`, `admission`                                 |
 | `worlds`   | `worlds`: Table 1 on independently trained tiny worlds, the spread across |
 | `work`     | its work counted for `./reproduce.sh plan`                               |
 | `admission`| `admission`: a Table 1 of AcceptMoE beside token-side admission, side by side |

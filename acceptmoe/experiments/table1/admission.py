@@ -1,4 +1,4 @@
-"""`./reproduce.sh admission`: AcceptMoE, token-side adaptive verification and their composition side by side
+"""`./reproduce.sh admission` (its command in `commands`): AcceptMoE, token-side adaptive verification and their composition side by side
 (docs/method.md, "Token-side admission"; beyond the paper).
 
     ./reproduce.sh admission [--limit N] [--methods ...] [--resume RUN_DIR]
@@ -28,18 +28,13 @@ from pathlib import Path
 
 import numpy as np
 
-from acceptmoe.commands import command, parser
 from acceptmoe.costs.shapes import get_shape
 from acceptmoe.evals.stats import bootstrap_mean, bootstrap_ratio, paired_bootstrap_speedup
 from acceptmoe.methods import B0_METHOD, BASELINE, METHODS, get_method
 
 from ..spine import render
-from ..spine.config import from_saved, load_experiment
-from ..spine.options import add_methods_option, add_run_options, open_or_resume, run_to_completion
 from ..spine.prompts import resolve_checkpoint
 from ..spine.runs import NothingToTabulate
-from .config import Table1Config
-from .runner import run_summary
 from .table import Table1, build_table1, paired_mean_diff, write_table1
 
 EXPERIMENT = "admission"
@@ -174,24 +169,3 @@ def write_admission(run_dir: str | Path) -> str:
     (run_dir / OUTPUTS[1]).write_text(render.csv_text([{"table": "method", **r} for r in methods]
                                                       + [{"table": "paired", **r} for r in pairs]))
     return table1 + "\n\n" + md
-
-
-@command("admission", "AcceptMoE, token-side adaptive verification and their composition side by side (a Table 1 "
-                      "of those methods, then admission.md)")
-def main(argv: list[str] | None = None) -> int:
-    p = parser(EXPERIMENT)
-    add_run_options(p)
-    add_methods_option(p)
-    args = p.parse_args(argv)
-    if args.methods is None and args.resume is None:
-        args.methods = list(COMPARED)
-    if args.methods is not None and not admits_any(args.methods):
-        p.error(f"--methods {' '.join(args.methods)}: none admits draft nodes, so there is nothing to compare; add "
-                f"one of {', '.join(ADMITTING)} (or run `./reproduce.sh table1`)")
-    cfg, run = open_or_resume(EXPERIMENT, args, lambda o: load_experiment(Table1Config, args.preset, o),
-                              lambda saved: from_saved(Table1Config, saved))
-    if not run_to_completion(EXPERIMENT, run, lambda: run_summary(cfg, run)):
-        return 130
-    print(write_admission(run.path))
-    print(f"written: {', '.join(str(run.path / f) for f in OUTPUTS)} and Table 1's files")
-    return 0
