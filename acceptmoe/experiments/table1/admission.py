@@ -30,7 +30,7 @@ import numpy as np
 
 from acceptmoe.costs.shapes import get_shape
 from acceptmoe.evals.stats import bootstrap_mean, bootstrap_ratio, paired_bootstrap_speedup
-from acceptmoe.methods import B0_METHOD, BASELINE, METHODS, get_method
+from acceptmoe.methods import B0_METHOD, BASELINE, METHODS, Admission, get_method
 
 from ..spine import render
 from ..spine.prompts import resolve_checkpoint
@@ -41,7 +41,16 @@ EXPERIMENT = "admission"
 OUTPUTS = ("admission.md", "admission.csv")
 ADMITTING = tuple(m for m, s in METHODS.items() if s.admits)
 COMPARED = (BASELINE, B0_METHOD, *ADMITTING)
-SURVIVAL, PREFIX, COSTED = "standard-sd-survival", "standard-sd-prefix", "acceptmoe-costed"
+
+
+def admitting(rule: Admission, restricts: bool) -> str:
+    """The registered method with this admission rule that does (AcceptMoE's selector) or does not (Standard
+    SD's) restrict experts."""
+    return next(m for m, s in METHODS.items() if s.admission is rule and s.restricts == restricts)
+
+
+SURVIVAL, PREFIX = admitting(Admission.SURVIVAL, False), admitting(Admission.PREFIX, False)   # adaptive verification
+COSTED = admitting(Admission.COSTED, True)                                                    # the composition
 # (method, against): AcceptMoE over adaptive verification, the composition over either side alone
 PAIRS = ((B0_METHOD, SURVIVAL), (B0_METHOD, PREFIX), (COSTED, B0_METHOD), (COSTED, SURVIVAL), (COSTED, PREFIX),
          *((m, BASELINE) for m in (B0_METHOD, *ADMITTING)))
