@@ -10,7 +10,8 @@ routing of a `Restriction`) with natural routing (the baseline) and with the fix
 (AcceptMoE-B) at each budget of the grid, so the union of
 experts a pass reads moves apart from its token count; each point is the median of `repeats` timed passes, the
 experts read are the pass's measured mean routed union per layer. `DEFAULT_PROFILE` is the committed profile of
-the tiny world on CPU, which runs use unless a world names another (`WorldConfig.verify_cost`).
+the tiny world on CPU, `OFFLOADED_PROFILE` the same under the offloaded X = 48-slot pool (with its fetch cost);
+runs use the one of their store (`default_profile`) unless a world names another (`WorldConfig.verify_cost`).
 """
 from __future__ import annotations
 
@@ -28,8 +29,15 @@ from acceptmoe.methods import B0_METHOD, BASELINE, Variant, VerifyCost, fixed_tw
 
 PROFILES = Path(__file__).resolve().parent / "profiles"
 DEFAULT_PROFILE = PROFILES / "tiny-cpu.json"
+OFFLOADED_PROFILE = PROFILES / "tiny-cpu-offloaded.json"   # profile-verify --store offloaded --slots 48
 ROUTED_UNION = LAYER_FIELDS.index("routed_union")
 PROMPT_TOKENS = 64
+
+
+def default_profile(store: str = "resident") -> Path:
+    """The committed profile for an engine's expert store: the offloaded one carries the fetch cost an admitting
+    plan under an offloaded store needs."""
+    return OFFLOADED_PROFILE if store == "offloaded" else DEFAULT_PROFILE
 
 
 def load_profile(path: str | Path | None = None) -> VerifyCost:

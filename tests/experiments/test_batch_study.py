@@ -20,7 +20,7 @@ from acceptmoe.engine.routes import FORMAT, KINDS, Routes
 from acceptmoe.evals.stats import paired_bootstrap_speedup
 from acceptmoe.experiments.batch import records
 from acceptmoe.experiments.batch.compose import Request, StoreCounter, compact, compose, draw_requests
-from acceptmoe.experiments.batch.config import composable
+from acceptmoe.experiments.batch.config import composable, load_batch_config
 from acceptmoe.experiments.batch.intervals import Cell, prompt_accuracy
 from acceptmoe.experiments.batch.prompts import PoolPrompts, Recording
 from acceptmoe.experiments.batch.records import load
@@ -162,13 +162,14 @@ def test_batch_study_end_to_end(study, capsys):
     (run,) = (root / "results" / "batch-study" / "tiny").iterdir()
     rows = list(SampleLog(run / "samples.jsonl"))
     assert [r["batch"] for r in rows] == [1, 4] and all(r["store_agrees"] for r in rows)
-    every = {Variant(m).name for m, s in METHODS.items() if s.speculates and not s.admits}   # admitting: when named
+    every = {Variant(m).name for m, s in METHODS.items() if s.speculates}     # the YAML's: admitting ones too
     crediting = {Variant(m).name for m in METHODS if METHODS[m].speculates and not composable(m)}
     assert crediting and all(set(d["methods"]) == every for r in rows for d in r["draws"])
     for r in rows:                                                        # composition == a real batched pass
         first = r["draws"][0]["methods"]
         assert all("batched_same" in first[v] for v in every - crediting)
-        for v in (Variant(BASELINE).name, Variant(B0_METHOD).name):       # exact scores: every request the same
+        admitting = [Variant(m).name for m, s in METHODS.items() if s.admits]
+        for v in (Variant(BASELINE).name, Variant(B0_METHOD).name, *admitting):   # every request as it ran alone
             assert first[v]["batched_same"] == r["batch"] and first[v]["batched_reads"] == first[v]["reads"]
         for v in crediting:                                               # at B = 1 it is the method it extends
             (m,) = [m for m in METHODS if Variant(m).name == v]
@@ -198,6 +199,15 @@ def test_batch_study_end_to_end(study, capsys):
         assert row["measured"] and row["claim"].startswith("[beyond the paper]")
     summary = json.loads((run / "summary.json").read_text())
     assert summary["batch_sizes"] == [1, 4]
+
+
+def test_the_default_methods_are_every_speculating_method_in_registry_order():
+    """configs/experiments/batch-study.yaml names every speculating method of the registry, the token-side
+    admitting ones included (composed from batch-1 routes: a request's admission never reads another's)."""
+    cfg = load_batch_config("tiny")
+    assert cfg.method_names() == tuple(m for m, s in METHODS.items() if s.speculates)
+    assert all(composable(m) for m, s in METHODS.items() if s.admits)
+    assert max(cfg.batch_sizes) == 256 and cfg.limit * len(cfg.world.tasks) >= 2 * max(cfg.batch_sizes)
 
 
 def test_bad_options_are_one_error_line(study, capsys):

@@ -23,7 +23,7 @@ from acceptmoe.experiments.throughput import commands as perf
 from acceptmoe.experiments.throughput.config import ThroughputConfigError, load_throughput_config
 from acceptmoe.experiments.throughput.records import counter_metrics
 from acceptmoe.experiments.throughput.timing import PLACEBO, POOLED, Boot, timed_records
-from acceptmoe.methods import UnknownMethodError
+from acceptmoe.methods import UnknownMethodError, get_method
 
 import runner_world as world
 
@@ -179,6 +179,35 @@ def test_each_command_writes_its_outputs(setup, fig3_run, command, outputs):
                          "--budgets-from", str(fig3_run / "budgets")]) == 0
     run = _run(root / "each", name)
     assert all(_nonempty(run / o) for o in outputs)
+
+
+ADMITTING = {"fig3": ("--resident-methods", "standard-sd", "acceptmoe-costed", "standard-sd-survival"),
+             "fig4": ("--offload-methods", "acceptmoe", "acceptmoe-costed", "standard-sd-prefix")}
+
+
+@pytest.mark.parametrize("command", ["fig3", "fig4"])
+def test_admitting_methods_run_in_the_timed_phases(setup, command):
+    """fig3 and fig4 time the token-side admitting methods named on the command line, each with the committed
+    verify-cost profile of its phase's store (the offloaded one carries the fetch cost), copied into the run."""
+    from acceptmoe.costs.verify import default_profile, load_profile
+    root, preset = setup
+    flag, *methods = ADMITTING[command]
+    assert getattr(perf, command)(["--preset", str(preset), "--limit", "1", "--results", str(root / "adm"), flag,
+                                   *methods]) == 0
+    run = _run(root / "adm", command)
+    rows = list(SampleLog(run / "samples.jsonl"))
+    phases = ("resident",) if command == "fig3" else ("offload-timed", "offload-counters")
+    placebo = (PLACEBO.name,) if "standard-sd" in methods else ()
+    for phase in phases:
+        ran = [r for r in rows if r["phase"] == phase]
+        assert {r["variant"] for r in ran} == {*methods, *placebo}
+        assert all(r["tokens"] > 0 for r in ran)
+    store = "resident" if command == "fig3" else "offloaded"
+    saved = json.loads((run / ("verify-cost.json" if store == "resident" else "verify-cost-offloaded.json")).read_text())
+    assert saved["profile"] == str(default_profile(store)) and saved["cost"] == load_profile(saved["profile"]).to_json()
+    assert (saved["cost"]["fetch_per_byte_s"] is None) == (store == "resident")
+    report = (run / ("throughput-resident.md" if command == "fig3" else "throughput-offload.md")).read_text()
+    assert all(get_method(m).label in report for m in methods if m != "standard-sd")
 
 
 def test_calibration_study_end_to_end_after_an_interruption(setup, fig3_run, monkeypatch):

@@ -4,7 +4,7 @@
     >>> from acceptmoe.experiments.batch.config import load_batch_config
     >>> cfg = load_batch_config("tiny", {"batch_sizes": [1, 4], "trees": ["3/1/4"]})
     >>> cfg.batch_sizes, [str(t) for t in cfg.shapes()], cfg.limit
-    ((1, 4), ['3/1/4'], 32)
+    ((1, 4), ['3/1/4'], 128)
 """
 from __future__ import annotations
 
@@ -62,7 +62,10 @@ class DraftShape:
 def composable(method: str) -> bool:
     """Whether a batched pass of `method` is the union of its requests' batch-1 routes: not for a score that
     credits the pass's other requests (`Score.credits_batch`), whose sets change with the batch (the study
-    runs those batched, draw by draw)."""
+    runs those batched, draw by draw). Token-side admission composes: each request's admitted subtree depends on
+    its own tree, its own measured union growth and, under an offloaded store, the pool's resident share; the
+    study's recordings and batched checks run on the resident store, where no request's admission reads another
+    (docs/method.md, "Token-side admission"; the first draw of every cell checks it request by request)."""
     score = get_method(method).score
     return score is None or not score.credits_batch
 
@@ -71,13 +74,14 @@ def composable(method: str) -> bool:
 class BatchStudyConfig:
     SECTION = EXPERIMENT
     world: WorldConfig
-    limit: int = 32                                   # evaluation prompts per task: the pool requests come from
-    batch_sizes: tuple[int, ...] = (1, 4, 16, 64)
+    limit: int = 128                                  # evaluation prompts per task: the pool requests come from
+    batch_sizes: tuple[int, ...] = (1, 4, 16, 64, 128, 256)   # B = 256 draws half of the 4-task pool
     trees: tuple[str, ...] = ("5/10/64", "3/1/4")     # num_steps/topk/num_draft_tokens
     draws: int = 32                                   # request draws per batch size
     slots: int = 48                                   # X of the X-slot pool
     shapes_at: tuple[str, ...] = ("tiny", "qwen3-30b-a3b", "gpt-oss-120b")
     methods: tuple[str, ...] | None = None            # None: every speculating method that admits every node
+                                                      # (the study's first runs); the YAML names every one
     seed: int = 0
     bootstrap_resamples: int = 2000
 
@@ -119,8 +123,9 @@ class BatchStudyConfig:
         return [DraftShape.parse(t) for t in self.trees]
 
     def method_names(self) -> tuple[str, ...]:
-        """The methods batched, in registry order: the configured ones, or every method that speculates and
-        verifies every drafted node (a method with token-side admission, `MethodSpec.admits`, runs when named)."""
+        """The methods batched, in registry order: the configured ones (configs/experiments/batch-study.yaml names
+        every speculating method, the token-side admitting ones included), or with `methods` null every method
+        that speculates and verifies every drafted node (what the study's first runs froze as null)."""
         chosen = self.methods if self.methods is not None else tuple(m for m, s in METHODS.items() if not s.admits)
         return tuple(m for m in METHODS if m in chosen and METHODS[m].speculates)
 

@@ -1,9 +1,10 @@
 """What a batch study's or a divergence run says about the findings beyond the paper (`spine.paper.BEYOND`): one
 `Measured` per finding, each (draft shape, batch size) cell, each draft shape, or each (baseline,) temperature,
 judged on its own 95 % interval. Every number comes from the experiments' record builders (`batch.records`,
-`divergence.report`), never recomputed here.
+`divergence.report`, `table1.admission`), never recomputed here.
 
     batch_rows(run_dir) -> [Measured, ...]
+    admission_rows(run_dir) -> [Measured, ...]
     divergence_rows(run_dir) -> [Measured, ...]
 """
 from __future__ import annotations
@@ -14,6 +15,8 @@ from acceptmoe.methods import B0_METHOD, BASELINE, METHODS, Variant, fixed_twin
 
 from ..batch import records as batch_records
 from ..divergence import report as divergence_report
+from ..table1 import admission
+from ..table1 import table as table1_table
 from .measured import CI, Measured, engine_measures, meta, where, world_of
 from .verdict import Evidence
 
@@ -106,4 +109,33 @@ def divergence_rows(run: Path) -> list[Measured]:
             spread = (f"per cell {num.format(min(c.low for c in cells))} to {num.format(max(c.high for c in cells))}"
                       f"{unit} (95 %)")
             out.append(_measured(claim_id, ours, spread, cells, base))
+    return out
+
+
+# (claim, the comparisons it is judged on: (method, against), each one cell)
+ADMISSION_CLAIMS = (("admission-acceptmoe", ((B0_METHOD, admission.SURVIVAL), (B0_METHOD, admission.PREFIX))),
+                    ("admission-composition", ((admission.COSTED, B0_METHOD), (admission.COSTED, admission.SURVIVAL))))
+
+
+def admission_rows(run: Path) -> list[Measured]:
+    """AcceptMoE over token-side adaptive verification, and the composition over either side: the experts-read
+    ratio and the accuracy difference per comparison, paired over prompts (`table1.admission.paired_records`)."""
+    t = table1_table.build_table1(Path(run))
+    records = {(r["method"], r["against"]): r for r in admission.paired_records(t)} if t.records else {}
+    world = meta(run)["world"]
+    base = dict(measures=f"{engine_measures(world)}: greedy generations, every verify pass's routed union counted",
+                run=where(run), world=world_of(world))
+    label = lambda r: f"vs {METHODS[r['against']].label}"                                     # noqa: E731
+    out = []
+    for claim, comparisons in ADMISSION_CLAIMS:
+        recs = [records[c] for c in comparisons if c in records]
+        for suffix, key, num, unit, what in (("reads", "reads_ratio", "{:.3f}", "", " (ratio of experts read per "
+                                              "output token, paired over prompts)"),
+                                             ("accuracy", "accuracy_diff", "{:+.1f}", " pp", " (paired over prompts)")):
+            cells = _cells(recs, key, label)
+            if cells:
+                ours = "; ".join(f"{c.label} {num.format(c.estimate)}{unit}" for c in cells) + what
+                spread = (f"per cell {num.format(min(c.low for c in cells))} to "
+                          f"{num.format(max(c.high for c in cells))}{unit} (95 %)")
+                out.append(_measured(f"{claim}-{suffix}", ours, spread, cells, base))
     return out

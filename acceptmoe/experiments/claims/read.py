@@ -22,7 +22,7 @@ from ..spine.runs import NothingToTabulate, SampleLog
 from ..study import tables as study_tables
 from ..study.config import CalibrationStudyConfig
 from ..table1 import table as table1_table
-from .beyond import batch_rows, divergence_rows
+from .beyond import admission_rows, batch_rows, divergence_rows
 from .measured import CI, Measured, engine_measures, iv, meta, pp, where, world_of
 from .timed import REPLAY_CLAIMS, REPLAY_HINT, claims_with_replay, replay_rows, throughput_rows
 from .verdict import Evidence
@@ -228,4 +228,4 @@ def study_rows(run: Path) -> list[Measured]:
 READERS: dict[str, Callable[[Path], list[Measured]]] = {
     "table1": table1_rows, **{e: throughput_rows for e in ("fig3", "fig4", "table2", "sweep", "fig5")},
     "calibration-study": study_rows, "replay": replay_rows, "worlds": worlds_rows, "batch-study": batch_rows,
-    "divergence": divergence_rows}
+    "divergence": divergence_rows, "admission": admission_rows}

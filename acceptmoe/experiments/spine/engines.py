@@ -115,15 +115,17 @@ class Loaded:
         return variant.bind(self.engine.fit, commitment=commitment, b0=b0, selector=self.world.selector, cost=cost)
 
     def verify_cost(self) -> VerifyCost:
-        """The world's verify-cost profile (`WorldConfig.verify_cost`; None: the committed tiny-world CPU one),
-        copied once into the run folder as verify-cost.json with where it came from."""
-        from acceptmoe.costs.verify import DEFAULT_PROFILE, load_profile
+        """The world's verify-cost profile (`WorldConfig.verify_cost`; None: the committed tiny-world CPU one of
+        the engine's store, `costs.verify.default_profile`), copied once into the run folder with where it came
+        from: verify-cost.json for the resident store, verify-cost-offloaded.json for the offloaded one."""
+        from acceptmoe.costs.verify import default_profile, load_profile
         from acceptmoe.paths import REPO
         given = self.world.verify_cost                      # type: ignore[attr-defined]
-        path = DEFAULT_PROFILE if given is None else (Path(given) if Path(given).is_absolute() else REPO / given)
+        store = self.engine.fit.store
+        path = default_profile(store) if given is None else (Path(given) if Path(given).is_absolute() else REPO / given)
         cost = load_profile(path)
         if self.run_dir is not None:
-            out = Path(self.run_dir) / "verify-cost.json"
+            out = Path(self.run_dir) / ("verify-cost-offloaded.json" if store == "offloaded" else "verify-cost.json")
             if not out.is_file():
                 out.write_text(json.dumps({"profile": str(path), "cost": cost.to_json()}, indent=1, sort_keys=True)
                                + "\n")

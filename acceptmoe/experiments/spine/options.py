@@ -26,6 +26,7 @@ CONFIG_OPTIONS = {"limit": "limit", "methods": "methods", "budgets_from": "budge
                   "engine": "world.engine", "record_routes": "world.generation.record_routes",
                   "calibration_limit": "world.calibration.prompts",
                   "resident_prompts": "resident.prompts", "offload_prompts": "offload.prompts",
+                  "resident_methods": "resident.variants", "offload_methods": "offload.variants",
                   "temperature": "world.sampling.temperature", "top_p": "world.sampling.top_p",
                   "top_k": "world.sampling.top_k", "seed": "world.sampling.seed"}
 

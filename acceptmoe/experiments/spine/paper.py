@@ -163,6 +163,7 @@ CLAIMS: tuple[Claim, ...] = (
 # only, its margins table both).
 NOT_IN_PAPER = "beyond the paper (it measures batch 1, 64-token trees)"
 NOT_SAMPLED = "beyond the paper (it decodes greedily, temperature 0)"
+NOT_ADMITTED = "beyond the paper (it verifies every drafted node)"
 TV_TOLERANCE = 0.01           # the divergence a restricted verify pass may have from natural routing (our choice)
 BEYOND: tuple[Claim, ...] = (
     Claim("batch-reads", "experts read per output token, AcceptMoE vs Standard SD, when B requests verify together "
@@ -190,6 +191,28 @@ BEYOND: tuple[Claim, ...] = (
           (Part("", NOT_IN_PAPER),),
           Expect("equivalent", "equal within 1 pp in every cell (the interval inside [-1, +1])", 0.0, 1.0,
                  every_pair=True, margin_from="accuracy-vs-sd's margin, carried over"), "batch-study", beyond=True),
+    Claim("admission-acceptmoe-reads", "experts read per output token, AcceptMoE over each token-side adaptive "
+                                       "verification (Standard SD with survival / prefix admission), paired over "
+                                       "prompts",
+          (Part("", NOT_ADMITTED),),
+          Expect("below", "fewer experts read per output token than either admission rule (ratio < 1)", 1.0,
+                 every_pair=True), "admission", beyond=True),
+    Claim("admission-acceptmoe-accuracy", "accuracy, AcceptMoE minus each token-side adaptive verification on the "
+                                          "same prompts",
+          (Part("", NOT_ADMITTED),),
+          Expect("equivalent", "equal within 1 pp against either (the interval inside [-1, +1])", 0.0, 1.0,
+                 every_pair=True, margin_from="accuracy-vs-sd's margin, carried over"), "admission", beyond=True),
+    Claim("admission-composition-reads", "experts read per output token, expert-cost-aware admission under AcceptMoE "
+                                         "(the composition) over AcceptMoE alone and over Standard SD with survival "
+                                         "admission, paired over prompts",
+          (Part("", NOT_ADMITTED),),
+          Expect("below", "fewer experts read per output token than either side alone (ratio < 1)", 1.0,
+                 every_pair=True), "admission", beyond=True),
+    Claim("admission-composition-accuracy", "accuracy, the composition minus AcceptMoE alone and minus Standard SD "
+                                            "with survival admission, on the same prompts",
+          (Part("", NOT_ADMITTED),),
+          Expect("equivalent", "equal within 1 pp against either (the interval inside [-1, +1])", 0.0, 1.0,
+                 every_pair=True, margin_from="accuracy-vs-sd's margin, carried over"), "admission", beyond=True),
     Claim("divergence-acceptmoe", "total variation of AcceptMoE's verify-pass next-token distribution from natural "
                                   "routing's, under sampling, per temperature (mean over positions, then prompts)",
           (Part("", NOT_SAMPLED),),

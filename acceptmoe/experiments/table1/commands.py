@@ -3,6 +3,7 @@
     ./reproduce.sh table1 [--preset tiny|paper] [--limit N] [--methods ...] [--resume RUN_DIR]
     ./reproduce.sh calibrate --preset tiny
     ./reproduce.sh b0 --run results/table1/tiny/<run-id>     # recompute and check every pair's B0
+    ./reproduce.sh admission [--limit N] [--methods ...]      # Table 1 of the admitting methods, side by side
 """
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ from ..spine.layout import RunPaths
 from ..spine.options import add_methods_option, add_run_options, open_or_resume, run_to_completion
 from ..spine.runs import Run, SampleLog
 from ..spine.tracelog import TraceLog
+from . import admission
 from .config import Table1Config
 from .runner import run_summary
 from .table import OUTPUTS, write_table1
@@ -91,3 +93,24 @@ def b0(argv: list[str] | None = None) -> int:
               f"[{d.low:.3f}, {d.high:.3f}], first {d.n_prompts} prompts{', limited' if d.limited else ''}); "
               f"saved: {saved}")
     return 1 if mismatches else 0
+
+
+@command("admission", "AcceptMoE, token-side adaptive verification and their composition side by side (a Table 1 "
+                      "of those methods, then admission.md)")
+def admission_main(argv: list[str] | None = None) -> int:
+    p = parser(admission.EXPERIMENT)
+    add_run_options(p)
+    add_methods_option(p)
+    args = p.parse_args(argv)
+    if args.methods is None and args.resume is None:
+        args.methods = list(admission.COMPARED)
+    if args.methods is not None and not admission.admits_any(args.methods):
+        p.error(f"--methods {' '.join(args.methods)}: none admits draft nodes, so there is nothing to compare; add "
+                f"one of {', '.join(admission.ADMITTING)} (or run `./reproduce.sh table1`)")
+    cfg, run = open_or_resume(admission.EXPERIMENT, args, lambda o: load_experiment(Table1Config, args.preset, o),
+                              lambda saved: from_saved(Table1Config, saved))
+    if not run_to_completion(admission.EXPERIMENT, run, lambda: run_summary(cfg, run)):
+        return 130
+    print(admission.write_admission(run.path))
+    print(f"written: {', '.join(str(run.path / f) for f in admission.OUTPUTS)} and Table 1's files")
+    return 0

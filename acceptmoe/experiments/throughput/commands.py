@@ -10,6 +10,13 @@
 
     ./reproduce.sh fig3 [--preset tiny|paper] [--limit N] [--budgets-from TABLE1_RUN] [--resume RUN_DIR]
     ./reproduce.sh fig4 --record-routes --offload-prompts 20     # the replay's recording: 20 prompts per task
+    ./reproduce.sh fig3 --resident-methods standard-sd acceptmoe standard-sd-survival acceptmoe-costed
+    ./reproduce.sh fig4 --offload-methods standard-sd acceptmoe acceptmoe-costed   # admitting methods offloaded
+
+`--resident-methods` / `--offload-methods` replace a timed phase's variants (configs/experiments/throughput.yaml);
+any registered method runs there, the token-side admitting ones (docs/method.md, "Token-side admission") with the
+committed verify-cost profile of the phase's store unless the world names one (`verify_cost:`), copied into the
+run folder (verify-cost.json, verify-cost-offloaded.json).
 """
 from __future__ import annotations
 
@@ -58,10 +65,16 @@ def command_main(command: str, argv: list[str] | None) -> int:
     if "resident" in phases:
         p.add_argument("--resident-prompts", type=positive_int, default=None, metavar="N",
                        help="prompts per pair the resident phase times (overrides the preset)")
+        p.add_argument("--resident-methods", nargs="+", default=None, metavar="METHOD",
+                       help="the methods the resident phase times (default: the config's; Standard SD brings "
+                            "its placebo)")
     if any(ph.startswith("offload") for ph in phases):
         p.add_argument("--offload-prompts", type=positive_int, default=None, metavar="N",
                        help="prompts per pair the offloaded phases run (overrides the preset; the replay reads "
                             "routes of 20 per task)")
+        p.add_argument("--offload-methods", nargs="+", default=None, metavar="METHOD",
+                       help="the methods the offloaded phases run (default: the config's; Standard SD brings its "
+                            "placebo)")
     args = p.parse_args(argv)
     cfg, run = open_or_resume(command, args, lambda o: load_throughput_config(args.preset, COMMAND_PHASES[command], o),
                               throughput_config_from_saved)
