@@ -85,3 +85,31 @@ def _alive_in(proc, groups) -> bool:
         return os.getpgid(proc.pid) in groups and proc.status() != psutil.STATUS_ZOMBIE
     except (ProcessLookupError, PermissionError, psutil.Error):
         return False
+
+
+def test_table1_with_dp2_runs_through_the_router_and_states_it(tmp_path):
+    """`table1 --engine sglang` on a world with `serving.dp: 2`: the run's config.json states dp, tp and the router
+    (policy; its version with the environment's packages), engines.jsonl the router the engine served through,
+    and the rows come from SGLang."""
+    import json
+
+    import yaml
+
+    from acceptmoe.experiments.table1.commands import main
+
+    preset = yaml.safe_load((ROOT / "configs/presets/tiny.yaml").read_text())
+    preset.update(tasks=["tiny-gsm"], generation={"max_new_tokens": 24}, serving={"dp": 2})
+    preset["table1"] = {"limit": 2}
+    (tmp_path / "dp2.yaml").write_text(yaml.safe_dump(preset))
+    assert main(["--preset", str(tmp_path / "dp2.yaml"), "--engine", "sglang", "--methods", "standard-sd",
+                 "--results", str(tmp_path / "r")]) == 0
+    (folder,) = (tmp_path / "r/table1").glob("*/*")
+    config = json.loads((folder / "config.json").read_text())
+    serving = config["config"]["world"]["serving"]
+    assert (serving["dp"], serving["tp"], serving["router"]) == (2, 1, "round_robin")
+    assert config["environment"]["packages"]["sglang-router"] == "0.3.2"
+    (engine,) = [json.loads(line) for line in (folder / "engines.jsonl").read_text().splitlines()]
+    assert engine["dp"] == 2 and engine["router"] == {"package": "sglang-router", "version": "0.3.2",
+                                                      "policy": "round_robin"}
+    rows = [json.loads(line) for line in (folder / "samples.jsonl").read_text().splitlines()]
+    assert len(rows) == 2 and {r["method"] for r in rows} == {"standard-sd"}
