@@ -12,7 +12,8 @@ and `server_of` maps that process to its server. The router (`python -m sglang_r
 --policy P`) is the only address requests go to: one HTTP `/generate` per request with its `input_ids`,
 sampling parameters and `rid` (the plugin keys its records by it, so records written by several servers into
 one file stay attributed to their request). Every process is the leader of its own process group and is
-stopped with its group (`shutdown`, also at interpreter exit and after Ctrl-C); ports are free ones from the OS.
+stopped with its group (`shutdown`, also at interpreter exit and after Ctrl-C), and on Linux gets SIGTERM when the
+process that started it dies (a kill the exit handler cannot see); ports are free ones from the OS.
 
 Policies are sglang-router's (`POLICIES`). The backend's default is round robin: the runs put a whole batch of
 prompts in flight at once, and cache-aware routing keeps prompts that share a prefix (a chat template's) on one
@@ -91,6 +92,14 @@ def core_groups(binding: str | None, dp: int) -> list[str | None]:
     return ["|".join(groups[i * tp:(i + 1) * tp]) for i in range(dp)]
 
 
+def _end_with_parent() -> None:
+    """In the child, before it runs: SIGTERM when the process that started it ends, however it ends (Linux; SGLang's
+    own schedulers end with their server the same way). Elsewhere `shutdown` and the exit handler must run."""
+    if sys.platform.startswith("linux"):
+        import ctypes
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)        # PR_SET_PDEATHSIG
+
+
 class Fleet:
     def __init__(self, dp: int, policy: str, model_args: dict, server_args: dict, env: dict, logs: Path,
                  tp: int = 1, host: str = "127.0.0.1"):
@@ -133,7 +142,8 @@ class Fleet:
     def _spawn(self, name: str, argv: list[str], env: dict) -> None:
         log = (self.logs / f"{name}.log").open("ab")
         self.procs.append(subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=env,
-                                           start_new_session=True))     # its own process group, stopped as one
+                                           start_new_session=True,      # its own process group, stopped as one
+                                           preexec_fn=_end_with_parent))
         log.close()
 
     def _failed(self, proc: subprocess.Popen, name: str) -> RouterUnavailableError:
@@ -203,8 +213,11 @@ class Fleet:
                 raise RuntimeError(f"SGLang's router answered {exc.code} for request {rids[i]}: "
                                    f"{exc.read()[:500].decode(errors='replace')}") from None
 
-        with ThreadPoolExecutor(max_workers=max(1, min(len(input_ids), 256))) as pool:
+        pool = ThreadPoolExecutor(max_workers=max(1, min(len(input_ids), 256)))
+        try:
             return list(pool.map(one, range(len(input_ids))))
+        finally:            # on Ctrl-C, return at once: `shutdown` then ends the requests still in flight
+            pool.shutdown(wait=False, cancel_futures=True)
 
     def server_of(self, pid: int) -> int | None:
         """The server (index) a process belongs to: its process group is the server's, or None."""
