@@ -17,6 +17,8 @@ Recipes, chosen in this order:
   dependencies.
 - cpu: SGLang without its dependencies beside the CPU torch wheel and the light packages its serving path
   imports (no CPU build of its kernels exists; `acceptmoe.serving.sglang.cpu` supplies them).
+Every recipe adds SGLang's router (`sglang-router`, without dependencies: SGLang's own serve it) and what SGLang's
+HTTP server imports beyond the offline engine (`jsonschema`, `soundfile`): `serving.dp` > 1 runs HTTP servers behind it.
 The graders' pins come from pyproject.toml (`requirements.py`), so both environments grade alike.
 """
 from __future__ import annotations
@@ -34,6 +36,8 @@ sys.path.insert(0, str(ROOT / "scripts"))
 from requirements import lines as requirements  # noqa: E402 - the one list, in pyproject.toml
 
 SGLANG = "0.5.23"
+ROUTER = "0.3.2"                                    # sglang-router: serving.dp > 1 (acceptmoe.serving.sglang.fleet)
+SERVE = [["jsonschema", "soundfile==0.13.1"], ["--no-deps", f"sglang-router=={ROUTER}"]]   # HTTP servers, router
 HELD = ("torch", "triton", "transformers")          # never moved by what is installed after SGLang
 TESTS = ("pytest",)                                 # what tests/sglang/run_live.sh needs beside the graders
 CPU = [
@@ -93,16 +97,18 @@ def steps(kind: str, hold_file: str) -> list[list[str]]:
     graders = requirements("extra", "eval") + list(TESTS)
     bare = requirements("no-deps")
     if kind == "cpu":
-        return [["pip", *args] for args in CPU] + [["pip", *graders], ["pip", "--no-deps", *bare], project]
+        return [["pip", *args] for args in CPU + SERVE] + [["pip", *graders], ["pip", "--no-deps", *bare], project]
     if kind == "gpu":
-        return [["pip", f"sglang=={SGLANG}"], ["hold", hold_file], ["pip", "-c", hold_file, *graders],
-                ["pip", "--no-deps", *bare], project]
+        return [["pip", f"sglang=={SGLANG}"], ["hold", hold_file], *[["pip", "-c", hold_file, *a] for a in SERVE],
+                ["pip", "-c", hold_file, *graders], ["pip", "--no-deps", *bare], project]
     if kind != "given":
         raise SystemExit(f"unknown recipe {kind!r}; valid: given, gpu, cpu")
-    out = []
+    out = [["pip", "-c", hold_file, *args] for args in SERVE if not installed(args[-1])]
+    if out:
+        out.insert(0, ["hold", hold_file])
     lacking = [r for r in graders if not installed(r)]
     if lacking:
-        out += [["hold", hold_file], ["pip", "-c", hold_file, *lacking]]
+        out += ([] if out else [["hold", hold_file]]) + [["pip", "-c", hold_file, *lacking]]
     lacking = [r for r in bare if not installed(r)]
     if lacking:
         out.append(["pip", "--no-deps", *lacking])

@@ -37,6 +37,8 @@ def test_the_gpu_recipe_takes_sglangs_own_dependencies_and_holds_them():
     assert cpu[0] == ["pip", "torch==2.13.0"] and cpu[1][1:3] == ["--no-deps", "sglang==0.5.23"]   # the CPU wheel
     for steps in (gpu, cpu):
         assert steps[-1] == ["pip", "--no-deps", "-e", str(ROOT)] and ["pip", "--no-deps", "evalplus==0.3.1"] in steps
+        served = [step[-2:] for step in steps]            # SGLang's router and its HTTP servers' imports (serving.dp)
+        assert ["--no-deps", "sglang-router==0.3.2"] in served and any("jsonschema" in step for step in steps)
 
 
 def test_a_named_environment_without_sglang_is_refused_and_left_as_it_was(tmp_path):

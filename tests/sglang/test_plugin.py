@@ -452,5 +452,5 @@ def test_pools_are_sized_from_the_run():
     world = load_world("tiny")
     generation = world.generation                       # the longest generation: graded or timed
     assert world.serving.settings(world, world.models[0]) == {
-        "tp": 1, "dp": 1, "overlap": False, "memory_cap": 0.9, "requests": generation.batch,
+        "tp": 1, "dp": 1, "router": "round_robin", "overlap": False, "memory_cap": 0.9, "requests": generation.batch,
         "request_tokens": 2048 + max(generation.max_new_tokens, generation.timed_tokens), "disable_cuda_graph": True}

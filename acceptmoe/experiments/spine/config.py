@@ -40,6 +40,7 @@ from acceptmoe.evals import stats
 from acceptmoe.evals.tasks import TASKS
 from acceptmoe.evals.tasks.from_file import register_file
 from acceptmoe.methods import ConfigError, SelectorConfig, UnknownMethodError, Variant
+from acceptmoe.serving.sglang.fleet import DEFAULT_POLICY, POLICIES
 from acceptmoe.serving.sglang.memory import MEMORY_CAP
 from acceptmoe.yamlfile import read_mapping
 
@@ -293,8 +294,10 @@ class ServingConfig:
     """Settings of a serving engine (`engine: sglang`): its parallelism, graph and scheduling modes, and what its
     memory pools are sized for. The native engine ignores them."""
     tp: int = 1                                 # tensor parallelism (SGLang tp_size): GPUs per model copy
-    dp: int = 1                                 # data parallelism (SGLang dp_size): model copies serving the
-                                                # requests in flight (accuracy runs across a node's GPUs)
+    dp: int = 1                                 # data parallelism: model copies serving the requests in flight
+                                                # (accuracy runs across a node's GPUs)
+    router: str = DEFAULT_POLICY                # dp > 1: the policy of SGLang's router in front of dp servers
+                                                # (serving.sglang.fleet.POLICIES), or none: SGLang's dp_size
     cuda_graphs: bool = True                    # capture verify passes as CUDA graphs (GPU only)
     overlap: bool = False                       # SGLang's overlap scheduler; the paper measured with it off
     prompt_tokens: int = 2048                   # the longest prompt the KV pools are sized for
@@ -303,6 +306,9 @@ class ServingConfig:
     def __post_init__(self) -> None:
         if self.tp < 1 or self.dp < 1:
             raise ConfigKeyError(f"serving.tp and serving.dp must be >= 1, got {self}")
+        if self.router not in (*POLICIES, "none"):
+            raise ConfigKeyError(f"serving.router: {self.router!r} is not a router policy; valid: "
+                                 f"{', '.join(POLICIES)}, or none (SGLang's in-process dp controller)")
         if self.prompt_tokens < 1 or not 0 < self.memory_cap <= 1:
             raise ConfigKeyError(f"serving.prompt_tokens must be >= 1 and serving.memory_cap in (0, 1], got {self}")
 
@@ -310,7 +316,8 @@ class ServingConfig:
         """Keyword settings for the engine's opener: parallelism, graphs and overlap, and its pools: the most
         requests any phase keeps in flight (`generation.batch`), each up to `prompt_tokens` plus the longest
         generation of `model` (graded or timed)."""
-        out = {"tp": self.tp, "dp": self.dp, "overlap": self.overlap, "memory_cap": self.memory_cap,
+        out = {"tp": self.tp, "dp": self.dp, "router": None if self.router == "none" else self.router,
+               "overlap": self.overlap, "memory_cap": self.memory_cap,
                "requests": world.generation.batch,
                "request_tokens": self.prompt_tokens + max(world.max_new_tokens(model), world.generation.timed_tokens)}
         if not self.cuda_graphs or not str(world.device).startswith("cuda"):

@@ -181,7 +181,8 @@ def environment() -> dict:
         print(f"note: code sandbox: {iso.describe()}", flush=True)
         _SAID_SANDBOX.append(True)
     versions = {}
-    for pkg in (__name__.partition(".")[0], "torch", "triton", "transformers", "numpy", "math-verify", "sglang"):
+    for pkg in (__name__.partition(".")[0], "torch", "triton", "transformers", "numpy", "math-verify", "sglang",
+                "sglang-router"):
         try:
             versions[pkg] = metadata.version(pkg)
         except metadata.PackageNotFoundError:

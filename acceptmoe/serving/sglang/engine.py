@@ -22,8 +22,10 @@ device memory SGLang keeps (mem_fraction_static, at most `memory_cap`). SGLang's
 On a CUDA GPU SGLang runs as installed (CUDA graphs on unless `disable_cuda_graph=True`). On a CPU
 (`device="cpu"`) `acceptmoe.serving.sglang.cpu` supplies what SGLang lacks for its EAGLE loop there (the CPU
 ops, the tree-masked backend): the same scheduler, worker and verify pass, at CPU speed. `tp` and `dp` are
-SGLang's tensor and data parallelism (`tp_size`, `dp_size`); with `dp` > 1 SGLang spreads the requests in
-flight over its schedulers (accuracy runs), and the plugin's records come back through one file.
+SGLang's tensor and data parallelism. With `dp` > 1 and a `router` policy the backend serves through SGLang's own
+router (`fleet.Fleet`: `dp` HTTP servers of `tp` devices each behind `sglang-router`, every request sent through
+the router with its id); with `router=None`, SGLang's in-process dp controller (`dp_size`) spreads the requests in
+flight over its schedulers. Either way the plugin's records come back through one file, keyed by request id.
 
 Importing this module needs SGLang installed; the SGLang environment is built by `scripts/sglang-env.sh`
 (`./reproduce.sh` does it when `--engine sglang` or `cross-engine` is asked for).
@@ -83,12 +85,13 @@ if not installed():                 # checked when the runners import the opener
 
 
 def open_engine(target, draft, device: str = "cuda", dtype=None, store: str = "resident", slots=None,
-                tree=None, tp: int = 1, dp: int = 1, dump: str | None = None, requests: int = 1,
-                request_tokens: int = 4096, memory_cap: float = MEMORY_CAP, overlap: bool = False,
+                tree=None, tp: int = 1, dp: int = 1, router: str | None = None, dump: str | None = None,
+                requests: int = 1, request_tokens: int = 4096, memory_cap: float = MEMORY_CAP, overlap: bool = False,
                 **settings) -> SGLangBackend:
     """An `EngineBackend` serving `target` with its EAGLE-3 `draft` in SGLang (resident experts only), its pools
     sized for `requests` in flight of up to `request_tokens` tokens (prompt and generation); `settings` are
-    SGLang server arguments and win over the computed ones."""
+    SGLang server arguments and win over the computed ones. With `dp` > 1, `router` names the policy of SGLang's
+    router in front of `dp` servers (`fleet.POLICIES`); None keeps SGLang's in-process dp controller."""
     if store != "resident":
         raise UserError("the SGLang engine keeps every expert resident: offloaded runs use --engine native")
     why = requirements_missing(device)
@@ -104,10 +107,14 @@ def open_engine(target, draft, device: str = "cuda", dtype=None, store: str = "r
         settings = {"device": str(device), **settings}
     if tp != 1:
         settings["tp_size"] = int(tp)
-    if dp != 1:
+    fleet = None
+    if dp != 1 and router is None:
         settings["dp_size"] = int(dp)
+    elif dp != 1:
+        from .fleet import check_policy
+        fleet = {"dp": int(dp), "policy": check_policy(router)}
     settings = {"disable_overlap_schedule": not overlap, **settings}
-    return SGLangBackend(Path(target), Path(draft), dtype=dtype, tree=tree, dump=dump,
+    return SGLangBackend(Path(target), Path(draft), dtype=dtype, tree=tree, dump=dump, fleet=fleet,
                          memory=dict(requests=requests, request_tokens=request_tokens, cap=memory_cap), **settings)
 
 
@@ -139,7 +146,7 @@ class SGLangBackend:
         return open_engine(**settings)
 
     def __init__(self, target: Path, draft: Path, dtype=None, tree=None, dump: str | None = None,
-                 memory: dict | None = None, **server_args):
+                 memory: dict | None = None, fleet: dict | None = None, **server_args):
         import sglang
 
         from acceptmoe.engine.tree import TreeShape
@@ -164,6 +171,10 @@ class SGLangBackend:
             not self.server_args.get("disable_cuda_graph", False)
         self._engine, self._key, self._plugin, self.dump = None, None, None, dump
         self.starts = 0                                     # servers started over this backend's life
+        self.fleet = fleet                                  # {"dp", "policy"}: dp servers behind SGLang's router
+        self.served: dict[int, int] = {}                    # fleet: requests whose records server i wrote
+        self._pids: dict[str, set[int]] = {}                # fleet: request id -> processes that wrote its records
+        self._calls = 0
         self._dir = Path(tempfile.mkdtemp(prefix="acceptmoe-sglang-"))
         self._settings = self._dir / "plugin.json"          # the plugin's settings, rewritten between generations
 
@@ -190,6 +201,17 @@ class SGLangBackend:
             speculative = dict(speculative_algorithm="EAGLE3", speculative_draft_model_path=str(self.draft),
                         speculative_num_steps=self.tree.num_steps, speculative_eagle_topk=self.tree.topk,
                         speculative_num_draft_tokens=self.tree.num_draft_tokens)
+        if self.fleet is not None:
+            from .fleet import Fleet
+            env = {k: v for k, v in os.environ.items() if not k.startswith(PREFIX)}
+            env[ENV_FILE] = str(self._settings)          # the servers read only this backend's file
+            self._engine = Fleet(self.fleet["dp"], self.fleet["policy"],
+                                 dict(model_path=str(self.target), dtype=self.dtype, random_seed=0, **speculative),
+                                 self.server_args, env, self._dir / f"logs-{self.starts}",
+                                 tp=int(self.server_args.get("tp_size", 1)))
+            self._key, self._offset = plan, 0
+            self.starts += 1
+            return self._engine
         keys = [k for k in os.environ if k.startswith(PREFIX)]
         saved = {k: os.environ.pop(k) for k in keys}          # SGLang's processes read only this backend's file
         os.environ[ENV_FILE] = str(self._settings)
@@ -219,7 +241,7 @@ class SGLangBackend:
             f.seek(self._offset)
             text = f.read()
             self._offset = f.tell()
-        return parse_steps(text.splitlines())
+        return parse_steps(text.splitlines(), self._pids if self.fleet is not None else None)
 
     def close(self) -> None:
         """Shut the server down (its processes and their memory) and remove its settings and record files."""
@@ -260,10 +282,18 @@ class SGLangBackend:
             raise UserError(f"plan {plan.name} was bound to {plan.fit}, not to this engine ({self.fit})")
         engine = self._open(plan)
         params = [sampling_params(o, max_new_tokens) for o in each]
+        inputs = [list(map(int, p)) for p in prompts]
         start = time.perf_counter()
-        outs = engine.generate(input_ids=[list(map(int, p)) for p in prompts], sampling_params=params)
+        if self.fleet is not None:                  # request ids the plugin's records are keyed by
+            self._calls += 1
+            rids = [f"acceptmoe-{self.starts}-{self._calls}-{i}" for i in range(len(prompts))]
+            outs = engine.generate(input_ids=inputs, sampling_params=params, rids=rids)
+        else:
+            outs = engine.generate(input_ids=inputs, sampling_params=params)
         wall = time.perf_counter() - start
         steps = self._new_steps()
+        if self.fleet is not None:
+            self._count_served(engine, [str(o["meta_info"]["id"]) for o in outs])
         gens = []
         for prompt, out, opts in zip(prompts, outs, each, strict=False):
             meta = out["meta_info"]
@@ -282,6 +312,12 @@ class SGLangBackend:
                                    else "length"))
         return gens
 
+    def _count_served(self, fleet, rids: list[str]) -> None:
+        """Which server wrote each request's records (its scheduler's process group is the server's)."""
+        for rid in rids:
+            for server in {fleet.server_of(pid) for pid in self._pids.pop(rid, set())} - {None}:
+                self.served[server] = self.served.get(server, 0) + 1
+
     def clock(self) -> float:
         if torch.cuda.is_available():
             torch.cuda.synchronize()
@@ -297,4 +333,12 @@ class SGLangBackend:
         return {"engine": "sglang", "version": self.version, "target": str(self.target), "draft": str(self.draft),
                 "dtype": self.dtype, "tree": [self.tree.num_steps, self.tree.topk, self.tree.num_draft_tokens],
                 "server_args": {k: str(v) for k, v in self.server_args.items()},
-                "pools": None if self.pools is None else self.pools.describe()}
+                "pools": None if self.pools is None else self.pools.describe(), **self._describe_fleet()}
+
+    def _describe_fleet(self) -> dict:
+        """With SGLang's router: dp, tp and the router (package, version, policy); nothing otherwise."""
+        if self.fleet is None:
+            return {}
+        from .fleet import ROUTER_PACKAGE, router_version
+        return {"dp": self.fleet["dp"], "tp": int(self.server_args.get("tp_size", 1)),
+                "router": {"package": ROUTER_PACKAGE, "version": router_version(), "policy": self.fleet["policy"]}}

@@ -265,7 +265,8 @@ class Runtime:
         acc = accept_index.cpu().tolist() if accept_index is not None else [[0]] * len(parents)
         for b, parent in enumerate(parents):
             path = [g - b * width for g in acc[b] if g >= 0]
-            rec = {"rid": str(rids[b]) if b < len(rids) else str(b), "step": self.step, "parents": parent,
+            rec = {"rid": str(rids[b]) if b < len(rids) else str(b), "pid": os.getpid(), "step": self.step,
+                   "parents": parent,
                    "path": path, "accept_length": len(path),
                    "layers": layer_columns(layer[:, b].tolist())}
             self.done.append(rec)
@@ -343,7 +344,9 @@ def read_steps(path: str | Path | None) -> dict[str, list[BlockRecord]]:
     return parse_steps(Path(path).read_text().splitlines() if path is not None and Path(path).is_file() else [])
 
 
-def parse_steps(lines) -> dict[str, list[BlockRecord]]:
+def parse_steps(lines, pids: dict[str, set[int]] | None = None) -> dict[str, list[BlockRecord]]:
+    """Per request id, its verify steps in order; `pids` (when given) collects, per request id, the processes that
+    wrote its records (several servers write one file: `fleet`)."""
     out: dict[str, list[BlockRecord]] = defaultdict(list)
     for line in lines:
         if line.strip():
@@ -351,6 +354,8 @@ def parse_steps(lines) -> dict[str, list[BlockRecord]]:
             blocks = out[d["rid"]]
             layers = {name: d["layers"][name] for name in LAYER_FIELDS}
             blocks.append(BlockRecord(len(blocks), d["parents"], d["path"], d["accept_length"], layers))
+            if pids is not None and "pid" in d:
+                pids.setdefault(d["rid"], set()).add(int(d["pid"]))
     return out
 
 
