@@ -65,8 +65,14 @@ def plan_rows(experiment: str, preset, overrides: dict) -> list[dict]:
                          "tokens": sum(w.generations * w.tokens for w in items),
                          "est_hours_native": round(hours(items, t, world, gpu, "native"), 2),
                          "est_hours_sglang": (round(hours(items, t, world, gpu, "sglang"), 2)
-                                              if "resident" in needs else None)})
+                                              if sglang_runs(items, needs) else None)})
     return rows
+
+
+def sglang_runs(items: list[Work], needs: dict) -> bool:
+    """Whether SGLang can run the work: a resident store, and no method with token-side admission (the SGLang
+    backend's `Capabilities.admits` is False; docs/sglang.md)."""
+    return "resident" in needs and not any(w.variant.spec.admits for w in items)
 
 
 def targets(world) -> dict[str, Target]:
@@ -96,7 +102,7 @@ def device_rows(experiment: str, preset, overrides: dict, gpus: int, fits: dict[
     world, work = experiment_work(experiment, preset, overrides)
     ts = targets(world)
     load = {m: spread.load_seconds(weight_bytes(t)) for m, t in ts.items()}
-    resident = any(w.store == "resident" for items in work.values() for w in items)
+    resident = all(sglang_runs(items, {w.store for w in items}) for items in work.values())
     rows = []
     for gpu in GPUS:
         for engine in ("native", "sglang") if resident else ("native",):

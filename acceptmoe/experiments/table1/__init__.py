@@ -16,5 +16,5 @@ from acceptmoe.experiments.spine.catalog import Experiment
 EXPERIMENT = Experiment(__name__, order=10, config="config:Table1Config",
                         tables={"table1": "table:write_table1", "worlds": "worlds:write_worlds",
                                 "admission": "admission:write_admission"},
-                        plan={"table1": "work:work"}, claims=("table1", "worlds", "admission"),
+                        plan={"table1": "work:work", "admission": "work:admission_work"}, claims=("table1", "worlds", "admission"),
                         records=("table", "admission"))
