@@ -112,6 +112,8 @@ def test_a_resumed_session_counts_from_its_own_start(tmp_path):
     assert line(e) == "15/40 units (38%) [z 12/30, b 3/10], 3.00 units/min, ETA 0:08:20"
     assert line(bar.estimate(bar.started + dt.timedelta(seconds=100))) == line(e)    # the running line: the same
     assert Estimate({"a": 0}, {"a": 3}, 0, 5.0).eta_s is None                # no unit yet: no rate, no ETA
+    # a unit stamped in the session's own millisecond: the rate counts the stamps' resolution, never "no rate"
+    assert Estimate({"a": 1}, {"a": 3}, 1, 0.0).rate == pytest.approx(1000.0)
     assert "units: 15/40 units (38%) [z 12/30, b 3/10]" in report(tmp_path)
 
 

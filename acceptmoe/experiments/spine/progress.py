@@ -38,6 +38,7 @@ from .runs import write_json
 
 UNITS, ERRORS = "units.jsonl", "errors.jsonl"
 PRINT_EVERY_S = 10.0          # the progress line's interval when it is not drawn in place (a log, a pipe)
+STAMP_S = 0.001               # the resolution of the times the files record (stamp's milliseconds)
 
 
 def now_utc() -> dt.datetime:
@@ -67,8 +68,9 @@ class Estimate:
 
     @property
     def rate(self) -> float | None:
-        """Units per second this session, None before its first unit."""
-        return self.session_units / self.session_s if self.session_units and self.session_s > 0 else None
+        """Units per second this session, None before its first unit. Seconds below the stamps' resolution count
+        as that resolution: units that finished within the millisecond the session started still have a rate."""
+        return self.session_units / max(self.session_s, STAMP_S) if self.session_units else None
 
     @property
     def eta_s(self) -> float | None:
