@@ -12,6 +12,7 @@ them only when asked). A request's growth starts at independent tokens and is re
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
@@ -46,12 +47,16 @@ class Admitting:
 
     def truncate(self, tree: DraftTree, fetch_share: float = 0.0) -> DraftTree:
         """The admitted subtree of `tree` (the tree itself when every node is admitted)."""
-        assert self.plan.cost is not None                    # an admitting plan has one (Plan.__post_init__)
-        survival = torch.exp(tree.scores.double()).tolist()
-        parents = tree.parents.tolist()
-        keep = admitted(self.plan.spec.admission, survival, parents, self.plan.cost, self.natural, self.eligible,
-                        self.plan.budget, fetch_share)
+        keep = self.keep(torch.exp(tree.scores.double()).tolist(), tree.parents.tolist(), fetch_share)
         return tree if len(keep) == tree.num_tokens else subtree(tree, keep)
+
+    def keep(self, survival: list[float], parents: list[int], fetch_share: float = 0.0) -> list[int]:
+        """The admitted node indices of one drafted tree (root first, ascending), from each node's survival (the
+        product of the drafter's probabilities on its path; the root's 1) and its parent list: the rule every
+        engine applies (the SGLang plugin calls it with the scores SGLang drafted with)."""
+        assert self.plan.cost is not None                    # an admitting plan has one (Plan.__post_init__)
+        return admitted(self.plan.spec.admission, survival, parents, self.plan.cost, self.natural, self.eligible,
+                        self.plan.budget, fetch_share)
 
     def observe(self, tokens: int, stats: Tensor | None) -> None:
         """Refit the growth from one verified block's rows [L, len(LAYER_FIELDS)] (None: nothing measured)."""
@@ -65,10 +70,15 @@ class Admitting:
 
 def subtree(tree: DraftTree, keep: list[int]) -> DraftTree:
     """The nodes `keep` of `tree` (ascending, root first, ancestor-closed) as a tree of their own."""
-    new = {old: i for i, old in enumerate(keep)}
-    parents = [-1] + [new[p] for p in tree.parents[keep[1:]].tolist()]
     idx = torch.tensor(keep, device=tree.tokens.device)
-    return DraftTree.from_parents(tree.tokens[idx], parents, int(tree.positions[0]), tree.scores[idx])
+    return DraftTree.from_parents(tree.tokens[idx], subtree_parents(tree.parents.tolist(), keep),
+                                  int(tree.positions[0]), tree.scores[idx])
+
+
+def subtree_parents(parents: Sequence[int], keep: Sequence[int]) -> list[int]:
+    """The parent list of the nodes `keep` of a tree (ascending, root first, ancestor-closed), renumbered."""
+    new = {old: i for i, old in enumerate(keep)}
+    return [-1] + [new[parents[i]] for i in keep[1:]]
 
 
 def fetch_share(store) -> float:

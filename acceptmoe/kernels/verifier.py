@@ -142,24 +142,37 @@ class Verifier:
         self._counts(buf, tuple(b.num_tokens for b in blocks) + (0,) * (R - len(blocks)))
         self.step = buf
 
-    def prepare_tree(self, parents: Tensor, rows: int | None = None) -> None:
+    def prepare_tree(self, parents: Tensor, rows: int | None = None, admitted: Tensor | None = None) -> None:
         """Bind one step of B full blocks of T tokens from their parent lists on the device, parents [B, T] long
         (parents[:, 0] == -1, each parent earlier than its node): nothing is read on the host, so a serving
         engine binds a verify step without a synchronisation. Depths come from pointer jumping and are capped
         at the plan's max_depth (a tree drafted with that many steps never exceeds it); otherwise the same
-        buffers and values as `prepare` with the same blocks."""
+        buffers and values as `prepare` with the same blocks.
+
+        `admitted` bool [B, T] (token-side admission in a fixed-width pass, an ancestor-closed subset per row):
+        the blocks are the admitted subtrees, carried by the commitment weights, which are zero on every other
+        token and count only admitted tokens in each level's size; so only a method whose score is the
+        commitment-weighted demand takes it (the same sets as `prepare` with the subtrees' blocks)."""
         B, T = parents.shape
         R = rows or B
         if B > R:
             raise VerifierInputError(f"{B} blocks exceed the {R} reserved rows")
+        if admitted is not None and not self.plan.spec.needs_commitment:
+            raise VerifierInputError(f"method {self.plan.spec.name!r} does not weight tokens by commitment, so a "
+                                     f"fixed-width pass cannot carry an admitted subset of its tokens")
         buf = self._buffers(R, T)
         if self.plan.spec.needs_commitment:
             depth = tree_depths(parents.to(self.device), self.plan.fit.max_depth)            # [B, T]
             D = self.plan.fit.max_depth
-            level = torch.nn.functional.one_hot(depth, D + 1).sum(1)                         # [B, D + 1]
+            member = torch.nn.functional.one_hot(depth, D + 1)                               # [B, T, D + 1]
+            if admitted is not None:
+                member = member * admitted.to(self.device)[..., None]
+            level = member.sum(1)                                                            # [B, D + 1]
             if self._p_hat is None:                       # once: no host-to-device copy per step
                 self._p_hat = torch.tensor(self.plan.selector.p_hat, dtype=torch.float64, device=self.device)
             alpha = commitment_weights(self.plan, depth, level.gather(1, depth), self._p_hat)
+            if admitted is not None:                      # a level with no admitted node has N_d = 0: where, not *
+                alpha = torch.where(admitted.to(self.device), alpha, 0.0)
             if B < R:
                 alpha = torch.cat([alpha, alpha.new_zeros(R - B, T)])
             buf.alpha.copy_(alpha)

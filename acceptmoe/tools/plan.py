@@ -70,9 +70,9 @@ def plan_rows(experiment: str, preset, overrides: dict) -> list[dict]:
 
 
 def sglang_runs(items: list[Work], needs: dict) -> bool:
-    """Whether SGLang can run the work: a resident store, and no method with token-side admission (the SGLang
-    backend's `Capabilities.admits` is False; docs/sglang.md)."""
-    return "resident" in needs and not any(w.variant.spec.admits for w in items)
+    """Whether SGLang can run the work: a resident store (SGLang keeps every expert resident). A method with
+    token-side admission runs there too, every drafted node in the pass (docs/sglang.md)."""
+    return "resident" in needs
 
 
 def targets(world) -> dict[str, Target]:

@@ -15,6 +15,7 @@ generations reads it again before its next target pass (`Watched`), so one serve
 | `ACCEPTMOE_BETA`          | commitment sharpness beta                                             | 0.5     |
 | `ACCEPTMOE_B0`            | the pair's matched budget, for a fixed-budget method without ACCEPTMOE_BUDGET | none |
 | `ACCEPTMOE_SELECTOR`      | the base selector (`SelectorConfig` fields but budget and p_hat) as a JSON mapping | defaults |
+| `ACCEPTMOE_COST`          | the verify-cost profile of a method that admits draft nodes: a profile file (`profile-verify`'s JSON) or its `cost` mapping as JSON | none |
 | `ACCEPTMOE_PRUNE`         | residency pruning; only `off` (SGLang keeps every expert resident)    | off     |
 | `ACCEPTMOE_TRACE`         | JSONL file the routing trace is appended to (the native trace format) | none    |
 | `ACCEPTMOE_MAX_RECORDS`   | verify steps kept in memory before the oldest are dropped             | 4096    |
@@ -47,14 +48,14 @@ from acceptmoe.methods import (
     Plan,
     SelectorConfig,
     Variant,
-    verifier_methods,
+    VerifyCost,
 )
 from acceptmoe.yamlfile import read_mapping
 
 ENV_FILE = "ACCEPTMOE_SGLANG_CONFIG"
 PREFIX = "ACCEPTMOE_"
-KEYS = ("method", "budget", "b0", "commitment", "p_hat", "beta", "selector", "prune", "trace", "max_records",
-        "verifier", "force_decode", "dump")
+KEYS = ("method", "budget", "b0", "commitment", "p_hat", "beta", "selector", "cost", "prune", "trace",
+        "max_records", "verifier", "force_decode", "dump")
 GRAPH_VERIFIERS = ("auto", "torch", "triton")   # the kernels.VERIFIERS a graph can hold (not the cpu library)
 _TRUE, _FALSE = ("1", "true", "yes", "on"), ("0", "false", "no", "off", "")
 
@@ -70,6 +71,7 @@ class PluginConfig:
     selector: SelectorConfig = SelectorConfig()   # the base selector the variant's overrides apply to
     commitment: str | None = None         # path of a CommitmentTable JSON
     p_hat: tuple[float, ...] | None = None   # the commitment probabilities (from `commitment`, or given)
+    cost: VerifyCost | None = None        # the verify-cost profile an admitting method weighs its trees with
     trace: str | None = None
     max_records: int = 4096
     verifier: str = "auto"                # the verifier backend inside the forward (GRAPH_VERIFIERS)
@@ -85,12 +87,22 @@ class PluginConfig:
         return self.variant is not None and self.variant.spec.restricts
 
     @property
+    def admits(self) -> bool:
+        """Token-side admission: the method may leave drafted nodes out of a pass (`serving.sglang.admission`)."""
+        return self.variant is not None and self.variant.spec.admits
+
+    @property
+    def measures(self) -> bool:
+        """Its admission rule counts experts, so every verify pass computes its per-layer unions."""
+        return self.admits and self.variant.spec.admission.models_experts
+
+    @property
     def recording(self) -> bool:
         return self.trace is not None or self.dump is not None
 
     def bind(self, fit: Fit) -> Plan:
         """The plan the plugin's verifier runs, for the router, experts and tree depth SGLang serves."""
-        return self.variant.bind(fit, commitment=self.p_hat, b0=self.b0, selector=self.selector)
+        return self.variant.bind(fit, commitment=self.p_hat, b0=self.b0, selector=self.selector, cost=self.cost)
 
     def describe(self) -> dict:
         return {"variant": None if self.variant is None else self.variant.describe(), "commitment": self.commitment}
@@ -119,9 +131,10 @@ def validate(raw: Mapping) -> PluginConfig:
     if method is not None and (method not in METHODS or not METHODS[method].speculates):
         valid = ", ".join(n for n, s in METHODS.items() if s.speculates)
         raise PluginConfigError(f"ACCEPTMOE_METHOD={method!r} is not a verifier method; valid: {valid}")
-    if method is not None and METHODS[method].admits:
-        raise PluginConfigError(f"ACCEPTMOE_METHOD={method}: token-side admission runs in the native engine only; the "
-                                f"plugin verifies every drafted node (valid here: {', '.join(verifier_methods())})")
+    cost = _cost(vals.get("cost"))
+    if method is not None and METHODS[method].admits and cost is None:
+        raise PluginConfigError(f"ACCEPTMOE_METHOD={method} admits draft nodes under a verify-cost model: set "
+                                f"ACCEPTMOE_COST to a profile (./reproduce.sh profile-verify writes one)")
     prune = _bool("prune", vals.get("prune", False))
     if prune:
         raise PluginConfigError("ACCEPTMOE_PRUNE: residency pruning needs an offloaded expert store, which SGLang "
@@ -161,7 +174,7 @@ def validate(raw: Mapping) -> PluginConfig:
     if verifier not in GRAPH_VERIFIERS:
         raise PluginConfigError(f"ACCEPTMOE_VERIFIER={verifier!r} is not a verifier backend; valid: {', '.join(GRAPH_VERIFIERS)}")
     return PluginConfig(variant=variant, b0=b0, selector=selector, commitment=commitment, p_hat=p_hat,
-                        trace=vals.get("trace") or None,
+                        cost=cost if spec is not None and spec.admits else None, trace=vals.get("trace") or None,
                         max_records=max_records, verifier=verifier,
                         force_decode=_bool("force_decode", vals.get("force_decode", False)),
                         dump=vals.get("dump") or None)
@@ -173,8 +186,8 @@ def for_plan(plan: Plan, trace: str | None = None, dump: str | None = None) -> P
     selector; `trace` and `dump` as given."""
     v, base = plan.variant, plan.selector
     return PluginConfig(variant=v if plan.spec.speculates else None, b0=plan.budget if v.budget is None else None,
-                        p_hat=base.p_hat, selector=dataclasses.replace(base, budget=None, p_hat=None), trace=trace,
-                        dump=dump)
+                        p_hat=base.p_hat, selector=dataclasses.replace(base, budget=None, p_hat=None), cost=plan.cost,
+                        trace=trace, dump=dump)
 
 
 def restart_reason(old: PluginConfig, new: PluginConfig, fit: Fit, captured: bool) -> str | None:
@@ -184,7 +197,7 @@ def restart_reason(old: PluginConfig, new: PluginConfig, fit: Fit, captured: boo
     step writes before its graph replays may change (`kernels.verifier.same_calls`: p_hat, beta, level_exponent)."""
     if not captured:
         return None
-    for what in ("restricts", "recording", "verifier", "force_decode"):
+    for what in ("restricts", "admits", "measures", "recording", "verifier", "force_decode"):
         if getattr(old, what) != getattr(new, what):
             return f"{what} differs ({getattr(old, what)} -> {getattr(new, what)}) and a captured graph holds it"
     if new.restricts and not same_calls(old.bind(fit), new.bind(fit)):
@@ -217,6 +230,7 @@ def to_env(cfg: PluginConfig) -> dict[str, str]:
               "beta": dict(v.overrides).get("beta") if v else None, "prune": False,
               "selector": json.dumps(base, sort_keys=True) if cfg.selector != SelectorConfig() else None,
               "commitment": cfg.commitment, "p_hat": cfg.p_hat, "trace": cfg.trace, "max_records": cfg.max_records,
+              "cost": json.dumps(cfg.cost.to_json(), sort_keys=True) if cfg.cost is not None else None,
               "verifier": cfg.verifier, "force_decode": cfg.force_decode, "dump": cfg.dump}
     out = {}
     for key, value in values.items():
@@ -285,6 +299,23 @@ def _selector(v) -> SelectorConfig:
         return SelectorConfig(**v)
     except ConfigError as exc:
         raise PluginConfigError(f"ACCEPTMOE_SELECTOR: {exc}") from None
+
+
+def _cost(v) -> VerifyCost | None:
+    """A verify-cost profile: a profile file's path, its `cost` mapping, or that mapping's JSON text."""
+    if v is None or v == "":
+        return None
+    if isinstance(v, str) and not v.lstrip().startswith("{"):
+        from acceptmoe.costs.verify import load_profile
+        try:
+            return load_profile(v)
+        except (UserError, OSError, ValueError, KeyError, TypeError) as exc:
+            raise PluginConfigError(f"ACCEPTMOE_COST={v}: cannot read the verify-cost profile ({exc})") from None
+    try:
+        data = json.loads(v) if isinstance(v, str) else dict(v)
+        return VerifyCost.from_json(data)
+    except (ValueError, TypeError, KeyError) as exc:
+        raise PluginConfigError(f"ACCEPTMOE_COST must be a profile file or its cost mapping as JSON ({exc})") from None
 
 
 def _int(name: str, v) -> int | None:

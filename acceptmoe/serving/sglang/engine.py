@@ -138,7 +138,7 @@ class SGLangBackend:
     # (`cpu.sampling`; SGLang alone commits the argmax there)
     capabilities: ClassVar[Capabilities] = Capabilities(records_routes=False, offloads=False,
                                                         switches_plans_freely=False, verifies_batched=False,
-                                                        samples=("cuda", "cpu"))
+                                                        samples=("cuda", "cpu"), admits=True)
 
     @classmethod
     def open(cls, **settings) -> SGLangBackend:
@@ -275,9 +275,6 @@ class SGLangBackend:
         if options.record_routes:
             raise UserError("record_routes: the SGLang backend does not record routes; record them with the native "
                             "engine (--engine native)")
-        if plan.spec.admits:
-            raise UserError(f"method {plan.spec.name}: token-side admission ({plan.spec.admission.value}) is not wired "
-                            f"into the SGLang backend; run it with the native engine (--engine native)")
         if plan.fit != self.fit:
             raise UserError(f"plan {plan.name} was bound to {plan.fit}, not to this engine ({self.fit})")
         engine = self._open(plan)

@@ -9,6 +9,7 @@ registered hooks. No installed SGLang file is edited. The hooks:
 | `DecodeCudaGraphRunner.capture`                  | AROUND | a target TARGET_VERIFY graph captures the restricted routing |
 | `TopK.forward`                                   | AROUND | target layers of those passes: mask router logits outside each request's set (Eq. 2) |
 | `eagle_utils.eagle_sample`                       | AFTER  | accepted paths and accept lengths per request -> routing records |
+| `eagle_utils.organize_draft_results`             | AFTER  | an admitting method: the drafted nodes' survival (`admission`) |
 | `eagle_utils._verify_uses_greedy` (CPU only)     | AROUND | verify at temperature > 0 samples as on CUDA (`cpu.sampling`) |
 
 Draft layers (`TopK.is_draft`), the draft worker, prefill and plain decode passes pass through untouched
@@ -35,6 +36,7 @@ TARGETS = {
     "capture": "sglang.srt.model_executor.runner.decode_cuda_graph_runner.DecodeCudaGraphRunner.capture",
     "topk": "sglang.srt.layers.moe.topk.TopK.forward",
     "sample": "sglang.srt.speculative.eagle_utils.eagle_sample",
+    "draft": "sglang.srt.speculative.eagle_utils.organize_draft_results",
 }
 
 
@@ -55,6 +57,7 @@ def load() -> None:
     HookRegistry.register(TARGETS["capture"], _around_capture, HookType.AROUND)
     HookRegistry.register(TARGETS["topk"], _around_topk, HookType.AROUND)
     HookRegistry.register(TARGETS["sample"], _after_sample, HookType.AFTER)
+    HookRegistry.register(TARGETS["draft"], _after_draft, HookType.AFTER)
     from sglang.srt.utils import is_cpu
     if is_cpu():                                         # SGLang's sampling verify on the CPU engine
         from .cpu import sampling
@@ -66,17 +69,20 @@ def _active() -> bool:
     return RUNTIME is not None and RUNTIME.active
 
 
-def served_router(runner) -> Router | None:
-    """The served target's router, read from its Hugging Face config by the project's own parser
-    (`acceptmoe.engine.config.ModelConfig`, through its model family: `acceptmoe.engine.families`); None for a
-    model type no family serves, which keeps SGLang's reading of it (`routers.router_of` maps SGLang's own
-    `TopKConfig` and checks it against the family's router)."""
+def served_moe(runner) -> tuple[Router | None, int]:
+    """The served target's router and routed experts per MoE layer, read from its Hugging Face config by the
+    project's own parser (`acceptmoe.engine.config.ModelConfig`, through its model family:
+    `acceptmoe.engine.families`); (None, 0) for a model type no family serves, which keeps SGLang's reading of
+    it (`routers.router_of` maps SGLang's own `TopKConfig` and checks it against the family's router)."""
     from acceptmoe.engine.config import ModelConfig
     from acceptmoe.engine.families import FAMILIES
 
     hf = getattr(getattr(runner, "model_config", None), "hf_config", None)
     raw = hf.to_dict() if hf is not None else {}
-    return ModelConfig.from_dict(raw).moe.router if raw.get("model_type") in FAMILIES else None
+    if raw.get("model_type") not in FAMILIES:
+        return None, 0
+    moe = ModelConfig.from_dict(raw).moe
+    return moe.router, int(moe.num_experts)
 
 
 def limits_of(runner, graph_max_bs: int = 0) -> Limits:
@@ -92,9 +98,9 @@ def limits_of(runner, graph_max_bs: int = 0) -> Limits:
         rank = int(get_parallel().tp_rank)
     except Exception:  # noqa: BLE001 - no parallel context (a runner built by hand)
         rank = int(getattr(runner, "tp_rank", 0) or 0)
-    router = served_router(runner)
+    router, experts = served_moe(runner)
     check_routers(getattr(runner, "model", None), router)        # an unsupported router: refused by name now
-    return Limits(rows, depth, rank, router)
+    return Limits(rows, depth, rank, router, experts)
 
 
 def _around_forward(orig, runner, forward_batch, *args, **kwargs):
@@ -111,7 +117,7 @@ def _around_forward(orig, runner, forward_batch, *args, **kwargs):
             if str(getattr(runner, "device", "")) == "cpu":
                 from .cpu import check_verify_backend
                 check_verify_backend(runner)
-        RUNTIME.begin_verify(verify_input, forward_batch.batch_size)
+        RUNTIME.begin_verify(verify_input, forward_batch.batch_size, getattr(forward_batch, "rids", None))
     elif RUNTIME.cfg.force_decode and mode.is_decode():
         RUNTIME.start(limits_of(runner))
         RUNTIME.begin_star(forward_batch.batch_size)
@@ -146,6 +152,13 @@ def _around_topk(orig, topk, hidden_states, router_logits, *args, **kwargs):
     if RUNTIME is None or RUNTIME.mode is None:
         return orig(topk, hidden_states, router_logits, *args, **kwargs)
     return RUNTIME.restrict(topk, orig, hidden_states, router_logits, *args, **kwargs)
+
+
+def _after_draft(result, score_list, token_list, parents_list, *args, **kwargs):
+    if _active():
+        _, top_scores_index, _ = result
+        RUNTIME.draft_scores(score_list, top_scores_index)
+    return result
 
 
 def _after_sample(result, verify_input, batch, *args, **kwargs):

@@ -3,7 +3,8 @@
 One `Runtime` per process. The hooks in `plugin.py` call it:
 
     runtime.start(Limits(...))                    # once: the server's limits (rows, tree depth, TP rank, router)
-    runtime.begin_verify(spec_info, batch_size)   # ModelRunner.forward, target TARGET_VERIFY pass (host side)
+    runtime.draft_scores(score_list, top_index)   # organize_draft_results: the drafted nodes' survival (admission)
+    runtime.begin_verify(spec_info, batch_size, rids)   # ModelRunner.forward, target TARGET_VERIFY pass (host side)
     runtime.begin_capture(graph_runner)          # a target TARGET_VERIFY CUDA graph is being captured
     out = runtime.restrict(topk, orig, hidden, router_logits, ...)   # TopK.forward, every MoE layer
     runtime.end_pass()                            # after the forward: read this pass's records (when recording)
@@ -44,6 +45,7 @@ from acceptmoe.errors import UserError
 from acceptmoe.kernels import Verifier, VerifierOutput, make_verifier
 from acceptmoe.methods import Fit, Router, route_in
 
+from .admission import Admissions, AdmissionUnavailableError, cut_links, node_survival, subtree_record
 from .config import PluginConfig, PluginConfigError, Watched, restart_reason
 from .routers import UnsupportedRouterError, reroute, router_of, selection_bias
 from .tree import parents_from_links
@@ -62,6 +64,7 @@ class Limits:
     depth: int = 1             # speculative_num_steps: the deepest draft node
     rank: int = 0              # tensor-parallel rank: only rank 0 writes records
     router: Router | None = None   # the served target's (`engine.config.ModelConfig`; None: SGLang's reading)
+    experts: int = 0           # its routed experts per MoE layer (0: not read, a model no family serves)
 
 
 class Runtime:
@@ -77,7 +80,7 @@ class Runtime:
         self.cfg = cfg
         self.recording = cfg.recording
         # with a method that routes naturally and nothing recorded, the hooks do nothing at all
-        self.active = cfg.restricts or self.recording
+        self.active = cfg.restricts or self.recording or cfg.admits
         self.mode: str | None = None          # None (pass through), "verify", "star" (test switch)
         self.width = 0                        # tokens per request in the current pass
         self.verifier: Verifier | None = None
@@ -89,9 +92,15 @@ class Runtime:
         self.parents: list[list[int]] = []    # per request of the last recorded pass (host copy, after it)
         self.tree: Tensor | None = None       # [bs, n] parents of the current pass, on the device
         self.batch = 0                        # requests in the current pass
-        self.pending: tuple | None = None     # (parents, layer records [L, B, S] on the host)
+        self.pending: tuple | None = None     # (parents, layer records [L, B, S] on the host, admitted nodes | None)
         self.done: deque = deque(maxlen=cfg.max_records)
         self.dump: Dump | None = Dump(Path(cfg.dump)) if cfg.dump else None
+        self.admissions: Admissions | None = None     # token-side admission (an admitting method), bound in _ensure
+        self.scores: Tensor | None = None     # [B, n-1] the last draft's node survival, taken by the next verify
+        self.keeps: list[list[int]] | None = None   # per request of the current pass: its admitted nodes
+        self.rids: list[str] = []             # request ids of the current pass
+        self.admitted: Tensor | None = None   # bool [rows, n] static: the current pass's admitted tokens
+        self.step_admitted: Tensor | None = None   # its first B rows this pass (None: every token)
 
     def refresh(self) -> None:
         """Serve the settings file's new contents when it was replaced since the last look (one stat)."""
@@ -122,19 +131,59 @@ class Runtime:
         if self.limits is None:
             self.limits = limits
 
-    def begin_verify(self, verify_input, batch_size: int) -> None:
+    def draft_scores(self, score_list, top_scores_index: Tensor) -> None:
+        """The draft that precedes the next verify pass chose its nodes: keep their survival (admission only)."""
+        if self.cfg.admits:
+            self.scores = node_survival(score_list, top_scores_index)
+
+    def begin_verify(self, verify_input, batch_size: int, rids: list[str] | None = None) -> None:
         """A target verify pass: trees from SGLang's linked lists, on the device, into the verifier's step
-        buffers. Nothing is read on the host here; the host copy of the trees is taken after the pass, and
-        only when recording."""
+        buffers. Nothing is read on the host here unless the method admits draft nodes (then the trees and the
+        draft's scores are read, each request's admitted nodes chosen and the other nodes cut from SGLang's
+        links); the host copy of the trees is otherwise taken after the pass, and only when recording."""
         n, bs = int(verify_input.draft_token_num), int(batch_size)
         self._check_rows(bs)
         self.tree = parents_from_links(verify_input.retrieve_next_token[:bs].long(),
                                        verify_input.retrieve_next_sibling[:bs].long())          # [bs, n] device
         self.mode, self.width, self.batch, self.parents = "verify", n, bs, []
+        self.rids = [str(r) for r in rids] if rids is not None else [str(b) for b in range(bs)]
+        self.step_admitted = self._admit(verify_input, bs, n) if self.cfg.admits else None
         if self.verifier is not None:
-            self.verifier.prepare_tree(self.tree, rows=self.capacity)
+            self.verifier.prepare_tree(self.tree, rows=self.capacity, admitted=self.step_admitted)
         if self.dump is not None:
             self.dump.begin(verify_input, bs)
+
+    def _admit(self, verify_input, bs: int, n: int) -> Tensor:
+        """Each request's admitted nodes (host), cut into SGLang's links, written into the static mask."""
+        scores, self.scores = self.scores, None
+        if scores is None or scores.shape != (bs, n - 1):
+            raise AdmissionUnavailableError(
+                f"acceptmoe plugin: method {self.cfg.method} admits draft nodes by the drafter's probabilities, and "
+                f"this verify pass of {bs} requests x {n} tokens has none from its draft: SGLang's top-1 chain path "
+                f"drafts by argmax without them (use a tree with speculative_eagle_topk > 1), and a draft replayed "
+                f"from a CUDA graph runs no Python (start the server with --disable-cuda-graph)")
+        if self.admissions is None:
+            self.admissions = Admissions(self.cfg.bind(self._admission_fit()), self.cfg.max_records)
+        self.keeps, mask = self.admissions.admit(self.rids, scores, self.tree.cpu())
+        cut_links(verify_input.retrieve_next_token, verify_input.retrieve_next_sibling, self.keeps)
+        buf = self._admitted_buffer(n, self.tree.device)
+        buf[:bs].copy_(mask.to(buf.device))
+        return buf[:bs]
+
+    def _admission_fit(self) -> Fit:
+        """The served model's router and experts, read before its first pass (the family's config)."""
+        lim = self.limits
+        if lim.router is None or lim.experts < 1:
+            raise AdmissionUnavailableError(
+                f"acceptmoe plugin: method {self.cfg.method} admits draft nodes under a cost that counts the "
+                f"served model's experts, which only a registered model family's config gives (acceptmoe "
+                f"check-model names the families); serve a model of one, or use a method that admits every node")
+        return Fit(lim.router, lim.experts, lim.depth, "resident")
+
+    def _admitted_buffer(self, n: int, device) -> Tensor:
+        if self.admitted is None or self.admitted.shape[1] != n:
+            self.admitted = torch.ones(self.capacity, n, dtype=torch.bool, device=device)
+        return self.admitted
 
     def begin_star(self, batch_size: int) -> None:
         """Test switch: a decode pass's tokens (one per request) as one block, all children of the first."""
@@ -178,9 +227,14 @@ class Runtime:
         z = router_logits[: B * n].view(B, n, E)                                   # [B, n, E]
         bias = selection_bias(topk)                                                # [E] | None
         sel = self.verifier(z, route=False, bias=bias) if self.verifier is not None else None
+        eligible = sel.eligible if sel is not None and self.cfg.restricts else None   # [B, E] | None
         allow = masked = None
-        if sel is not None and self.cfg.restricts:
-            allow = sel.eligible[:, None, :].expand(B, n, E).reshape(B * n, E)     # [B*n, E]
+        if self.cfg.admits:
+            allow = self._admission_allow(z, eligible, bias, self._admitted_buffer(n, z.device)[:B])
+        elif eligible is not None:
+            allow = eligible[:, None, :].expand(B, n, E)
+        if allow is not None:
+            allow = allow.reshape(B * n, E)                                        # [B*n, E]
             if N > B * n:                                                          # rows beyond whole requests
                 allow = torch.cat([allow, allow.new_ones(N - B * n, E)])
             if self.router.ranks_logits:                                          # Eq. 2 by masking
@@ -198,12 +252,23 @@ class Runtime:
             # non-renormalising router: keep the unmasked scores of the chosen experts (`Router.gates`)
             z = router_logits.float()
             out.topk_weights.copy_(self.router.gates(z, ids.long(), z).to(out.topk_weights.dtype))
-        if self.recording:
+        if self.recording or self.cfg.measures:
             self._record(topk, z, sel, ids[: B * n].view(B, n, -1) if ids is not None else None, bias)
         if self.dump is not None:
             self.dump.layer(int(topk.layer_id), router_logits, sel, out)
         self.calls += 1
         return out
+
+    def _admission_allow(self, z: Tensor, eligible: Tensor | None, bias: Tensor | None, admitted: Tensor) -> Tensor:
+        """bool [B, n, E]: an admitted token routes within the eligible set (every expert under natural routing);
+        any other token only to experts an admitted token of its request routes to, so it adds nothing to the
+        pass's expert union (its output is never accepted)."""
+        B, n, E = z.shape
+        ids, _ = route_in(z, eligible, self.router, bias=bias)                    # [B, n, k] Eq. 2
+        ids = torch.where(admitted[..., None], ids, E).reshape(B, -1)
+        read = torch.zeros(B, E + 1, dtype=torch.bool, device=z.device).scatter_(1, ids, True)[:, :E]   # [B, E]
+        base = eligible if eligible is not None else torch.ones_like(read)
+        return torch.where(admitted[..., None], base[:, None, :], read[:, None, :])
 
     @property
     def capacity(self) -> int:
@@ -219,11 +284,11 @@ class Runtime:
             if backend == "auto":
                 backend = GRAPH_BACKEND.get(torch.device(device).type, "torch")
             self.verifier = make_verifier(backend, plan, device)
-            if self.tree is not None:
-                self.verifier.prepare_tree(self.tree.to(device), rows=self.capacity)
+            if self.tree is not None:                      # the first pass: its step, made before the verifier
+                self.verifier.prepare_tree(self.tree.to(device), rows=self.capacity, admitted=self.step_admitted)
             else:
                 self._prepare_idle()
-        if self.recording:
+        if self.recording or self.cfg.measures:
             self.records = torch.zeros(MAX_LAYERS, self.capacity, len(LAYER_FIELDS), dtype=torch.float64,
                                        device=device)
         self.ready = True
@@ -242,6 +307,8 @@ class Runtime:
             valid = None
         else:
             valid = self.verifier.rows(B).valid > 0                                # [B, n]
+        if self.cfg.admits:                                                        # the admitted subtrees
+            valid = self._admitted_buffer(n, z.device)[:B]
         k = nat_ids.shape[-1]
         self.records[slot, :B].copy_(layer_stats(int(topk.layer_id), nat_ids, ids[..., :k].long(), sel, valid))
 
@@ -249,22 +316,27 @@ class Runtime:
     def end_pass(self) -> None:
         """After the forward: read this pass's trees and records back (one copy each, only when recording)."""
         if self.records is not None and self.tree is not None and self.mode in ("verify", "star"):
-            L = len(self.slots)
-            self.parents = self.tree.cpu().tolist()
-            self.pending = (self.parents, self.records[:L, :self.batch].cpu())          # [L, bs, fields]
+            rows = self.records[:len(self.slots), :self.batch].cpu()                   # [L, bs, fields]
+            if self.admissions is not None and self.keeps is not None and self.cfg.measures:
+                self.admissions.observe(self.rids, self.keeps, rows)
+            if self.recording:
+                self.parents = self.tree.cpu().tolist()
+                self.pending = (self.parents, rows, self.keeps)
         if self.dump is not None:
-            self.dump.end(self.tree)
-        self.mode, self.tree = None, None
+            self.dump.end(self.tree, self.keeps)
+        self.mode, self.tree, self.keeps = None, None, None
 
     def finish_step(self, rids, accept_index: Tensor | None, width: int) -> None:
         """Pair the last verify pass's records with the verification result: one record per request."""
         if self.pending is None:
             return
-        parents, layer = self.pending
+        parents, layer, keeps = self.pending
         self.pending = None
         acc = accept_index.cpu().tolist() if accept_index is not None else [[0]] * len(parents)
         for b, parent in enumerate(parents):
             path = [g - b * width for g in acc[b] if g >= 0]
+            if keeps is not None:                                                  # the admitted subtree
+                parent, path = subtree_record(parent, keeps[b], path)
             rec = {"rid": str(rids[b]) if b < len(rids) else str(b), "pid": os.getpid(), "step": self.step,
                    "parents": parent,
                    "path": path, "accept_length": len(path),
@@ -325,10 +397,12 @@ class Dump:
             "eligible": None if sel is None else sel.eligible.clone(),
             "topk_ids": getattr(out, "topk_ids", None), "topk_weights": getattr(out, "topk_weights", None)}
 
-    def end(self, tree: Tensor | None) -> None:
+    def end(self, tree: Tensor | None, admitted: list[list[int]] | None = None) -> None:
         if self.current is None:
             return
         self.current["parents"] = tree.cpu().tolist() if tree is not None else []
+        if admitted is not None:                 # token-side admission: each request's admitted nodes
+            self.current["admitted"] = admitted
         for rec in self.current["layers"].values():
             for key, value in rec.items():
                 if isinstance(value, Tensor):

@@ -27,21 +27,16 @@ from acceptmoe.commands import command, parser
 from acceptmoe.engine.backend import GenerationOptions
 from acceptmoe.errors import UserError
 from acceptmoe.experiments.spine.options import positive_int
-from acceptmoe.methods import B0_METHOD, CALIBRATION, METHODS, Variant, alone_twin, verifier_methods
+from acceptmoe.methods import B0_METHOD, CALIBRATION, METHODS, Variant, alone_twin
 
 from .compare import agreement, table
 
 
 def method_order(methods: list[str] | None) -> list[str]:
     """Calibration order: Standard SD, then AcceptMoE, then the others, a batch-crediting method's twin before it
-    (each speculating method once). A method that admits draft nodes runs on the native engine only (the SGLang
-    backend refuses it), so it has no second engine to agree with."""
-    speculating = list(verifier_methods())
+    (each speculating method once, those that admit draft nodes among them)."""
+    speculating = [m for m, s in METHODS.items() if s.speculates]
     chosen = methods or speculating
-    admitting = [m for m in chosen if m in METHODS and METHODS[m].admits]
-    if admitting:
-        raise UserError(f"--methods: {', '.join(admitting)} admit draft nodes, which only the native engine does; "
-                        f"cross-engine compares: {', '.join(speculating)}")
     unknown = [m for m in chosen if m not in speculating]
     if unknown:
         raise UserError(f"--methods: {', '.join(unknown)} not a speculating method; valid: {', '.join(speculating)}")
@@ -69,7 +64,8 @@ def compare_model(world, name: str, native, prompts: list[list[int]], order: lis
         runs = {}                            # method -> (native alone, SGLang with every prompt in flight)
         for method in order:
             plan = native.plan(Variant(method), commitment=p_hat, b0=budget)
-            served = Variant(method).bind(sglang.fit, commitment=p_hat, b0=budget, selector=world.selector)
+            served = Variant(method).bind(sglang.fit, commitment=p_hat, b0=budget, selector=world.selector,
+                                          cost=plan.cost)
             ours = [native.engine.generate(p, plan, tokens, GenerationOptions(ignore_eos=True)) for p in prompts]
             theirs = sglang.generate_many(prompts, served, tokens, GenerationOptions(ignore_eos=True))
             runs[method] = ours, theirs

@@ -4,8 +4,9 @@ Inputs are what the engines return (`Generation`s with their traces) and the pas
 recorded (`ACCEPTMOE_DUMP`: per verify pass SGLang's tree mask and links, the trees the plugin recovered, per
 MoE layer the router logits and eligible sets). A pass's sets are recomputed over the whole pass
 (`select_pass`: every block with the pass's other roots), so a method whose sets depend on the batch is held to
-its definition on SGLang's own batches, and a per-request method to its per-block sets. Nothing here runs an
-engine.
+its definition on SGLang's own batches, and a per-request method to its per-block sets; under token-side
+admission each block is the request's admitted subtree (the pass file's `admitted` nodes, their logits' rows).
+Nothing here runs an engine.
 """
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from pathlib import Path
 
 import torch
 
+from acceptmoe.engine.admission import subtree_parents
 from acceptmoe.engine.tree import ancestor_mask
 from acceptmoe.methods import BlockInfo, Plan, select_pass
 
@@ -85,9 +87,14 @@ def agreement(method: str, plan: Plan, native: Sequence, sglang: Sequence, dumps
             recovered += bool(torch.equal(ancestor_mask(torch.tensor(parents)), rec["mask"][b]))
         if not plan.spec.restricts:
             continue
-        blocks = [BlockInfo.from_parents(parents) for parents in trees_of_pass]
+        keeps = rec.get("admitted") or [list(range(n))] * len(trees_of_pass)
+        blocks = [BlockInfo.from_parents(subtree_parents(parents, keep))
+                  for parents, keep in zip(trees_of_pass, keeps, strict=True)]
         for layer in rec["layers"].values():
-            z = layer["logits"][: len(blocks) * n].view(len(blocks), n, -1)
+            full = layer["logits"][: len(blocks) * n].view(len(blocks), n, -1)
+            z = torch.zeros_like(full)
+            for b, keep in enumerate(keeps):                   # each block's tokens first, as select_pass reads
+                z[b, : len(keep)] = full[b, keep]
             for b, want in enumerate(select_pass(plan, z, blocks)):
                 checked += 1
                 equal += bool(torch.equal(layer["eligible"][b], want.eligible))
