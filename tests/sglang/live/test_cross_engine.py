@@ -44,6 +44,7 @@ def test_cross_engine_every_method(tmp_path, monkeypatch):
     assert any(r.native_mode == "batched" and max_batch(run.path, r.method) > 1 for r in rows), text
     for m in (m for m in speculating if METHODS[m].admits):                 # admission truncated SGLang's trees
         assert admitted_fewer(run.path, m), m
+    assert (run.path / "report.md").read_text().count("| ok |") == len(rows)
 
 
 def admitted_fewer(run_dir, method) -> bool:
@@ -51,7 +52,6 @@ def admitted_fewer(run_dir, method) -> bool:
     import torch
     passes = [torch.load(f) for f in (run_dir / "dumps").glob(f"*/{method}/*.pt")]
     return any(len(keep) < p["width"] for p in passes for keep in p.get("admitted", []))
-    assert (run.path / "report.md").read_text().count("| ok |") == len(rows)
 
 
 def max_batch(run_dir, method) -> int:
