@@ -139,3 +139,9 @@ def test_an_admitting_method_needs_a_cost_profile_and_carries_it_through_the_env
     cfg = load_config({"ACCEPTMOE_METHOD": "acceptmoe-survival", "ACCEPTMOE_P_HAT": "1,0.5",
                        "ACCEPTMOE_COST": json.dumps(load_profile().to_json())})
     assert cfg.admits and cfg.cost == load_profile() and load_config(to_env(cfg)) == cfg
+
+
+def test_a_profile_file_is_a_cost_setting():
+    from acceptmoe.costs.verify import DEFAULT_PROFILE
+    cfg = load_config({"ACCEPTMOE_METHOD": "standard-sd-prefix", "ACCEPTMOE_COST": str(DEFAULT_PROFILE)})
+    assert cfg.cost == load_profile()

@@ -8,7 +8,7 @@ generations reads it again before its next target pass (`Watched`), so one serve
 | variable                  | meaning                                                               | default |
 |---------------------------|-----------------------------------------------------------------------|---------|
 | `ACCEPTMOE_SGLANG_CONFIG` | a JSON or YAML file holding any of the keys below (lower case)        | none    |
-| `ACCEPTMOE_METHOD`        | method name (`acceptmoe`, `acceptmoe-b`, `count-b`, `moe-spec`, `standard-sd`); unset: routing untouched | none |
+| `ACCEPTMOE_METHOD`        | any speculating method (`acceptmoe`, `standard-sd`, the admitting ones, ...); unset: routing untouched | none |
 | `ACCEPTMOE_BUDGET`        | B for the fixed-budget methods                                        | none    |
 | `ACCEPTMOE_COMMITMENT`    | commitment table (`CommitmentTable.save` JSON) for the AcceptMoE methods | none |
 | `ACCEPTMOE_P_HAT`         | the commitment probabilities themselves, comma-separated (instead of a table) | none |
@@ -306,10 +306,10 @@ def _cost(v) -> VerifyCost | None:
     if v is None or v == "":
         return None
     if isinstance(v, str) and not v.lstrip().startswith("{"):
-        from acceptmoe.costs.verify import load_profile
         try:
-            return load_profile(v)
-        except (UserError, OSError, ValueError, KeyError, TypeError) as exc:
+            data = json.loads(Path(v).read_text())
+            return VerifyCost.from_json(data.get("cost", data))          # a profile file holds it under "cost"
+        except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
             raise PluginConfigError(f"ACCEPTMOE_COST={v}: cannot read the verify-cost profile ({exc})") from None
     try:
         data = json.loads(v) if isinstance(v, str) else dict(v)
