@@ -273,6 +273,19 @@ def test_a_non_renormalising_router_needs_the_standard_output_format():
             assert torch.isinf(out.router_logits).any()
 
 
+def test_a_non_renormalising_router_restricted_and_recorded_keeps_the_unmasked_gates(tmp_path):
+    """Standard output format, a router without renormalisation, the pass recorded: the chosen experts' weights
+    are the unmasked softmax's, and the records are taken over the [B, n, E] logits (one pass, no error)."""
+    rt = Runtime(load_config({"ACCEPTMOE_METHOD": "count-b", "ACCEPTMOE_BUDGET": "8",
+                              "ACCEPTMOE_TRACE": str(tmp_path / "steps.jsonl")}))
+    rt.start(Limits(requests=1, depth=7))
+    rt.begin_verify(_verify_input([random_parents(random.Random(2), 8)]), 1)
+    z = torch.randn(8, 32, generator=torch.Generator().manual_seed(3))
+    out = rt.restrict(_topk_module(renormalize=False), _natural_topk, z[:, :0], z)
+    want = torch.softmax(z.float(), -1).gather(1, out.topk_ids.long())
+    assert torch.allclose(out.topk_weights, want) and int(rt.records[0, 0, 1]) == 8     # set_size: the budget
+
+
 def test_standard_sd_unrecorded_passes_straight_through():
     assert not Runtime(load_config({"ACCEPTMOE_METHOD": "standard-sd"})).active
     assert not Runtime(load_config({})).active

@@ -95,7 +95,7 @@ class Runtime:
         self.pending: tuple | None = None     # (parents, layer records [L, B, S] on the host, admitted nodes | None)
         self.done: deque = deque(maxlen=cfg.max_records)
         self.dump: Dump | None = Dump(Path(cfg.dump)) if cfg.dump else None
-        self.admissions: Admissions | None = None     # token-side admission (an admitting method), bound in _ensure
+        self.admissions: Admissions | None = None     # token-side admission (an admitting method), at its first pass
         self.scores: Tensor | None = None     # [B, n-1] the last draft's node survival, taken by the next verify
         self.keeps: list[list[int]] | None = None   # per request of the current pass: its admitted nodes
         self.rids: list[str] = []             # request ids of the current pass
@@ -250,8 +250,8 @@ class Runtime:
                     f"from the unmasked softmax, which the {type(out).__name__} output format does not expose; "
                     f"serve this model with the standard MoE runner (--moe-runner-backend triton or torch)")
             # non-renormalising router: keep the unmasked scores of the chosen experts (`Router.gates`)
-            z = router_logits.float()
-            out.topk_weights.copy_(self.router.gates(z, ids.long(), z).to(out.topk_weights.dtype))
+            full = router_logits.float()                                           # every row, [N, E]
+            out.topk_weights.copy_(self.router.gates(full, ids.long(), full).to(out.topk_weights.dtype))
         if self.recording or self.cfg.measures:
             self._record(topk, z, sel, ids[: B * n].view(B, n, -1) if ids is not None else None, bias)
         if self.dump is not None:
