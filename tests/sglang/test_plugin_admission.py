@@ -145,3 +145,15 @@ def test_a_profile_file_is_a_cost_setting():
     from acceptmoe.costs.verify import DEFAULT_PROFILE
     cfg = load_config({"ACCEPTMOE_METHOD": "standard-sd-prefix", "ACCEPTMOE_COST": str(DEFAULT_PROFILE)})
     assert cfg.cost == load_profile()
+
+
+def test_bench_plugin_times_the_admitting_methods_through_the_real_hooks(tmp_path):
+    """`bench-plugin` runs every setting, the admitting ones included, through the plugin's hooks (a step's
+    draft scores, forward and acceptance): their host reads are the admission's own (trees, scores, unions),
+    the baseline's none."""
+    from acceptmoe.tools.bench.plugin_host import COMPOSED, SETTINGS, TRUNCATING, time_steps
+
+    rows = {r["setting"]: r for r in time_steps(SETTINGS, 2, 2, 1, str(tmp_path / "steps.jsonl"), 2)}
+    assert set(rows) == set(SETTINGS) and all(r["step_ms"] > 0 for r in rows.values())
+    assert rows[TRUNCATING]["host_reads"] > 0 and rows[COMPOSED]["host_reads"] > 0
+    assert min(r["host_reads"] for r in rows.values()) == 0

@@ -10,7 +10,10 @@ make (each one a synchronisation when its tensor is on a GPU; calls on host copi
 `--repeats` steps, the settings taking turns step by step, at batches 1, 4, 16 and 64 requests per verify pass
 (the server's rows sized for the largest), 64-token trees, E = 128, top-8, 48 MoE layers; per step and per
 request. The batch-shared selector (`acceptmoe-shared`) is timed beside AcceptMoE: its sets read the pass's
-other requests.
+other requests. So are two methods with token-side admission that count experts (`standard-sd-prefix`, the
+composition `acceptmoe-costed`): each step also ranks every request's drafted nodes on the host, cuts SGLang's
+links, and reads the pass's unions back to refit each request's growth (docs/sglang.md, "Token-side
+admission"); their drafts' survival is a product of random probabilities along each path.
 
     ./reproduce.sh bench-plugin [--layers 48 --repeats 20 --batches 1 4 16 64]
 """
@@ -25,20 +28,26 @@ from types import SimpleNamespace
 import torch
 
 from acceptmoe.commands import command, parser
-from acceptmoe.methods import B0_METHOD, BASELINE, METHODS
+from acceptmoe.costs.verify import DEFAULT_PROFILE
+from acceptmoe.methods import B0_METHOD, BASELINE, METHODS, Router
 from acceptmoe.serving.sglang import plugin
 from acceptmoe.serving.sglang.config import load_config
-from acceptmoe.serving.sglang.runtime import Runtime
+from acceptmoe.serving.sglang.runtime import Limits, Runtime
 from acceptmoe.serving.sglang.tree import links_from_parents
 
 E, K, N, DEPTH = 128, 8, 64, 5
 P_HAT = "1.0,0.7,0.5,0.35,0.25,0.2"
 SHARED = next(name for name, spec in METHODS.items() if spec.score is not None and spec.score.credits_batch)
+# the admitting methods whose rule counts experts: one that routes naturally, one that restricts (the composition)
+TRUNCATING, COMPOSED = (next(name for name, spec in METHODS.items() if spec.admits and spec.admission.models_experts
+                             and spec.restricts == restricts) for restricts in (False, True))
 SETTINGS = {
     BASELINE: {"ACCEPTMOE_METHOD": BASELINE},
     B0_METHOD: {"ACCEPTMOE_METHOD": B0_METHOD, "ACCEPTMOE_P_HAT": P_HAT},
     SHARED: {"ACCEPTMOE_METHOD": SHARED, "ACCEPTMOE_P_HAT": P_HAT},
     f"{B0_METHOD} + trace": {"ACCEPTMOE_METHOD": B0_METHOD, "ACCEPTMOE_P_HAT": P_HAT, "ACCEPTMOE_TRACE": "{trace}"},
+    TRUNCATING: {"ACCEPTMOE_METHOD": TRUNCATING, "ACCEPTMOE_COST": str(DEFAULT_PROFILE)},
+    COMPOSED: {"ACCEPTMOE_METHOD": COMPOSED, "ACCEPTMOE_P_HAT": P_HAT, "ACCEPTMOE_COST": str(DEFAULT_PROFILE)},
 }
 
 
@@ -77,8 +86,17 @@ def routing(topk, hidden, logits):
     return SimpleNamespace(topk_weights=w / w.sum(-1, keepdim=True), topk_ids=ids.int())
 
 
+def survival(parents: list[int], rng: random.Random) -> list[float]:
+    """Each drafted node's survival (nodes 1..N-1): its parent's times a random draft probability."""
+    out = [1.0]
+    for p in parents[1:]:
+        out.append(out[p] * rng.uniform(0.05, 0.95))
+    return out[1:]
+
+
 def one_step(bs: int, layers: int, rng: random.Random):
     trees = [eagle_tree(rng) for _ in range(bs)]
+    scores = torch.tensor([survival(p, rng) for p in trees])                 # [bs, N-1], SGLang's draft layout
     links = [links_from_parents(p) for p in trees]
     spec = SimpleNamespace(draft_token_num=N, retrieve_next_token=torch.tensor([f for f, _ in links]),
                            retrieve_next_sibling=torch.tensor([s for _, s in links]), spec_steps=DEPTH,
@@ -89,7 +107,8 @@ def one_step(bs: int, layers: int, rng: random.Random):
     accept = torch.full((bs, DEPTH + 1), -1)
     accept[:, 0] = torch.arange(bs) * N
     reqs = SimpleNamespace(reqs=[SimpleNamespace(rid=f"r{b}") for b in range(bs)])
-    return batch, logits, accept, reqs
+    batch.rids = [r.rid for r in reqs.reqs]
+    return batch, logits, accept, reqs, scores
 
 
 def time_steps(settings: dict, bs: int, layers: int, repeats: int, trace_path: str, rows: int) -> list[dict]:
@@ -101,21 +120,29 @@ def time_steps(settings: dict, bs: int, layers: int, repeats: int, trace_path: s
                              req_to_token_pool=SimpleNamespace(size=rows),
                              max_running_requests=rows,
                              server_args=SimpleNamespace(speculative_num_steps=DEPTH, max_running_requests=rows))
+    for runtime in runtimes.values():       # the served model's router and experts (a family's config in SGLang)
+        runtime.start(Limits(rows, DEPTH, 0, Router.preset("softmax_topk", K), E))
     rng = random.Random(0)
     topks = [SimpleNamespace(topk_config=SimpleNamespace(
         top_k=K, renormalize=True, use_grouped_topk=False, scoring_func="softmax", correction_bias=None,
-        custom_routing_function=None, num_shared_topk_slots=0), layer_id=i, is_draft=False) for i in range(layers)]
+        custom_routing_function=None, num_shared_topk_slots=0, routed_scaling_factor=None), layer_id=i, is_draft=False)
+        for i in range(layers)]
     steps = [one_step(bs, layers, rng) for _ in range(4)]
     seen = {name: ([], [], []) for name in settings}                      # step, routing alone, host reads
     for r in range(repeats + 3):
-        batch, logits, accept, reqs = steps[r % len(steps)]
+        batch, logits, accept, reqs, scores = steps[r % len(steps)]
+        links = (batch.spec_info.retrieve_next_token.clone(), batch.spec_info.retrieve_next_sibling.clone())
 
         def forward(runner, batch):
             return [plugin._around_topk(routing, topks[i], None, logits[i]) for i in range(layers)]  # noqa: B023 (called in this iteration)
         for name, runtime in runtimes.items():
             plugin.RUNTIME = runtime
+            batch.spec_info.retrieve_next_token.copy_(links[0])       # admission cut the last setting's links
+            batch.spec_info.retrieve_next_sibling.copy_(links[1])
             t0 = time.perf_counter()
             with count_host_reads() as c:
+                plugin._after_draft((None, torch.arange(N - 1).expand(len(scores), N - 1), None), [scores[:, None]],
+                                    None, None)
                 plugin._around_forward(forward, runner, batch)
                 plugin._after_sample((None, None, accept), batch.spec_info, reqs)
             t1 = time.perf_counter()
