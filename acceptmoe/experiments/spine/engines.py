@@ -151,8 +151,9 @@ def require_admission(engine: str, methods) -> None:
     engine does not (`Capabilities.admits`)."""
     admitting = [m for m in methods if get_method(m).admits]
     if admitting and not backend_class(engine).capabilities.admits:
-        raise UserError(f"{', '.join(admitting)}: token-side admission runs on the native engine only (the {engine} "
-                        f"engine verifies every drafted node): use --engine native, or drop these methods")
+        raise UserError(f"{', '.join(admitting)}: token-side admission is not wired into the {engine} engine (it "
+                        f"verifies every drafted node): use an engine that admits "
+                        f"({', '.join(engines_that('admits'))}), or drop these methods")
 
 
 def require_drafts(world, methods) -> None:
