@@ -134,6 +134,9 @@ def test_a_verify_pass_without_draft_scores_is_refused_with_the_fix(tmp_path):
 def test_an_admitting_method_needs_a_cost_profile_and_carries_it_through_the_environment():
     with pytest.raises(PluginConfigError, match="ACCEPTMOE_COST"):
         load_config({"ACCEPTMOE_METHOD": "standard-sd-survival"})
+    with pytest.raises(PluginConfigError, match="fixed_s must be a number"):
+        load_config({"ACCEPTMOE_METHOD": "standard-sd-survival",
+                     "ACCEPTMOE_COST": json.dumps({**load_profile().to_json(), "fixed_s": "x"})})
     with pytest.raises(PluginConfigError, match="cannot read"):
         load_config({"ACCEPTMOE_METHOD": "standard-sd-survival", "ACCEPTMOE_COST": "/nonexistent.json"})
     cfg = load_config({"ACCEPTMOE_METHOD": "acceptmoe-survival", "ACCEPTMOE_P_HAT": "1,0.5",

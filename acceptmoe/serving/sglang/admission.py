@@ -3,7 +3,7 @@ applied to SGLang's fixed-width pass (docs/method.md, "Token-side admission"; do
 
     scores = node_survival(score_list, top_scores_index)    # organize_draft_results hook: [B, n-1] per node
     keeps, mask = admissions.admit(rids, scores, parents)   # before the verify pass (host): one rule per request
-    cut_links(verify_input, keeps)                          # SGLang's verification never walks past them
+    cut_links(next_token, next_sibling, keeps)              # SGLang's verification never walks past them
     admissions.observe(rids, keeps, records)                # after it: the pass's unions refit each request's growth
 
 The native engine verifies the admitted subtree alone. SGLang verifies a fixed number of tokens per request

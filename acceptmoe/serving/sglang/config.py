@@ -308,14 +308,25 @@ def _cost(v) -> VerifyCost | None:
     if isinstance(v, str) and not v.lstrip().startswith("{"):
         try:
             data = json.loads(Path(v).read_text())
-            return VerifyCost.from_json(data.get("cost", data))          # a profile file holds it under "cost"
+            return _checked_cost(VerifyCost.from_json(data.get("cost", data)))   # a profile file: under "cost"
         except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
             raise PluginConfigError(f"ACCEPTMOE_COST={v}: cannot read the verify-cost profile ({exc})") from None
     try:
         data = json.loads(v) if isinstance(v, str) else dict(v)
-        return VerifyCost.from_json(data)
+        return _checked_cost(VerifyCost.from_json(data))
     except (ValueError, TypeError, KeyError) as exc:
         raise PluginConfigError(f"ACCEPTMOE_COST must be a profile file or its cost mapping as JSON ({exc})") from None
+
+
+def _checked_cost(cost: VerifyCost) -> VerifyCost:
+    """The profile's numbers are numbers: non-negative seconds, at least one byte and one MoE layer."""
+    for name in ("fixed_s", "per_token_s", "per_byte_s", "fetch_per_byte_s", "expert_bytes", "moe_layers"):
+        x = getattr(cost, name)
+        if x is None and name == "fetch_per_byte_s":
+            continue
+        if isinstance(x, bool) or not isinstance(x, (int, float)) or not x >= (1 if name in ("expert_bytes", "moe_layers") else 0):
+            raise ValueError(f"{name} must be a {'whole number >= 1' if name in ('expert_bytes', 'moe_layers') else 'number >= 0'}, got {x!r}")
+    return cost
 
 
 def _int(name: str, v) -> int | None:
